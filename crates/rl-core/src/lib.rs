@@ -1,0 +1,54 @@
+//! Shared vocabulary of the `rl` workspace.
+//!
+//! Every other crate speaks in these types, and this crate depends on nothing heavy (no
+//! dfdx, no cudarc), so depending on it costs nothing:
+//!
+//! - [`Space`] and [`BoxSpace`]: discrete spaces (actions stored as `u32` indices, never
+//!   one-hot) and boxes of `f32` or `u8` values (pixels are first-class).
+//! - [`Env`]: environments that write observations into caller-owned buffers, so stepping
+//!   allocates nothing, and return `terminated` and `truncated` as separate facts.
+//! - [`Schema`], [`Column`], [`DType`], [`Element`]: the row layout of columnar storage.
+//! - [`Device`]: CPU or a CUDA ordinal, as plain data (naming a device touches no driver).
+//! - [`MemoryPlan`], [`MemoryBudget`]: what a component will allocate, declared before it
+//!   allocates, and checked against a budget.
+//! - [`ProcessMemory`]: the process's resident memory from `/proc`, read without
+//!   allocating.
+//! - [`FeatureTable`]: a shared per-action feature table, held once per process.
+//! - [`Error`]: one error type whose messages say what was wrong and what to do.
+//!
+//! # Example
+//!
+//! ```
+//! use rl_core::{Column, DType, Location, MemoryBudget, MemoryPlan, Schema};
+//!
+//! // A replay row for CartPole: 4 observation floats, an action index, reward, two flags.
+//! let schema = Schema::new([
+//!     Column::new("obs", DType::F32, &[4]),
+//!     Column::scalar("action", DType::U32),
+//!     Column::scalar("reward", DType::F32),
+//!     Column::scalar("terminated", DType::Bool),
+//!     Column::scalar("truncated", DType::Bool),
+//! ])?;
+//! let capacity = 1_000_000u64;
+//! let plan = MemoryPlan::new().with("replay", Location::Ram, capacity * schema.row_bytes() as u64);
+//! plan.check(&MemoryBudget::ram(1 << 30))?; // 26 MB fits in 1 GiB
+//! # Ok::<(), rl_core::Error>(())
+//! ```
+
+mod device;
+pub mod env;
+mod error;
+mod memory;
+mod process;
+mod schema;
+mod space;
+mod table;
+
+pub use device::Device;
+pub use env::{Env, Step};
+pub use error::{Error, Result};
+pub use memory::{Bytes, Location, MemoryBudget, MemoryPlan, PlanLine};
+pub use process::ProcessMemory;
+pub use schema::{Column, DType, Element, Flag, Schema};
+pub use space::{BoxSpace, Space};
+pub use table::FeatureTable;

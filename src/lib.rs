@@ -1,0 +1,40 @@
+//! `rl`: reinforcement learning with memory you can predict before a run starts and that
+//! stays flat while it runs.
+//!
+//! This facade re-exports the workspace's crates, each behind a feature of the same name
+//! (all on by default). Depend on a single crate instead when that is all you need.
+//!
+//! | module | crate | holds |
+//! |---|---|---|
+//! | [`core`] | `rl-core` | spaces, the `Env` trait, schemas, devices, memory plans, errors |
+//! | `envs` | `rl-envs` | CartPole, Pendulum (Gymnasium bit for bit), masked CartPole, a 100k-action task |
+//! | `storage` | `rl-storage` | columnar replay and rollout storage in RAM, memmap files and on the GPU |
+//! | `actions` | `rl-actions` | index, lazy one-hot, binary and embedding action representations |
+//! | `history` | `rl-history` | history summarizers with bounded windows |
+//! | `algos` | `rl-algos` | PPO and SAC |
+//! | `collect` | `rl-collect` | synchronous and asynchronous collectors |
+//!
+//! The `cuda` feature is reserved for the GPU storage path and forwarded to the crates
+//! that will hold CUDA code.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub use rl_core as core;
+
+#[cfg(feature = "actions")]
+#[cfg_attr(docsrs, doc(cfg(feature = "actions")))]
+pub use rl_actions as actions;
+#[cfg(feature = "algos")]
+#[cfg_attr(docsrs, doc(cfg(feature = "algos")))]
+pub use rl_algos as algos;
+#[cfg(feature = "collect")]
+#[cfg_attr(docsrs, doc(cfg(feature = "collect")))]
+pub use rl_collect as collect;
+#[cfg(feature = "envs")]
+#[cfg_attr(docsrs, doc(cfg(feature = "envs")))]
+pub use rl_envs as envs;
+#[cfg(feature = "history")]
+#[cfg_attr(docsrs, doc(cfg(feature = "history")))]
+pub use rl_history as history;
+#[cfg(feature = "storage")]
+#[cfg_attr(docsrs, doc(cfg(feature = "storage")))]
+pub use rl_storage as storage;
