@@ -38,3 +38,8 @@ pub use rl_history as history;
 #[cfg(feature = "storage")]
 #[cfg_attr(docsrs, doc(cfg(feature = "storage")))]
 pub use rl_storage as storage;
+
+/// The README's examples run as doc tests, so they cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

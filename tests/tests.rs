@@ -1,3 +1,8 @@
 //! Cross-crate integration tests, in one binary (faster to build than one per file).
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers may unwrap: a failure is a failed test"
+)]
+
 mod envs_through_facade;

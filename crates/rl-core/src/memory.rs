@@ -219,7 +219,7 @@ impl MemoryPlan {
                     .filter(|l| l.location == location)
                     .cloned()
                     .collect();
-                largest.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+                largest.sort_by_key(|line| std::cmp::Reverse(line.bytes));
                 largest.truncate(3);
                 return Err(Error::OverBudget {
                     location,

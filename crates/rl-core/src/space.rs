@@ -126,7 +126,9 @@ impl BoxSpace {
                 format!("{shape:?} has a zero dimension: every dimension must be at least 1"),
             ));
         }
-        if let Some(i) = (0..low.len()).find(|&i| !(low[i] <= high[i])) {
+        if let Some(i) =
+            (0..low.len()).find(|&i| low[i].partial_cmp(&high[i]).is_none_or(|o| o.is_gt()))
+        {
             return Err(Error::config(
                 "box space bounds",
                 format!(

@@ -123,6 +123,11 @@ impl CartPole {
         self.phase.check_running()?;
         self.state = dynamics(self.state, push_right);
         let [x, _, theta, _] = self.state;
+        // Gymnasium's comparisons, kept literally: a NaN state does not terminate there.
+        #[expect(
+            clippy::manual_range_contains,
+            reason = "same comparisons as Gymnasium"
+        )]
         let terminated = x < -X_LIMIT || x > X_LIMIT || theta < -THETA_LIMIT || theta > THETA_LIMIT;
         self.elapsed += 1;
         let truncated = self.elapsed >= self.max_steps;

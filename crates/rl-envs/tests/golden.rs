@@ -6,6 +6,11 @@
 //! state and the `f32` observation bit for bit, the reward after the cast to `f32`, and
 //! both flags.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers may unwrap: a failure is a failed test"
+)]
+
 use rl_core::Env;
 use rl_envs::{CartPole, Pendulum};
 use serde::Deserialize;

@@ -2,6 +2,11 @@
 //! observations inside the declared space, truncation exactly at the time limit, and
 //! invalid actions refused without changing anything.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers may unwrap: a failure is a failed test"
+)]
+
 use proptest::prelude::*;
 use rl_core::{Env, Step};
 use rl_envs::{CartPole, LargeDiscrete, MaskedCartPole, Pendulum};
