@@ -84,7 +84,7 @@ impl CartPole {
     /// The same task with another time limit.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] if `steps` is zero.
+    /// [`Error::InvalidConfig`](rl_core::Error::InvalidConfig) if `steps` is zero.
     pub fn with_max_episode_steps(mut self, steps: u32) -> Result<Self> {
         self.max_steps = crate::nonzero_limit(steps)?;
         Ok(self)
@@ -104,7 +104,7 @@ impl CartPole {
     /// its observation into `obs`.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a non-finite state, [`Error::ShapeMismatch`] for a
+    /// [`Error::InvalidConfig`](rl_core::Error::InvalidConfig) for a non-finite state, [`Error::ShapeMismatch`](rl_core::Error::ShapeMismatch) for a
     /// wrong-length `obs`; the environment is unchanged on error.
     pub fn set_state(&mut self, state: [f64; 4], obs: &mut [f32]) -> Result<()> {
         check_len("observation buffer", 4, obs.len())?;
@@ -234,7 +234,7 @@ impl MaskedCartPole {
     /// The same task with another time limit.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] if `steps` is zero.
+    /// [`Error::InvalidConfig`](rl_core::Error::InvalidConfig) if `steps` is zero.
     pub fn with_max_episode_steps(mut self, steps: u32) -> Result<Self> {
         self.inner = self.inner.with_max_episode_steps(steps)?;
         Ok(self)

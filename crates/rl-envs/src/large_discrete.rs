@@ -73,7 +73,7 @@ impl LargeDiscrete {
     /// The task with `n` actions.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] if `n` is zero.
+    /// [`Error::InvalidConfig`](rl_core::Error::InvalidConfig) if `n` is zero.
     pub fn with_actions(n: u32, task_seed: u64) -> Result<Self> {
         let action_space = Space::discrete(n)?;
         let mut task_rng = Xoshiro256PlusPlus::seed_from_u64(task_seed);
@@ -127,8 +127,8 @@ impl LargeDiscrete {
     /// Expected reward (noise-free) of `action` in `context`: `<W c, f_action>`.
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] for a context of the wrong length,
-    /// [`Error::ActionOutOfRange`] for a bad index.
+    /// [`Error::ShapeMismatch`](rl_core::Error::ShapeMismatch) for a context of the wrong length,
+    /// [`Error::ActionOutOfRange`](rl_core::Error::ActionOutOfRange) for a bad index.
     pub fn mean_reward(&self, context: &[f32], action: u32) -> Result<f32> {
         let projected = self.project(context)?;
         let index = discrete_action(&[action], self.actions())?;
@@ -138,7 +138,7 @@ impl LargeDiscrete {
     /// The best action for `context` and its expected reward.
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] for a context of the wrong length.
+    /// [`Error::ShapeMismatch`](rl_core::Error::ShapeMismatch) for a context of the wrong length.
     pub fn best_action(&self, context: &[f32]) -> Result<(u32, f32)> {
         let projected = self.project(context)?;
         Ok(self.argmax(&projected))
