@@ -26,7 +26,7 @@ pub const FEATURE_DIM: usize = 8;
 ///
 /// A uniformly random policy earns 0 in expectation. The optimal policy earns
 /// `E[max_i <W c, f_i>]`, which [`LargeDiscrete::optimal_reward`] estimates by Monte
-/// Carlo (about 4.3 for 100 000 actions: the maximum of `n` roughly standard normal
+/// Carlo (3.75 ± 0.03 for 100 000 actions with task seed 0: the maximum of `n` correlated
 /// scores).
 ///
 /// The task seed fixes `f` and `W`; `reset(Some(seed))` restarts only the stream of
