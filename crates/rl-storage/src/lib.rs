@@ -1,19 +1,95 @@
-//! Columnar replay and rollout storage: the crate that keeps memory planned, bounded and flat.
+//! Columnar replay and rollout storage with memory planned before it is allocated,
+//! bounded by construction, and flat while a run goes on.
 //!
-//! **Status: skeleton.** The storage issue fills this crate; until then it holds no types.
-//! What it will hold (see `ARCHITECTURE.md`):
+//! - **Storages** hold `capacity` rows of a [`rl_core::Schema`], one contiguous column per
+//!   field: [`RamStorage`] (anonymous memory, allocated and pre-faulted once) and
+//!   [`MemmapStorage`] (a memory-mapped file with a versioned header and crash-safe ring
+//!   commits). Both report a [`rl_core::MemoryPlan`] before allocating and refuse a
+//!   configuration over budget.
+//! - **Buffers**: [`ReplayBuffer`] (FIFO ring writer, `push`/`extend` from column slices,
+//!   sampling into a caller-owned [`Batch`]), [`DedupReplay`] (each observation stored
+//!   once, final observations kept), and [`RolloutBuffer`] (on-policy, `T x N`, GAE in
+//!   place, shuffled minibatches).
+//! - **Samplers**: [`Uniform`], [`WithoutReplacement`] (epochs), [`Prioritized`] (sum
+//!   tree), [`SliceSampler`] (windows that never cross an episode end).
+//! - **Bootstrap masks** ([`BootstrapMasks`]): an ensemble of up to 64 heads shares one
+//!   copy of the data.
+//! - **Checkpoints**: RAM buffers save to and load from a directory without a second
+//!   copy ([`ReplayBuffer::save`]); memmap buffers commit in place.
 //!
-//! - Storages with one contiguous column per [`rl_core::Schema`] field: in RAM (allocated
-//!   and pre-faulted once), in memory-mapped files (versioned header, crash-safe ring
-//!   commits, typed errors for truncated or foreign files), and on the GPU (`cuda` feature).
-//! - A FIFO replay buffer, an on-policy rollout buffer with in-place GAE, and samplers
-//!   (uniform, without replacement, prioritized, episode-respecting slices) that gather
-//!   into caller-owned, reused batches.
-//! - Transforms that move sampled batches to a device, and tiered storage (newest rows on
-//!   the GPU, every row in a memmap file).
+//! After construction, writing, sampling and committing allocate nothing.
 //!
-//! Every storage reports its [`rl_core::MemoryPlan`] before it allocates.
+//! # Example
 //!
-//! # Features
-//! - `cuda`: reserved for the CUDA storage and transfer path (cudarc, loaded dynamically).
-//!   With the CPU everywhere nothing in this crate ever initialises CUDA.
+//! ```
+//! use rl_core::{Column, DType, Flag, MemoryBudget, Schema};
+//! use rl_storage::{Batch, ColumnSlice, RamStorage, ReplayBuffer, Uniform};
+//!
+//! let schema = Schema::new([
+//!     Column::new("obs", DType::F32, &[4]),
+//!     Column::scalar("action", DType::U32), // an index, never one-hot
+//!     Column::scalar("reward", DType::F32),
+//!     Column::scalar("terminated", DType::Bool),
+//!     Column::scalar("truncated", DType::Bool),
+//! ])?;
+//! // The plan is known before anything is allocated; over budget is refused up front.
+//! println!("{}", RamStorage::plan(&schema, 100_000)?);
+//! let storage = RamStorage::with_budget(schema.clone(), 100_000, &MemoryBudget::ram(64 << 20))?;
+//! let mut buffer = ReplayBuffer::new(storage, Uniform::new(0));
+//!
+//! // Two transitions, written column by column.
+//! let obs = [0.1f32, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8];
+//! let (no, yes) = (Flag::new(false), Flag::new(true));
+//! buffer.extend(&[
+//!     ColumnSlice::from(&obs),
+//!     (&[1u32, 0]).into(),
+//!     (&[1.0f32, 1.0]).into(),
+//!     (&[no, yes]).into(),
+//!     (&[no, no]).into(),
+//! ])?;
+//!
+//! let mut batch = Batch::new(&schema, 32)?; // allocated once, reused for every sample
+//! buffer.sample(&mut batch)?;
+//! assert_eq!(batch.column::<f32>("reward")?.len(), 32);
+//! # Ok::<(), rl_storage::Error>(())
+//! ```
+#![expect(
+    unsafe_code,
+    reason = "mapping files into memory is unsafe: another process may change them"
+)]
+
+mod batch;
+mod bootstrap;
+mod checkpoint;
+mod column;
+mod copy;
+mod dedup;
+mod error;
+mod memmap;
+mod prioritized;
+mod ram;
+mod replay;
+mod rollout;
+mod sampler;
+mod slice;
+mod storage;
+mod without_replacement;
+
+pub use batch::Batch;
+pub use bootstrap::{BOOTSTRAP_MASK, BootstrapMasks};
+pub use column::ColumnSlice;
+pub use dedup::{DedupReplay, FINAL_OBS, NEXT_OBS};
+pub use error::{Error, Result};
+pub use memmap::{MemmapOptions, MemmapStorage};
+pub use prioritized::{Prioritized, PrioritizedConfig};
+pub use ram::RamStorage;
+pub use replay::{NonFinite, ReplayBuffer};
+pub use rollout::{ActionShape, Actions, RolloutBatch, RolloutBuffer, RolloutConfig, StepData};
+pub use sampler::{SampleContext, Sampler, Uniform};
+pub use slice::SliceSampler;
+pub use storage::{COLUMN_ALIGN, ColumnLayout, HostStorage, RingState, Storage};
+pub use without_replacement::{LastBatch, WithoutReplacement};
+
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: rl_testkit::CountingAllocator = rl_testkit::CountingAllocator;

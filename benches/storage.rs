@@ -1,0 +1,320 @@
+//! `cargo xtask bench storage`: replay-buffer write and sample throughput, with memory.
+//!
+//! Every configuration runs in its own process (peak RSS is per process): without
+//! arguments this binary re-runs itself once per configuration and forwards the JSON
+//! lines its children print:
+//!
+//! `{"bench":"storage","backend":"ram"|"memmap","op":"extend"|"sample","obs_dim":D,
+//!   "capacity":C,"batch":256,"rows_per_s":X,"peak_rss_bytes":Y,"rss_anon_bytes":A,
+//!   "rss_file_bytes":F}`
+//!
+//! Transition rows: `obs f32[D], action u32, reward f32, terminated, truncated,
+//! next_obs f32[D]` (next_obs stored, for comparability with other libraries). Extend
+//! writes chunks of 1024 rows, timed over whole wraps of an already filled buffer (pages
+//! resident), validation on; sample draws uniform batches of 256. Each figure is the median
+//! over 3 processes of the median over 7 rounds, on one thread.
+//!
+//! `--big` runs the larger-than-RAM check instead: a 32 GiB sparse memmap buffer, 8 GiB
+//! filled, sampled while anonymous memory stays small.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use rl_core::{Column, DType, Flag, ProcessMemory, Schema};
+use rl_storage::{
+    Batch, ColumnSlice, HostStorage, MemmapOptions, MemmapStorage, RamStorage, ReplayBuffer,
+    Uniform,
+};
+
+const CHUNK: usize = 1024;
+const BATCH: usize = 256;
+const ROUNDS: usize = 7;
+const CONFIGS: [(usize, usize); 2] = [(4, 1_000_000), (1024, 200_000)];
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    match args.as_slice() {
+        [] => run_all(),
+        [flag] if flag == "--big" => big(),
+        [flag, backend, dim, capacity] if flag == "--config" => {
+            let (dim, capacity) = (dim.parse()?, capacity.parse()?);
+            one_config(backend, dim, capacity)
+        }
+        other => bail!(
+            "unknown arguments {other:?}: use no arguments, --big, or --config BACKEND DIM CAPACITY"
+        ),
+    }
+}
+
+/// Processes per configuration: figures vary more between processes (page placement,
+/// huge pages) than between rounds of one process, so the median is taken over both.
+const PROCESSES: usize = 3;
+
+/// Runs every configuration in child processes of its own and prints, per figure, the
+/// line of the process with the median rate.
+fn run_all() -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    for backend in ["ram", "memmap"] {
+        for (dim, capacity) in CONFIGS {
+            let mut lines: Vec<serde_json::Value> = Vec::new();
+            for _ in 0..PROCESSES {
+                let output = Command::new(&exe)
+                    .args(["--config", backend, &dim.to_string(), &capacity.to_string()])
+                    .output()
+                    .with_context(|| format!("running the {backend} D={dim} configuration"))?;
+                if !output.status.success() {
+                    bail!(
+                        "the {backend} D={dim} configuration failed: {}",
+                        String::from_utf8_lossy(&output.stderr)
+                    );
+                }
+                for line in String::from_utf8_lossy(&output.stdout).lines() {
+                    lines.push(serde_json::from_str(line)?);
+                }
+            }
+            for op in ["extend", "sample"] {
+                let mut runs: Vec<&serde_json::Value> =
+                    lines.iter().filter(|l| l["op"] == op).collect();
+                runs.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+                if let Some(median) = runs.get(runs.len() / 2) {
+                    println!("{median}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn rate(line: &serde_json::Value) -> f64 {
+    line["rows_per_s"].as_f64().unwrap_or(0.0)
+}
+
+fn transition_schema(dim: usize) -> anyhow::Result<Schema> {
+    Ok(Schema::new([
+        Column::new("obs", DType::F32, &[dim]),
+        Column::scalar("action", DType::U32),
+        Column::scalar("reward", DType::F32),
+        Column::scalar("terminated", DType::Bool),
+        Column::scalar("truncated", DType::Bool),
+        Column::new("next_obs", DType::F32, &[dim]),
+    ])?)
+}
+
+/// One chunk of transitions, reused for every write.
+struct Chunk {
+    obs: Vec<f32>,
+    action: Vec<u32>,
+    reward: Vec<f32>,
+    terminated: Vec<Flag>,
+    truncated: Vec<Flag>,
+    next_obs: Vec<f32>,
+}
+
+impl Chunk {
+    fn new(dim: usize) -> Self {
+        let obs: Vec<f32> = (0..CHUNK * dim).map(|i| (i % 251) as f32 * 0.01).collect();
+        Self {
+            next_obs: obs.iter().map(|v| v + 0.5).collect(),
+            obs,
+            action: (0..CHUNK as u32).map(|i| i % 7).collect(),
+            reward: (0..CHUNK).map(|i| (i % 3) as f32).collect(),
+            terminated: (0..CHUNK).map(|i| Flag::new(i % 200 == 199)).collect(),
+            truncated: (0..CHUNK).map(|i| Flag::new(i % 500 == 499)).collect(),
+        }
+    }
+
+    fn columns(&self) -> [ColumnSlice<'_>; 6] {
+        [
+            (&self.obs).into(),
+            (&self.action).into(),
+            (&self.reward).into(),
+            (&self.terminated).into(),
+            (&self.truncated).into(),
+            (&self.next_obs).into(),
+        ]
+    }
+}
+
+fn one_config(backend: &str, dim: usize, capacity: usize) -> anyhow::Result<()> {
+    let schema = transition_schema(dim)?;
+    match backend {
+        "ram" => measure(backend, dim, capacity, RamStorage::new(schema, capacity)?),
+        "memmap" => {
+            let dir = tempfile::tempdir()?;
+            let path = dir.path().join("replay.rl");
+            let storage = MemmapStorage::create(&path, schema, capacity, MemmapOptions::default())?;
+            measure(backend, dim, capacity, storage)
+        }
+        other => bail!("unknown backend `{other}`: use ram or memmap"),
+    }
+}
+
+fn measure<S: HostStorage>(
+    backend: &str,
+    dim: usize,
+    capacity: usize,
+    storage: S,
+) -> anyhow::Result<()> {
+    let schema = storage.schema().clone();
+    let mut buffer = ReplayBuffer::new(storage, Uniform::new(0));
+    let chunk = Chunk::new(dim);
+    let columns = chunk.columns();
+    let wrap = |buffer: &mut ReplayBuffer<S, Uniform>| -> anyhow::Result<()> {
+        for _ in 0..capacity.div_ceil(CHUNK) {
+            buffer.extend(&columns)?;
+        }
+        Ok(())
+    };
+    // Fill once so every page is resident, then time whole wraps.
+    wrap(&mut buffer)?;
+    let mut rates = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        wrap(&mut buffer)?;
+        rates.push((capacity.div_ceil(CHUNK) * CHUNK) as f64 / start.elapsed().as_secs_f64());
+    }
+    report(backend, "extend", dim, capacity, median(&mut rates))?;
+
+    let mut batch = Batch::new(&schema, BATCH)?;
+    let per_round = Duration::from_millis(400);
+    rates.clear();
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        let mut rows = 0usize;
+        while start.elapsed() < per_round {
+            for _ in 0..64 {
+                buffer.sample(&mut batch)?;
+            }
+            rows += 64 * BATCH;
+        }
+        rates.push(rows as f64 / start.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&batch);
+    report(backend, "sample", dim, capacity, median(&mut rates))
+}
+
+fn median(rates: &mut [f64]) -> f64 {
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
+}
+
+fn report(
+    backend: &str,
+    op: &str,
+    dim: usize,
+    capacity: usize,
+    rows_per_s: f64,
+) -> anyhow::Result<()> {
+    let memory = ProcessMemory::read()?;
+    let line = serde_json::json!({
+        "bench": "storage",
+        "backend": backend,
+        "op": op,
+        "obs_dim": dim,
+        "capacity": capacity,
+        "batch": BATCH,
+        "rows_per_s": rows_per_s.round(),
+        "peak_rss_bytes": memory.peak_rss_bytes,
+        "rss_anon_bytes": memory.rss_anon_bytes,
+        "rss_file_bytes": memory.rss_file_bytes,
+    });
+    println!("{line}");
+    Ok(())
+}
+
+/// A memmap buffer larger than this machine's RAM: 32 GiB of capacity in a sparse file,
+/// 8 GiB written, then sampled; anonymous memory must stay small throughout.
+fn big() -> anyhow::Result<()> {
+    const DIM: usize = 1024;
+    let row_bytes = transition_schema(DIM)?.row_bytes();
+    let capacity = (32usize << 30) / row_bytes;
+    let fill = (8usize << 30) / row_bytes;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("big.rl");
+    let storage = MemmapStorage::create(
+        &path,
+        transition_schema(DIM)?,
+        capacity,
+        MemmapOptions::default(),
+    )?;
+    let mut buffer = ReplayBuffer::new(storage, Uniform::new(1));
+    let chunk = Chunk::new(DIM);
+    let columns = chunk.columns();
+    let mut peak_anon = 0u64;
+    let start = Instant::now();
+    let mut written = 0;
+    while written < fill {
+        buffer.extend(&columns)?;
+        written += CHUNK;
+        if written.is_multiple_of(64 * CHUNK) {
+            buffer.commit()?;
+            peak_anon = peak_anon.max(ProcessMemory::read()?.rss_anon_bytes);
+        }
+    }
+    buffer.commit()?;
+    let fill_s = start.elapsed().as_secs_f64();
+    let memory = ProcessMemory::read()?;
+    big_report(
+        "extend",
+        written as f64 / fill_s,
+        capacity,
+        written,
+        peak_anon.max(memory.rss_anon_bytes),
+        &memory,
+        &path,
+    )?;
+    let mut batch = Batch::new(buffer.schema(), BATCH)?;
+    let start = Instant::now();
+    let mut rows = 0usize;
+    while start.elapsed() < Duration::from_secs(20) {
+        buffer.sample(&mut batch)?;
+        rows += BATCH;
+        if rows.is_multiple_of(256 * BATCH) {
+            peak_anon = peak_anon.max(ProcessMemory::read()?.rss_anon_bytes);
+        }
+    }
+    let memory = ProcessMemory::read()?;
+    big_report(
+        "sample",
+        rows as f64 / start.elapsed().as_secs_f64(),
+        capacity,
+        written,
+        peak_anon.max(memory.rss_anon_bytes),
+        &memory,
+        &path,
+    )
+}
+
+fn big_report(
+    op: &str,
+    rows_per_s: f64,
+    capacity: usize,
+    rows: usize,
+    peak_anon: u64,
+    memory: &ProcessMemory,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let file_bytes = std::fs::metadata(path)?.len();
+    let line = serde_json::json!({
+        "bench": "storage",
+        "backend": "memmap",
+        "shape": "big",
+        "op": op,
+        "obs_dim": 1024,
+        "capacity": capacity,
+        "rows": rows,
+        "batch": BATCH,
+        "rows_per_s": rows_per_s.round(),
+        "file_bytes": file_bytes,
+        "peak_rss_bytes": memory.peak_rss_bytes,
+        "rss_anon_bytes": memory.rss_anon_bytes,
+        "peak_rss_anon_bytes": peak_anon,
+        "rss_file_bytes": memory.rss_file_bytes,
+    });
+    println!("{line}");
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! Caller-owned, reused batches that sampling gathers rows into.
+
+use rl_core::{Element, Location, MemoryPlan, Schema};
+
+use crate::column::{column_index, typed};
+use crate::copy;
+use crate::error::{Error, Result};
+use crate::storage::HostStorage;
+
+/// Rows gathered from a buffer: one contiguous, 8-byte aligned block per column, plus the
+/// positions the rows came from and their importance weights.
+///
+/// Allocated once with room for a maximum number of rows and reused for every sample, so
+/// sampling allocates nothing.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    schema: Schema,
+    room: usize,
+    /// `u64` backing keeps every column aligned for any element type.
+    columns: Vec<Vec<u64>>,
+    positions: Vec<usize>,
+    /// Scratch positions for gathers that read shifted rows (next observations).
+    shifted: Vec<usize>,
+    weights: Vec<f32>,
+    len: usize,
+}
+
+impl Batch {
+    /// A batch for `schema` with room for `rows` rows.
+    ///
+    /// # Errors
+    /// Invalid configuration if `rows` is zero or the bytes overflow.
+    pub fn new(schema: &Schema, rows: usize) -> Result<Self> {
+        let plan = Self::plan(schema, rows)?;
+        let columns = schema
+            .columns()
+            .iter()
+            .zip(plan.lines())
+            .map(|(_, line)| vec![0u64; line.bytes as usize / 8])
+            .collect();
+        Ok(Self {
+            schema: schema.clone(),
+            room: rows,
+            columns,
+            positions: vec![0; rows],
+            shifted: vec![0; rows],
+            weights: vec![1.0; rows],
+            len: 0,
+        })
+    }
+
+    /// What a batch of `rows` rows of `schema` allocates: one line per column (rounded up
+    /// to 8 bytes), plus positions and weights.
+    ///
+    /// # Errors
+    /// Invalid configuration if `rows` is zero or the bytes overflow.
+    pub fn plan(schema: &Schema, rows: usize) -> Result<MemoryPlan> {
+        if rows == 0 {
+            return Err(Error::config(
+                "batch rows",
+                "is zero: a batch needs room for at least one row",
+            ));
+        }
+        let overflow = || {
+            Error::config(
+                "batch rows",
+                format!("{rows} rows overflow the address space"),
+            )
+        };
+        let mut plan = MemoryPlan::new();
+        for column in schema.columns() {
+            let bytes = column
+                .row_bytes()
+                .checked_mul(rows)
+                .and_then(|b| b.checked_next_multiple_of(8))
+                .ok_or_else(overflow)?;
+            plan.add(
+                format!("batch/{}", column.name()),
+                Location::Ram,
+                bytes as u64,
+            );
+        }
+        let index_bytes = rows
+            .checked_mul(2 * size_of::<usize>() + size_of::<f32>())
+            .ok_or_else(overflow)?;
+        plan.add(
+            "batch/positions+weights+scratch",
+            Location::Ram,
+            index_bytes as u64,
+        );
+        Ok(plan)
+    }
+
+    /// The schema the batch was made for.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// Rows gathered by the last sample.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the batch holds no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Maximum rows the batch can hold.
+    pub fn room(&self) -> usize {
+        self.room
+    }
+
+    /// Storage positions of the gathered rows (to update priorities, for instance).
+    pub fn positions(&self) -> &[usize] {
+        &self.positions[..self.len]
+    }
+
+    /// Importance weights of the gathered rows (1.0 unless the sampler weights rows).
+    pub fn weights(&self) -> &[f32] {
+        &self.weights[..self.len]
+    }
+
+    /// The gathered rows of column `name`, `len x per-row shape` elements.
+    ///
+    /// # Errors
+    /// Unknown column or a dtype other than the column's.
+    pub fn column<T: Element>(&self, name: &str) -> Result<&[T]> {
+        self.column_at(column_index(&self.schema, name)?)
+    }
+
+    /// The gathered rows of the column at `index` in schema order.
+    ///
+    /// # Errors
+    /// A dtype other than the column's, or an index past the schema.
+    pub fn column_at<T: Element>(&self, index: usize) -> Result<&[T]> {
+        let column = self.schema.columns().get(index).ok_or_else(|| {
+            Error::config(
+                format!("column index {index}"),
+                "is past the schema's columns",
+            )
+        })?;
+        let bytes = bytemuck::cast_slice::<u64, u8>(&self.columns[index]);
+        typed(column, &bytes[..self.len * column.row_bytes()])
+    }
+
+    /// Gathers the rows at `positions` (already checked to be below the capacity) of
+    /// `storage` into this batch, with weights 1. Allocates nothing.
+    pub(crate) fn gather_positions<S: HostStorage + ?Sized>(
+        &mut self,
+        storage: &S,
+        positions: &[usize],
+    ) -> Result<()> {
+        let rows = positions.len();
+        if rows > self.room {
+            return Err(Error::NotEnoughRows {
+                requested: rows,
+                available: self.room,
+            });
+        }
+        self.positions[..rows].copy_from_slice(positions);
+        self.weights[..rows].fill(1.0);
+        self.gather_drawn(storage, rows);
+        Ok(())
+    }
+
+    /// Room for positions and weights, for samplers to draw into.
+    pub(crate) fn draw_space(&mut self) -> (&mut [usize], &mut [f32]) {
+        (&mut self.positions, &mut self.weights)
+    }
+
+    /// Gathers the rows whose positions a sampler just drew into `draw_space`.
+    pub(crate) fn gather_drawn<S: HostStorage + ?Sized>(&mut self, storage: &S, rows: usize) {
+        for index in 0..self.columns.len() {
+            self.gather_column(index, storage.column(index), 0, storage.capacity(), rows);
+        }
+        self.len = rows;
+    }
+
+    /// Sets the number of gathered rows (after a caller gathered every column).
+    pub(crate) fn set_len(&mut self, rows: usize) {
+        self.len = rows;
+    }
+
+    /// Gathers batch column `index` from storage column bytes `source`, reading row
+    /// `positions[j] + shift` (wrapping at `capacity`) for each of the first `rows` drawn
+    /// positions. Allocates nothing.
+    pub(crate) fn gather_column(
+        &mut self,
+        index: usize,
+        source: &[u8],
+        shift: usize,
+        capacity: usize,
+        rows: usize,
+    ) {
+        let row_bytes = self.schema.columns()[index].row_bytes();
+        let positions = if shift == 0 {
+            &self.positions[..rows]
+        } else {
+            for (s, &p) in self.shifted.iter_mut().zip(&self.positions[..rows]) {
+                *s = (p + shift) % capacity;
+            }
+            &self.shifted[..rows]
+        };
+        copy::prefetch_rows(source, row_bytes, positions);
+        let target =
+            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.columns[index])[..rows * row_bytes];
+        gather_rows(source, target, row_bytes, positions);
+    }
+}
+
+/// Copies row `positions[j]` of `source` to row `j` of `target`. Common row sizes get a
+/// fixed-size copy the compiler turns into a few moves; others call `memcpy`.
+#[inline]
+fn gather_rows(source: &[u8], target: &mut [u8], row_bytes: usize, positions: &[usize]) {
+    match row_bytes {
+        1 => gather_fixed::<1>(source, target, positions),
+        2 => gather_fixed::<2>(source, target, positions),
+        4 => gather_fixed::<4>(source, target, positions),
+        8 => gather_fixed::<8>(source, target, positions),
+        12 => gather_fixed::<12>(source, target, positions),
+        16 => gather_fixed::<16>(source, target, positions),
+        32 => gather_fixed::<32>(source, target, positions),
+        64 => gather_fixed::<64>(source, target, positions),
+        _ => {
+            let ahead = row_bytes > copy::PREFETCH_MAX_ROW;
+            for (j, (row, &p)) in target
+                .chunks_exact_mut(row_bytes)
+                .zip(positions)
+                .enumerate()
+            {
+                if let (true, Some(&next)) = (ahead, positions.get(j + copy::PREFETCH_AHEAD)) {
+                    copy::prefetch_row(source, row_bytes, next);
+                }
+                row.copy_from_slice(&source[p * row_bytes..(p + 1) * row_bytes]);
+            }
+        }
+    }
+}
+
+#[inline]
+fn gather_fixed<const N: usize>(source: &[u8], target: &mut [u8], positions: &[usize]) {
+    let (rows, _) = target.as_chunks_mut::<N>();
+    let (source, _) = source.as_chunks::<N>();
+    for (row, &p) in rows.iter_mut().zip(positions) {
+        *row = source[p];
+    }
+}

@@ -1,0 +1,153 @@
+//! Bulk copies into storage, optionally bypassing the cache.
+//!
+//! Writing a ring much larger than the last-level cache with ordinary stores reads every
+//! target line into the cache first (read-for-ownership) and evicts useful data; the rows
+//! will not be read again before they leave the cache anyway. Non-temporal (streaming)
+//! stores skip both: measured here on the replay bench's 42 MB ring, 300-355 M rows/s
+//! against 225-235 M rows/s with `memcpy`.
+
+/// Storages at least this large (bytes) are written with streaming stores.
+pub(crate) const STREAM_MIN_BYTES: usize = 32 << 20;
+/// Copies shorter than this use `memcpy`: streaming pays off on whole lines only.
+const STREAM_MIN_COPY: usize = 1024;
+
+/// How rows are copied into a storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stores {
+    /// Ordinary stores (`memcpy`): rows stay in the cache.
+    Cached,
+    /// Non-temporal stores where the CPU has them; `memcpy` elsewhere.
+    Streaming,
+}
+
+impl Stores {
+    /// Streaming for storages larger than [`STREAM_MIN_BYTES`].
+    pub(crate) fn for_storage_bytes(bytes: usize) -> Self {
+        if bytes >= STREAM_MIN_BYTES {
+            Stores::Streaming
+        } else {
+            Stores::Cached
+        }
+    }
+}
+
+/// Copies `source` into `target` (same length).
+#[inline]
+pub(crate) fn copy(target: &mut [u8], source: &[u8], stores: Stores) {
+    #[cfg(target_arch = "x86_64")]
+    if stores == Stores::Streaming && source.len() >= STREAM_MIN_COPY {
+        stream_copy(target, source);
+        return;
+    }
+    let _ = stores;
+    target.copy_from_slice(source);
+}
+
+/// Orders earlier streaming stores before later stores (a header written after the rows
+/// it describes must not become visible first). Call once after a batch of copies.
+#[inline]
+pub(crate) fn fence(stores: Stores) {
+    #[cfg(target_arch = "x86_64")]
+    if stores == Stores::Streaming {
+        // SAFETY: `sfence` has no preconditions; SSE is part of the x86_64 baseline.
+        unsafe { std::arch::x86_64::_mm_sfence() };
+    }
+    let _ = stores;
+}
+
+/// Rows up to this size are prefetched line by line before a gather; larger rows stream
+/// well on their own (the hardware prefetcher follows each row).
+pub(crate) const PREFETCH_MAX_ROW: usize = 256;
+const LINE: usize = 64;
+
+/// Asks the CPU to bring the rows at `positions` of `column` into the L2 cache, for rows
+/// up to [`PREFETCH_MAX_ROW`] bytes (larger rows are prefetched a few rows ahead of the
+/// copy instead, see [`prefetch_row`]).
+///
+/// A gather reads rows at random from a column far larger than the cache: one miss per
+/// row, each as long as a trip to DRAM. Issued back to back, the prefetches overlap those
+/// trips; measured on a 1M-row, 6-column ring, gathers went from 21 to 40-45 M rows/s.
+#[inline]
+pub(crate) fn prefetch_rows(column: &[u8], row_bytes: usize, positions: &[usize]) {
+    if row_bytes > PREFETCH_MAX_ROW {
+        return;
+    }
+    for &p in positions {
+        prefetch_row(column, row_bytes, p);
+    }
+}
+
+/// Prefetches every cache line of row `position` into L2. For large rows, issued a few
+/// rows ahead of the copy: measured on 4 KiB rows, gathers went from 0.70 to 1.05 M rows/s.
+#[inline]
+pub(crate) fn prefetch_row(column: &[u8], row_bytes: usize, position: usize) {
+    for line in column[position * row_bytes..(position + 1) * row_bytes].chunks(LINE) {
+        prefetch(line);
+    }
+}
+
+/// How many rows ahead of the copy large rows are prefetched.
+pub(crate) const PREFETCH_AHEAD: usize = 4;
+
+#[inline(always)]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults and reads no memory the program can
+    // observe; the address comes from a live slice anyway. SSE is x86_64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
+            bytes.as_ptr().cast(),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
+#[cfg(target_arch = "x86_64")]
+fn stream_copy(target: &mut [u8], source: &[u8]) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+
+    assert_eq!(target.len(), source.len(), "copy of mismatched lengths");
+    // Align the target to 16 bytes with an ordinary copy of the head.
+    let head = target.as_ptr().align_offset(16).min(target.len());
+    let (target_head, target_body) = target.split_at_mut(head);
+    let (source_head, source_body) = source.split_at(head);
+    target_head.copy_from_slice(source_head);
+    let body = target_body.len() / 16 * 16;
+    let (target_lines, target_tail) = target_body.split_at_mut(body);
+    let (source_lines, source_tail) = source_body.split_at(body);
+    for (t, s) in target_lines
+        .chunks_exact_mut(16)
+        .zip(source_lines.chunks_exact(16))
+    {
+        // SAFETY:
+        // - `s` is 16 readable bytes; `_mm_loadu_si128` accepts any alignment.
+        // - `t` is 16 writable bytes, 16-byte aligned: the body starts at an aligned
+        //   address (`align_offset(16)` above) and advances in steps of 16.
+        // - SSE2 is part of the x86_64 baseline.
+        unsafe {
+            let value = _mm_loadu_si128(s.as_ptr().cast::<__m128i>());
+            _mm_stream_si128(t.as_mut_ptr().cast::<__m128i>(), value);
+        }
+    }
+    target_tail.copy_from_slice(source_tail);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn streaming_copies_equal_memcpy(len in 0usize..5000, offset in 0usize..16, fill: u8) {
+            let source: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(fill)).collect();
+            let mut target = vec![0u8; len + 16];
+            copy(&mut target[offset..offset + len], &source, Stores::Streaming);
+            fence(Stores::Streaming);
+            prop_assert_eq!(&target[offset..offset + len], &source[..]);
+            prop_assert!(target[..offset].iter().all(|&b| b == 0));
+            prop_assert!(target[offset + len..].iter().all(|&b| b == 0));
+        }
+    }
+}

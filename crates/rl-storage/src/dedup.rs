@@ -1,0 +1,470 @@
+//! Replay with each observation stored once: the next observation of row `t` is the
+//! observation of row `t + 1`.
+//!
+//! Storing `obs` and `next_obs` doubles the largest column of most buffers (for pixels, it
+//! is nearly the whole buffer). Here every step writes its observation once; when an
+//! episode ends (terminated *or* truncated), one extra *final row* holds the final
+//! observation, so `next_obs` of the last transition is the true final observation and
+//! bootstrapping at a time-limit cut stays correct. Final rows, and the newest row (whose
+//! successor is not written yet), are never sampled as transitions.
+//!
+//! A deduplicating buffer holds one stream of consecutive steps: give each environment its
+//! own buffer (or write whole trajectories one after another).
+
+use rl_core::{Column, DType, Flag, MemoryPlan, Schema};
+
+use crate::batch::Batch;
+use crate::column::{ColumnSlice, column_index, reject_non_finite};
+use crate::error::{Error, Result};
+use crate::ram::RamStorage;
+use crate::replay::{NonFinite, ReplayBuffer};
+use crate::sampler::{Sampler, Uniform};
+use crate::storage::HostStorage;
+
+/// Name of the flag column marking final rows.
+pub const FINAL_OBS: &str = "final_obs";
+/// Name of the next-observation column of sampled batches.
+pub const NEXT_OBS: &str = "next_obs";
+/// Most columns a deduplicating schema may have (writes assemble rows on the stack).
+const MAX_COLUMNS: usize = 32;
+/// Redraws allowed per sampled row before giving up (only hit when nearly no row is a
+/// complete transition).
+const MAX_REDRAWS: usize = 1000;
+
+/// A replay buffer storing each observation once. See the [module docs](self).
+///
+/// ```
+/// use rl_core::{Column, DType, Flag};
+/// use rl_storage::{Batch, DedupReplay, RamStorage, Uniform};
+///
+/// let schema = DedupReplay::<RamStorage>::schema([
+///     Column::new("obs", DType::F32, &[1]),
+///     Column::scalar("reward", DType::F32),
+///     Column::scalar("terminated", DType::Bool),
+///     Column::scalar("truncated", DType::Bool),
+/// ])?;
+/// let mut buffer = DedupReplay::new(RamStorage::new(schema, 16)?, Uniform::new(0))?;
+/// let no = [Flag::new(false)];
+/// buffer.push_step(&[(&[0.0f32]).into(), (&[1.0f32]).into(), (&no).into(), (&no).into()], None)?;
+/// // The time limit cuts the episode after its second step: the final observation is kept.
+/// let cut = [Flag::new(true)];
+/// let final_obs = [2.0f32];
+/// buffer.push_step(
+///     &[(&[1.0f32]).into(), (&[1.0f32]).into(), (&no).into(), (&cut).into()],
+///     Some((&final_obs).into()),
+/// )?;
+/// let mut batch = Batch::new(buffer.batch_schema(), 4)?;
+/// buffer.sample(&mut batch)?;
+/// for (obs, next) in batch.column::<f32>("obs")?.iter().zip(batch.column::<f32>("next_obs")?) {
+///     assert_eq!(*next, obs + 1.0);
+/// }
+/// # Ok::<(), rl_storage::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct DedupReplay<S = RamStorage, P = Uniform> {
+    inner: ReplayBuffer<S, P>,
+    obs: usize,
+    final_flag: usize,
+    ends: [Option<usize>; 2],
+    batch_schema: Schema,
+    /// Zeroed bytes for the non-observation columns of final rows.
+    zeros: Vec<u64>,
+    non_finite: NonFinite,
+}
+
+impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
+    /// The storage schema for transition `columns` (which must include `obs`; `terminated`
+    /// and `truncated` Bool columns mark episode ends): `columns` plus the `final_obs` flag.
+    ///
+    /// # Errors
+    /// Invalid schema (see [`Schema::new`]), or no `obs` column.
+    pub fn schema(columns: impl IntoIterator<Item = Column>) -> Result<Schema> {
+        let mut columns: Vec<Column> = columns.into_iter().collect();
+        columns.push(Column::scalar(FINAL_OBS, DType::Bool));
+        let schema = Schema::new(columns)?;
+        column_index(&schema, "obs")?;
+        Ok(schema)
+    }
+
+    /// A deduplicating buffer over `storage`, whose schema comes from
+    /// [`DedupReplay::schema`].
+    ///
+    /// # Errors
+    /// A schema without `obs` or without `final_obs` as its last column, or with more
+    /// than 32 columns.
+    pub fn new(storage: S, sampler: P) -> Result<Self> {
+        let schema = storage.schema().clone();
+        let columns = schema.columns();
+        let obs = column_index(&schema, "obs")?;
+        let final_flag = columns.len() - 1;
+        if columns[final_flag].name() != FINAL_OBS || columns[final_flag].dtype() != DType::Bool {
+            return Err(Error::config(
+                "deduplicating schema",
+                format!(
+                    "must end with the Bool column `{FINAL_OBS}`: build it with DedupReplay::schema"
+                ),
+            ));
+        }
+        if columns.len() > MAX_COLUMNS {
+            return Err(Error::config(
+                "deduplicating schema",
+                format!(
+                    "has {} columns; at most {MAX_COLUMNS} are supported",
+                    columns.len()
+                ),
+            ));
+        }
+        let flag = |name: &str| {
+            schema
+                .index_of(name)
+                .filter(|&i| columns[i].dtype() == DType::Bool && columns[i].numel() == 1)
+        };
+        let ends = [flag("terminated"), flag("truncated")];
+        let mut batch_columns: Vec<Column> = columns[..final_flag].to_vec();
+        batch_columns.push(Column::new(
+            NEXT_OBS,
+            columns[obs].dtype(),
+            columns[obs].shape(),
+        ));
+        let widest = columns.iter().map(Column::row_bytes).max().unwrap_or(0);
+        Ok(Self {
+            inner: ReplayBuffer::new(storage, sampler),
+            obs,
+            final_flag,
+            ends,
+            batch_schema: Schema::new(batch_columns)?,
+            zeros: vec![0u64; widest.div_ceil(8)],
+            non_finite: NonFinite::default(),
+        })
+    }
+
+    /// This buffer with another policy for non-finite values.
+    pub fn with_non_finite(mut self, policy: NonFinite) -> Self {
+        self.inner = self.inner.with_non_finite(policy);
+        self.non_finite = policy;
+        self
+    }
+
+    /// The schema of sampled batches: the transition columns plus `next_obs`.
+    pub fn batch_schema(&self) -> &Schema {
+        &self.batch_schema
+    }
+
+    /// The underlying ring buffer (rows include final rows).
+    pub fn buffer(&self) -> &ReplayBuffer<S, P> {
+        &self.inner
+    }
+
+    /// Storage and sampler memory.
+    pub fn memory_plan(&self) -> MemoryPlan {
+        self.inner.memory_plan()
+    }
+
+    /// Appends one step: one single-row slice per transition column (every storage column
+    /// but `final_obs`, in order). When the step ends the episode (`terminated` or
+    /// `truncated` set), `final_obs` must hold the episode's final observation, which is
+    /// stored in a final row; otherwise it must be `None`: the next step's observation is
+    /// this step's next observation.
+    ///
+    /// Validated completely before anything is written.
+    ///
+    /// # Errors
+    /// The errors of [`ReplayBuffer::extend`], or a final observation missing, unexpected,
+    /// or not shaped like `obs`.
+    pub fn push_step(
+        &mut self,
+        row: &[ColumnSlice<'_>],
+        final_obs: Option<ColumnSlice<'_>>,
+    ) -> Result<()> {
+        let transition_columns = self.final_flag;
+        if row.len() != transition_columns {
+            return Err(Error::ColumnCount {
+                expected: transition_columns,
+                actual: row.len(),
+            });
+        }
+        let ends = self.ends.iter().flatten().any(|&i| match row[i] {
+            ColumnSlice::Bool(flags) => flags.first().is_some_and(|f| f.get()),
+            _ => false,
+        });
+        match (ends, final_obs) {
+            (true, None) => {
+                return Err(Error::config(
+                    "final observation",
+                    "is missing: the step ends the episode, pass its final observation",
+                ));
+            }
+            (false, Some(_)) => {
+                return Err(Error::config(
+                    "final observation",
+                    "was given for a step that does not end the episode: pass None",
+                ));
+            }
+            _ => {}
+        }
+        if let Some(observation) = final_obs {
+            self.check_final(observation)?;
+        }
+        let not_final = [Flag::new(false)];
+        let mut full = [ColumnSlice::U8(&[]); MAX_COLUMNS];
+        full[..transition_columns].copy_from_slice(row);
+        full[transition_columns] = (&not_final).into();
+        self.inner.push(&full[..=transition_columns])?;
+        if let Some(observation) = final_obs {
+            let is_final = [Flag::new(true)];
+            let schema = self.inner.schema();
+            for (i, column) in schema.columns().iter().enumerate().take(transition_columns) {
+                full[i] = zero_slice(column, &self.zeros);
+            }
+            full[self.obs] = observation;
+            full[transition_columns] = (&is_final).into();
+            self.inner.push(&full[..=transition_columns])?;
+        }
+        Ok(())
+    }
+
+    fn check_final(&self, observation: ColumnSlice<'_>) -> Result<()> {
+        let column = &self.inner.schema().columns()[self.obs];
+        if observation.dtype() != column.dtype() {
+            return Err(Error::DTypeMismatch {
+                column: "final observation".into(),
+                expected: column.dtype(),
+                actual: observation.dtype(),
+            });
+        }
+        if observation.len() != column.numel() {
+            return Err(Error::RowMismatch {
+                column: "final observation".into(),
+                elements: observation.len(),
+                rows: 1,
+                per_row: column.numel(),
+                expected: column.numel(),
+            });
+        }
+        if self.non_finite == NonFinite::Reject {
+            reject_non_finite(observation, "final observation", column.numel())?;
+        }
+        Ok(())
+    }
+
+    /// Whether the row at `position` is a complete transition: not a final row, and not
+    /// the newest row (its next observation is not written yet).
+    fn is_transition(&self, position: usize) -> bool {
+        let ring = self.inner.ring();
+        let capacity = self.inner.capacity();
+        let newest = (ring.cursor + capacity - 1) % capacity;
+        let finals = bytemuck::cast_slice::<u8, Flag>(self.inner.storage().column(self.final_flag));
+        position != newest && !finals[position].get()
+    }
+
+    /// Samples `batch.room()` transitions; `next_obs` is read from the following row.
+    /// Allocates nothing.
+    ///
+    /// # Errors
+    /// [`Error::BatchSchema`] unless the batch was made for
+    /// [`DedupReplay::batch_schema`], [`Error::Empty`], [`Error::NotEnoughRows`] when
+    /// (almost) no stored row is a complete transition, or the sampler's errors.
+    pub fn sample(&mut self, batch: &mut Batch) -> Result<()> {
+        if batch.schema() != &self.batch_schema {
+            return Err(Error::BatchSchema);
+        }
+        let rows = batch.room();
+        let (positions, weights) = batch.draw_space();
+        let drawn = self.inner.draw(rows, positions, weights)?;
+        for j in 0..drawn {
+            let mut redraws = 0;
+            while !self.is_transition(positions[j]) {
+                redraws += 1;
+                if redraws > MAX_REDRAWS {
+                    return Err(Error::NotEnoughRows {
+                        requested: rows,
+                        available: 0,
+                    });
+                }
+                let (mut position, mut weight) = ([0usize], [0.0f32]);
+                self.inner.draw(1, &mut position, &mut weight)?;
+                positions[j] = position[0];
+                weights[j] = weight[0];
+            }
+        }
+        let storage = self.inner.storage();
+        let capacity = storage.capacity();
+        for index in 0..self.final_flag {
+            batch.gather_column(index, storage.column(index), 0, capacity, drawn);
+        }
+        batch.gather_column(
+            self.final_flag,
+            storage.column(self.obs),
+            1,
+            capacity,
+            drawn,
+        );
+        batch.set_len(drawn);
+        Ok(())
+    }
+
+    /// Makes every row written so far durable (memmap storage).
+    ///
+    /// # Errors
+    /// Storage I/O errors.
+    pub fn commit(&mut self) -> Result<()> {
+        self.inner.commit()
+    }
+}
+
+/// A zero-valued single row for `column`, viewed from a zeroed buffer.
+fn zero_slice<'a>(column: &Column, zeros: &'a [u64]) -> ColumnSlice<'a> {
+    let bytes = &bytemuck::cast_slice::<u64, u8>(zeros)[..column.row_bytes()];
+    match column.dtype() {
+        DType::F32 => ColumnSlice::F32(bytemuck::cast_slice(bytes)),
+        DType::U32 => ColumnSlice::U32(bytemuck::cast_slice(bytes)),
+        DType::I64 => ColumnSlice::I64(bytemuck::cast_slice(bytes)),
+        DType::U8 => ColumnSlice::U8(bytes),
+        DType::Bool => ColumnSlice::Bool(bytemuck::cast_slice(bytes)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use rl_core::Location;
+
+    use super::*;
+
+    fn columns(obs: usize) -> Vec<Column> {
+        vec![
+            Column::new("obs", DType::F32, &[obs]),
+            Column::scalar("action", DType::U32),
+            Column::scalar("terminated", DType::Bool),
+            Column::scalar("truncated", DType::Bool),
+        ]
+    }
+
+    fn dedup(capacity: usize) -> DedupReplay {
+        let schema = DedupReplay::<RamStorage>::schema(columns(2)).unwrap();
+        DedupReplay::new(RamStorage::new(schema, capacity).unwrap(), Uniform::new(5)).unwrap()
+    }
+
+    /// Observation of step `t` of episode `e`: unique per (episode, step).
+    fn obs(e: u32, t: u32) -> [f32; 2] {
+        [e as f32, t as f32]
+    }
+
+    proptest! {
+        /// Every sampled transition's next observation is the true next observation,
+        /// including the final observation of terminated and truncated episodes.
+        #[test]
+        fn next_obs_is_the_true_next_observation(
+            capacity in 4usize..60,
+            episodes in proptest::collection::vec((1u32..12, any::<bool>()), 1..12),
+        ) {
+            let mut buffer = dedup(capacity);
+            for (e, &(length, cut)) in episodes.iter().enumerate() {
+                let e = e as u32;
+                for t in 0..length {
+                    let last = t + 1 == length;
+                    let terminated = [Flag::new(last && !cut)];
+                    let truncated = [Flag::new(last && cut)];
+                    let o = obs(e, t);
+                    let final_obs = obs(e, t + 1);
+                    let action = [t];
+                    let row = [(&o).into(), (&action).into(), (&terminated).into(), (&truncated).into()];
+                    buffer.push_step(&row, last.then(|| (&final_obs).into())).unwrap();
+                }
+            }
+            let mut batch = Batch::new(buffer.batch_schema(), 64).unwrap();
+            match buffer.sample(&mut batch) {
+                Ok(()) => {}
+                Err(Error::NotEnoughRows { .. }) => return Ok(()), // one final row stored only
+                Err(other) => return Err(TestCaseError::fail(other.to_string())),
+            }
+            let o = batch.column::<f32>("obs").unwrap();
+            let next = batch.column::<f32>(NEXT_OBS).unwrap();
+            let action = batch.column::<u32>("action").unwrap();
+            for j in 0..batch.len() {
+                prop_assert_eq!(next[2 * j], o[2 * j], "same episode");
+                prop_assert_eq!(next[2 * j + 1], o[2 * j + 1] + 1.0, "next step");
+                prop_assert_eq!(action[j] as f32, o[2 * j + 1]);
+            }
+        }
+    }
+
+    #[test]
+    fn observations_are_stored_once() {
+        let with_next = Schema::new(columns(1024).into_iter().chain([Column::new(
+            "next_obs",
+            DType::F32,
+            &[1024],
+        )]))
+        .unwrap();
+        let dedup_schema = DedupReplay::<RamStorage>::schema(columns(1024)).unwrap();
+        let stored = RamStorage::plan(&with_next, 10_000)
+            .unwrap()
+            .total(Location::Ram);
+        let deduplicated = RamStorage::plan(&dedup_schema, 10_000)
+            .unwrap()
+            .total(Location::Ram);
+        assert!(
+            deduplicated * 2 < stored + stored / 50,
+            "{deduplicated} vs {stored}"
+        );
+    }
+
+    #[test]
+    fn final_observations_are_checked_before_writing() {
+        let mut buffer = dedup(10);
+        let (no, yes) = ([Flag::new(false)], [Flag::new(true)]);
+        let o = [1.0f32, 2.0];
+        let ending = [(&o).into(), (&[0u32]).into(), (&yes).into(), (&no).into()];
+        let running = [(&o).into(), (&[0u32]).into(), (&no).into(), (&no).into()];
+        assert!(
+            buffer.push_step(&ending, None).is_err(),
+            "final obs missing"
+        );
+        assert!(
+            buffer.push_step(&running, Some((&o).into())).is_err(),
+            "unexpected final obs"
+        );
+        let nan = [f32::NAN, 0.0];
+        assert!(matches!(
+            buffer.push_step(&ending, Some((&nan).into())),
+            Err(Error::NonFinite { .. })
+        ));
+        assert!(
+            buffer.push_step(&ending, Some((&[1.0f32]).into())).is_err(),
+            "wrong length"
+        );
+        assert!(
+            buffer
+                .push_step(&ending, Some((&[1u32, 2]).into()))
+                .is_err(),
+            "wrong dtype"
+        );
+        assert_eq!(buffer.buffer().len(), 0, "nothing was written");
+        buffer.push_step(&ending, Some((&o).into())).unwrap();
+        assert_eq!(buffer.buffer().len(), 2, "transition plus final row");
+    }
+
+    #[test]
+    fn pushing_and_sampling_allocate_nothing() {
+        let mut buffer = dedup(100);
+        let mut batch = Batch::new(buffer.batch_schema(), 32).unwrap();
+        let (no, yes) = ([Flag::new(false)], [Flag::new(true)]);
+        let o = [0.5f32, 0.5];
+        let running = [(&o).into(), (&[1u32]).into(), (&no).into(), (&no).into()];
+        let ending = [(&o).into(), (&[1u32]).into(), (&yes).into(), (&no).into()];
+        buffer.push_step(&running, None).unwrap();
+        buffer.push_step(&running, None).unwrap();
+        let ((), stats) = rl_testkit::measure(|| {
+            for t in 0..500 {
+                if t % 9 == 8 {
+                    buffer.push_step(&ending, Some((&o).into())).unwrap();
+                } else {
+                    buffer.push_step(&running, None).unwrap();
+                }
+                buffer.sample(&mut batch).unwrap();
+            }
+        });
+        assert_eq!(stats.allocations, 0, "{stats:?}");
+    }
+}

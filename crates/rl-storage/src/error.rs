@@ -1,0 +1,219 @@
+//! The error type of `rl-storage`.
+
+use std::path::PathBuf;
+
+use rl_core::DType;
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong when configuring, writing, sampling, saving or opening storage.
+///
+/// A write that fails changes nothing already stored.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A shared-vocabulary error: invalid configuration, shape mismatch, over budget.
+    #[error(transparent)]
+    Core(#[from] rl_core::Error),
+
+    /// No column of that name in the schema.
+    #[error("no column named `{name}`: the schema has {available}")]
+    UnknownColumn {
+        /// The name asked for.
+        name: String,
+        /// The schema's column names, comma-separated.
+        available: String,
+    },
+
+    /// Data of one dtype was given for a column of another.
+    #[error(
+        "column `{column}` holds {expected} but {actual} data was given: convert the data or fix the schema"
+    )]
+    DTypeMismatch {
+        /// The column.
+        column: String,
+        /// The column's dtype.
+        expected: DType,
+        /// The dtype of the data given.
+        actual: DType,
+    },
+
+    /// A write gave the wrong number of columns.
+    #[error(
+        "{actual} column slices given but the schema has {expected} columns: pass one slice per column, in schema order"
+    )]
+    ColumnCount {
+        /// Columns in the schema.
+        expected: usize,
+        /// Slices given.
+        actual: usize,
+    },
+
+    /// A column slice does not hold a whole number of rows, or not the same number of rows
+    /// as the other columns of the write.
+    #[error(
+        "column `{column}` was given {elements} elements; {rows} rows of {per_row} elements ({expected}) were expected"
+    )]
+    RowMismatch {
+        /// The column.
+        column: String,
+        /// Elements given.
+        elements: usize,
+        /// Rows the write holds (from its first column).
+        rows: usize,
+        /// Elements per row of this column.
+        per_row: usize,
+        /// Elements expected (`rows * per_row`).
+        expected: usize,
+    },
+
+    /// A float value is NaN or infinite and the buffer rejects non-finite values.
+    #[error(
+        "column `{column}` row {row} of the write is {value}: non-finite values are rejected (fix the environment or allow them in the buffer config)"
+    )]
+    NonFinite {
+        /// The column.
+        column: String,
+        /// Row within the write.
+        row: usize,
+        /// The value.
+        value: f32,
+    },
+
+    /// Sampling from a buffer that holds no rows.
+    #[error("cannot sample from an empty buffer: write rows first")]
+    Empty,
+
+    /// A request needs more rows than the buffer holds.
+    #[error(
+        "{requested} rows requested but only {available} are available: lower the batch size or collect more data"
+    )]
+    NotEnoughRows {
+        /// Rows asked for.
+        requested: usize,
+        /// Rows available.
+        available: usize,
+    },
+
+    /// A rollout buffer already holds all its steps.
+    #[error(
+        "the rollout buffer is full ({steps} steps of {envs} environments): call compute_gae, train on it, then clear() before pushing the next step"
+    )]
+    RolloutFull {
+        /// Steps per rollout.
+        steps: usize,
+        /// Environments per step.
+        envs: usize,
+    },
+
+    /// A rollout buffer is used (GAE, minibatches) before it holds all its steps.
+    #[error(
+        "the rollout buffer holds {pushed} of its {steps} steps: push the remaining steps first"
+    )]
+    RolloutNotFull {
+        /// Steps pushed so far.
+        pushed: usize,
+        /// Steps per rollout.
+        steps: usize,
+    },
+
+    /// Minibatches were requested before advantages were computed for the stored data.
+    #[error(
+        "advantages are not computed for the stored data: call compute_gae(last_values) on the full buffer (again after values_mut) before gather"
+    )]
+    AdvantagesNotComputed,
+
+    /// A batch's schema differs from the buffer's.
+    #[error(
+        "the batch was made for another schema: create it with Batch::new(buffer.schema(), rows)"
+    )]
+    BatchSchema,
+
+    /// A file is shorter than its header says.
+    #[error(
+        "{path}: file is {actual} bytes but its header needs {expected}: the file was truncated; restore it or create a new one"
+    )]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// Bytes the header needs.
+        expected: u64,
+        /// Bytes on disk.
+        actual: u64,
+    },
+
+    /// A file does not start with this crate's magic bytes.
+    #[error("{path}: not an rl-storage file (wrong magic bytes)")]
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// A file was written by an unsupported format version.
+    #[error(
+        "{path}: format version {found} is not supported (this build reads version {supported}): convert the file or use a matching rl-storage"
+    )]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// Version in the file.
+        found: u32,
+        /// Version this build reads.
+        supported: u32,
+    },
+
+    /// A file's schema or capacity differs from the one asked for.
+    #[error(
+        "{path}: the file holds {found} but {expected} was asked for: open it with its own schema or create a new file"
+    )]
+    FileMismatch {
+        /// The file.
+        path: PathBuf,
+        /// What was asked for.
+        expected: String,
+        /// What the file holds.
+        found: String,
+    },
+
+    /// Another writer holds the file.
+    #[error(
+        "{path}: another writer has the file open (it is locked): close it first, or open read-only"
+    )]
+    Locked {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// A file's metadata is damaged.
+    #[error("{path}: corrupt file: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is damaged.
+        reason: String,
+    },
+
+    /// An operating-system I/O call failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done, with the path.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Shorthand for an invalid-configuration error.
+    pub(crate) fn config(what: impl Into<String>, problem: impl Into<String>) -> Self {
+        Error::Core(rl_core::Error::config(what, problem))
+    }
+
+    /// Shorthand for an I/O error with context.
+    pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let context = context.into();
+        move |source| Error::Io { context, source }
+    }
+}

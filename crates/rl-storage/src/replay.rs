@@ -1,0 +1,617 @@
+//! The FIFO replay buffer: a ring writer over a storage, and a sampler.
+
+use rl_core::{DType, Element, Flag, MemoryPlan, Schema};
+
+use crate::batch::Batch;
+use crate::column::{ColumnSlice, column_index, reject_non_finite, typed};
+use crate::copy::{self, Stores};
+use crate::error::{Error, Result};
+use crate::ram::RamStorage;
+use crate::sampler::{SampleContext, Sampler, Uniform};
+use crate::storage::{HostStorage, RingState};
+
+/// What a write does with NaN or infinite values in `f32` columns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NonFinite {
+    /// Refuse the whole write with [`Error::NonFinite`] (the default: a NaN reward that
+    /// reaches a loss silently ruins a run).
+    #[default]
+    Reject,
+    /// Store them as they are.
+    Allow,
+}
+
+/// A fixed-capacity FIFO replay buffer: writes go around a ring of rows in a storage, the
+/// oldest rows are overwritten first, and batches are gathered by a sampler into
+/// caller-owned [`Batch`]es.
+///
+/// Nothing is allocated after construction: `push`, `extend`, `sample` and `commit` reuse
+/// what the storage, the sampler and the batch allocated up front. `terminated` and
+/// `truncated` are ordinary (separate) columns; when the schema has them as `Bool`
+/// columns, samplers that respect episodes (slices) see them.
+///
+/// ```
+/// use rl_core::{Column, DType, Flag, Schema};
+/// use rl_storage::{Batch, ColumnSlice, RamStorage, ReplayBuffer, Uniform};
+///
+/// let schema = Schema::new([
+///     Column::new("obs", DType::F32, &[2]),
+///     Column::scalar("action", DType::U32),
+///     Column::scalar("terminated", DType::Bool),
+/// ])?;
+/// let storage = RamStorage::new(schema.clone(), 3)?;
+/// let mut buffer = ReplayBuffer::new(storage, Uniform::new(0));
+/// for step in 0..5u32 {
+///     let obs = [step as f32, 0.0];
+///     let done = [Flag::new(step == 4)];
+///     buffer.push(&[(&obs).into(), (&[step]).into(), (&done).into()])?;
+/// }
+/// assert_eq!(buffer.len(), 3); // rows 2, 3, 4: the oldest two were overwritten
+/// let mut batch = Batch::new(&schema, 8)?;
+/// buffer.sample(&mut batch)?;
+/// assert!(batch.column::<u32>("action")?.iter().all(|&a| a >= 2));
+/// # Ok::<(), rl_storage::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct ReplayBuffer<S = RamStorage, P = Uniform> {
+    storage: S,
+    sampler: P,
+    ring: RingState,
+    non_finite: NonFinite,
+    terminated: Option<usize>,
+    truncated: Option<usize>,
+    /// Streaming stores for rings larger than the cache.
+    stores: Stores,
+}
+
+impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
+    /// A buffer over `storage`, resuming from the ring state the storage was opened with
+    /// (empty for a new storage, the last commit for a reopened file).
+    pub fn new(storage: S, sampler: P) -> Self {
+        let ring = storage.restored();
+        Self::with_ring(storage, sampler, ring)
+    }
+
+    pub(crate) fn with_ring(storage: S, mut sampler: P, ring: RingState) -> Self {
+        let capacity = storage.capacity();
+        if ring.len > 0 {
+            let empty_before = RingState {
+                cursor: ring.oldest(capacity),
+                len: 0,
+                ..ring
+            };
+            sampler.rows_written(&empty_before, ring.len, capacity);
+        }
+        let flag_column = |name: &str| {
+            storage
+                .schema()
+                .index_of(name)
+                .filter(|&i| storage.schema().columns()[i].dtype() == DType::Bool)
+                .filter(|&i| storage.schema().columns()[i].numel() == 1)
+        };
+        let (terminated, truncated) = (flag_column("terminated"), flag_column("truncated"));
+        let bytes = storage.schema().row_bytes().saturating_mul(capacity);
+        Self {
+            storage,
+            sampler,
+            ring,
+            non_finite: NonFinite::default(),
+            terminated,
+            truncated,
+            stores: Stores::for_storage_bytes(bytes),
+        }
+    }
+
+    /// This buffer with another policy for non-finite values.
+    pub fn with_non_finite(mut self, policy: NonFinite) -> Self {
+        self.non_finite = policy;
+        self
+    }
+
+    /// The row layout.
+    pub fn schema(&self) -> &Schema {
+        self.storage.schema()
+    }
+
+    /// Rows stored.
+    pub fn len(&self) -> usize {
+        self.ring.len
+    }
+
+    /// Whether no row is stored.
+    pub fn is_empty(&self) -> bool {
+        self.ring.len == 0
+    }
+
+    /// Rows the buffer holds at most.
+    pub fn capacity(&self) -> usize {
+        self.storage.capacity()
+    }
+
+    /// Cursor, fill and counters of the ring.
+    pub fn ring(&self) -> RingState {
+        self.ring
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+
+    /// The sampler.
+    pub fn sampler(&self) -> &P {
+        &self.sampler
+    }
+
+    /// The sampler, mutably (to update priorities, for instance).
+    pub fn sampler_mut(&mut self) -> &mut P {
+        &mut self.sampler
+    }
+
+    /// Storage and sampler memory, line by line.
+    pub fn memory_plan(&self) -> MemoryPlan {
+        let mut plan = MemoryPlan::new();
+        plan.nest("replay", &self.storage.memory_plan());
+        plan.nest("replay/sampler", &self.sampler.memory_plan());
+        plan
+    }
+
+    /// Storage positions of the stored rows, oldest first.
+    pub fn positions(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
+        let capacity = self.capacity();
+        (0..self.ring.len).map(move |i| self.ring.position(i, capacity))
+    }
+
+    /// Column `name` of the storage, indexed by position (all `capacity` rows; only the
+    /// rows at [`ReplayBuffer::positions`] hold data).
+    ///
+    /// # Errors
+    /// Unknown column or a dtype other than the column's.
+    pub fn column<T: Element>(&self, name: &str) -> Result<&[T]> {
+        let index = column_index(self.schema(), name)?;
+        typed(&self.schema().columns()[index], self.storage.column(index))
+    }
+
+    /// Appends one row: one single-row slice per column, in schema order.
+    ///
+    /// # Errors
+    /// As [`ReplayBuffer::extend`], and [`Error::RowMismatch`] for more than one row.
+    pub fn push(&mut self, row: &[ColumnSlice<'_>]) -> Result<()> {
+        if let Some(first) = row.first() {
+            let per_row = self.schema().columns()[0].numel();
+            if first.len() != per_row {
+                return Err(Error::RowMismatch {
+                    column: self.schema().columns()[0].name().to_owned(),
+                    elements: first.len(),
+                    rows: 1,
+                    per_row,
+                    expected: per_row,
+                });
+            }
+        }
+        self.extend(row).map(|_| ())
+    }
+
+    /// Appends rows given as one slice per column, in schema order, each holding the same
+    /// number of rows. Overwrites the oldest rows once full. Returns the rows written.
+    ///
+    /// Everything is validated before anything is written: a refused write changes
+    /// nothing. Allocates nothing.
+    ///
+    /// # Errors
+    /// [`Error::ColumnCount`], [`Error::DTypeMismatch`], [`Error::RowMismatch`],
+    /// [`Error::NonFinite`] (unless allowed), or a storage I/O error.
+    pub fn extend(&mut self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
+        let rows = self.validate(columns)?;
+        if rows == 0 {
+            return Ok(0);
+        }
+        let capacity = self.capacity();
+        // Rows that this same write would overwrite again are skipped, not written twice.
+        let skipped = rows.saturating_sub(capacity);
+        let written = rows - skipped;
+        let start = RingState {
+            cursor: (self.ring.cursor + skipped) % capacity,
+            len: if skipped > 0 { 0 } else { self.ring.len },
+            written: self.ring.written + skipped as u64,
+            ..self.ring
+        };
+        self.storage.prepare_write(&start, written)?;
+        for (index, slice) in columns.iter().enumerate() {
+            let row_bytes = self.schema().columns()[index].row_bytes();
+            let source = &slice.as_bytes()[skipped * row_bytes..];
+            let target = self.storage.column_mut(index);
+            let first = (capacity - start.cursor).min(written) * row_bytes;
+            copy::copy(
+                &mut target[start.cursor * row_bytes..][..first],
+                &source[..first],
+                self.stores,
+            );
+            copy::copy(
+                &mut target[..source.len() - first],
+                &source[first..],
+                self.stores,
+            );
+        }
+        copy::fence(self.stores);
+        let (episodes, last_end) = self.episode_ends(columns, rows);
+        self.ring = RingState {
+            cursor: (start.cursor + written) % capacity,
+            len: (start.len + written).min(capacity),
+            written: start.written + written as u64,
+            episodes: self.ring.episodes + episodes,
+            episode_start: last_end.map_or(self.ring.episode_start, |end| {
+                self.ring.written + end as u64 + 1
+            }),
+        };
+        self.sampler.rows_written(&start, written, capacity);
+        Ok(rows)
+    }
+
+    /// Number of rows of a write that end an episode, and the last such row.
+    fn episode_ends(&self, columns: &[ColumnSlice<'_>], rows: usize) -> (u64, Option<usize>) {
+        let flags = |index: Option<usize>| match index.map(|i| columns[i]) {
+            Some(ColumnSlice::Bool(flags)) => Some(flags),
+            _ => None,
+        };
+        let (terminated, truncated) = (flags(self.terminated), flags(self.truncated));
+        if terminated.is_none() && truncated.is_none() {
+            return (0, None);
+        }
+        // Branch-free passes over the flag bytes: this runs on every write.
+        let ended = |i: usize| {
+            let flag = |f: Option<&[Flag]>| f.map_or(0, |f| f[i].0);
+            flag(terminated) | flag(truncated) != 0
+        };
+        let count = match (terminated, truncated) {
+            (Some(a), Some(b)) => a.iter().zip(b).filter(|(a, b)| a.0 | b.0 != 0).count(),
+            (Some(f), None) | (None, Some(f)) => f.iter().filter(|f| f.0 != 0).count(),
+            (None, None) => 0,
+        };
+        let last = if count == 0 {
+            None
+        } else {
+            (0..rows).rev().find(|&i| ended(i))
+        };
+        (count as u64, last)
+    }
+
+    /// Checks a write against the schema; returns its number of rows.
+    fn validate(&self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
+        let schema = self.schema();
+        if columns.len() != schema.columns().len() {
+            return Err(Error::ColumnCount {
+                expected: schema.columns().len(),
+                actual: columns.len(),
+            });
+        }
+        let first = &schema.columns()[0];
+        let rows = columns[0].len() / first.numel();
+        for (column, slice) in schema.columns().iter().zip(columns) {
+            if slice.dtype() != column.dtype() {
+                return Err(Error::DTypeMismatch {
+                    column: column.name().to_owned(),
+                    expected: column.dtype(),
+                    actual: slice.dtype(),
+                });
+            }
+            let expected = rows * column.numel();
+            if slice.len() != expected {
+                return Err(Error::RowMismatch {
+                    column: column.name().to_owned(),
+                    elements: slice.len(),
+                    rows,
+                    per_row: column.numel(),
+                    expected,
+                });
+            }
+            if self.non_finite == NonFinite::Reject {
+                reject_non_finite(*slice, column.name(), column.numel())?;
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Samples `batch.room()` rows into `batch`.
+    ///
+    /// # Errors
+    /// [`Error::Empty`], [`Error::BatchSchema`], or the sampler's errors.
+    pub fn sample(&mut self, batch: &mut Batch) -> Result<()> {
+        self.sample_rows(batch, batch.room())
+    }
+
+    /// Samples `rows` rows into `batch` (a sampler may return a different number, e.g. the
+    /// merged last batch of an epoch; [`Batch::len`] says how many). Allocates nothing.
+    ///
+    /// # Errors
+    /// [`Error::Empty`], [`Error::BatchSchema`], or the sampler's errors.
+    pub fn sample_rows(&mut self, batch: &mut Batch, rows: usize) -> Result<()> {
+        if batch.schema() != self.storage.schema() {
+            return Err(Error::BatchSchema);
+        }
+        let (positions, weights) = batch.draw_space();
+        let drawn = self.draw(rows, positions, weights)?;
+        batch.gather_drawn(&self.storage, drawn);
+        Ok(())
+    }
+
+    /// Lets the sampler draw `rows` positions (and weights) of stored rows.
+    pub(crate) fn draw(
+        &mut self,
+        rows: usize,
+        positions: &mut [usize],
+        weights: &mut [f32],
+    ) -> Result<usize> {
+        if self.ring.len == 0 {
+            return Err(Error::Empty);
+        }
+        let flags = |index: Option<usize>| {
+            index.map(|i| bytemuck::cast_slice::<u8, Flag>(self.storage.column(i)))
+        };
+        let context = SampleContext {
+            ring: self.ring,
+            capacity: self.storage.capacity(),
+            terminated: flags(self.terminated),
+            truncated: flags(self.truncated),
+        };
+        self.sampler.sample(&context, rows, positions, weights)
+    }
+
+    /// Gathers the rows at the given storage `positions` into `batch` (weights 1).
+    ///
+    /// # Errors
+    /// [`Error::BatchSchema`], [`Error::NotEnoughRows`] if the batch is too small, or an
+    /// invalid-configuration error naming a position that holds no row.
+    pub fn gather(&self, positions: &[usize], batch: &mut Batch) -> Result<()> {
+        if batch.schema() != self.storage.schema() {
+            return Err(Error::BatchSchema);
+        }
+        let capacity = self.capacity();
+        let oldest = self.ring.oldest(capacity);
+        if let Some(&bad) = positions
+            .iter()
+            .find(|&&p| p >= capacity || (p + capacity - oldest) % capacity >= self.ring.len)
+        {
+            return Err(Error::config(
+                format!("position {bad}"),
+                format!("holds no row ({} rows stored of {capacity})", self.ring.len),
+            ));
+        }
+        batch.gather_positions(&self.storage, positions)
+    }
+
+    /// Makes every row written so far durable (memmap storage); a no-op in RAM.
+    ///
+    /// # Errors
+    /// Storage I/O errors.
+    pub fn commit(&mut self) -> Result<()> {
+        self.storage.commit(&self.ring)
+    }
+
+    /// Takes the buffer apart.
+    pub fn into_parts(self) -> (S, P, RingState) {
+        (self.storage, self.sampler, self.ring)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use proptest::prelude::*;
+    use rl_core::{Column, MemoryBudget};
+    use rl_testkit::measure;
+
+    use super::*;
+
+    fn schema() -> Schema {
+        Schema::new([
+            Column::new("obs", DType::F32, &[3]),
+            Column::scalar("action", DType::U32),
+            Column::scalar("reward", DType::F32),
+            Column::scalar("terminated", DType::Bool),
+            Column::scalar("truncated", DType::Bool),
+        ])
+        .unwrap()
+    }
+
+    /// Rows whose every column encodes the row id, so any misplaced byte shows.
+    struct Rows {
+        obs: Vec<f32>,
+        action: Vec<u32>,
+        reward: Vec<f32>,
+        terminated: Vec<Flag>,
+        truncated: Vec<Flag>,
+    }
+
+    impl Rows {
+        fn new(ids: std::ops::Range<u32>) -> Self {
+            let ids: Vec<u32> = ids.collect();
+            Self {
+                obs: ids
+                    .iter()
+                    .flat_map(|&i| [i as f32, -(i as f32), 0.5])
+                    .collect(),
+                action: ids.clone(),
+                reward: ids.iter().map(|&i| i as f32 * 0.25).collect(),
+                terminated: ids.iter().map(|&i| Flag::new(i % 7 == 6)).collect(),
+                truncated: ids.iter().map(|&i| Flag::new(i % 11 == 10)).collect(),
+            }
+        }
+
+        fn columns(&self) -> [ColumnSlice<'_>; 5] {
+            [
+                (&self.obs).into(),
+                (&self.action).into(),
+                (&self.reward).into(),
+                (&self.terminated).into(),
+                (&self.truncated).into(),
+            ]
+        }
+    }
+
+    fn buffer(capacity: usize) -> ReplayBuffer {
+        ReplayBuffer::new(
+            RamStorage::new(schema(), capacity).unwrap(),
+            Uniform::new(3),
+        )
+    }
+
+    /// The stored rows' ids, oldest first, checking every column agrees with the id.
+    fn stored_ids(buffer: &ReplayBuffer) -> Vec<u32> {
+        let (obs, action) = (
+            buffer.column::<f32>("obs").unwrap(),
+            buffer.column::<u32>("action").unwrap(),
+        );
+        let reward = buffer.column::<f32>("reward").unwrap();
+        let terminated = buffer.column::<Flag>("terminated").unwrap();
+        buffer
+            .positions()
+            .map(|p| {
+                let id = action[p];
+                assert_eq!(&obs[p * 3..p * 3 + 3], &[id as f32, -(id as f32), 0.5]);
+                assert_eq!(reward[p], id as f32 * 0.25);
+                assert_eq!(terminated[p].get(), id % 7 == 6);
+                id
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// The ring behaves like a bounded VecDeque: FIFO order, no row lost or duplicated
+        /// among the newest `capacity`, capacity never exceeded.
+        #[test]
+        fn ring_matches_a_bounded_vecdeque(capacity in 1usize..40, writes in proptest::collection::vec(0u32..60, 1..20)) {
+            let mut buffer = buffer(capacity);
+            let mut model = VecDeque::new();
+            let mut next = 0u32;
+            for rows in writes {
+                let data = Rows::new(next..next + rows);
+                prop_assert_eq!(buffer.extend(&data.columns()).unwrap(), rows as usize);
+                for id in next..next + rows {
+                    model.push_back(id);
+                    if model.len() > capacity {
+                        model.pop_front();
+                    }
+                }
+                next += rows;
+                prop_assert!(buffer.len() <= capacity);
+                prop_assert_eq!(stored_ids(&buffer), model.iter().copied().collect::<Vec<_>>());
+                prop_assert_eq!(buffer.ring().written, u64::from(next));
+                let ends = (0..next).filter(|i| i % 7 == 6 || i % 11 == 10).count() as u64;
+                prop_assert_eq!(buffer.ring().episodes, ends);
+            }
+        }
+
+        /// Sampled rows are stored rows, gathered intact.
+        #[test]
+        fn samples_are_stored_rows(capacity in 1usize..50, rows in 1u32..120, batch_rows in 1usize..64) {
+            let mut buffer = buffer(capacity);
+            buffer.extend(&Rows::new(0..rows).columns()).unwrap();
+            let mut batch = Batch::new(&schema(), batch_rows).unwrap();
+            buffer.sample(&mut batch).unwrap();
+            prop_assert_eq!(batch.len(), batch_rows);
+            let oldest = rows.saturating_sub(capacity as u32);
+            let actions = batch.column::<u32>("action").unwrap();
+            let obs = batch.column::<f32>("obs").unwrap();
+            for (j, &id) in actions.iter().enumerate() {
+                prop_assert!(id >= oldest && id < rows, "id {} not stored", id);
+                prop_assert_eq!(&obs[j * 3..j * 3 + 3], &[id as f32, -(id as f32), 0.5]);
+            }
+        }
+    }
+
+    #[test]
+    fn refused_writes_change_nothing_and_say_why() {
+        let mut buffer = buffer(8);
+        buffer.extend(&Rows::new(0..5).columns()).unwrap();
+        let before = (stored_ids(&buffer), buffer.ring());
+        let good = Rows::new(5..7);
+        let mut bad = Rows::new(5..7);
+        bad.reward[1] = f32::NAN;
+        let err = buffer.extend(&bad.columns()).unwrap_err();
+        assert!(
+            matches!(&err, Error::NonFinite { column, row: 1, .. } if column == "reward"),
+            "{err}"
+        );
+        let mut short = good.columns();
+        short[1] = ColumnSlice::U32(&[5]);
+        assert!(matches!(
+            buffer.extend(&short),
+            Err(Error::RowMismatch { .. })
+        ));
+        let mut wrong_type = good.columns();
+        wrong_type[1] = ColumnSlice::F32(&[5.0, 6.0]);
+        assert!(matches!(
+            buffer.extend(&wrong_type),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        assert!(matches!(
+            buffer.extend(&good.columns()[..4]),
+            Err(Error::ColumnCount { .. })
+        ));
+        assert!(matches!(
+            buffer.push(&good.columns()),
+            Err(Error::RowMismatch { .. })
+        ));
+        assert_eq!((stored_ids(&buffer), buffer.ring()), before);
+        // Allowed on request.
+        let mut buffer = buffer.with_non_finite(NonFinite::Allow);
+        buffer.extend(&bad.columns()).unwrap();
+        assert!(buffer.column::<f32>("reward").unwrap()[6].is_nan());
+    }
+
+    #[test]
+    fn empty_buffers_and_foreign_batches_are_errors() {
+        let mut buffer = buffer(4);
+        let mut batch = Batch::new(&schema(), 2).unwrap();
+        assert!(matches!(buffer.sample(&mut batch), Err(Error::Empty)));
+        buffer.extend(&Rows::new(0..2).columns()).unwrap();
+        let other = Schema::new([Column::scalar("x", DType::F32)]).unwrap();
+        let mut foreign = Batch::new(&other, 2).unwrap();
+        assert!(matches!(
+            buffer.sample(&mut foreign),
+            Err(Error::BatchSchema)
+        ));
+        assert!(
+            buffer.gather(&[3], &mut batch).is_err(),
+            "position 3 holds no row"
+        );
+        buffer.gather(&[1, 0], &mut batch).unwrap();
+        assert_eq!(batch.column::<u32>("action").unwrap(), &[1, 0]);
+        assert!(batch.column::<f32>("action").is_err());
+        assert!(batch.column::<u32>("nope").is_err());
+    }
+
+    #[test]
+    fn writing_sampling_and_committing_allocate_nothing() {
+        let mut buffer = buffer(1000);
+        let data = Rows::new(0..256);
+        let columns = data.columns();
+        let one = Rows::new(7..8);
+        let mut batch = Batch::new(&schema(), 64).unwrap();
+        buffer.extend(&columns).unwrap();
+        let (result, stats) = measure(|| -> Result<()> {
+            for _ in 0..50 {
+                buffer.extend(&columns)?;
+                buffer.push(&one.columns())?;
+                buffer.sample(&mut batch)?;
+                buffer.commit()?;
+            }
+            Ok(())
+        });
+        result.unwrap();
+        assert_eq!(stats.allocations, 0, "{stats:?}");
+    }
+
+    #[test]
+    fn budget_and_plan_cover_storage_and_batch() {
+        let plan = RamStorage::plan(&schema(), 1_000_000).unwrap();
+        assert!(plan.check(&MemoryBudget::ram(1 << 20)).is_err());
+        let buffer = buffer(1000);
+        let total = buffer.memory_plan().grand_total();
+        assert!(total >= 1000 * schema().row_bytes() as u64);
+        let batch_plan = Batch::plan(&schema(), 256).unwrap();
+        assert_eq!(batch_plan.lines().len(), 6);
+    }
+}

@@ -1,0 +1,206 @@
+//! Samplers: which stored rows a batch gathers.
+//!
+//! A sampler draws row *positions* (in `0..capacity`) of rows the buffer holds; the buffer
+//! gathers those rows into a caller-owned [`crate::Batch`]. Samplers allocate at
+//! construction (and say so in [`Sampler::memory_plan`]), never while sampling.
+
+use rand::{RngCore, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rl_core::{Flag, MemoryPlan};
+
+use crate::error::{Error, Result};
+use crate::storage::RingState;
+
+/// What a sampler sees of a buffer when it draws.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleContext<'a> {
+    /// The rows that may be sampled: the `len` positions before `cursor`, wrapping.
+    pub ring: RingState,
+    /// Rows the storage holds.
+    pub capacity: usize,
+    /// The `terminated` column by position, when the schema has one.
+    pub terminated: Option<&'a [Flag]>,
+    /// The `truncated` column by position, when the schema has one.
+    pub truncated: Option<&'a [Flag]>,
+}
+
+impl SampleContext<'_> {
+    /// Whether the row at `position` ends an episode (terminated or truncated). `false`
+    /// when the schema has neither column.
+    #[inline]
+    pub fn ends_episode(&self, position: usize) -> bool {
+        let flag = |column: Option<&[Flag]>| column.is_some_and(|c| c[position].get());
+        flag(self.terminated) || flag(self.truncated)
+    }
+}
+
+/// Chooses the rows of each batch.
+pub trait Sampler: Send {
+    /// Draws up to `indices.len()` positions (normally exactly `rows`) into `indices` and
+    /// the matching importance weights (1.0 for unweighted samplers) into `weights`
+    /// (same length as `indices`). Returns how many were drawn.
+    ///
+    /// # Errors
+    /// [`Error::Empty`] when no row can be sampled; sampler-specific errors (not enough
+    /// rows for a batch without replacement).
+    fn sample(
+        &mut self,
+        context: &SampleContext<'_>,
+        rows: usize,
+        indices: &mut [usize],
+        weights: &mut [f32],
+    ) -> Result<usize>;
+
+    /// Called after `rows` rows were written at `before.cursor ..` (wrapping); `before` is
+    /// the ring state before the write. Samplers that keep per-row state (priorities)
+    /// reset the overwritten positions here.
+    fn rows_written(&mut self, before: &RingState, rows: usize, capacity: usize) {
+        let _ = (before, rows, capacity);
+    }
+
+    /// Memory the sampler holds (per-row state, permutations).
+    fn memory_plan(&self) -> MemoryPlan {
+        MemoryPlan::new()
+    }
+}
+
+/// Uniform sampling with replacement over every stored row.
+#[derive(Clone, Debug)]
+pub struct Uniform {
+    rng: Xoshiro256PlusPlus,
+}
+
+impl Uniform {
+    /// A uniform sampler drawing from a stream seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+        }
+    }
+}
+
+impl Sampler for Uniform {
+    fn sample(
+        &mut self,
+        context: &SampleContext<'_>,
+        rows: usize,
+        indices: &mut [usize],
+        weights: &mut [f32],
+    ) -> Result<usize> {
+        let ring = context.ring;
+        if ring.len == 0 {
+            return Err(Error::Empty);
+        }
+        let rows = rows.min(indices.len());
+        let capacity = context.capacity;
+        let oldest = ring.oldest(capacity);
+        let len = ring.len as u128;
+        for index in &mut indices[..rows] {
+            // Multiply-shift maps 64 random bits onto 0..len; its bias (at most len / 2^64)
+            // is far below anything a batch could show, and it skips `random_range`'s
+            // rejection loop on this hot path.
+            let p = oldest + ((u128::from(self.rng.next_u64()) * len) >> 64) as usize;
+            *index = if p >= capacity { p - capacity } else { p };
+        }
+        weights[..rows].fill(1.0);
+        Ok(rows)
+    }
+}
+
+/// Checks that a sample context is self-consistent, so that the samplers never index out
+/// of bounds: the ring fits the capacity and every flag column covers it.
+pub(crate) fn check_context(context: &SampleContext<'_>) -> Result<()> {
+    let ring = context.ring;
+    let capacity = context.capacity;
+    let ring_fits = ring.len <= capacity && (ring.len == 0 || ring.cursor < capacity);
+    if !ring_fits {
+        return Err(Error::config(
+            "sample context",
+            format!("ring {ring:?} does not fit a capacity of {capacity} rows"),
+        ));
+    }
+    let covers = |column: Option<&[Flag]>| column.is_none_or(|c| c.len() >= capacity);
+    if !(covers(context.terminated) && covers(context.truncated)) {
+        return Err(Error::config(
+            "sample context",
+            format!("flag columns must hold all {capacity} rows of the capacity"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that the buffer sampled has the capacity a sampler was built for.
+pub(crate) fn check_capacity(buffer: usize, sampler: usize) -> Result<()> {
+    if buffer == sampler {
+        Ok(())
+    } else {
+        Err(Error::config(
+            "sampler",
+            format!(
+                "was built for {sampler} rows but the buffer holds {buffer}: build it with the buffer's capacity"
+            ),
+        ))
+    }
+}
+
+/// A vector of `len` copies of `value`, or an error naming `what` if it cannot be allocated.
+pub(crate) fn try_filled<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<T>> {
+    let mut vector = Vec::new();
+    vector.try_reserve_exact(len).map_err(|_| {
+        Error::config(
+            "capacity",
+            format!("of {len} rows is too large: the {what} cannot be allocated; lower it"),
+        )
+    })?;
+    vector.resize(len, value);
+    Ok(vector)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_draws_only_stored_positions() {
+        let ring = RingState {
+            cursor: 3,
+            len: 5,
+            written: 13,
+            ..RingState::default()
+        };
+        let context = SampleContext {
+            ring,
+            capacity: 10,
+            terminated: None,
+            truncated: None,
+        };
+        let mut sampler = Uniform::new(1);
+        let (mut indices, mut weights) = (vec![0; 1000], vec![0.0; 1000]);
+        assert_eq!(
+            sampler
+                .sample(&context, 1000, &mut indices, &mut weights)
+                .unwrap(),
+            1000
+        );
+        let mut seen = [0usize; 10];
+        for &i in &indices {
+            seen[i] += 1;
+        }
+        // Stored rows are positions 8, 9, 0, 1, 2.
+        for p in [3, 4, 5, 6, 7] {
+            assert_eq!(seen[p], 0, "position {p} is not stored");
+        }
+        for p in [8, 9, 0, 1, 2] {
+            assert!(seen[p] > 120, "position {p} drawn {} times", seen[p]);
+        }
+        assert!(weights.iter().all(|&w| w == 1.0));
+        let empty = SampleContext {
+            ring: RingState::default(),
+            ..context
+        };
+        assert!(matches!(
+            sampler.sample(&empty, 1, &mut indices, &mut weights),
+            Err(Error::Empty)
+        ));
+    }
+}

@@ -1,0 +1,585 @@
+//! Sampling without replacement, epoch by epoch (on-policy minibatches, supervised passes).
+//!
+//! An *epoch* is one shuffled pass over the rows stored when it starts: every row is drawn
+//! once (or, with [`LastBatch::Drop`], all but fewer than a batch) before any is drawn again.
+
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rl_core::{Location, MemoryPlan};
+
+use crate::error::{Error, Result};
+use crate::sampler::{SampleContext, Sampler, check_capacity, check_context, try_filled};
+use crate::storage::RingState;
+
+/// What [`WithoutReplacement`] does at the end of an epoch when fewer rows than a batch
+/// remain (the *remainder*: `len % rows` rows when every batch asks for `rows`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LastBatch {
+    /// Return the remainder as a short last batch. Every row appears once per epoch.
+    #[default]
+    Keep,
+    /// Return the last full batch and the remainder together, as one batch of
+    /// `rows + remainder` (at most `2 * rows - 1`) rows. Every row appears once per epoch
+    /// and no batch is short; `indices` and `weights` need room for `2 * rows - 1` rows.
+    Merge,
+    /// Skip the remainder: every batch is full, and up to `rows - 1` rows are left out of
+    /// each epoch (different ones each time, since each epoch is a fresh shuffle).
+    Drop,
+}
+
+/// Sampling without replacement: shuffled passes (epochs) over the stored rows.
+///
+/// An epoch starts at the first [`Sampler::sample`] call, and again once the previous one
+/// is used up: it is a fresh shuffle (Fisher-Yates, in place) of the positions of the `len`
+/// rows stored at that moment, and each call returns the next `rows` of them. What happens
+/// to the last rows of an epoch is set by [`LastBatch`].
+///
+/// - **The buffer grew**: if `ring.len` differs from its value when the epoch started, the
+///   rest of the epoch is abandoned and the call starts a new one over every stored row.
+///   The same happens if the ring is not full and its cursor moved (it was cleared and
+///   refilled).
+/// - **The buffer is full and rows are overwritten**: `len` does not change and every
+///   position stays stored, so the epoch goes on over positions: each position is still
+///   drawn once per epoch, holding whatever row was last written there.
+/// - **Errors**: [`Error::Empty`] with no stored row; [`Error::NotEnoughRows`] when
+///   `rows > len`, in every mode (not even one batch could be drawn without replacement);
+///   an invalid-configuration error when [`LastBatch::Merge`] is used with `indices` or
+///   `weights` shorter than `2 * rows - 1`, or when the buffer's capacity is not the one
+///   the sampler was built for.
+/// - Like every sampler, it draws at most `indices.len()` rows (fewer than `rows` when
+///   `indices` is shorter, except with [`LastBatch::Merge`], which refuses). `rows == 0`
+///   draws nothing and does not advance the epoch. Weights are all 1.0.
+///
+/// Memory: one `u32` position per row of capacity (so capacity is at most 2^32 rows),
+/// allocated by [`WithoutReplacement::new`]; sampling allocates nothing.
+///
+/// # Example
+/// ```
+/// use rl_storage::{LastBatch, RingState, SampleContext, Sampler, WithoutReplacement};
+///
+/// let mut sampler = WithoutReplacement::new(8, LastBatch::Keep, 7)?;
+/// let context = SampleContext {
+///     ring: RingState { cursor: 5, len: 5, written: 5, ..RingState::default() },
+///     capacity: 8,
+///     terminated: None,
+///     truncated: None,
+/// };
+/// let (mut indices, mut weights) = ([0; 2], [0.0; 2]);
+/// let mut seen = Vec::new();
+/// for expected in [2, 2, 1] {
+///     let n = sampler.sample(&context, 2, &mut indices, &mut weights)?;
+///     assert_eq!(n, expected);
+///     seen.extend_from_slice(&indices[..n]);
+/// }
+/// seen.sort();
+/// assert_eq!(seen, [0, 1, 2, 3, 4]);
+/// assert_eq!((sampler.epoch(), sampler.remaining()), (1, 0));
+/// # Ok::<(), rl_storage::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct WithoutReplacement {
+    rng: Xoshiro256PlusPlus,
+    last: LastBatch,
+    /// Positions of the current epoch in draw order; `order[next..end]` are still to come.
+    order: Vec<u32>,
+    next: usize,
+    end: usize,
+    /// The ring when the current epoch started.
+    epoch_ring: RingState,
+    epochs: u64,
+}
+
+impl WithoutReplacement {
+    /// A sampler for a buffer of `capacity` rows, ending epochs as `last` says, drawing from
+    /// a stream seeded with `seed`. Allocates the permutation (`4 * capacity` bytes).
+    ///
+    /// # Errors
+    /// Invalid configuration if `capacity` is zero, above 2^32, or cannot be allocated.
+    pub fn new(capacity: usize, last: LastBatch, seed: u64) -> Result<Self> {
+        if capacity == 0 {
+            return Err(Error::config(
+                "capacity",
+                "is zero: a buffer needs at least one row",
+            ));
+        }
+        if capacity - 1 > u32::MAX as usize {
+            return Err(Error::config(
+                "capacity",
+                format!(
+                    "{capacity} is above the 2^32 rows sampling without replacement supports: lower it"
+                ),
+            ));
+        }
+        Ok(Self {
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            last,
+            order: try_filled(capacity, 0, "sampler permutation")?,
+            next: 0,
+            end: 0,
+            epoch_ring: RingState::default(),
+            epochs: 0,
+        })
+    }
+
+    /// Epochs started so far (0 before the first draw).
+    pub fn epoch(&self) -> u64 {
+        self.epochs
+    }
+
+    /// Rows of the current epoch not drawn yet, as of the last [`Sampler::sample`] call
+    /// (0 before the first draw and when the epoch is used up).
+    pub fn remaining(&self) -> usize {
+        self.end - self.next
+    }
+
+    /// What the sampler does at the end of an epoch.
+    pub fn last_batch(&self) -> LastBatch {
+        self.last
+    }
+
+    /// Whether the current epoch can go on over `ring`: the positions it was shuffled from
+    /// are exactly the stored ones.
+    fn continues(&self, ring: &RingState, capacity: usize) -> bool {
+        self.epochs > 0
+            && ring.len == self.epoch_ring.len
+            && (ring.len == capacity || ring.cursor == self.epoch_ring.cursor)
+    }
+
+    /// Shuffles the positions of the rows stored in `ring` into a new epoch.
+    fn start_epoch(&mut self, ring: RingState, capacity: usize) {
+        let order = &mut self.order[..ring.len];
+        for (i, slot) in order.iter_mut().enumerate() {
+            // `capacity <= 2^32` (checked in `new`), so every position fits in a u32.
+            *slot = ring.position(i, capacity) as u32;
+        }
+        for i in (1..order.len()).rev() {
+            order.swap(i, self.rng.random_range(0..=i));
+        }
+        self.next = 0;
+        self.end = ring.len;
+        self.epoch_ring = ring;
+        self.epochs += 1;
+    }
+}
+
+impl Sampler for WithoutReplacement {
+    fn sample(
+        &mut self,
+        context: &SampleContext<'_>,
+        rows: usize,
+        indices: &mut [usize],
+        weights: &mut [f32],
+    ) -> Result<usize> {
+        check_context(context)?;
+        let ring = context.ring;
+        if ring.len == 0 {
+            return Err(Error::Empty);
+        }
+        let capacity = context.capacity;
+        check_capacity(capacity, self.order.len())?;
+        if rows > ring.len {
+            return Err(Error::NotEnoughRows {
+                requested: rows,
+                available: ring.len,
+            });
+        }
+        let room = indices.len().min(weights.len());
+        let rows = match self.last {
+            LastBatch::Merge => {
+                let needed = rows.saturating_mul(2).saturating_sub(1);
+                if room < needed {
+                    return Err(Error::config(
+                        "batch",
+                        format!(
+                            "has room for {room} rows but LastBatch::Merge may return up to \
+                             2 * {rows} - 1 = {needed}: size the batch for merge, or use LastBatch::Keep"
+                        ),
+                    ));
+                }
+                rows
+            }
+            LastBatch::Keep | LastBatch::Drop => rows.min(room),
+        };
+        if rows == 0 {
+            return Ok(0);
+        }
+        let used_up = match self.last {
+            LastBatch::Keep | LastBatch::Merge => self.remaining() == 0,
+            LastBatch::Drop => self.remaining() < rows,
+        };
+        if used_up || !self.continues(&ring, capacity) {
+            self.start_epoch(ring, capacity);
+        }
+        let remaining = self.remaining();
+        let take = match self.last {
+            LastBatch::Keep => rows.min(remaining),
+            // A fresh or ongoing Drop epoch has at least `rows` left (checked above).
+            LastBatch::Drop => rows,
+            // Fewer than two batches left: this is the last one, remainder included. It is
+            // also short if `rows` grew since the previous call of the epoch.
+            LastBatch::Merge if remaining < rows.saturating_mul(2) => remaining,
+            LastBatch::Merge => rows,
+        };
+        let drawn = &self.order[self.next..self.next + take];
+        for (index, &position) in indices.iter_mut().zip(drawn) {
+            *index = position as usize;
+        }
+        weights[..take].fill(1.0);
+        self.next += take;
+        Ok(take)
+    }
+
+    fn memory_plan(&self) -> MemoryPlan {
+        MemoryPlan::new().with(
+            "permutation",
+            Location::Ram,
+            (self.order.len() * size_of::<u32>()) as u64,
+        )
+    }
+}
+
+/// Random rings and episode flags shared by the samplers' tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use proptest::prelude::*;
+    use rl_core::Flag;
+
+    use crate::sampler::SampleContext;
+    use crate::storage::RingState;
+
+    /// A ring over `capacity` positions with an episode-end flag per position.
+    #[derive(Clone, Debug)]
+    pub(crate) struct Fixture {
+        pub(crate) ring: RingState,
+        pub(crate) capacity: usize,
+        pub(crate) terminated: Vec<Flag>,
+        pub(crate) truncated: Vec<Flag>,
+    }
+
+    impl Fixture {
+        /// The context with both flag columns.
+        pub(crate) fn context(&self) -> SampleContext<'_> {
+            SampleContext {
+                ring: self.ring,
+                capacity: self.capacity,
+                terminated: Some(&self.terminated),
+                truncated: Some(&self.truncated),
+            }
+        }
+
+        /// The context of a schema without flag columns.
+        pub(crate) fn context_without_flags(&self) -> SampleContext<'_> {
+            SampleContext {
+                terminated: None,
+                truncated: None,
+                ..self.context()
+            }
+        }
+
+        /// Whether `position` holds a stored row, by brute force.
+        pub(crate) fn is_stored(&self, position: usize) -> bool {
+            (0..self.ring.len).any(|i| self.ring.position(i, self.capacity) == position)
+        }
+    }
+
+    /// A consistent ring (any cursor, `min_len <= len <= capacity`, `written >= len`) over
+    /// `1..=max_capacity` positions, with each flag set with probability `1 / flag_odds`.
+    pub(crate) fn fixture(
+        max_capacity: usize,
+        min_len: usize,
+        flag_odds: u32,
+    ) -> impl Strategy<Value = Fixture> {
+        (min_len.max(1)..=max_capacity)
+            .prop_flat_map(move |capacity| {
+                (
+                    Just(capacity),
+                    0..capacity,
+                    min_len..=capacity,
+                    0u64..3,
+                    proptest::collection::vec((0..flag_odds, 0..flag_odds), capacity),
+                )
+            })
+            .prop_map(|(capacity, cursor, len, wraps, flags)| Fixture {
+                ring: RingState {
+                    cursor,
+                    len,
+                    written: len as u64 + wraps * capacity as u64,
+                    ..RingState::default()
+                },
+                capacity,
+                terminated: flags.iter().map(|f| Flag::new(f.0 == 0)).collect(),
+                truncated: flags.iter().map(|f| Flag::new(f.1 == 0)).collect(),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::test_support::{Fixture, fixture};
+    use super::*;
+    use rl_core::Flag;
+
+    fn context(cursor: usize, len: usize, capacity: usize) -> SampleContext<'static> {
+        SampleContext {
+            ring: RingState {
+                cursor,
+                len,
+                written: len as u64,
+                ..RingState::default()
+            },
+            capacity,
+            terminated: None,
+            truncated: None,
+        }
+    }
+
+    /// Draws one whole epoch in batches of `rows`; returns the batches.
+    fn one_epoch(
+        sampler: &mut WithoutReplacement,
+        context: &SampleContext<'_>,
+        rows: usize,
+    ) -> Vec<Vec<usize>> {
+        let (mut indices, mut weights) = (vec![usize::MAX; 2 * rows], vec![0.0; 2 * rows]);
+        let epoch = sampler.epoch() + 1;
+        let mut batches = Vec::new();
+        loop {
+            let n = sampler
+                .sample(context, rows, &mut indices, &mut weights)
+                .unwrap();
+            assert_eq!(sampler.epoch(), epoch, "a batch never spans two epochs");
+            assert!(weights[..n].iter().all(|&w| w == 1.0));
+            batches.push(indices[..n].to_vec());
+            let left = sampler.remaining();
+            let over = match sampler.last_batch() {
+                LastBatch::Drop => left < rows,
+                LastBatch::Keep | LastBatch::Merge => left == 0,
+            };
+            if over {
+                return batches;
+            }
+        }
+    }
+
+    fn check_epoch(f: &Fixture, last: LastBatch, rows: usize) -> Result<(), TestCaseError> {
+        let len = f.ring.len;
+        let mut sampler = WithoutReplacement::new(f.capacity, last, len as u64).unwrap();
+        let context = f.context();
+        for _ in 0..2 {
+            let batches = one_epoch(&mut sampler, &context, rows);
+            let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+            let (full, remainder) = (len / rows, len % rows);
+            let mut expected = vec![rows; full];
+            match last {
+                LastBatch::Keep if remainder > 0 => expected.push(remainder),
+                LastBatch::Merge => *expected.last_mut().unwrap() += remainder,
+                LastBatch::Keep | LastBatch::Drop => {}
+            }
+            prop_assert_eq!(&sizes, &expected);
+            let mut seen = vec![0usize; f.capacity];
+            for &position in batches.iter().flatten() {
+                prop_assert!(f.is_stored(position), "position {} is not stored", position);
+                seen[position] += 1;
+            }
+            prop_assert!(
+                seen.iter().all(|&n| n <= 1),
+                "a row was drawn twice: {:?}",
+                seen
+            );
+            let missed = (0..f.capacity)
+                .filter(|&p| f.is_stored(p) && seen[p] == 0)
+                .count();
+            match last {
+                LastBatch::Keep | LastBatch::Merge => prop_assert_eq!(missed, 0),
+                LastBatch::Drop => prop_assert_eq!(missed, remainder),
+            }
+        }
+        prop_assert_eq!(sampler.epoch(), 2);
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn every_stored_row_once_per_epoch(
+            f in fixture(40, 1, 4),
+            rows_seed in 0usize..1000,
+            mode in 0usize..3,
+        ) {
+            let rows = 1 + rows_seed % f.ring.len;
+            let last = [LastBatch::Keep, LastBatch::Merge, LastBatch::Drop][mode];
+            check_epoch(&f, last, rows)?;
+        }
+
+        #[test]
+        fn batches_larger_than_the_buffer_are_refused(f in fixture(20, 0, 4), extra in 1usize..5) {
+            for last in [LastBatch::Keep, LastBatch::Merge, LastBatch::Drop] {
+                let mut sampler = WithoutReplacement::new(f.capacity, last, 0).unwrap();
+                let rows = f.ring.len + extra;
+                let (mut indices, mut weights) = (vec![0; 2 * rows], vec![0.0; 2 * rows]);
+                let result = sampler.sample(&f.context(), rows, &mut indices, &mut weights);
+                if f.ring.len == 0 {
+                    prop_assert!(matches!(result, Err(Error::Empty)));
+                } else {
+                    let refused = matches!(
+                        result,
+                        Err(Error::NotEnoughRows { requested, available })
+                            if requested == rows && available == f.ring.len
+                    );
+                    prop_assert!(refused, "{:?}", result);
+                }
+                prop_assert_eq!(sampler.epoch(), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn merge_returns_the_remainder_with_the_last_batch() {
+        let mut sampler = WithoutReplacement::new(16, LastBatch::Merge, 3).unwrap();
+        let context = context(10, 10, 16);
+        let sizes: Vec<usize> = one_epoch(&mut sampler, &context, 4)
+            .iter()
+            .map(Vec::len)
+            .collect();
+        assert_eq!(sizes, [4, 6]);
+        let (mut indices, mut weights) = ([0; 7], [0.0; 7]);
+        let refused = sampler.sample(&context, 4, &mut indices[..6], &mut weights[..6]);
+        let message = refused.unwrap_err().to_string();
+        assert!(message.contains("size the batch for merge"), "{message}");
+        assert_eq!(sampler.epoch(), 1, "a refused call starts no epoch");
+    }
+
+    #[test]
+    fn a_new_epoch_starts_when_the_buffer_grows() {
+        let mut sampler = WithoutReplacement::new(20, LastBatch::Keep, 5).unwrap();
+        let (mut indices, mut weights) = ([0; 3], [0.0; 3]);
+        let small = context(10, 10, 20);
+        assert_eq!(
+            sampler
+                .sample(&small, 3, &mut indices, &mut weights)
+                .unwrap(),
+            3
+        );
+        assert_eq!((sampler.epoch(), sampler.remaining()), (1, 7));
+        assert_eq!(
+            sampler
+                .sample(&small, 3, &mut indices, &mut weights)
+                .unwrap(),
+            3
+        );
+        assert_eq!((sampler.epoch(), sampler.remaining()), (1, 4));
+
+        // Two rows written: positions 10 and 11 are new, and the epoch restarts over 12.
+        let grown = context(12, 12, 20);
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let n = sampler
+                .sample(&grown, 3, &mut indices, &mut weights)
+                .unwrap();
+            assert_eq!(sampler.epoch(), 2);
+            seen.extend_from_slice(&indices[..n]);
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..12).collect::<Vec<_>>());
+        assert_eq!(sampler.remaining(), 0);
+    }
+
+    #[test]
+    fn a_full_buffer_keeps_its_epoch_while_rows_are_overwritten() {
+        let mut sampler = WithoutReplacement::new(6, LastBatch::Keep, 9).unwrap();
+        let (mut indices, mut weights) = ([0; 2], [0.0; 2]);
+        let mut seen = Vec::new();
+        for cursor in [0, 2, 4] {
+            // Two rows are overwritten between calls; len stays 6.
+            let n = sampler
+                .sample(&context(cursor, 6, 6), 2, &mut indices, &mut weights)
+                .unwrap();
+            seen.extend_from_slice(&indices[..n]);
+        }
+        assert_eq!(sampler.epoch(), 1);
+        seen.sort_unstable();
+        assert_eq!(seen, [0, 1, 2, 3, 4, 5]);
+        // A cleared and refilled ring with another cursor starts over.
+        sampler
+            .sample(&context(1, 3, 6), 2, &mut indices, &mut weights)
+            .unwrap();
+        sampler
+            .sample(&context(2, 3, 6), 1, &mut indices, &mut weights)
+            .unwrap();
+        assert_eq!(sampler.epoch(), 3);
+        assert!([5, 0, 1].contains(&indices[0]), "{indices:?}");
+    }
+
+    #[test]
+    fn invalid_requests_are_refused() {
+        assert!(WithoutReplacement::new(0, LastBatch::Keep, 0).is_err());
+        let mut sampler = WithoutReplacement::new(8, LastBatch::Drop, 0).unwrap();
+        let (mut indices, mut weights) = ([0; 4], [0.0; 4]);
+        let empty = context(3, 0, 8);
+        assert!(matches!(
+            sampler.sample(&empty, 1, &mut indices, &mut weights),
+            Err(Error::Empty)
+        ));
+        let other_capacity = context(3, 3, 9);
+        assert!(
+            sampler
+                .sample(&other_capacity, 1, &mut indices, &mut weights)
+                .is_err()
+        );
+        let inconsistent = context(8, 3, 8);
+        assert!(
+            sampler
+                .sample(&inconsistent, 1, &mut indices, &mut weights)
+                .is_err()
+        );
+        let flags = [Flag::new(false); 4];
+        let short_flags = SampleContext {
+            terminated: Some(&flags),
+            ..context(3, 3, 8)
+        };
+        assert!(
+            sampler
+                .sample(&short_flags, 1, &mut indices, &mut weights)
+                .is_err()
+        );
+        assert_eq!(
+            sampler
+                .sample(&context(3, 3, 8), 0, &mut indices, &mut weights)
+                .unwrap(),
+            0
+        );
+        assert_eq!(sampler.epoch(), 0);
+    }
+
+    #[test]
+    fn shorter_indices_cap_the_batch() {
+        let mut sampler = WithoutReplacement::new(8, LastBatch::Keep, 0).unwrap();
+        let (mut indices, mut weights) = ([0; 2], [0.0; 2]);
+        let n = sampler
+            .sample(&context(5, 5, 8), 4, &mut indices, &mut weights)
+            .unwrap();
+        assert_eq!((n, sampler.remaining()), (2, 3));
+    }
+
+    #[test]
+    fn sampling_allocates_nothing() {
+        let mut sampler = WithoutReplacement::new(1000, LastBatch::Merge, 1).unwrap();
+        assert_eq!(sampler.memory_plan().total(Location::Ram), 4000);
+        let (mut indices, mut weights) = (vec![0; 63], vec![0.0; 63]);
+        let (drawn, stats) = rl_testkit::measure(|| {
+            let mut drawn = 0;
+            for len in [1000, 1000, 1000, 999, 500] {
+                for _ in 0..40 {
+                    let context = context(len % 1000, len, 1000);
+                    drawn += sampler
+                        .sample(&context, 32, &mut indices, &mut weights)
+                        .unwrap();
+                }
+            }
+            drawn
+        });
+        assert_eq!(stats.allocations, 0);
+        assert!(drawn >= 200 * 32);
+        assert!(sampler.epoch() >= 5);
+    }
+}
