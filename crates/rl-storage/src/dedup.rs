@@ -31,7 +31,15 @@ const MAX_COLUMNS: usize = 32;
 /// complete transition).
 const MAX_REDRAWS: usize = 1000;
 
-/// A replay buffer storing each observation once. See the [module docs](self).
+/// A replay buffer storing each observation once: the next observation of row `t` is the
+/// observation of row `t + 1`.
+///
+/// Every step writes its observation once; when an episode ends (terminated *or*
+/// truncated), one extra *final row* holds the final observation, so `next_obs` of the last
+/// transition is the true final observation and bootstrapping at a time-limit cut stays
+/// correct. Final rows, and the newest row (whose successor is not written yet), are never
+/// sampled. One buffer holds one stream of consecutive steps: give each environment its
+/// own buffer, or write whole trajectories one after another.
 ///
 /// ```
 /// use rl_core::{Column, DType, Flag};
