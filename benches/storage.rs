@@ -17,15 +17,16 @@
 //! `--big` runs the larger-than-RAM check instead: a 32 GiB sparse memmap buffer, 8 GiB
 //! filled, sampled while anonymous memory stays small.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use rl_core::{Column, DType, Flag, ProcessMemory, Schema};
 use rl_storage::{
     Batch, ColumnSlice, HostStorage, MemmapOptions, MemmapStorage, RamStorage, ReplayBuffer,
     Uniform,
 };
+
+mod common;
 
 const CHUNK: usize = 1024;
 const BATCH: usize = 256;
@@ -33,11 +34,7 @@ const ROUNDS: usize = 7;
 const CONFIGS: [(usize, usize); 2] = [(4, 1_000_000), (1024, 200_000)];
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| a != "--bench")
-        .collect();
-    match args.as_slice() {
+    match common::args().as_slice() {
         [] => run_all(),
         [flag] if flag == "--big" => big(),
         [flag, backend, dim, capacity] if flag == "--config" => {
@@ -57,40 +54,21 @@ const PROCESSES: usize = 3;
 /// Runs every configuration in child processes of its own and prints, per figure, the
 /// line of the process with the median rate.
 fn run_all() -> anyhow::Result<()> {
-    let exe = std::env::current_exe()?;
     for backend in ["ram", "memmap"] {
         for (dim, capacity) in CONFIGS {
-            let mut lines: Vec<serde_json::Value> = Vec::new();
-            for _ in 0..PROCESSES {
-                let output = Command::new(&exe)
-                    .args(["--config", backend, &dim.to_string(), &capacity.to_string()])
-                    .output()
-                    .with_context(|| format!("running the {backend} D={dim} configuration"))?;
-                if !output.status.success() {
-                    bail!(
-                        "the {backend} D={dim} configuration failed: {}",
-                        String::from_utf8_lossy(&output.stderr)
-                    );
-                }
-                for line in String::from_utf8_lossy(&output.stdout).lines() {
-                    lines.push(serde_json::from_str(line)?);
-                }
-            }
+            let args =
+                ["--config", backend, &dim.to_string(), &capacity.to_string()].map(String::from);
+            let lines = common::run_children(&args, PROCESSES)?;
             for op in ["extend", "sample"] {
-                let mut runs: Vec<&serde_json::Value> =
+                let runs: Vec<&serde_json::Value> =
                     lines.iter().filter(|l| l["op"] == op).collect();
-                runs.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
-                if let Some(median) = runs.get(runs.len() / 2) {
-                    println!("{median}");
+                if let Some(line) = common::median_line(&runs, "rows_per_s") {
+                    println!("{line}");
                 }
             }
         }
     }
     Ok(())
-}
-
-fn rate(line: &serde_json::Value) -> f64 {
-    line["rows_per_s"].as_f64().unwrap_or(0.0)
 }
 
 fn transition_schema(dim: usize) -> anyhow::Result<Schema> {
@@ -177,7 +155,7 @@ fn measure<S: HostStorage>(
         wrap(&mut buffer)?;
         rates.push((capacity.div_ceil(CHUNK) * CHUNK) as f64 / start.elapsed().as_secs_f64());
     }
-    report(backend, "extend", dim, capacity, median(&mut rates))?;
+    report(backend, "extend", dim, capacity, common::median(&mut rates))?;
 
     let mut batch = Batch::new(&schema, BATCH)?;
     let per_round = Duration::from_millis(400);
@@ -194,12 +172,7 @@ fn measure<S: HostStorage>(
         rates.push(rows as f64 / start.elapsed().as_secs_f64());
     }
     std::hint::black_box(&batch);
-    report(backend, "sample", dim, capacity, median(&mut rates))
-}
-
-fn median(rates: &mut [f64]) -> f64 {
-    rates.sort_by(f64::total_cmp);
-    rates[rates.len() / 2]
+    report(backend, "sample", dim, capacity, common::median(&mut rates))
 }
 
 fn report(

@@ -1,14 +1,43 @@
-//! Experience collectors with fixed memory.
+//! Experience collectors with fixed memory that never touch CUDA on the CPU.
 //!
-//! **Status: skeleton.** The collect issue fills this crate. What it will hold:
+//! - [`Policy`] (and [`ValuePolicy`] for rollouts): a small trait collectors call with a
+//!   batch of observations and one state slot per environment; it writes actions (and
+//!   log-probs and values) into collector-owned buffers. This crate does not depend on
+//!   dfdx: `rl-algos` implements the trait for its networks. [`ConstantPolicy`] and
+//!   [`RandomPolicy`] need no network.
+//! - [`SyncCollector`]: `N` environments stepped in the caller's thread, one batched
+//!   policy call per step, transitions written straight into an `rl-storage` replay or
+//!   rollout buffer.
+//! - [`AsyncCollector`]: `W` worker threads, each with its own environments and policy
+//!   copy, filling chunks from a fixed pool that travel through bounded channels and
+//!   return to the pool after use. Policy weights are pushed with a version; every chunk
+//!   carries the version that produced it. A worker's error or panic reaches the consumer
+//!   as an error, never a hang.
+//! - [`EpisodeStats`]: returns, lengths, terminated and truncated counts in a fixed window.
 //!
-//! - A small `Policy` trait that writes actions (and optional log-probs and values) for a
-//!   batch of observations into caller-owned buffers.
-//! - A synchronous collector stepping `N` environments in the caller's thread and writing
-//!   straight into an `rl-storage` buffer, and an asynchronous collector whose worker
-//!   threads fill chunks from a fixed pool sent through a bounded channel.
-//! - With [`rl_core::Device::Cpu`] everywhere nothing initialises CUDA, even with the
-//!   `cuda` feature compiled in; allocation is zero per batch after the first.
+//! Everything is allocated at construction and reported in a `MemoryPlan`: with a policy
+//! that does not allocate, collecting allocates nothing. With the CPU as policy and
+//! storing device, nothing here initialises CUDA, even with the `cuda` feature compiled in
+//! (tested with `rl-storage`'s process-wide counter).
 //!
 //! # Features
 //! - `cuda`: forwards to `rl-storage/cuda`.
+
+mod async_collector;
+mod error;
+mod lanes;
+mod policy;
+mod stats;
+mod sync;
+
+pub use async_collector::{AsyncCollector, AsyncConfig, ChunkRef};
+pub use error::{Error, PolicyError, Result};
+pub use policy::{
+    ActOutput, ActionSampler, ConstantPolicy, Policy, RandomAction, RandomPolicy, ValuePolicy,
+};
+pub use stats::EpisodeStats;
+pub use sync::{BatchReport, CollectorConfig, SyncCollector};
+
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: rl_testkit::CountingAllocator = rl_testkit::CountingAllocator;

@@ -203,6 +203,38 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// CUDA was asked for but this build has no CUDA support.
+    #[error(
+        "this build of rl-storage has no CUDA support: enable the `cuda` feature (`rl-storage/cuda` or `rl/cuda`), or use Device::Cpu, which needs no GPU"
+    )]
+    CudaNotCompiled,
+
+    /// CUDA was asked for but cannot be used on this machine (no NVIDIA driver).
+    #[error("CUDA is unavailable: {reason}; the CPU path needs no GPU: use Device::Cpu")]
+    CudaUnavailable {
+        /// What is missing and how to provide it.
+        reason: String,
+    },
+
+    /// The CUDA driver was found but a request to it failed (or was refused before reaching
+    /// it, such as an ordinal the driver cannot represent).
+    #[error(
+        "{operation} on {} failed: {code} ({message}): {hint}",
+        .ordinal.map_or_else(|| "the CUDA driver".to_owned(), |o| format!("cuda:{o}"))
+    )]
+    CudaDriver {
+        /// The device's ordinal, when the request concerned one device.
+        ordinal: Option<u32>,
+        /// What was being done, e.g. `opening the device`.
+        operation: &'static str,
+        /// The error code, as the driver names it, e.g. `CUDA_ERROR_INVALID_DEVICE`.
+        code: String,
+        /// The description of the error (the driver's, when it gave one).
+        message: String,
+        /// What to check or change.
+        hint: &'static str,
+    },
 }
 
 impl Error {

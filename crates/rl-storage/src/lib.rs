@@ -53,6 +53,7 @@
 //! assert_eq!(batch.column::<f32>("reward")?.len(), 32);
 //! # Ok::<(), rl_storage::Error>(())
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![expect(
     unsafe_code,
     reason = "mapping files into memory is unsafe: another process may change them"
@@ -63,6 +64,7 @@ mod bootstrap;
 mod checkpoint;
 mod column;
 mod copy;
+mod cuda;
 mod dedup;
 mod error;
 mod memmap;
@@ -78,6 +80,7 @@ mod without_replacement;
 pub use batch::Batch;
 pub use bootstrap::{BOOTSTRAP_MASK, BootstrapMasks};
 pub use column::ColumnSlice;
+pub use cuda::{CudaDevice, cuda_initializations, libcuda_loaded};
 pub use dedup::{DedupReplay, FINAL_OBS, NEXT_OBS};
 pub use error::{Error, Result};
 pub use memmap::{MemmapOptions, MemmapStorage};

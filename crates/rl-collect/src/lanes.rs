@@ -1,0 +1,185 @@
+//! A batch of environments stepped together: the stepping core shared by the synchronous
+//! collector and every worker of the asynchronous one.
+
+use rl_core::{DType, Element, Env, Flag, Location, MemoryPlan};
+
+use crate::error::{Error, Result};
+use crate::stats::EpisodeStats;
+
+/// `N` environments with their observation, transition and episode buffers, all
+/// allocated at construction.
+///
+/// One batched step: [`Lanes::step`] applies `actions` to every environment and writes the
+/// transition (`obs`, reward, flags, and the true next observation: the final one for
+/// episodes that ended); then [`Lanes::advance`] makes the next observations current and
+/// resets the environments whose episode ended. Between the two, the transition can be
+/// written anywhere (a replay buffer, a rollout, a chunk) straight from these buffers.
+#[derive(Debug)]
+pub(crate) struct Lanes<E: Env> {
+    pub(crate) envs: Vec<E>,
+    pub(crate) obs_len: usize,
+    pub(crate) act_len: usize,
+    /// Current observations, `N x obs_len`.
+    pub(crate) obs: Vec<E::Obs>,
+    /// Next observations of the last step (final observations where an episode ended).
+    pub(crate) next_obs: Vec<E::Obs>,
+    pub(crate) rewards: Vec<f32>,
+    pub(crate) terminated: Vec<Flag>,
+    pub(crate) truncated: Vec<Flag>,
+    /// The flags again as `bool`, for consumers that take them so (rollouts).
+    pub(crate) terminated_bool: Vec<bool>,
+    pub(crate) truncated_bool: Vec<bool>,
+    returns: Vec<f64>,
+    lengths: Vec<u32>,
+    check_finite: bool,
+}
+
+impl<E: Env> Lanes<E> {
+    /// Takes the environments, checks they share their spaces, and resets environment `i`
+    /// with seed `seed + i`.
+    pub(crate) fn new(mut envs: Vec<E>, seed: u64, check_finite: bool) -> Result<Self> {
+        let Some(first) = envs.first() else {
+            return Err(Error::config(
+                "environments",
+                "is empty: give at least one environment",
+            ));
+        };
+        let (observation_space, action_space) = (
+            first.observation_space().clone(),
+            first.action_space().clone(),
+        );
+        if let Some(i) = envs.iter().position(|e| {
+            e.observation_space() != &observation_space || e.action_space() != &action_space
+        }) {
+            return Err(Error::config(
+                format!("environment {i}"),
+                "has other observation or action spaces than environment 0: all environments must match",
+            ));
+        }
+        if observation_space.dtype() != E::Obs::DTYPE || action_space.dtype() != E::Act::DTYPE {
+            return Err(Error::config(
+                "environment spaces",
+                "do not match the environment's element types",
+            ));
+        }
+        let n = envs.len();
+        let (obs_len, act_len) = (observation_space.flat_len(), action_space.flat_len());
+        let mut obs = vec![E::Obs::default(); n * obs_len];
+        for (i, (env, o)) in envs
+            .iter_mut()
+            .zip(obs.chunks_exact_mut(obs_len))
+            .enumerate()
+        {
+            env.reset(Some(seed.wrapping_add(i as u64)), o)
+                .map_err(|source| Error::Env {
+                    env: i,
+                    step: 0,
+                    source,
+                })?;
+        }
+        Ok(Self {
+            envs,
+            obs_len,
+            act_len,
+            next_obs: obs.clone(),
+            obs,
+            rewards: vec![0.0; n],
+            terminated: vec![Flag::default(); n],
+            truncated: vec![Flag::default(); n],
+            terminated_bool: vec![false; n],
+            truncated_bool: vec![false; n],
+            returns: vec![0.0; n],
+            lengths: vec![0; n],
+            check_finite,
+        })
+    }
+
+    /// Number of environments.
+    pub(crate) fn len(&self) -> usize {
+        self.envs.len()
+    }
+
+    /// What the lanes hold: observation buffers and per-environment scalars (the
+    /// environments' own memory is theirs to report).
+    pub(crate) fn memory_plan(&self) -> MemoryPlan {
+        let n = self.len() as u64;
+        let obs = 2 * n * (self.obs_len * size_of::<E::Obs>()) as u64;
+        let per_env = n * (4 + 2 + 2 + 8 + 4) as u64;
+        MemoryPlan::new()
+            .with("lanes/observations", Location::Ram, obs)
+            .with("lanes/per-environment", Location::Ram, per_env)
+    }
+
+    /// Steps every environment with its action; writes rewards, flags and next
+    /// observations. `step` is the collector's step count, for error messages.
+    pub(crate) fn step(&mut self, actions: &[E::Act], step: u64) -> Result<()> {
+        let (obs_len, act_len) = (self.obs_len, self.act_len);
+        for (i, (env, next)) in self
+            .envs
+            .iter_mut()
+            .zip(self.next_obs.chunks_exact_mut(obs_len))
+            .enumerate()
+        {
+            let outcome = env
+                .step(&actions[i * act_len..(i + 1) * act_len], next)
+                .map_err(|source| Error::Env {
+                    env: i,
+                    step,
+                    source,
+                })?;
+            if self.check_finite && !outcome.reward.is_finite() {
+                return Err(Error::NonFiniteReward {
+                    env: i,
+                    step,
+                    value: outcome.reward,
+                });
+            }
+            self.rewards[i] = outcome.reward;
+            self.terminated[i] = Flag::new(outcome.terminated);
+            self.truncated[i] = Flag::new(outcome.truncated);
+            self.terminated_bool[i] = outcome.terminated;
+            self.truncated_bool[i] = outcome.truncated;
+        }
+        if self.check_finite && E::Obs::DTYPE == DType::F32 {
+            let values: &[f32] = bytemuck::cast_slice(&self.next_obs);
+            if let Some(at) = values.iter().position(|v| !v.is_finite()) {
+                return Err(Error::NonFiniteObservation {
+                    env: at / obs_len,
+                    step,
+                    element: at % obs_len,
+                    value: values[at],
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the next observations current, records finished episodes in `stats`, and
+    /// resets their environments (calling `on_reset(i)`, e.g. to clear policy state).
+    pub(crate) fn advance(
+        &mut self,
+        stats: &mut EpisodeStats,
+        step: u64,
+        mut on_reset: impl FnMut(usize),
+    ) -> Result<()> {
+        std::mem::swap(&mut self.obs, &mut self.next_obs);
+        for i in 0..self.len() {
+            self.returns[i] += f64::from(self.rewards[i]);
+            self.lengths[i] += 1;
+            let (terminated, truncated) = (self.terminated[i].get(), self.truncated[i].get());
+            if terminated || truncated {
+                stats.record(self.returns[i] as f32, self.lengths[i], terminated);
+                self.returns[i] = 0.0;
+                self.lengths[i] = 0;
+                let obs = &mut self.obs[i * self.obs_len..(i + 1) * self.obs_len];
+                self.envs[i].reset(None, obs).map_err(|source| Error::Env {
+                    env: i,
+                    step,
+                    source,
+                })?;
+                on_reset(i);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,133 @@
+//! Episode statistics with fixed memory.
+
+/// Completed-episode statistics: counts, and the returns and lengths of the most recent
+/// episodes in a fixed window (no growth however long a run is).
+#[derive(Clone, Debug)]
+pub struct EpisodeStats {
+    episodes: u64,
+    terminated: u64,
+    truncated: u64,
+    returns: Vec<f32>,
+    lengths: Vec<u32>,
+    next: usize,
+}
+
+impl EpisodeStats {
+    /// Statistics keeping the last `window` episodes (at least 1).
+    pub fn new(window: usize) -> Self {
+        let window = window.max(1);
+        Self {
+            episodes: 0,
+            terminated: 0,
+            truncated: 0,
+            returns: Vec::with_capacity(window),
+            lengths: Vec::with_capacity(window),
+            next: 0,
+        }
+    }
+
+    /// Records a finished episode. Allocates nothing.
+    pub fn record(&mut self, episode_return: f32, length: u32, terminated: bool) {
+        self.episodes += 1;
+        if terminated {
+            self.terminated += 1;
+        } else {
+            self.truncated += 1;
+        }
+        self.record_window(episode_return, length);
+    }
+
+    /// Episodes completed.
+    pub fn episodes(&self) -> u64 {
+        self.episodes
+    }
+
+    /// Episodes that ended in a terminal state.
+    pub fn terminated(&self) -> u64 {
+        self.terminated
+    }
+
+    /// Episodes cut by a time limit (an episode both terminated and truncated counts as
+    /// terminated).
+    pub fn truncated(&self) -> u64 {
+        self.truncated
+    }
+
+    /// Mean return of the episodes in the window, or `None` before the first episode.
+    pub fn mean_return(&self) -> Option<f32> {
+        (!self.returns.is_empty())
+            .then(|| self.returns.iter().sum::<f32>() / self.returns.len() as f32)
+    }
+
+    /// Mean length of the episodes in the window.
+    pub fn mean_length(&self) -> Option<f32> {
+        (!self.lengths.is_empty()).then(|| {
+            self.lengths.iter().map(|&l| l as f32).sum::<f32>() / self.lengths.len() as f32
+        })
+    }
+
+    /// Episodes currently in the window.
+    pub fn window_len(&self) -> usize {
+        self.returns.len()
+    }
+
+    /// Adds another collector's statistics (window entries are merged oldest first).
+    pub fn merge(&mut self, other: &EpisodeStats) {
+        self.episodes += other.episodes;
+        self.terminated += other.terminated;
+        self.truncated += other.truncated;
+        let start = if other.returns.len() < other.returns.capacity() {
+            0
+        } else {
+            other.next
+        };
+        for i in 0..other.returns.len() {
+            let j = (start + i) % other.returns.len();
+            self.record_window(other.returns[j], other.lengths[j]);
+        }
+    }
+
+    fn record_window(&mut self, episode_return: f32, length: u32) {
+        if self.returns.len() < self.returns.capacity() {
+            self.returns.push(episode_return);
+            self.lengths.push(length);
+        } else {
+            self.returns[self.next] = episode_return;
+            self.lengths[self.next] = length;
+        }
+        self.next = (self.next + 1) % self.returns.capacity();
+    }
+
+    /// Forgets everything (keeps the allocation).
+    pub fn clear(&mut self) {
+        self.episodes = 0;
+        self.terminated = 0;
+        self.truncated = 0;
+        self.returns.clear();
+        self.lengths.clear();
+        self.next = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_keeps_the_most_recent_episodes() {
+        let mut stats = EpisodeStats::new(3);
+        assert_eq!(stats.mean_return(), None);
+        for r in 1..=5 {
+            stats.record(r as f32, r, r % 2 == 0);
+        }
+        assert_eq!(stats.episodes(), 5);
+        assert_eq!(stats.terminated(), 2);
+        assert_eq!(stats.truncated(), 3);
+        assert_eq!(stats.mean_return(), Some(4.0)); // 3, 4, 5
+        assert_eq!(stats.window_len(), 3);
+        let mut total = EpisodeStats::new(3);
+        total.merge(&stats);
+        assert_eq!(total.mean_return(), Some(4.0));
+        assert_eq!(total.episodes(), 5);
+    }
+}

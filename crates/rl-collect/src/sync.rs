@@ -1,0 +1,509 @@
+//! The synchronous collector: `N` environments stepped in the caller's thread.
+
+use rl_core::{DType, Device, Env, Flag, Location, MemoryPlan, ProcessMemory};
+use rl_storage::{
+    Actions, ColumnSlice, HostStorage, ReplayBuffer, RolloutBuffer, Sampler, StepData,
+};
+
+use crate::error::{Error, Result};
+use crate::lanes::Lanes;
+use crate::policy::{ActOutput, ActionSampler, Policy, RandomAction, ValuePolicy};
+use crate::stats::EpisodeStats;
+
+/// Settings shared by the collectors. Defaults in [`CollectorConfig::new`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CollectorConfig {
+    /// Environment steps per call to a replay `collect` (all environments together); a
+    /// multiple of the number of environments. Rollouts collect their own size instead.
+    pub frames_per_batch: usize,
+    /// Stop after this many environment steps (`None`: never).
+    pub total_frames: Option<u64>,
+    /// The first frames use uniformly random actions instead of the policy (warm-up for
+    /// off-policy learning). Default 0.
+    pub random_frames: u64,
+    /// Environment `i` is first reset with seed `seed + i`; random actions are seeded
+    /// from it too.
+    pub seed: u64,
+    /// Where the policy runs. Only the CPU is supported so far.
+    pub policy_device: Device,
+    /// Where collected data is stored. Only the CPU is supported so far.
+    pub storing_device: Device,
+    /// Refuse NaN or infinite rewards and observations (default true).
+    pub check_finite: bool,
+    /// Episodes averaged in statistics (default 100).
+    pub stats_window: usize,
+    /// Read the process's resident memory into each [`BatchReport`] (default true; a
+    /// few microseconds per batch, no allocation).
+    pub report_memory: bool,
+}
+
+impl CollectorConfig {
+    /// `frames_per_batch` frames per batch, everything else at its default: no total,
+    /// no random frames, seed 0, CPU everywhere, finiteness checked, window 100, memory
+    /// reported.
+    pub fn new(frames_per_batch: usize) -> Self {
+        Self {
+            frames_per_batch,
+            total_frames: None,
+            random_frames: 0,
+            seed: 0,
+            policy_device: Device::Cpu,
+            storing_device: Device::Cpu,
+            check_finite: true,
+            stats_window: 100,
+            report_memory: true,
+        }
+    }
+
+    /// Checks the configuration for `envs` environments. Never touches CUDA: a CUDA
+    /// device is refused as data, before anything could initialise a driver.
+    pub(crate) fn validate(&self, envs: usize) -> Result<()> {
+        if envs == 0 {
+            return Err(Error::config(
+                "environments",
+                "is empty: give at least one environment",
+            ));
+        }
+        if self.frames_per_batch == 0 || !self.frames_per_batch.is_multiple_of(envs) {
+            return Err(Error::config(
+                "frames_per_batch",
+                format!(
+                    "is {}: it must be a positive multiple of the {envs} environments",
+                    self.frames_per_batch
+                ),
+            ));
+        }
+        for (what, device) in [
+            ("policy_device", self.policy_device),
+            ("storing_device", self.storing_device),
+        ] {
+            if !device.is_cpu() {
+                return Err(Error::config(
+                    what,
+                    format!(
+                        "is {device}: collectors run on the CPU so far; GPU storage arrives with the GPU storage issue"
+                    ),
+                ));
+            }
+        }
+        if self.total_frames == Some(0) {
+            return Err(Error::config(
+                "total_frames",
+                "is zero: use None for no limit",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What one batch collected, and the state of the run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchReport {
+    /// Environment steps in this batch.
+    pub frames: u64,
+    /// Environment steps since the collector was created.
+    pub total_frames: u64,
+    /// Episodes completed so far.
+    pub episodes: u64,
+    /// Mean return over the statistics window (`None` before the first episode).
+    pub mean_return: Option<f32>,
+    /// Resident memory after the batch, when [`CollectorConfig::report_memory`] is on.
+    pub memory: Option<ProcessMemory>,
+    /// Whether the collector reached `total_frames`.
+    pub done: bool,
+}
+
+/// Steps `N` environments in the caller's thread with one batched policy call per step
+/// and writes the transitions straight into a replay buffer or a rollout buffer.
+///
+/// All buffers are allocated at construction: with a policy that does not allocate, a
+/// batch allocates nothing. Episodes that end are reset automatically; the final
+/// observation of a truncated episode is what gets stored as its next observation (and
+/// what bootstraps a rollout), never the reset observation.
+///
+/// ```
+/// use rl_collect::{CollectorConfig, ConstantPolicy, SyncCollector};
+/// use rl_core::{Column, DType, Schema};
+/// use rl_envs::CartPole;
+/// use rl_storage::{RamStorage, ReplayBuffer, Uniform};
+///
+/// let envs: Vec<CartPole> = (0..8).map(CartPole::new).collect();
+/// let mut collector = SyncCollector::new(envs, ConstantPolicy::new(&[1u32]), CollectorConfig::new(64))?;
+/// let schema = Schema::new([
+///     Column::new("obs", DType::F32, &[4]),
+///     Column::scalar("action", DType::U32),
+///     Column::scalar("reward", DType::F32),
+///     Column::scalar("terminated", DType::Bool),
+///     Column::scalar("truncated", DType::Bool),
+///     Column::new("next_obs", DType::F32, &[4]),
+/// ])?;
+/// let mut replay = ReplayBuffer::new(RamStorage::new(schema, 10_000)?, Uniform::new(0));
+/// let report = collector.collect(&mut replay)?;
+/// assert_eq!(report.frames, 64);
+/// assert_eq!(replay.len(), 64);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct SyncCollector<E: Env, P: Policy<Obs = E::Obs, Act = E::Act>> {
+    lanes: Lanes<E>,
+    policy: P,
+    config: CollectorConfig,
+    actions: Vec<E::Act>,
+    log_probs: Vec<f32>,
+    values: Vec<f32>,
+    final_values: Vec<f32>,
+    states: Vec<P::State>,
+    random: ActionSampler,
+    stats: EpisodeStats,
+    frames: u64,
+    steps: u64,
+    failed: bool,
+}
+
+/// Names of the replay columns a collector fills, in the order it lays them out.
+pub(crate) const REPLAY_COLUMNS: [&str; 8] = [
+    "obs",
+    "action",
+    "reward",
+    "terminated",
+    "truncated",
+    "next_obs",
+    "log_prob",
+    "value",
+];
+
+impl<E, P> SyncCollector<E, P>
+where
+    E: Env,
+    E::Act: RandomAction,
+    P: Policy<Obs = E::Obs, Act = E::Act>,
+{
+    /// A collector over `envs` (all with the same spaces), resetting environment `i`
+    /// with seed `config.seed + i`.
+    ///
+    /// # Errors
+    /// Invalid configuration (no environments, spaces that differ, a `frames_per_batch`
+    /// that is not a multiple of the environments, a CUDA device), or an environment's
+    /// reset error.
+    pub fn new(envs: Vec<E>, policy: P, config: CollectorConfig) -> Result<Self> {
+        config.validate(envs.len())?;
+        let random = ActionSampler::new(envs[0].action_space(), config.seed ^ 0x5EED)?;
+        let lanes = Lanes::new(envs, config.seed, config.check_finite)?;
+        let n = lanes.len();
+        Ok(Self {
+            actions: vec![E::Act::default(); n * lanes.act_len],
+            log_probs: vec![0.0; n],
+            values: vec![0.0; n],
+            final_values: vec![0.0; n],
+            states: vec![P::State::default(); n],
+            random,
+            stats: EpisodeStats::new(config.stats_window),
+            frames: 0,
+            steps: 0,
+            failed: false,
+            lanes,
+            policy,
+            config,
+        })
+    }
+
+    /// Number of environments.
+    pub fn envs(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Episode statistics so far.
+    pub fn stats(&self) -> &EpisodeStats {
+        &self.stats
+    }
+
+    /// Environment steps so far.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &P {
+        &self.policy
+    }
+
+    /// The policy, mutably (to update its weights between batches).
+    pub fn policy_mut(&mut self) -> &mut P {
+        &mut self.policy
+    }
+
+    /// Memory the collector holds besides its environments and policy.
+    pub fn memory_plan(&self) -> MemoryPlan {
+        let n = self.envs() as u64;
+        let mut plan = MemoryPlan::new();
+        plan.nest("sync_collector", &self.lanes.memory_plan());
+        plan.add(
+            "sync_collector/actions+extras",
+            Location::Ram,
+            n * (self.lanes.act_len * size_of::<E::Act>() + 12) as u64,
+        );
+        plan
+    }
+
+    fn check_running(&self) -> Result<()> {
+        if self.failed {
+            return Err(Error::Stopped {
+                reason: " after a failure",
+            });
+        }
+        if self
+            .config
+            .total_frames
+            .is_some_and(|total| self.frames >= total)
+        {
+            return Err(Error::Stopped {
+                reason: ": it collected its total frames",
+            });
+        }
+        Ok(())
+    }
+
+    /// Fills `actions` (and extras) for the current observations: random during the
+    /// warm-up frames, the policy after.
+    fn decide(&mut self) -> Result<()> {
+        if self.frames < self.config.random_frames {
+            E::Act::fill(&mut self.random, &mut self.actions)?;
+            self.log_probs.fill(0.0);
+            self.values.fill(0.0);
+            return Ok(());
+        }
+        let out = ActOutput {
+            actions: &mut self.actions,
+            log_probs: &mut self.log_probs,
+            values: &mut self.values,
+        };
+        self.policy
+            .act(&self.lanes.obs, &mut self.states, out)
+            .map_err(|source| Error::Policy {
+                step: self.steps,
+                source,
+            })
+    }
+
+    /// Ends a step: makes next observations current, resets finished episodes.
+    fn advance(&mut self) -> Result<()> {
+        let states = &mut self.states;
+        self.lanes.advance(&mut self.stats, self.steps, |i| {
+            states[i] = Default::default()
+        })?;
+        self.steps += 1;
+        self.frames += self.lanes.len() as u64;
+        Ok(())
+    }
+
+    fn report(&self, frames: u64) -> BatchReport {
+        BatchReport {
+            frames,
+            total_frames: self.frames,
+            episodes: self.stats.episodes(),
+            mean_return: self.stats.mean_return(),
+            memory: self
+                .config
+                .report_memory
+                .then(ProcessMemory::read)
+                .and_then(|m| m.ok()),
+            done: self.config.total_frames.is_some_and(|t| self.frames >= t),
+        }
+    }
+
+    /// Collects `frames_per_batch` frames (fewer if `total_frames` is reached) into a
+    /// replay buffer whose schema has the columns `obs`, `action`, `reward`,
+    /// `terminated`, `truncated` and `next_obs`, optionally `log_prob` and `value`
+    /// (f32), and no others. One `extend` per step writes all environments' rows.
+    ///
+    /// # Errors
+    /// A schema with other columns; an environment's or the policy's error, naming the
+    /// environment and step (the collector then stops); a storage error.
+    pub fn collect<S: HostStorage, Q: Sampler>(
+        &mut self,
+        replay: &mut ReplayBuffer<S, Q>,
+    ) -> Result<BatchReport> {
+        self.check_running()?;
+        let layout = replay_layout(replay.schema())?;
+        let steps = self.batch_steps();
+        for _ in 0..steps {
+            let result = self.replay_step(replay, &layout);
+            if result.is_err() {
+                self.failed = true;
+                return result.map(|()| self.report(0));
+            }
+        }
+        Ok(self.report(steps as u64 * self.lanes.len() as u64))
+    }
+
+    fn batch_steps(&self) -> usize {
+        let per_batch = self.config.frames_per_batch / self.lanes.len();
+        match self.config.total_frames {
+            Some(total) => {
+                let left = (total - self.frames).div_ceil(self.lanes.len() as u64);
+                per_batch.min(left as usize)
+            }
+            None => per_batch,
+        }
+    }
+
+    fn replay_step<S: HostStorage, Q: Sampler>(
+        &mut self,
+        replay: &mut ReplayBuffer<S, Q>,
+        layout: &[usize; 8],
+    ) -> Result<()> {
+        self.decide()?;
+        self.lanes.step(&self.actions, self.steps)?;
+        let lanes = &self.lanes;
+        let all: [ColumnSlice<'_>; 8] = [
+            element_slice(&lanes.obs),
+            element_slice(&self.actions),
+            (&lanes.rewards).into(),
+            (&lanes.terminated).into(),
+            (&lanes.truncated).into(),
+            element_slice(&lanes.next_obs),
+            (&self.log_probs).into(),
+            (&self.values).into(),
+        ];
+        let mut columns = [ColumnSlice::U8(&[]); 8];
+        let count = replay.schema().columns().len();
+        for (slot, &source) in columns.iter_mut().zip(layout).take(count) {
+            *slot = all[source];
+        }
+        replay.extend(&columns[..count])?;
+        self.advance()
+    }
+}
+
+impl<E, P> SyncCollector<E, P>
+where
+    E: Env,
+    E::Act: RandomAction,
+    P: ValuePolicy<Obs = E::Obs, Act = E::Act>,
+{
+    /// Fills `rollout` (its `steps` steps of all environments; it must be empty and sized
+    /// for this collector's environments, observation and action shapes), then computes
+    /// its advantages with the policy's value of the observations after the last step.
+    /// Truncated episodes bootstrap from the value of their final observation.
+    ///
+    /// # Errors
+    /// A rollout of another shape or observations that are not `f32`; an environment's
+    /// or the policy's error, naming the environment and step (the collector then stops);
+    /// a storage error.
+    pub fn collect_rollout(&mut self, rollout: &mut RolloutBuffer) -> Result<BatchReport> {
+        self.check_running()?;
+        let config = *rollout.config();
+        if config.envs != self.lanes.len()
+            || config.obs_len != self.lanes.obs_len
+            || config.action.width() != self.lanes.act_len
+            || config.action.dtype() != <E::Act as rl_core::Element>::DTYPE
+            || <E::Obs as rl_core::Element>::DTYPE != DType::F32
+        {
+            return Err(Error::config(
+                "rollout buffer",
+                format!(
+                    "is shaped for {} environments, observations of {} and actions of {} {}; the collector has {} environments with {} f32 observations and {} actions",
+                    config.envs,
+                    config.obs_len,
+                    config.action.width(),
+                    config.action.dtype(),
+                    self.lanes.len(),
+                    self.lanes.obs_len,
+                    self.lanes.act_len,
+                ),
+            ));
+        }
+        let result = self.fill_rollout(rollout, config.steps);
+        if result.is_err() {
+            self.failed = true;
+        }
+        result.map(|()| self.report((config.steps * self.lanes.len()) as u64))
+    }
+
+    fn fill_rollout(&mut self, rollout: &mut RolloutBuffer, steps: usize) -> Result<()> {
+        for _ in 0..steps {
+            self.decide()?;
+            self.lanes.step(&self.actions, self.steps)?;
+            if self.lanes.truncated_bool.iter().any(|&t| t) {
+                self.policy
+                    .values(&self.lanes.next_obs, &self.states, &mut self.final_values)
+                    .map_err(|source| Error::Policy {
+                        step: self.steps,
+                        source,
+                    })?;
+            }
+            let actions = match <E::Act as rl_core::Element>::DTYPE {
+                DType::U32 => Actions::Discrete(bytemuck::cast_slice(&self.actions)),
+                _ => Actions::Continuous(bytemuck::cast_slice(&self.actions)),
+            };
+            rollout.push_step(StepData {
+                obs: bytemuck::cast_slice(&self.lanes.obs),
+                actions,
+                rewards: &self.lanes.rewards,
+                terminated: &self.lanes.terminated_bool,
+                truncated: &self.lanes.truncated_bool,
+                values: &self.values,
+                log_probs: &self.log_probs,
+                final_values: &self.final_values,
+            })?;
+            self.advance()?;
+        }
+        self.policy
+            .values(&self.lanes.obs, &self.states, &mut self.final_values)
+            .map_err(|source| Error::Policy {
+                step: self.steps,
+                source,
+            })?;
+        rollout.compute_gae(&self.final_values)?;
+        Ok(())
+    }
+}
+
+/// Any element slice as a column slice.
+pub(crate) fn element_slice<T: rl_core::Element>(values: &[T]) -> ColumnSlice<'_> {
+    let bytes: &[u8] = bytemuck::cast_slice(values);
+    match T::DTYPE {
+        DType::F32 => ColumnSlice::F32(bytemuck::cast_slice(bytes)),
+        DType::U32 => ColumnSlice::U32(bytemuck::cast_slice(bytes)),
+        DType::I64 => ColumnSlice::I64(bytemuck::cast_slice(bytes)),
+        DType::U8 => ColumnSlice::U8(bytes),
+        DType::Bool => ColumnSlice::Bool(bytemuck::cast_slice::<u8, Flag>(bytes)),
+    }
+}
+
+/// For each column of `schema`, the index of the collector's slice that fills it.
+pub(crate) fn replay_layout(schema: &rl_core::Schema) -> Result<[usize; 8]> {
+    let mut layout = [0usize; 8];
+    if schema.columns().len() > REPLAY_COLUMNS.len() {
+        return Err(Error::config(
+            "replay schema",
+            format!(
+                "has {} columns; a collector fills at most {:?}",
+                schema.columns().len(),
+                REPLAY_COLUMNS
+            ),
+        ));
+    }
+    for (slot, column) in layout.iter_mut().zip(schema.columns()) {
+        *slot = REPLAY_COLUMNS
+            .iter()
+            .position(|&name| name == column.name())
+            .ok_or_else(|| {
+                Error::config(
+                    format!("replay column `{}`", column.name()),
+                    format!("is not one a collector fills: use {REPLAY_COLUMNS:?}"),
+                )
+            })?;
+    }
+    for required in &REPLAY_COLUMNS[..6] {
+        if schema.index_of(required).is_none() {
+            return Err(Error::config(
+                "replay schema",
+                format!(
+                    "has no `{required}` column: a collector writes obs, action, reward, terminated, truncated and next_obs"
+                ),
+            ));
+        }
+    }
+    Ok(layout)
+}
