@@ -91,7 +91,8 @@ fn one_config(collector: &str, workers: usize) -> anyhow::Result<()> {
             }
         }
         "async" => {
-            let config = AsyncConfig::new(workers, 256, CollectorConfig::new(frames_per_batch));
+            let chunk = 256 * ENVS / workers;
+            let config = AsyncConfig::new(workers, 256, CollectorConfig::new(chunk));
             let mut collector = AsyncCollector::new(envs(), policy, config)?;
             collector.collect(&mut replay)?;
             for _ in 0..ROUNDS {

@@ -12,7 +12,7 @@
 //! next_obs f32[D]` (next_obs stored, for comparability with other libraries). Extend
 //! writes chunks of 1024 rows, timed over whole wraps of an already filled buffer (pages
 //! resident), validation on; sample draws uniform batches of 256. Each figure is the median
-//! over 3 processes of the median over 7 rounds, on one thread.
+//! over 5 processes of the median over 7 rounds, on one thread.
 //!
 //! `--big` runs the larger-than-RAM check instead: a 32 GiB sparse memmap buffer, 8 GiB
 //! filled, sampled while anonymous memory stays small.
@@ -49,7 +49,7 @@ fn main() -> anyhow::Result<()> {
 
 /// Processes per configuration: figures vary more between processes (page placement,
 /// huge pages) than between rounds of one process, so the median is taken over both.
-const PROCESSES: usize = 3;
+const PROCESSES: usize = 5;
 
 /// Runs every configuration in child processes of its own and prints, per figure, the
 /// line of the process with the median rate.

@@ -15,7 +15,10 @@ pub(crate) fn args() -> Vec<String> {
 
 /// Runs this binary `processes` times with `args` and returns every JSON line the
 /// children printed.
-pub(crate) fn run_children(args: &[String], processes: usize) -> anyhow::Result<Vec<serde_json::Value>> {
+pub(crate) fn run_children(
+    args: &[String],
+    processes: usize,
+) -> anyhow::Result<Vec<serde_json::Value>> {
     let exe = std::env::current_exe()?;
     let mut lines = Vec::new();
     for _ in 0..processes {
