@@ -1,12 +1,13 @@
 //! The FIFO replay buffer: a ring writer over a storage, and a sampler.
 
-use rl_core::{DType, Element, Flag, MemoryPlan, Schema};
+use rl_core::{Element, Flag, MemoryPlan, Schema};
 
 use crate::batch::Batch;
-use crate::column::{ColumnSlice, column_index, reject_non_finite, typed};
+use crate::column::{ColumnSlice, column_index, typed};
 use crate::copy::{self, Stores};
 use crate::error::{Error, Result};
 use crate::ram::RamStorage;
+use crate::ring;
 use crate::sampler::{SampleContext, Sampler, Uniform};
 use crate::storage::{HostStorage, RingState};
 
@@ -82,14 +83,7 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
             };
             sampler.rows_written(&empty_before, ring.len, capacity);
         }
-        let flag_column = |name: &str| {
-            storage
-                .schema()
-                .index_of(name)
-                .filter(|&i| storage.schema().columns()[i].dtype() == DType::Bool)
-                .filter(|&i| storage.schema().columns()[i].numel() == 1)
-        };
-        let (terminated, truncated) = (flag_column("terminated"), flag_column("truncated"));
+        let (terminated, truncated) = ring::flag_columns(storage.schema());
         let bytes = storage.schema().row_bytes().saturating_mul(capacity);
         Self {
             storage,
@@ -202,113 +196,30 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
     /// [`Error::ColumnCount`], [`Error::DTypeMismatch`], [`Error::RowMismatch`],
     /// [`Error::NonFinite`] (unless allowed), or a storage I/O error.
     pub fn extend(&mut self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
-        let rows = self.validate(columns)?;
+        let rows = ring::validate_write(self.schema(), columns, self.non_finite)?;
         if rows == 0 {
             return Ok(0);
         }
         let capacity = self.capacity();
-        // Rows that this same write would overwrite again are skipped, not written twice.
-        let skipped = rows.saturating_sub(capacity);
-        let written = rows - skipped;
-        let start = RingState {
-            cursor: (self.ring.cursor + skipped) % capacity,
-            len: if skipped > 0 { 0 } else { self.ring.len },
-            written: self.ring.written + skipped as u64,
-            ..self.ring
-        };
-        self.storage.prepare_write(&start, written)?;
+        let plan = ring::plan_write(&self.ring, rows, capacity);
+        self.storage.prepare_write(&plan.start, plan.written)?;
         for (index, slice) in columns.iter().enumerate() {
             let row_bytes = self.schema().columns()[index].row_bytes();
-            let source = &slice.as_bytes()[skipped * row_bytes..];
+            let source = slice.as_bytes();
             let target = self.storage.column_mut(index);
-            let first = (capacity - start.cursor).min(written) * row_bytes;
-            copy::copy(
-                &mut target[start.cursor * row_bytes..][..first],
-                &source[..first],
-                self.stores,
-            );
-            copy::copy(
-                &mut target[..source.len() - first],
-                &source[first..],
-                self.stores,
-            );
+            for segment in plan.segments(capacity) {
+                copy::copy(
+                    &mut target[segment.position * row_bytes..][..segment.rows * row_bytes],
+                    &source[segment.source_row * row_bytes..][..segment.rows * row_bytes],
+                    self.stores,
+                );
+            }
         }
         copy::fence(self.stores);
-        let (episodes, last_end) = self.episode_ends(columns, rows);
-        self.ring = RingState {
-            cursor: (start.cursor + written) % capacity,
-            len: (start.len + written).min(capacity),
-            written: start.written + written as u64,
-            episodes: self.ring.episodes + episodes,
-            episode_start: last_end.map_or(self.ring.episode_start, |end| {
-                self.ring.written + end as u64 + 1
-            }),
-        };
-        self.sampler.rows_written(&start, written, capacity);
-        Ok(rows)
-    }
-
-    /// Number of rows of a write that end an episode, and the last such row.
-    fn episode_ends(&self, columns: &[ColumnSlice<'_>], rows: usize) -> (u64, Option<usize>) {
-        let flags = |index: Option<usize>| match index.map(|i| columns[i]) {
-            Some(ColumnSlice::Bool(flags)) => Some(flags),
-            _ => None,
-        };
-        let (terminated, truncated) = (flags(self.terminated), flags(self.truncated));
-        if terminated.is_none() && truncated.is_none() {
-            return (0, None);
-        }
-        // Branch-free passes over the flag bytes: this runs on every write.
-        let ended = |i: usize| {
-            let flag = |f: Option<&[Flag]>| f.map_or(0, |f| f[i].0);
-            flag(terminated) | flag(truncated) != 0
-        };
-        let count = match (terminated, truncated) {
-            (Some(a), Some(b)) => a.iter().zip(b).filter(|(a, b)| a.0 | b.0 != 0).count(),
-            (Some(f), None) | (None, Some(f)) => f.iter().filter(|f| f.0 != 0).count(),
-            (None, None) => 0,
-        };
-        let last = if count == 0 {
-            None
-        } else {
-            (0..rows).rev().find(|&i| ended(i))
-        };
-        (count as u64, last)
-    }
-
-    /// Checks a write against the schema; returns its number of rows.
-    fn validate(&self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
-        let schema = self.schema();
-        if columns.len() != schema.columns().len() {
-            return Err(Error::ColumnCount {
-                expected: schema.columns().len(),
-                actual: columns.len(),
-            });
-        }
-        let first = &schema.columns()[0];
-        let rows = columns[0].len() / first.numel();
-        for (column, slice) in schema.columns().iter().zip(columns) {
-            if slice.dtype() != column.dtype() {
-                return Err(Error::DTypeMismatch {
-                    column: column.name().to_owned(),
-                    expected: column.dtype(),
-                    actual: slice.dtype(),
-                });
-            }
-            let expected = rows * column.numel();
-            if slice.len() != expected {
-                return Err(Error::RowMismatch {
-                    column: column.name().to_owned(),
-                    elements: slice.len(),
-                    rows,
-                    per_row: column.numel(),
-                    expected,
-                });
-            }
-            if self.non_finite == NonFinite::Reject {
-                reject_non_finite(*slice, column.name(), column.numel())?;
-            }
-        }
+        let ends = ring::episode_ends(self.terminated, self.truncated, columns, rows);
+        self.ring = ring::ring_after(&self.ring, &plan, capacity, ends);
+        self.sampler
+            .rows_written(&plan.start, plan.written, capacity);
         Ok(rows)
     }
 
@@ -399,7 +310,7 @@ mod tests {
     use std::collections::VecDeque;
 
     use proptest::prelude::*;
-    use rl_core::{Column, MemoryBudget};
+    use rl_core::{Column, DType, MemoryBudget};
     use rl_testkit::measure;
 
     use super::*;
