@@ -177,6 +177,11 @@ impl Batch {
         self.len = rows;
     }
 
+    /// All the bytes of column `index` (room for every row), to fill by hand.
+    pub(crate) fn column_bytes_mut(&mut self, index: usize) -> &mut [u8] {
+        bytemuck::cast_slice_mut::<u64, u8>(&mut self.columns[index])
+    }
+
     /// Sets the number of gathered rows (after a caller gathered every column).
     pub(crate) fn set_len(&mut self, rows: usize) {
         self.len = rows;

@@ -73,6 +73,8 @@ pub struct DedupReplay<S = RamStorage, P = Uniform> {
     inner: ReplayBuffer<S, P>,
     obs: usize,
     final_flag: usize,
+    /// Frames per stacked observation (1: no stacking).
+    stack: usize,
     ends: [Option<usize>; 2],
     batch_schema: Schema,
     /// Zeroed bytes for the non-observation columns of final rows.
@@ -139,6 +141,7 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
             inner: ReplayBuffer::new(storage, sampler),
             obs,
             final_flag,
+            stack: 1,
             ends,
             batch_schema: Schema::new(batch_columns)?,
             zeros: vec![0u64; widest.div_ceil(8)],
@@ -151,6 +154,35 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
         self.inner = self.inner.with_non_finite(policy);
         self.non_finite = policy;
         self
+    }
+
+    /// Samples stacks of the last `frames` observations instead of single ones: the
+    /// batch's `obs` and `next_obs` columns get a leading dimension of `frames`, rebuilt
+    /// from indices at sample time, so each frame is stored once. A stack never crosses
+    /// the start of its episode: slots before the first frame repeat it (Gymnasium's
+    /// `FrameStackObservation` "reset" padding). The oldest stored row counts as a start.
+    ///
+    /// # Errors
+    /// `frames` of zero, or a stacked shape that overflows.
+    pub fn with_frame_stack(mut self, frames: usize) -> Result<Self> {
+        if frames == 0 {
+            return Err(Error::config(
+                "frame stack",
+                "is zero: stack at least one frame",
+            ));
+        }
+        let schema = self.inner.schema();
+        let obs = &schema.columns()[self.obs];
+        let stacked: Vec<usize> = std::iter::once(frames)
+            .chain(obs.shape().iter().copied())
+            .collect();
+        let stack_shape: &[usize] = if frames == 1 { obs.shape() } else { &stacked };
+        let mut columns: Vec<Column> = schema.columns()[..self.final_flag].to_vec();
+        columns[self.obs] = Column::new(obs.name(), obs.dtype(), stack_shape);
+        columns.push(Column::new(NEXT_OBS, obs.dtype(), stack_shape));
+        self.batch_schema = Schema::new(columns)?;
+        self.stack = frames;
+        Ok(self)
     }
 
     /// The schema of sampled batches: the transition columns plus `next_obs`.
@@ -297,18 +329,59 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
         }
         let storage = self.inner.storage();
         let capacity = storage.capacity();
-        for index in 0..self.final_flag {
+        for index in (0..self.final_flag).filter(|&i| self.stack == 1 || i != self.obs) {
             batch.gather_column(index, storage.column(index), 0, capacity, drawn);
         }
-        batch.gather_column(
-            self.final_flag,
-            storage.column(self.obs),
-            1,
-            capacity,
-            drawn,
-        );
         batch.set_len(drawn);
+        if self.stack == 1 {
+            batch.gather_column(
+                self.final_flag,
+                storage.column(self.obs),
+                1,
+                capacity,
+                drawn,
+            );
+        } else {
+            self.gather_stacks(batch, drawn);
+        }
         Ok(())
+    }
+
+    /// Whether the row at `position` starts an episode: it follows a final row, or it is
+    /// the oldest row stored (earlier frames are gone).
+    fn starts_episode(&self, position: usize, finals: &[Flag]) -> bool {
+        let capacity = self.inner.capacity();
+        position == self.inner.ring().oldest(capacity)
+            || finals[(position + capacity - 1) % capacity].get()
+    }
+
+    /// Fills the stacked `obs` and `next_obs` columns of the first `rows` drawn rows.
+    fn gather_stacks(&self, batch: &mut Batch, rows: usize) {
+        let storage = self.inner.storage();
+        let capacity = storage.capacity();
+        let frames = storage.column(self.obs);
+        let frame_bytes = storage.schema().columns()[self.obs].row_bytes();
+        let finals = bytemuck::cast_slice::<u8, Flag>(storage.column(self.final_flag));
+        let stack_bytes = frame_bytes * self.stack;
+        for j in 0..rows {
+            let position = batch.positions()[j];
+            // next_obs's newest frame is the following row; obs's is the row itself.
+            for (column, newest) in [
+                (self.obs, position),
+                (self.final_flag, (position + 1) % capacity),
+            ] {
+                let target =
+                    &mut batch.column_bytes_mut(column)[j * stack_bytes..(j + 1) * stack_bytes];
+                let mut source = newest;
+                for slot in (0..self.stack).rev() {
+                    target[slot * frame_bytes..(slot + 1) * frame_bytes]
+                        .copy_from_slice(&frames[source * frame_bytes..(source + 1) * frame_bytes]);
+                    if !self.starts_episode(source, finals) {
+                        source = (source + capacity - 1) % capacity;
+                    }
+                }
+            }
+        }
     }
 
     /// Makes every row written so far durable (memmap storage).
@@ -474,5 +547,52 @@ mod tests {
             }
         });
         assert_eq!(stats.allocations, 0, "{stats:?}");
+    }
+
+    #[test]
+    fn frame_stacks_never_cross_an_episode_start() {
+        // Frames are one byte: episode e, step t has frame 10 * e + t.
+        let schema = DedupReplay::<RamStorage>::schema([
+            Column::new("obs", DType::U8, &[1]),
+            Column::scalar("terminated", DType::Bool),
+            Column::scalar("truncated", DType::Bool),
+        ])
+        .unwrap();
+        let mut buffer = DedupReplay::new(RamStorage::new(schema, 64).unwrap(), Uniform::new(9))
+            .unwrap()
+            .with_frame_stack(4)
+            .unwrap();
+        let lengths = [2u8, 6, 1, 5];
+        for (e, &length) in lengths.iter().enumerate() {
+            for t in 0..length {
+                let last = t + 1 == length;
+                let frame = [10 * e as u8 + t];
+                let final_frame = [10 * e as u8 + t + 1];
+                let (terminated, truncated) = (
+                    [Flag::new(last && e % 2 == 0)],
+                    [Flag::new(last && e % 2 == 1)],
+                );
+                let row = [(&frame).into(), (&terminated).into(), (&truncated).into()];
+                buffer
+                    .push_step(&row, last.then(|| (&final_frame).into()))
+                    .unwrap();
+            }
+        }
+        let mut batch = Batch::new(buffer.batch_schema(), 200).unwrap();
+        buffer.sample(&mut batch).unwrap();
+        let obs = batch.column::<u8>("obs").unwrap();
+        let next = batch.column::<u8>(NEXT_OBS).unwrap();
+        for j in 0..batch.len() {
+            let (stack, next_stack) = (&obs[4 * j..4 * j + 4], &next[4 * j..4 * j + 4]);
+            let (e, t) = (stack[3] / 10, stack[3] % 10);
+            // Expected: frames t-3..=t of episode e, clamped at the episode's first frame.
+            let expected: Vec<u8> = (0..4).map(|s| 10 * e + (t + s).saturating_sub(3)).collect();
+            assert_eq!(stack, &expected[..], "obs stack of row {j}");
+            let expected_next: Vec<u8> = (0..4)
+                .map(|s| 10 * e + (t + 1 + s).saturating_sub(3))
+                .collect();
+            assert_eq!(next_stack, &expected_next[..], "next_obs stack of row {j}");
+        }
+        assert!(buffer.with_frame_stack(0).is_err());
     }
 }
