@@ -329,8 +329,8 @@ fn atari() -> anyhow::Result<()> {
         let last = t + 1 == EPISODE;
         let frame = &frames[step % 16];
         let (terminated, truncated) = (
-            [Flag::new(last && step % 2 == 0)],
-            [Flag::new(last && step % 2 == 1)],
+            [Flag::new(last && step.is_multiple_of(2))],
+            [Flag::new(last && !step.is_multiple_of(2))],
         );
         let action = [(step % 6) as u32];
         let row = [

@@ -1,6 +1,11 @@
 //! Shared by the benchmark binaries: child processes per configuration (peak RSS is per
 //! process), medians, JSON lines.
 
+#![allow(
+    dead_code,
+    reason = "each bench binary uses a different part of this module"
+)]
+
 use std::process::Command;
 
 use anyhow::{Context, bail};

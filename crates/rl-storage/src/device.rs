@@ -380,7 +380,6 @@ impl<D: DeviceBackend> DeviceBatch<D> {
         device.download(&self.columns[index], 0, bytemuck::cast_slice_mut(out))
     }
 
-    #[allow(dead_code, reason = "device replay and tiered storage fill batches through it")]
     /// Everything a filler needs at once: the schema, the column buffers, and room for
     /// positions and weights.
     pub(crate) fn parts_mut(&mut self) -> (&Schema, &mut [D::Buffer], &mut [usize], &mut [f32]) {
@@ -392,7 +391,6 @@ impl<D: DeviceBackend> DeviceBatch<D> {
         )
     }
 
-    #[allow(dead_code, reason = "device replay and tiered storage fill batches through it")]
     /// Sets the number of gathered rows.
     pub(crate) fn set_len(&mut self, rows: usize) {
         self.len = rows.min(self.room);

@@ -10,6 +10,15 @@
 //!   sampling into a caller-owned [`Batch`]), [`DedupReplay`] (each observation stored
 //!   once, final observations kept), and [`RolloutBuffer`] (on-policy, `T x N`, GAE in
 //!   place, shuffled minibatches).
+//! - **Devices**: storage location and sample device are separate choices.
+//!   [`DeviceReplay`] keeps columns in device memory and gathers batches on the device;
+//!   [`ToDevice`] moves host batches (from RAM or memmap storage) to a device through a
+//!   reused staging buffer; [`TieredReplay`] keeps every row in a memmap file and the
+//!   newest `H` also on the device, taking each sampled row from the fastest tier. All are
+//!   generic over [`DeviceBackend`]: [`CudaDevice`] (feature `cuda`) or [`FakeDevice`]
+//!   (host memory behind the same interface, for tests on machines without a GPU).
+//! - **Pixels**: [`DedupReplay::with_frame_stack`] rebuilds stacks of frames from indices
+//!   at sample time: each frame stored once, stacks never crossing an episode start.
 //! - **Samplers**: [`Uniform`], [`WithoutReplacement`] (epochs), [`Prioritized`] (sum
 //!   tree), [`SliceSampler`] (windows that never cross an episode end).
 //! - **Bootstrap masks** ([`BootstrapMasks`]): an ensemble of up to 64 heads shares one
@@ -67,6 +76,7 @@ mod copy;
 mod cuda;
 mod dedup;
 mod device;
+mod device_replay;
 mod error;
 mod memmap;
 mod prioritized;
@@ -77,14 +87,20 @@ mod rollout;
 mod sampler;
 mod slice;
 mod storage;
+mod tiered;
+mod transfer;
 mod without_replacement;
 
 pub use batch::Batch;
 pub use bootstrap::{BOOTSTRAP_MASK, BootstrapMasks};
 pub use column::ColumnSlice;
+#[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+pub use cuda::{CudaBuffer, CudaStaging};
 pub use cuda::{CudaDevice, cuda_initializations, libcuda_loaded};
 pub use dedup::{DedupReplay, FINAL_OBS, NEXT_OBS};
 pub use device::{DeviceBackend, DeviceBatch, FakeBuffer, FakeDevice, encode_pairs};
+pub use device_replay::{DeviceReplay, DeviceReplayOptions};
 pub use error::{Error, Result};
 pub use memmap::{MemmapOptions, MemmapStorage};
 pub use prioritized::{Prioritized, PrioritizedConfig};
@@ -94,6 +110,8 @@ pub use rollout::{ActionShape, Actions, RolloutBatch, RolloutBuffer, RolloutConf
 pub use sampler::{SampleContext, Sampler, Uniform};
 pub use slice::SliceSampler;
 pub use storage::{COLUMN_ALIGN, ColumnLayout, HostStorage, RingState, Storage};
+pub use tiered::{TierCounts, TieredConfig, TieredReplay};
+pub use transfer::ToDevice;
 pub use without_replacement::{LastBatch, WithoutReplacement};
 
 #[cfg(test)]
