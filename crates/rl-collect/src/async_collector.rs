@@ -534,24 +534,7 @@ where
     /// or a thread that could not be started.
     pub fn new(envs: Vec<E>, policy: P, config: AsyncConfig) -> Result<Self> {
         let (per_worker, chunk_rows) = config.validate(envs.len())?;
-        let Some(first) = envs.first() else {
-            return Err(Error::config(
-                "environments",
-                "is empty: give at least one environment",
-            ));
-        };
-        let (observation_space, action_space) = (
-            first.observation_space().clone(),
-            first.action_space().clone(),
-        );
-        if let Some(i) = envs.iter().position(|e| {
-            e.observation_space() != &observation_space || e.action_space() != &action_space
-        }) {
-            return Err(Error::config(
-                format!("environment {i}"),
-                "has other observation or action spaces than environment 0: all environments must match",
-            ));
-        }
+        let (observation_space, action_space) = crate::lanes::check_envs(&envs)?;
         let (obs_len, act_len) = (observation_space.flat_len(), action_space.flat_len());
         let (total_envs, workers, pool) = (envs.len(), config.workers, config.pool_chunks);
         let collector = &config.collector;

@@ -1,7 +1,7 @@
 //! A batch of environments stepped together: the stepping core shared by the synchronous
 //! collector and every worker of the asynchronous one.
 
-use rl_core::{DType, Element, Env, Flag, Location, MemoryPlan};
+use rl_core::{DType, Element, Env, Flag, Location, MemoryPlan, Space};
 
 use crate::error::{Error, Result};
 use crate::stats::EpisodeStats;
@@ -34,28 +34,35 @@ pub(crate) struct Lanes<E: Env> {
     check_finite: bool,
 }
 
+/// Checks that there is at least one environment and that all share the first one's
+/// spaces; returns those spaces.
+pub(crate) fn check_envs<E: Env>(envs: &[E]) -> Result<(Space, Space)> {
+    let Some(first) = envs.first() else {
+        return Err(Error::config(
+            "environments",
+            "is empty: give at least one environment",
+        ));
+    };
+    let (observation_space, action_space) = (
+        first.observation_space().clone(),
+        first.action_space().clone(),
+    );
+    if let Some(i) = envs.iter().position(|e| {
+        e.observation_space() != &observation_space || e.action_space() != &action_space
+    }) {
+        return Err(Error::config(
+            format!("environment {i}"),
+            "has other observation or action spaces than environment 0: all environments must match",
+        ));
+    }
+    Ok((observation_space, action_space))
+}
+
 impl<E: Env> Lanes<E> {
     /// Takes the environments, checks they share their spaces, and resets environment `i`
     /// with seed `seed + i`.
     pub(crate) fn new(mut envs: Vec<E>, seed: u64, check_finite: bool) -> Result<Self> {
-        let Some(first) = envs.first() else {
-            return Err(Error::config(
-                "environments",
-                "is empty: give at least one environment",
-            ));
-        };
-        let (observation_space, action_space) = (
-            first.observation_space().clone(),
-            first.action_space().clone(),
-        );
-        if let Some(i) = envs.iter().position(|e| {
-            e.observation_space() != &observation_space || e.action_space() != &action_space
-        }) {
-            return Err(Error::config(
-                format!("environment {i}"),
-                "has other observation or action spaces than environment 0: all environments must match",
-            ));
-        }
+        let (observation_space, action_space) = check_envs(&envs)?;
         if observation_space.dtype() != E::Obs::DTYPE || action_space.dtype() != E::Act::DTYPE {
             return Err(Error::config(
                 "environment spaces",

@@ -367,18 +367,7 @@ impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
     /// # Errors
     /// As [`DeviceReplay::extend`], and [`Error::RowMismatch`] for more than one row.
     pub fn push(&mut self, row: &[ColumnSlice<'_>]) -> Result<()> {
-        if let (Some(first), Some(column)) = (row.first(), self.schema.columns().first()) {
-            let per_row = column.numel();
-            if first.len() != per_row {
-                return Err(Error::RowMismatch {
-                    column: column.name().to_owned(),
-                    elements: first.len(),
-                    rows: 1,
-                    per_row,
-                    expected: per_row,
-                });
-            }
-        }
+        ring::check_single_row(self.schema(), row)?;
         self.extend(row).map(|_| ())
     }
 

@@ -171,18 +171,7 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
     /// # Errors
     /// As [`ReplayBuffer::extend`], and [`Error::RowMismatch`] for more than one row.
     pub fn push(&mut self, row: &[ColumnSlice<'_>]) -> Result<()> {
-        if let Some(first) = row.first() {
-            let per_row = self.schema().columns()[0].numel();
-            if first.len() != per_row {
-                return Err(Error::RowMismatch {
-                    column: self.schema().columns()[0].name().to_owned(),
-                    elements: first.len(),
-                    rows: 1,
-                    per_row,
-                    expected: per_row,
-                });
-            }
-        }
+        ring::check_single_row(self.schema(), row)?;
         self.extend(row).map(|_| ())
     }
 

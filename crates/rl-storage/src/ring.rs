@@ -176,6 +176,24 @@ pub(crate) fn validate_write(
     Ok(rows)
 }
 
+/// Checks that a `push` holds exactly one row (its first column has one row's elements);
+/// the rest is checked by [`validate_write`].
+pub(crate) fn check_single_row(schema: &Schema, row: &[ColumnSlice<'_>]) -> Result<()> {
+    if let Some(first) = row.first() {
+        let column = &schema.columns()[0];
+        if first.len() != column.numel() {
+            return Err(Error::RowMismatch {
+                column: column.name().to_owned(),
+                elements: first.len(),
+                rows: 1,
+                per_row: column.numel(),
+                expected: column.numel(),
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -567,18 +567,7 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
     /// # Errors
     /// As [`TieredReplay::extend`], and [`Error::RowMismatch`] for more than one row.
     pub fn push(&mut self, row: &[ColumnSlice<'_>]) -> Result<()> {
-        if let Some(first) = row.first() {
-            let column = &self.schema().columns()[0];
-            if first.len() != column.numel() {
-                return Err(Error::RowMismatch {
-                    column: column.name().to_owned(),
-                    elements: first.len(),
-                    rows: 1,
-                    per_row: column.numel(),
-                    expected: column.numel(),
-                });
-            }
-        }
+        ring::check_single_row(self.schema(), row)?;
         self.extend(row).map(|_| ())
     }
 
