@@ -1,6 +1,6 @@
 //! Learning algorithms with bounded memory, on dfdx's CPU backend.
 //!
-//! **Status: skeleton.** The PPO and SAC issues fill this crate. What it will hold:
+//! **Status: groundwork.** The PPO and SAC issues finish this crate. What it will hold:
 //!
 //! - PPO for discrete and continuous actions: old log-probabilities and values computed
 //!   in minibatches of a configured size (identical to the full pass), GAE from the
@@ -8,3 +8,32 @@
 //!   resumable checkpoints.
 //! - SAC, continuous (tanh-squashed Gaussian, twin critics, automatic entropy tuning) and
 //!   discrete (expectations over the full policy distribution, in chunks for huge `n`).
+//!
+//! Available now:
+//!
+//! - [`Adam`]: Adam with state it owns, numerically identical to dfdx's, whose moments and
+//!   step counter save and load as an [`AdamState`] (dfdx 0.13 keeps its own private), so
+//!   checkpoints resume exactly; [`AdamConfig`] holds the PPO defaults.
+//! - [`clip_grad_norm`]: global L2 gradient-norm clipping over a model's trainable
+//!   tensors (dfdx has none).
+//! - Policies: [`CategoricalPolicy`] (discrete) and [`GaussianPolicy`] (continuous,
+//!   state-independent log-std), each an actor MLP and a separate critic MLP with layer
+//!   sizes as const generics; they implement `rl-collect`'s `Policy` and `ValuePolicy`
+//!   (so collectors drive them) and [`ActorCritic`]: log-probs and values of stored
+//!   actions in minibatches of a chosen size, and a traced pass for the loss.
+//! - [`Error`], [`Result`]: the crate's error type.
+
+mod error;
+mod optim;
+mod policy;
+
+pub use error::{Error, Result};
+pub use optim::{Adam, AdamConfig, AdamState, clip_grad_norm};
+pub use policy::{
+    Activation, ActorCritic, CategoricalNet, CategoricalPolicy, Evaluation, GaussianNet,
+    GaussianPolicy, Mlp, Mode, PolicyConfig, Relu, Tanh, TracedRows,
+};
+
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: rl_testkit::CountingAllocator = rl_testkit::CountingAllocator;

@@ -1,0 +1,1239 @@
+//! Adam with state we own (so checkpoints can resume exactly), and global gradient-norm
+//! clipping.
+//!
+//! dfdx 0.13 keeps its Adam's moments and step counter private, so a checkpoint written
+//! through dfdx cannot resume training where it stopped. [`Adam`] here computes the same
+//! numbers as `dfdx::optim::Adam` (bit for bit on the CPU: it mirrors the arithmetic of
+//! dfdx's CPU kernel operation by operation, see the tests) and exposes its state as an
+//! [`AdamState`] that serialises with serde.
+//!
+//! # State layout
+//!
+//! The moments are one flat `Vec<f32>` per trainable tensor, in the order
+//! [`TensorCollection::iter_tensors`] visits the model (dfdx's own optimisers and
+//! `num_trainable_params` walk the same order). Tensors that dfdx marks as not updated by
+//! gradients (batch-norm running statistics) have no moments. This layout:
+//!
+//! - is the serialised layout itself: saving and loading is a move or a copy, with no
+//!   mapping step in between;
+//! - does not depend on tensor ids: dfdx's Adam keys its moments by each tensor's unique
+//!   id, so swapping in a freshly loaded model (new ids) silently restarts its moments
+//!   from zero. Here a model of the same type always has the same tensors in the same
+//!   order, so loading weights into a fresh model and swapping it in keeps the optimiser
+//!   valid;
+//! - lets [`Adam::load_state`] check every tensor's length before it changes anything.
+
+use std::{convert::Infallible, fmt, marker::PhantomData};
+
+use dfdx::{
+    nn::tensor_collection::{
+        RecursiveWalker, TensorCollection, TensorOptions, TensorVisitor, ViewTensorMut,
+        ViewTensorRef,
+    },
+    shapes::{HasShape, Shape},
+    tensor::{Cpu, Gradients, Tensor},
+};
+use rl_core::{Location, MemoryPlan};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Hyperparameters of [`Adam`].
+///
+/// The defaults are the ones PPO implementations use (Stable-Baselines3's `PPO`, CleanRL's
+/// `ppo.py`), which differ from PyTorch's and dfdx's Adam defaults in `lr` and `eps`:
+///
+/// | field | default | PyTorch / dfdx default |
+/// | --- | --- | --- |
+/// | `lr` | `3e-4` | `1e-3` |
+/// | `betas` | `[0.9, 0.999]` | same |
+/// | `eps` | `1e-5` | `1e-8` |
+/// | `weight_decay` | `None` | same |
+///
+/// Validated by [`AdamConfig::validate`] (and by [`Adam::new`]): every value finite,
+/// `lr > 0`, `0 <= beta < 1`, `eps > 0`, `weight_decay >= 0`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdamConfig {
+    /// Learning rate (step size). Default `3e-4`. Change it between steps with
+    /// [`Adam::set_lr`] for schedules.
+    pub lr: f64,
+    /// Decay rates of the first and second moment estimates. Default `[0.9, 0.999]`.
+    pub betas: [f64; 2],
+    /// Added to the square root of the second moment before dividing, for numerical
+    /// stability. Default `1e-5` (PPO implementations; PyTorch's default is `1e-8`).
+    pub eps: f64,
+    /// L2 penalty added to the gradient before the moments are updated (`g + wd * p`),
+    /// as in PyTorch's `Adam(weight_decay=...)` and dfdx's `WeightDecay::L2`. Default
+    /// `None`.
+    pub weight_decay: Option<f64>,
+}
+
+impl Default for AdamConfig {
+    fn default() -> Self {
+        Self {
+            lr: 3e-4,
+            betas: [0.9, 0.999],
+            eps: 1e-5,
+            weight_decay: None,
+        }
+    }
+}
+
+/// Whether a learning rate of exactly zero is accepted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ZeroLr {
+    Refused,
+    Allowed,
+}
+
+impl AdamConfig {
+    /// Checks every value: finite, `lr > 0`, `0 <= beta < 1`, `eps > 0`,
+    /// `weight_decay >= 0`. The error names the field.
+    pub fn validate(&self) -> Result<()> {
+        self.check(ZeroLr::Refused)
+    }
+
+    fn check(&self, zero_lr: ZeroLr) -> Result<()> {
+        check_lr(self.lr, zero_lr)?;
+        for (i, beta) in self.betas.into_iter().enumerate() {
+            if !(0.0..1.0).contains(&beta) {
+                return Err(Error::config(
+                    format!("adam.betas[{i}]"),
+                    format!("is {beta} but must be in [0, 1): 0.9 and 0.999 are the usual values"),
+                ));
+            }
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return Err(Error::config(
+                "adam.eps",
+                format!("is {} but must be finite and above 0: try 1e-5", self.eps),
+            ));
+        }
+        if let Some(wd) = self.weight_decay
+            && !(wd.is_finite() && wd >= 0.0)
+        {
+            return Err(Error::config(
+                "adam.weight_decay",
+                format!("is {wd} but must be finite and at least 0: use None for no decay"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_lr(lr: f64, zero_lr: ZeroLr) -> Result<()> {
+    let ok = lr.is_finite()
+        && match zero_lr {
+            ZeroLr::Refused => lr > 0.0,
+            ZeroLr::Allowed => lr >= 0.0,
+        };
+    if ok {
+        return Ok(());
+    }
+    let bound = match zero_lr {
+        ZeroLr::Refused => "above 0",
+        ZeroLr::Allowed => "at least 0",
+    };
+    Err(Error::config(
+        "adam.lr",
+        format!("is {lr} but must be finite and {bound}: 3e-4 is the usual PPO value"),
+    ))
+}
+
+/// Everything [`Adam`] needs to continue exactly where it stopped: the step counter, both
+/// moments and the configuration (with the learning rate last set).
+///
+/// `first[i]` and `second[i]` belong to the model's `i`-th trainable tensor, in the
+/// order `TensorCollection::iter_tensors` visits the model (the order of dfdx's own
+/// optimisers); tensors dfdx does not update from gradients (batch-norm running
+/// statistics) have none. The layout is independent of tensor ids, unlike dfdx's Adam,
+/// which keys its moments by tensor id: a state loads into any model of the same type,
+/// for instance a fresh one that checkpoint weights were loaded into.
+///
+/// Serialises with serde; with `serde_json`'s `float_roundtrip` feature (the workspace's
+/// setting) a JSON round trip is exact.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdamState {
+    /// Updates applied so far (bias correction uses it).
+    pub t: u64,
+    /// First-moment estimates, one vector per trainable tensor.
+    pub first: Vec<Vec<f32>>,
+    /// Second-moment estimates, one vector per trainable tensor.
+    pub second: Vec<Vec<f32>>,
+    /// The hyperparameters, including the current learning rate.
+    pub config: AdamConfig,
+}
+
+/// Adam (Kingma and Ba, 2015) over a dfdx model `M` on the CPU, with state it owns.
+///
+/// Numerically identical to `dfdx::optim::Adam` with the same configuration
+/// (`weight_decay: Some(wd)` is dfdx's `WeightDecay::L2(wd)`). Unlike dfdx's, its state
+/// can be saved ([`Adam::state`]) and restored ([`Adam::load_state`]), it allocates all
+/// its memory in [`Adam::new`] ([`Adam::memory_plan`]), and it keeps working when the
+/// model is replaced by another value of the same type.
+///
+/// # Example
+///
+/// ```
+/// use dfdx::prelude::*;
+/// use rl_algos::{Adam, AdamConfig, clip_grad_norm};
+///
+/// # fn main() -> rl_algos::Result<()> {
+/// type Mlp = (Linear<4, 16>, ReLU, Linear<16, 2>);
+/// let dev = Cpu::default();
+/// let mut model = dev.build_module::<Mlp, f32>();
+/// let mut opt = Adam::new(&model, AdamConfig::default())?;
+/// let x: Tensor<Rank2<8, 4>, f32, _> = dev.sample_normal();
+/// let y: Tensor<Rank2<8, 2>, f32, _> = dev.sample_normal();
+///
+/// let mut grads = model.alloc_grads();
+/// for _ in 0..10 {
+///     let loss = mse_loss(model.forward_mut(x.trace(grads)), y.clone());
+///     grads = loss.backward();
+///     let _norm_before_clipping = clip_grad_norm(&model, &mut grads, 0.5)?;
+///     opt.update(&mut model, &grads)?;
+///     model.zero_grads(&mut grads);
+/// }
+/// let state = opt.state(); // moments, step counter and config: put it in the checkpoint
+/// assert_eq!(state.t, 10);
+///
+/// let mut resumed = Adam::new(&model, AdamConfig::default())?;
+/// resumed.load_state(state)?;
+/// # Ok(()) }
+/// ```
+pub struct Adam<M> {
+    config: AdamConfig,
+    t: u64,
+    first: Vec<Vec<f32>>,
+    second: Vec<Vec<f32>>,
+    /// Scratch for one parameter tensor (the largest), reused by every update.
+    param_buf: Vec<f32>,
+    /// Scratch for one gradient tensor (the largest), reused by every update.
+    grad_buf: Vec<f32>,
+    model: PhantomData<fn(&M)>,
+}
+
+impl<M> fmt::Debug for Adam<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Adam")
+            .field("config", &self.config)
+            .field("t", &self.t)
+            .field("tensors", &self.first.len())
+            .field("params", &self.num_params())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M> Clone for Adam<M> {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config,
+            t: self.t,
+            first: self.first.clone(),
+            second: self.second.clone(),
+            param_buf: self.param_buf.clone(),
+            grad_buf: self.grad_buf.clone(),
+            model: PhantomData,
+        }
+    }
+}
+
+impl<M: TensorCollection<f32, Cpu>> Adam<M> {
+    /// An optimiser for models shaped like `model`, with zeroed moments and step 0.
+    ///
+    /// Allocates everything it will use: both moments and two scratch buffers the size of
+    /// the largest tensor (see [`Adam::memory_plan`]). Fails if `config` is invalid.
+    pub fn new(model: &M, config: AdamConfig) -> Result<Self> {
+        config.validate()?;
+        let lengths = tensor_lengths(model);
+        let largest = lengths.iter().copied().max().unwrap_or(0);
+        Ok(Self {
+            config,
+            t: 0,
+            first: lengths.iter().map(|&n| vec![0.0; n]).collect(),
+            second: lengths.iter().map(|&n| vec![0.0; n]).collect(),
+            param_buf: vec![0.0; largest],
+            grad_buf: vec![0.0; largest],
+            model: PhantomData,
+        })
+    }
+
+    /// Applies one Adam step with bias correction to every trainable tensor of `model`.
+    ///
+    /// `grads` is what `loss.backward()` returned for a forward pass traced with
+    /// `model.alloc_grads()` (possibly clipped with [`clip_grad_norm`]). Parameters that did
+    /// not reach the loss have zero gradients there and are still stepped by their
+    /// momentum, as in dfdx and PyTorch.
+    ///
+    /// Each tensor's parameters and gradient are copied into scratch buffers, updated,
+    /// and copied back: dfdx 0.13 gives no public mutable access to a tensor's storage.
+    /// Besides the planned buffers, one transient copy of one gradient tensor is live at
+    /// a time (`Gradients::get` clones).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StateMismatch`] if a tensor of `model` has another length than this
+    /// optimiser's (impossible for models built from dfdx's modules, whose shapes are
+    /// compile-time constants; checked anyway).
+    ///
+    /// # Panics
+    ///
+    /// If `grads` holds no gradient for a trainable tensor of `model` (dfdx's
+    /// `Gradients::get` panics). Gradients allocated with `model.alloc_grads()` hold one
+    /// for every trainable tensor.
+    pub fn update(&mut self, model: &mut M, grads: &Gradients<f32, Cpu>) -> Result<()> {
+        self.t = self.t.saturating_add(1);
+        let mut op = UpdateOp {
+            kernel: Kernel::new(&self.config, self.t),
+            grads,
+            first: &mut self.first,
+            second: &mut self.second,
+            param_buf: &mut self.param_buf,
+            grad_buf: &mut self.grad_buf,
+            next: 0,
+        };
+        M::iter_tensors(&mut RecursiveWalker {
+            m: model,
+            f: &mut op,
+        })?;
+        let visited = op.next;
+        if visited != self.first.len() {
+            return Err(Error::StateTensorCount {
+                what: "first-moment",
+                expected: visited,
+                actual: self.first.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl<M> Adam<M> {
+    /// The configuration, with the learning rate last set.
+    pub fn config(&self) -> &AdamConfig {
+        &self.config
+    }
+
+    /// The current learning rate.
+    pub fn lr(&self) -> f64 {
+        self.config.lr
+    }
+
+    /// Sets the learning rate used by the following updates (for schedules).
+    ///
+    /// Zero is accepted here (a linear schedule ends at zero; the step then leaves the
+    /// parameters unchanged but still advances the moments and the step counter);
+    /// negative, NaN and infinite rates are refused and leave the rate unchanged.
+    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
+        check_lr(lr, ZeroLr::Allowed)?;
+        self.config.lr = lr;
+        Ok(())
+    }
+
+    /// Updates applied so far.
+    pub fn steps(&self) -> u64 {
+        self.t
+    }
+
+    /// Number of trainable tensors (the length of [`AdamState::first`]).
+    pub fn num_tensors(&self) -> usize {
+        self.first.len()
+    }
+
+    /// Number of trainable parameters (elements of all trainable tensors).
+    pub fn num_params(&self) -> usize {
+        self.first.iter().map(Vec::len).sum()
+    }
+
+    /// The bytes this optimiser holds, all allocated by [`Adam::new`], plus the transient
+    /// gradient copy of [`Adam::update`].
+    pub fn memory_plan(&self) -> MemoryPlan {
+        let f32_bytes = size_of::<f32>() as u64;
+        let params = self.num_params() as u64;
+        let largest = self.param_buf.len() as u64;
+        MemoryPlan::new()
+            .with("adam/first_moment", Location::Ram, params * f32_bytes)
+            .with("adam/second_moment", Location::Ram, params * f32_bytes)
+            .with("adam/scratch", Location::Ram, 2 * largest * f32_bytes)
+            .with(
+                "adam/gradient_copy (transient)",
+                Location::Ram,
+                largest * f32_bytes,
+            )
+    }
+
+    /// A copy of the state, for a checkpoint.
+    pub fn state(&self) -> AdamState {
+        AdamState {
+            t: self.t,
+            first: self.first.clone(),
+            second: self.second.clone(),
+            config: self.config,
+        }
+    }
+
+    /// Replaces the state with `state` (from [`Adam::state`], possibly through a file).
+    ///
+    /// Checks everything first and changes nothing on error: the configuration (a
+    /// learning rate of zero is accepted, as in [`Adam::set_lr`]), the number of tensors,
+    /// and every tensor's length against this optimiser's model.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an invalid configuration, [`Error::StateTensorCount`] when the
+    /// state has another number of tensors, [`Error::StateMismatch`] (naming the first
+    /// tensor that differs and both lengths) when a tensor has another length: the state
+    /// was saved for another architecture.
+    pub fn load_state(&mut self, state: AdamState) -> Result<()> {
+        state.config.check(ZeroLr::Allowed)?;
+        for (what, moments) in [
+            ("first-moment", &state.first),
+            ("second-moment", &state.second),
+        ] {
+            if moments.len() != self.first.len() {
+                return Err(Error::StateTensorCount {
+                    what,
+                    expected: self.first.len(),
+                    actual: moments.len(),
+                });
+            }
+            for (tensor, (ours, theirs)) in self.first.iter().zip(moments).enumerate() {
+                if ours.len() != theirs.len() {
+                    return Err(Error::StateMismatch {
+                        tensor,
+                        expected: ours.len(),
+                        actual: theirs.len(),
+                    });
+                }
+            }
+        }
+        self.t = state.t;
+        self.first = state.first;
+        self.second = state.second;
+        self.config = state.config;
+        Ok(())
+    }
+}
+
+/// Scales `grads` in place so that the global L2 norm over all trainable tensors of
+/// `model` is at most `max_norm`, and returns the norm before scaling.
+///
+/// Like PyTorch's `clip_grad_norm_`, over every trainable tensor together (the norm is
+/// accumulated in `f64`). When the norm exceeds `max_norm` every gradient is multiplied
+/// by `max_norm / norm`; otherwise nothing changes. `max_norm = f32::INFINITY` only
+/// measures. A non-finite norm (a NaN or infinite gradient) is returned with the
+/// gradients left as they are: check `norm.is_finite()` and skip the update.
+///
+/// A trainable tensor without a gradient in `grads` gets a zero one (dfdx's
+/// `Gradients::get_or_alloc_mut`), which does not change the norm.
+///
+/// # Errors
+///
+/// [`Error::Config`] if `max_norm` is NaN or not above 0; [`Error::Device`] if allocating
+/// a missing gradient fails.
+pub fn clip_grad_norm<M: TensorCollection<f32, Cpu>>(
+    model: &M,
+    grads: &mut Gradients<f32, Cpu>,
+    max_norm: f32,
+) -> Result<f32> {
+    if max_norm.is_nan() || max_norm <= 0.0 {
+        return Err(Error::config(
+            "max_grad_norm",
+            format!("is {max_norm} but must be above 0: 0.5 is the usual PPO value"),
+        ));
+    }
+    let mut squares = SumOfSquares { grads, sum: 0.0 };
+    M::iter_tensors(&mut RecursiveWalker {
+        m: model,
+        f: &mut squares,
+    })?;
+    let norm = squares.sum.sqrt();
+    if norm.is_finite() && norm > f64::from(max_norm) {
+        let mut scale = Scale {
+            grads: squares.grads,
+            factor: (f64::from(max_norm) / norm) as f32,
+        };
+        M::iter_tensors(&mut RecursiveWalker {
+            m: model,
+            f: &mut scale,
+        })?;
+    }
+    Ok(norm as f32)
+}
+
+/// Lengths of the trainable tensors of `model`, in visiting order.
+fn tensor_lengths<M: TensorCollection<f32, Cpu>>(model: &M) -> Vec<usize> {
+    let mut op = Lengths(Vec::new());
+    let walked: std::result::Result<_, Infallible> = M::iter_tensors(&mut RecursiveWalker {
+        m: model,
+        f: &mut op,
+    });
+    match walked {
+        Ok(_) => op.0,
+        Err(never) => match never {},
+    }
+}
+
+struct Lengths(Vec<usize>);
+
+impl TensorVisitor<f32, Cpu> for Lengths {
+    type Viewer = ViewTensorRef;
+    type Err = Infallible;
+    type E2 = f32;
+    type D2 = Cpu;
+
+    fn visit<S: Shape>(
+        &mut self,
+        opts: TensorOptions<S, f32, Cpu>,
+        t: &Tensor<S, f32, Cpu>,
+    ) -> std::result::Result<Option<Tensor<S, f32, Cpu>>, Infallible> {
+        if opts.do_gradient_update {
+            self.0.push(t.shape().num_elements());
+        }
+        Ok(None)
+    }
+}
+
+/// The per-step constants of the Adam update, in `f32` as dfdx's CPU kernel has them.
+struct Kernel {
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    one_minus_beta1: f32,
+    one_minus_beta2: f32,
+    /// `1 / (1 - beta1^t)`.
+    correction1: f32,
+    /// `1 / (1 - beta2^t)`.
+    correction2: f32,
+    eps: f32,
+    weight_decay: Option<f32>,
+}
+
+impl Kernel {
+    fn new(config: &AdamConfig, t: u64) -> Self {
+        // dfdx counts steps in an i32; beyond i32::MAX, beta^t is 0 in f32 for any beta < 1.
+        let t = i32::try_from(t).unwrap_or(i32::MAX);
+        let [beta1, beta2] = config.betas.map(|b| b as f32);
+        Self {
+            lr: config.lr as f32,
+            beta1,
+            beta2,
+            one_minus_beta1: 1.0 - beta1,
+            one_minus_beta2: 1.0 - beta2,
+            correction1: (1.0 - beta1.powi(t)).recip(),
+            correction2: (1.0 - beta2.powi(t)).recip(),
+            eps: config.eps as f32,
+            weight_decay: config.weight_decay.map(|wd| wd as f32),
+        }
+    }
+
+    /// One step over one tensor. Operation for operation the arithmetic of dfdx 0.13's
+    /// `AdamKernel` for `Cpu` (`src/tensor_ops/adam/cpu_kernel.rs`), so results are bit
+    /// for bit the same: keep it that way (the tests compare with dfdx).
+    fn apply(&self, params: &mut [f32], grads: &[f32], first: &mut [f32], second: &mut [f32]) {
+        let moments = first.iter_mut().zip(second.iter_mut());
+        for ((p, &g), (m, v)) in params.iter_mut().zip(grads).zip(moments) {
+            let mut g = g;
+            if let Some(wd) = self.weight_decay {
+                g += wd * *p;
+            }
+            *m = *m * self.beta1 + g * self.one_minus_beta1;
+            *v = *v * self.beta2 + g * g * self.one_minus_beta2;
+            let m_hat = *m * self.correction1;
+            let v_hat = *v * self.correction2;
+            *p -= self.lr * m_hat / (v_hat.sqrt() + self.eps);
+        }
+    }
+}
+
+struct UpdateOp<'a> {
+    kernel: Kernel,
+    grads: &'a Gradients<f32, Cpu>,
+    first: &'a mut [Vec<f32>],
+    second: &'a mut [Vec<f32>],
+    param_buf: &'a mut [f32],
+    grad_buf: &'a mut [f32],
+    /// Index of the next trainable tensor.
+    next: usize,
+}
+
+impl TensorVisitor<f32, Cpu> for UpdateOp<'_> {
+    type Viewer = ViewTensorMut;
+    type Err = Error;
+    type E2 = f32;
+    type D2 = Cpu;
+
+    fn visit<S: Shape>(
+        &mut self,
+        opts: TensorOptions<S, f32, Cpu>,
+        p: &mut Tensor<S, f32, Cpu>,
+    ) -> Result<Option<Tensor<S, f32, Cpu>>> {
+        if !opts.do_gradient_update {
+            return Ok(None);
+        }
+        let tensor = self.next;
+        self.next += 1;
+        let n = p.shape().num_elements();
+        let (Some(first), Some(second)) = (self.first.get_mut(tensor), self.second.get_mut(tensor))
+        else {
+            return Err(Error::StateTensorCount {
+                what: "first-moment",
+                expected: tensor + 1,
+                actual: self.first.len(),
+            });
+        };
+        if first.len() != n {
+            return Err(Error::StateMismatch {
+                tensor,
+                expected: n,
+                actual: first.len(),
+            });
+        }
+        let grad = &mut self.grad_buf[..n];
+        self.grads.get(&*p).copy_into(grad);
+        let params = &mut self.param_buf[..n];
+        p.copy_into(params);
+        self.kernel.apply(params, grad, first, second);
+        p.copy_from(params);
+        Ok(None)
+    }
+}
+
+struct SumOfSquares<'a> {
+    grads: &'a mut Gradients<f32, Cpu>,
+    sum: f64,
+}
+
+impl TensorVisitor<f32, Cpu> for SumOfSquares<'_> {
+    type Viewer = ViewTensorRef;
+    type Err = Error;
+    type E2 = f32;
+    type D2 = Cpu;
+
+    fn visit<S: Shape>(
+        &mut self,
+        opts: TensorOptions<S, f32, Cpu>,
+        p: &Tensor<S, f32, Cpu>,
+    ) -> Result<Option<Tensor<S, f32, Cpu>>> {
+        if opts.do_gradient_update {
+            self.sum += sum_of_squares(self.grads.get_or_alloc_mut(p)?);
+        }
+        Ok(None)
+    }
+}
+
+/// `sum(x^2)` in `f64`, over eight independent accumulators so that the loop vectorises
+/// (one running sum is a chain of dependent additions, about 4x slower).
+fn sum_of_squares(values: &[f32]) -> f64 {
+    let mut lanes = [0.0f64; 8];
+    let chunks = values.chunks_exact(lanes.len());
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (lane, &x) in lanes.iter_mut().zip(chunk) {
+            *lane += f64::from(x) * f64::from(x);
+        }
+    }
+    let rest: f64 = rest.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+    lanes.iter().sum::<f64>() + rest
+}
+
+struct Scale<'a> {
+    grads: &'a mut Gradients<f32, Cpu>,
+    factor: f32,
+}
+
+impl TensorVisitor<f32, Cpu> for Scale<'_> {
+    type Viewer = ViewTensorRef;
+    type Err = Error;
+    type E2 = f32;
+    type D2 = Cpu;
+
+    fn visit<S: Shape>(
+        &mut self,
+        opts: TensorOptions<S, f32, Cpu>,
+        p: &Tensor<S, f32, Cpu>,
+    ) -> Result<Option<Tensor<S, f32, Cpu>>> {
+        if opts.do_gradient_update {
+            for g in self.grads.get_or_alloc_mut(p)?.iter_mut() {
+                *g *= self.factor;
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dfdx::{
+        nn::{
+            BuildOnDevice, DeviceBuildExt, ModuleMut, ZeroGrads,
+            builders::{BatchNorm1D, Linear, ReLU},
+            modules,
+        },
+        optim::{Optimizer, WeightDecay},
+        prelude::{OwnedTape, Rank1, Rank2, mse_loss},
+        tensor::{AsArray, SampleTensor, TensorFrom, Trace},
+        tensor_ops::{Backward, MeanTo},
+    };
+    use proptest::prelude::*;
+
+    use super::*;
+
+    type Mlp = (Linear<4, 16>, ReLU, Linear<16, 2>);
+    type Narrow = (Linear<4, 8>, ReLU, Linear<8, 2>);
+    type Batch<const N: usize> = Tensor<Rank2<8, N>, f32, Cpu>;
+
+    fn data(dev: &Cpu) -> (Batch<4>, Batch<2>) {
+        (dev.sample_normal(), dev.sample_normal())
+    }
+
+    /// Gradients of the mean squared error of `model` on `(x, y)`.
+    fn grads_of<M>(model: &mut M, x: &Batch<4>, y: &Batch<2>) -> Gradients<f32, Cpu>
+    where
+        M: TensorCollection<f32, Cpu>
+            + ModuleMut<
+                Tensor<Rank2<8, 4>, f32, Cpu, OwnedTape<f32, Cpu>>,
+                Output = Tensor<Rank2<8, 2>, f32, Cpu, OwnedTape<f32, Cpu>>,
+            >,
+    {
+        let grads = model.alloc_grads();
+        let pred = model.forward_mut(x.clone().trace(grads));
+        mse_loss(pred, y.clone()).backward()
+    }
+
+    /// Every trainable tensor of `model`, in visiting order.
+    fn params<M: TensorCollection<f32, Cpu>>(model: &M) -> Vec<Vec<f32>> {
+        struct Collect(Vec<Vec<f32>>);
+        impl TensorVisitor<f32, Cpu> for Collect {
+            type Viewer = ViewTensorRef;
+            type Err = Infallible;
+            type E2 = f32;
+            type D2 = Cpu;
+            fn visit<S: Shape>(
+                &mut self,
+                opts: TensorOptions<S, f32, Cpu>,
+                t: &Tensor<S, f32, Cpu>,
+            ) -> std::result::Result<Option<Tensor<S, f32, Cpu>>, Infallible> {
+                if opts.do_gradient_update {
+                    self.0.push(t.as_vec());
+                }
+                Ok(None)
+            }
+        }
+        let mut op = Collect(Vec::new());
+        let _ = M::iter_tensors(&mut RecursiveWalker {
+            m: model,
+            f: &mut op,
+        });
+        op.0
+    }
+
+    /// Writes `values` into the trainable tensors of `model`, in visiting order.
+    fn set_params<M: TensorCollection<f32, Cpu>>(model: &mut M, values: &[Vec<f32>]) {
+        struct Write<'a>(&'a [Vec<f32>], usize);
+        impl TensorVisitor<f32, Cpu> for Write<'_> {
+            type Viewer = ViewTensorMut;
+            type Err = Infallible;
+            type E2 = f32;
+            type D2 = Cpu;
+            fn visit<S: Shape>(
+                &mut self,
+                opts: TensorOptions<S, f32, Cpu>,
+                t: &mut Tensor<S, f32, Cpu>,
+            ) -> std::result::Result<Option<Tensor<S, f32, Cpu>>, Infallible> {
+                if opts.do_gradient_update {
+                    t.copy_from(&self.0[self.1]);
+                    self.1 += 1;
+                }
+                Ok(None)
+            }
+        }
+        let _ = M::iter_tensors(&mut RecursiveWalker {
+            m: model,
+            f: &mut Write(values, 0),
+        });
+    }
+
+    /// Gradients of every trainable tensor of `model`, in visiting order.
+    fn grad_values<M: TensorCollection<f32, Cpu>>(
+        model: &M,
+        grads: &Gradients<f32, Cpu>,
+    ) -> Vec<Vec<f32>> {
+        struct Collect<'a>(&'a Gradients<f32, Cpu>, Vec<Vec<f32>>);
+        impl TensorVisitor<f32, Cpu> for Collect<'_> {
+            type Viewer = ViewTensorRef;
+            type Err = Infallible;
+            type E2 = f32;
+            type D2 = Cpu;
+            fn visit<S: Shape>(
+                &mut self,
+                opts: TensorOptions<S, f32, Cpu>,
+                t: &Tensor<S, f32, Cpu>,
+            ) -> std::result::Result<Option<Tensor<S, f32, Cpu>>, Infallible> {
+                if opts.do_gradient_update {
+                    self.1.push(self.0.get(t).as_vec());
+                }
+                Ok(None)
+            }
+        }
+        let mut op = Collect(grads, Vec::new());
+        let _ = M::iter_tensors(&mut RecursiveWalker {
+            m: model,
+            f: &mut op,
+        });
+        op.1
+    }
+
+    fn naive_norm(values: &[Vec<f32>]) -> f64 {
+        values
+            .iter()
+            .flatten()
+            .map(|&g| f64::from(g) * f64::from(g))
+            .sum::<f64>()
+            .sqrt()
+    }
+
+    fn bits(values: &[Vec<f32>]) -> Vec<Vec<u32>> {
+        values
+            .iter()
+            .map(|t| t.iter().map(|x| x.to_bits()).collect())
+            .collect()
+    }
+
+    fn dfdx_config(config: &AdamConfig) -> dfdx::optim::AdamConfig {
+        dfdx::optim::AdamConfig {
+            lr: config.lr,
+            betas: config.betas,
+            eps: config.eps,
+            weight_decay: config.weight_decay.map(WeightDecay::L2),
+        }
+    }
+
+    /// Trains `M` with dfdx's Adam and with ours from the same start on the same data for
+    /// 20 steps (the learning rate changes after 10), comparing the parameters bit for bit
+    /// after every step.
+    fn assert_matches_dfdx<M>(config: AdamConfig) -> Result<()>
+    where
+        M: BuildOnDevice<Cpu, f32>,
+        M::Built: Clone
+            + TensorCollection<f32, Cpu>
+            + ModuleMut<
+                Tensor<Rank2<8, 4>, f32, Cpu, OwnedTape<f32, Cpu>>,
+                Output = Tensor<Rank2<8, 2>, f32, Cpu, OwnedTape<f32, Cpu>>,
+            >,
+    {
+        let dev = Cpu::default();
+        let mut reference = dev.build_module::<M, f32>();
+        let mut ours = reference.clone();
+        let (x, y) = data(&dev);
+        let mut dfdx_opt = dfdx::optim::Adam::new(&reference, dfdx_config(&config));
+        let mut opt = Adam::new(&ours, config)?;
+        let start = params(&ours);
+        for step in 0..20 {
+            if step == 10 {
+                dfdx_opt.cfg.lr = config.lr * 0.25;
+                opt.set_lr(config.lr * 0.25)?;
+            }
+            let grads = grads_of(&mut reference, &x, &y);
+            dfdx_opt
+                .update(&mut reference, &grads)
+                .expect("dfdx's update");
+            let grads = grads_of(&mut ours, &x, &y);
+            opt.update(&mut ours, &grads)?;
+            assert_eq!(
+                bits(&params(&reference)),
+                bits(&params(&ours)),
+                "parameters differ after step {}",
+                step + 1
+            );
+        }
+        assert_ne!(bits(&start), bits(&params(&ours)), "training moved nothing");
+        assert_eq!(opt.steps(), 20);
+        Ok(())
+    }
+
+    #[test]
+    fn default_config_is_valid_and_holds_the_ppo_values() -> Result<()> {
+        let config = AdamConfig::default();
+        config.validate()?;
+        assert_eq!(config.lr, 3e-4);
+        assert_eq!(config.betas, [0.9, 0.999]);
+        assert_eq!(config.eps, 1e-5);
+        assert_eq!(config.weight_decay, None);
+        Ok(())
+    }
+
+    #[test]
+    fn invalid_configs_are_refused_naming_the_field() {
+        let base = AdamConfig::default();
+        type Spoil = fn(&mut AdamConfig);
+        let cases: [(Spoil, &str); 11] = [
+            (|c| c.lr = 0.0, "adam.lr"),
+            (|c| c.lr = -1e-3, "adam.lr"),
+            (|c| c.lr = f64::NAN, "adam.lr"),
+            (|c| c.lr = f64::INFINITY, "adam.lr"),
+            (|c| c.betas[0] = 1.0, "adam.betas[0]"),
+            (|c| c.betas[1] = -0.1, "adam.betas[1]"),
+            (|c| c.betas[1] = f64::NAN, "adam.betas[1]"),
+            (|c| c.eps = 0.0, "adam.eps"),
+            (|c| c.eps = f64::INFINITY, "adam.eps"),
+            (|c| c.weight_decay = Some(-0.1), "adam.weight_decay"),
+            (|c| c.weight_decay = Some(f64::NAN), "adam.weight_decay"),
+        ];
+        let dev = Cpu::default();
+        let model = dev.build_module::<Mlp, f32>();
+        for (spoil, field) in cases {
+            let mut config = base;
+            spoil(&mut config);
+            match config.validate() {
+                Err(Error::Config { what, .. }) => assert_eq!(what, field, "{config:?}"),
+                other => panic!("{config:?} gave {other:?}"),
+            }
+            let err = Adam::new(&model, config).expect_err("an invalid config");
+            assert!(err.to_string().contains(field), "{err}");
+        }
+        // Zero and boundary betas are fine.
+        let edge = AdamConfig {
+            betas: [0.0, 0.0],
+            weight_decay: Some(0.0),
+            ..base
+        };
+        assert!(edge.validate().is_ok());
+    }
+
+    #[test]
+    fn matches_dfdx_adam_bit_for_bit() -> Result<()> {
+        assert_matches_dfdx::<Mlp>(AdamConfig {
+            lr: 1e-2,
+            eps: 1e-8,
+            ..AdamConfig::default()
+        })?;
+        assert_matches_dfdx::<Mlp>(AdamConfig::default())
+    }
+
+    #[test]
+    fn matches_dfdx_adam_with_l2_decay_custom_betas_and_batch_norm() -> Result<()> {
+        // BatchNorm1D's running statistics are not trainable: both optimisers skip them.
+        type WithNorm = (Linear<4, 8>, BatchNorm1D<8>, ReLU, Linear<8, 2>);
+        assert_matches_dfdx::<WithNorm>(AdamConfig {
+            lr: 5e-3,
+            betas: [0.5, 0.25],
+            eps: 1e-6,
+            weight_decay: Some(0.1),
+        })
+    }
+
+    #[test]
+    fn batch_norm_running_statistics_get_no_moments() -> Result<()> {
+        type WithNorm = (Linear<4, 8>, BatchNorm1D<8>, ReLU, Linear<8, 2>);
+        let dev = Cpu::default();
+        let model = dev.build_module::<WithNorm, f32>();
+        let opt = Adam::new(&model, AdamConfig::default())?;
+        // weight, bias, scale, bias, weight, bias: not running_mean and running_var.
+        assert_eq!(opt.num_tensors(), 6);
+        assert_eq!(opt.num_params(), 32 + 8 + 8 + 8 + 16 + 2);
+        Ok(())
+    }
+
+    #[test]
+    fn matches_values_published_in_dfdx_tests() -> Result<()> {
+        // dfdx 0.13 `optim::adam::tests::test_default_adam_params`: lr 1e-3, default betas
+        // and eps, on a 5-vector of ones with loss mean((t * rate)^2).
+        let dev = Cpu::default();
+        let mut t: Tensor<Rank1<5>, f32, Cpu> = dev.tensor([1.0; 5]);
+        let rate: Tensor<Rank1<5>, f32, Cpu> = dev.tensor([1e-6, 1e-5, 1e-4, 1e-3, 1e-2]);
+        let config = AdamConfig {
+            lr: 1e-3,
+            eps: 1e-8,
+            ..AdamConfig::default()
+        };
+        let mut opt = Adam::new(&t, config)?;
+        let expected: [[f32; 5]; 3] = [
+            [0.99999994, 0.999996, 0.9997143, 0.9990244, 0.99900025],
+            [0.9999999, 0.999992, 0.99942863, 0.99804884, 0.9980005],
+            [0.9999998, 0.999988, 0.999143, 0.9970733, 0.9970008],
+        ];
+        for row in expected {
+            let grads = (t.leaky_trace() * rate.clone()).square().mean().backward();
+            opt.update(&mut t, &grads)?;
+            for (got, want) in t.array().into_iter().zip(row) {
+                assert!((got - want).abs() <= 1e-6, "{got} vs {want}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn resuming_from_a_saved_state_is_exact() -> Result<()> {
+        let dev = Cpu::default();
+        let (x, y) = data(&dev);
+        let config = AdamConfig {
+            lr: 1e-2,
+            ..AdamConfig::default()
+        };
+        let mut model = dev.build_module::<Mlp, f32>();
+        let mut opt = Adam::new(&model, config)?;
+        for _ in 0..10 {
+            let grads = grads_of(&mut model, &x, &y);
+            opt.update(&mut model, &grads)?;
+        }
+        opt.set_lr(5e-3)?;
+
+        // Through JSON, into a fresh optimiser over a freshly built model (other tensor
+        // ids, other initial weights) given a copy of the weights.
+        let json = serde_json::to_string(&opt.state()).expect("serialise");
+        let state: AdamState = serde_json::from_str(&json).expect("deserialise");
+        assert_eq!(state, opt.state());
+        let mut copy = dev.build_module::<Mlp, f32>();
+        assert_ne!(bits(&params(&copy)), bits(&params(&model)));
+        set_params(&mut copy, &params(&model));
+        let mut resumed = Adam::new(&copy, AdamConfig::default())?;
+        resumed.load_state(state)?;
+        assert_eq!(resumed.steps(), 10);
+        assert_eq!(resumed.lr(), 5e-3);
+
+        for _ in 0..10 {
+            let grads = grads_of(&mut model, &x, &y);
+            opt.update(&mut model, &grads)?;
+            let grads = grads_of(&mut copy, &x, &y);
+            resumed.update(&mut copy, &grads)?;
+        }
+        assert_eq!(bits(&params(&model)), bits(&params(&copy)));
+        assert_eq!(opt.state(), resumed.state());
+        assert_eq!(resumed.steps(), 20);
+        Ok(())
+    }
+
+    #[test]
+    fn a_state_of_another_architecture_is_refused_and_changes_nothing() -> Result<()> {
+        let dev = Cpu::default();
+        let (x, y) = data(&dev);
+        let mut model = dev.build_module::<Mlp, f32>();
+        let mut opt = Adam::new(&model, AdamConfig::default())?;
+        for _ in 0..3 {
+            let grads = grads_of(&mut model, &x, &y);
+            opt.update(&mut model, &grads)?;
+        }
+        let before = opt.state();
+
+        // Same number of tensors, other sizes: 4x8 instead of 4x16 weights.
+        let narrow = dev.build_module::<Narrow, f32>();
+        let other = Adam::new(&narrow, AdamConfig::default())?.state();
+        match opt.load_state(other) {
+            Err(Error::StateMismatch {
+                tensor,
+                expected,
+                actual,
+            }) => assert_eq!((tensor, expected, actual), (0, 64, 32)),
+            other => panic!("expected StateMismatch, got {other:?}"),
+        }
+        assert_eq!(opt.state(), before);
+
+        // Only the last tensor differs, in the second moment only.
+        let mut almost = before.clone();
+        almost.second[3].push(0.0);
+        match opt.load_state(almost) {
+            Err(Error::StateMismatch {
+                tensor,
+                expected,
+                actual,
+            }) => assert_eq!((tensor, expected, actual), (3, 2, 3)),
+            other => panic!("expected StateMismatch, got {other:?}"),
+        }
+        assert_eq!(opt.state(), before);
+
+        // Another number of tensors.
+        let single = dev.build_module::<Linear<4, 2>, f32>();
+        let other = Adam::new(&single, AdamConfig::default())?.state();
+        let err = opt.load_state(other).expect_err("a 2-tensor state");
+        assert!(
+            matches!(
+                err,
+                Error::StateTensorCount {
+                    expected: 4,
+                    actual: 2,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("another architecture"), "{err}");
+        assert_eq!(opt.state(), before);
+
+        // An invalid configuration.
+        let mut bad = before.clone();
+        bad.config.betas[1] = 1.5;
+        let err = opt.load_state(bad).expect_err("beta above 1");
+        assert!(matches!(err, Error::Config { .. }), "{err:?}");
+        assert_eq!(opt.state(), before);
+        Ok(())
+    }
+
+    #[test]
+    fn set_lr_refuses_invalid_rates_and_zero_freezes_the_parameters() -> Result<()> {
+        let dev = Cpu::default();
+        let (x, y) = data(&dev);
+        let mut model = dev.build_module::<Mlp, f32>();
+        let mut opt = Adam::new(&model, AdamConfig::default())?;
+        for lr in [-1e-3, f64::NAN, f64::INFINITY] {
+            assert!(opt.set_lr(lr).is_err(), "{lr}");
+            assert_eq!(opt.lr(), 3e-4);
+        }
+        opt.set_lr(0.0)?;
+        let start = params(&model);
+        let grads = grads_of(&mut model, &x, &y);
+        opt.update(&mut model, &grads)?;
+        assert_eq!(bits(&params(&model)), bits(&start));
+        assert_eq!(opt.steps(), 1);
+        assert!(opt.state().first.iter().flatten().any(|&m| m != 0.0));
+        // A state saved at lr 0 loads.
+        let state = opt.state();
+        opt.load_state(state)?;
+        Ok(())
+    }
+
+    #[test]
+    fn updating_a_clone_leaves_the_original_alone() -> Result<()> {
+        let dev = Cpu::default();
+        let (x, y) = data(&dev);
+        let original = dev.build_module::<Mlp, f32>();
+        let before = params(&original);
+        let mut clone = original.clone(); // shares storage until written
+        let mut opt = Adam::new(&clone, AdamConfig::default())?;
+        let grads = grads_of(&mut clone, &x, &y);
+        opt.update(&mut clone, &grads)?;
+        assert_eq!(bits(&params(&original)), bits(&before));
+        assert_ne!(bits(&params(&clone)), bits(&before));
+        Ok(())
+    }
+
+    #[test]
+    fn memory_plan_counts_moments_and_scratch() -> Result<()> {
+        let dev = Cpu::default();
+        let model = dev.build_module::<Mlp, f32>();
+        let opt = Adam::new(&model, AdamConfig::default())?;
+        // 4x16 + 16 + 16x2 + 2 parameters; the largest tensor has 64 elements.
+        assert_eq!(opt.num_params(), 114);
+        assert_eq!(opt.num_tensors(), 4);
+        let plan = opt.memory_plan();
+        let bytes: Vec<u64> = plan.lines().iter().map(|l| l.bytes).collect();
+        assert_eq!(bytes, [114 * 4, 114 * 4, 2 * 64 * 4, 64 * 4]);
+        assert_eq!(plan.total(Location::Ram), (2 * 114 + 3 * 64) * 4);
+        Ok(())
+    }
+
+    /// A `Linear<2, 1>` whose gradients are set by hand.
+    fn hand_grads(
+        dev: &Cpu,
+        weight: [f32; 2],
+        bias: f32,
+    ) -> (modules::Linear<2, 1, f32, Cpu>, Gradients<f32, Cpu>) {
+        let model = dev.build_module::<Linear<2, 1>, f32>();
+        let mut grads = model.alloc_grads();
+        let set = |grads: &mut Gradients<f32, Cpu>| -> Result<()> {
+            grads
+                .get_or_alloc_mut(&model.weight)?
+                .copy_from_slice(&weight);
+            grads
+                .get_or_alloc_mut(&model.bias)?
+                .copy_from_slice(&[bias]);
+            Ok(())
+        };
+        set(&mut grads).expect("set gradients");
+        (model, grads)
+    }
+
+    #[test]
+    fn clip_grad_norm_hand_computed() -> Result<()> {
+        let dev = Cpu::default();
+        // sqrt(1 + 4 + 4) = 3.
+        let (model, mut grads) = hand_grads(&dev, [1.0, 2.0], 2.0);
+        assert_eq!(clip_grad_norm(&model, &mut grads, 10.0)?, 3.0);
+        assert_eq!(grad_values(&model, &grads), [vec![1.0, 2.0], vec![2.0]]);
+        assert_eq!(clip_grad_norm(&model, &mut grads, f32::INFINITY)?, 3.0);
+        assert_eq!(grad_values(&model, &grads), [vec![1.0, 2.0], vec![2.0]]);
+        // Clipping to 1.5 halves every gradient.
+        assert_eq!(clip_grad_norm(&model, &mut grads, 1.5)?, 3.0);
+        assert_eq!(grad_values(&model, &grads), [vec![0.5, 1.0], vec![1.0]]);
+        assert_eq!(clip_grad_norm(&model, &mut grads, 1.5)?, 1.5);
+        Ok(())
+    }
+
+    #[test]
+    fn clip_grad_norm_on_a_real_model_reaches_max_norm() -> Result<()> {
+        let dev = Cpu::default();
+        let (x, y) = data(&dev);
+        let mut model = dev.build_module::<Mlp, f32>();
+        let mut grads = grads_of(&mut model, &x, &y);
+        let raw = grad_values(&model, &grads);
+        let norm = naive_norm(&raw);
+        assert!(norm > 0.0);
+
+        // Above the norm: untouched.
+        let returned = clip_grad_norm(&model, &mut grads, (norm * 2.0) as f32)?;
+        assert!((f64::from(returned) - norm).abs() <= 1e-6 * norm);
+        assert_eq!(bits(&grad_values(&model, &grads)), bits(&raw));
+
+        // Below: scaled to max_norm, direction kept.
+        let max_norm = (norm * 0.3) as f32;
+        let returned = clip_grad_norm(&model, &mut grads, max_norm)?;
+        assert!((f64::from(returned) - norm).abs() <= 1e-6 * norm);
+        let clipped = grad_values(&model, &grads);
+        let after = naive_norm(&clipped);
+        assert!(
+            (after - f64::from(max_norm)).abs() <= 1e-5,
+            "{after} vs {max_norm}"
+        );
+        let factor = f64::from(max_norm) / norm;
+        for (c, r) in clipped.iter().flatten().zip(raw.iter().flatten()) {
+            assert!(
+                (f64::from(*c) - f64::from(*r) * factor).abs()
+                    <= 1e-6 * f64::from(r.abs()).max(1e-6)
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn clip_grad_norm_refuses_bad_max_norm_and_leaves_non_finite_gradients_alone() {
+        let dev = Cpu::default();
+        let (model, mut grads) = hand_grads(&dev, [1.0, 2.0], 2.0);
+        for max_norm in [0.0, -1.0, f32::NAN, f32::NEG_INFINITY] {
+            match clip_grad_norm(&model, &mut grads, max_norm) {
+                Err(Error::Config { what, .. }) => assert_eq!(what, "max_grad_norm"),
+                other => panic!("{max_norm} gave {other:?}"),
+            }
+        }
+        for bad in [f32::NAN, f32::INFINITY] {
+            let (model, mut grads) = hand_grads(&dev, [1.0, bad], 2.0);
+            let norm = clip_grad_norm(&model, &mut grads, 0.5).expect("a valid max_norm");
+            assert!(!norm.is_finite());
+            assert_eq!(grad_values(&model, &grads)[1], [2.0]);
+            assert_eq!(grad_values(&model, &grads)[0][0], 1.0);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn clip_grad_norm_matches_the_naive_norm(
+            weight in prop::array::uniform2(-100.0f32..100.0),
+            bias in -100.0f32..100.0,
+            max_norm in 1e-3f32..200.0,
+        ) {
+            let dev = Cpu::default();
+            let (model, mut grads) = hand_grads(&dev, weight, bias);
+            let raw = grad_values(&model, &grads);
+            let norm = naive_norm(&raw);
+            let returned = clip_grad_norm(&model, &mut grads, max_norm).expect("valid");
+            prop_assert!((f64::from(returned) - norm).abs() <= 1e-6 * norm.max(1e-30));
+            let after = naive_norm(&grad_values(&model, &grads));
+            if norm > f64::from(max_norm) {
+                prop_assert!((after - f64::from(max_norm)).abs() <= 1e-5 * f64::from(max_norm).max(1.0));
+            } else {
+                prop_assert_eq!(bits(&grad_values(&model, &grads)), bits(&raw));
+            }
+        }
+    }
+}
