@@ -397,6 +397,107 @@ impl<D: DeviceBackend> DeviceBatch<D> {
     }
 }
 
+/// A device that fails on request, shared by the tests of the buffers built on devices.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::{DeviceBackend, FakeBuffer, FakeDevice};
+    use crate::error::{Error, Result};
+
+    /// A [`FakeDevice`] whose uploads and gathers fail on request.
+    #[derive(Clone, Debug)]
+    pub(crate) struct FailingDevice {
+        pub(crate) inner: FakeDevice,
+        /// Uploads left before they fail (`usize::MAX`: never).
+        pub(crate) uploads_left: Arc<AtomicUsize>,
+        /// Gathers left before they fail.
+        pub(crate) gathers_left: Arc<AtomicUsize>,
+    }
+
+    impl FailingDevice {
+        pub(crate) fn new() -> Self {
+            Self {
+                inner: FakeDevice::new(),
+                uploads_left: Arc::new(AtomicUsize::new(usize::MAX)),
+                gathers_left: Arc::new(AtomicUsize::new(usize::MAX)),
+            }
+        }
+
+        fn spend(counter: &AtomicUsize) -> Result<()> {
+            match counter.load(Ordering::Relaxed) {
+                0 => Err(Error::config("device", "failed on purpose")),
+                usize::MAX => Ok(()),
+                n => {
+                    counter.store(n - 1, Ordering::Relaxed);
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    impl DeviceBackend for FailingDevice {
+        type Buffer = FakeBuffer;
+        type Staging = Vec<u8>;
+
+        fn device(&self) -> rl_core::Device {
+            self.inner.device()
+        }
+
+        fn alloc(&self, bytes: usize) -> Result<FakeBuffer> {
+            self.inner.alloc(bytes)
+        }
+
+        fn len(&self, buffer: &FakeBuffer) -> usize {
+            self.inner.len(buffer)
+        }
+
+        fn alloc_staging(&self, bytes: usize) -> Result<Vec<u8>> {
+            self.inner.alloc_staging(bytes)
+        }
+
+        fn staging_mut<'a>(&self, staging: &'a mut Vec<u8>) -> Result<&'a mut [u8]> {
+            self.inner.staging_mut(staging)
+        }
+
+        fn upload(&self, src: &[u8], dst: &mut FakeBuffer, offset: usize) -> Result<()> {
+            Self::spend(&self.uploads_left)?;
+            self.inner.upload(src, dst, offset)
+        }
+
+        fn upload_staging(
+            &self,
+            staging: &Vec<u8>,
+            len: usize,
+            dst: &mut FakeBuffer,
+            offset: usize,
+        ) -> Result<()> {
+            self.inner.upload_staging(staging, len, dst, offset)
+        }
+
+        fn download(&self, src: &FakeBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
+            self.inner.download(src, offset, dst)
+        }
+
+        fn gather(
+            &self,
+            src: &FakeBuffer,
+            row_bytes: usize,
+            pairs: &FakeBuffer,
+            rows: usize,
+            dst: &mut FakeBuffer,
+        ) -> Result<()> {
+            Self::spend(&self.gathers_left)?;
+            self.inner.gather(src, row_bytes, pairs, rows, dst)
+        }
+
+        fn synchronize(&self) -> Result<()> {
+            self.inner.synchronize()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -563,7 +563,7 @@ impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
     use proptest::prelude::*;
     use rl_core::{Column, DType, Device};
@@ -571,7 +571,8 @@ mod tests {
 
     use super::*;
     use crate::batch::Batch;
-    use crate::device::{FakeBuffer, FakeDevice};
+    use crate::device::FakeDevice;
+    use crate::device::test_support::FailingDevice;
     use crate::prioritized::{Prioritized, PrioritizedConfig};
     use crate::ram::RamStorage;
     use crate::replay::ReplayBuffer;
@@ -1045,72 +1046,9 @@ mod tests {
         assert_eq!(stats.allocations, 0, "{stats:?}");
     }
 
-    /// A device whose uploads start failing after a number of successes.
-    #[derive(Debug, Default)]
-    struct Flaky {
-        inner: FakeDevice,
-        uploads_left: AtomicUsize,
-    }
-
-    impl DeviceBackend for Flaky {
-        type Buffer = FakeBuffer;
-        type Staging = Vec<u8>;
-
-        fn device(&self) -> Device {
-            self.inner.device()
-        }
-        fn alloc(&self, bytes: usize) -> Result<FakeBuffer> {
-            self.inner.alloc(bytes)
-        }
-        fn len(&self, buffer: &FakeBuffer) -> usize {
-            self.inner.len(buffer)
-        }
-        fn alloc_staging(&self, bytes: usize) -> Result<Vec<u8>> {
-            self.inner.alloc_staging(bytes)
-        }
-        fn staging_mut<'a>(&self, staging: &'a mut Vec<u8>) -> Result<&'a mut [u8]> {
-            self.inner.staging_mut(staging)
-        }
-        fn upload(&self, src: &[u8], dst: &mut FakeBuffer, offset: usize) -> Result<()> {
-            if self.uploads_left.load(Ordering::Relaxed) == 0 {
-                return Err(Error::config("flaky device", "upload failed"));
-            }
-            self.uploads_left.fetch_sub(1, Ordering::Relaxed);
-            self.inner.upload(src, dst, offset)
-        }
-        fn upload_staging(
-            &self,
-            staging: &Vec<u8>,
-            len: usize,
-            dst: &mut FakeBuffer,
-            offset: usize,
-        ) -> Result<()> {
-            self.inner.upload_staging(staging, len, dst, offset)
-        }
-        fn download(&self, src: &FakeBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-            self.inner.download(src, offset, dst)
-        }
-        fn gather(
-            &self,
-            src: &FakeBuffer,
-            row_bytes: usize,
-            pairs: &FakeBuffer,
-            rows: usize,
-            dst: &mut FakeBuffer,
-        ) -> Result<()> {
-            self.inner.gather(src, row_bytes, pairs, rows, dst)
-        }
-        fn synchronize(&self) -> Result<()> {
-            Ok(())
-        }
-    }
-
     #[test]
     fn a_device_failure_mid_write_drops_the_rows_it_may_have_overwritten() {
-        let flaky = Flaky {
-            uploads_left: AtomicUsize::new(usize::MAX),
-            ..Flaky::default()
-        };
+        let flaky = FailingDevice::new();
         let mut buffer =
             DeviceReplay::new(flaky, schema(), 10, Uniform::new(0), options(4)).unwrap();
         buffer.extend(&Rows::new(0..10).columns()).unwrap();

@@ -923,8 +923,7 @@ fn gather_host(source: &[u8], row_bytes: usize, positions: &[usize], staging: &m
 #[cfg(test)]
 mod tests {
     use std::ops::Range;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
     use proptest::prelude::*;
     use rl_core::{DType, Element};
@@ -932,7 +931,8 @@ mod tests {
 
     use super::*;
     use crate::batch::Batch;
-    use crate::device::{FakeBuffer, FakeDevice};
+    use crate::device::FakeDevice;
+    use crate::device::test_support::FailingDevice;
     use crate::ram::RamStorage;
     use crate::replay::ReplayBuffer;
     use crate::sampler::Uniform;
@@ -1532,101 +1532,10 @@ mod tests {
         );
     }
 
-    /// A [`FakeDevice`] whose uploads and gathers fail on request.
-    #[derive(Clone, Debug)]
-    struct Flaky {
-        inner: FakeDevice,
-        /// Uploads left before they fail (`usize::MAX`: never).
-        uploads_left: Arc<AtomicUsize>,
-        /// Gathers left before they fail.
-        gathers_left: Arc<AtomicUsize>,
-    }
-
-    impl Flaky {
-        fn new() -> Self {
-            Self {
-                inner: FakeDevice::new(),
-                uploads_left: Arc::new(AtomicUsize::new(usize::MAX)),
-                gathers_left: Arc::new(AtomicUsize::new(usize::MAX)),
-            }
-        }
-
-        fn spend(counter: &AtomicUsize) -> Result<()> {
-            match counter.load(Ordering::Relaxed) {
-                0 => Err(Error::config("device", "failed on purpose")),
-                usize::MAX => Ok(()),
-                n => {
-                    counter.store(n - 1, Ordering::Relaxed);
-                    Ok(())
-                }
-            }
-        }
-    }
-
-    impl DeviceBackend for Flaky {
-        type Buffer = FakeBuffer;
-        type Staging = Vec<u8>;
-
-        fn device(&self) -> rl_core::Device {
-            self.inner.device()
-        }
-
-        fn alloc(&self, bytes: usize) -> Result<FakeBuffer> {
-            self.inner.alloc(bytes)
-        }
-
-        fn len(&self, buffer: &FakeBuffer) -> usize {
-            self.inner.len(buffer)
-        }
-
-        fn alloc_staging(&self, bytes: usize) -> Result<Vec<u8>> {
-            self.inner.alloc_staging(bytes)
-        }
-
-        fn staging_mut<'a>(&self, staging: &'a mut Vec<u8>) -> Result<&'a mut [u8]> {
-            self.inner.staging_mut(staging)
-        }
-
-        fn upload(&self, src: &[u8], dst: &mut FakeBuffer, offset: usize) -> Result<()> {
-            Self::spend(&self.uploads_left)?;
-            self.inner.upload(src, dst, offset)
-        }
-
-        fn upload_staging(
-            &self,
-            staging: &Vec<u8>,
-            len: usize,
-            dst: &mut FakeBuffer,
-            offset: usize,
-        ) -> Result<()> {
-            self.inner.upload_staging(staging, len, dst, offset)
-        }
-
-        fn download(&self, src: &FakeBuffer, offset: usize, dst: &mut [u8]) -> Result<()> {
-            self.inner.download(src, offset, dst)
-        }
-
-        fn gather(
-            &self,
-            src: &FakeBuffer,
-            row_bytes: usize,
-            pairs: &FakeBuffer,
-            rows: usize,
-            dst: &mut FakeBuffer,
-        ) -> Result<()> {
-            Self::spend(&self.gathers_left)?;
-            self.inner.gather(src, row_bytes, pairs, rows, dst)
-        }
-
-        fn synchronize(&self) -> Result<()> {
-            self.inner.synchronize()
-        }
-    }
-
     #[test]
     fn a_device_error_mid_write_changes_nothing_stored_and_rows_come_from_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let device = Flaky::new();
+        let device = FailingDevice::new();
         let mut replay = create(dir.path(), device.clone(), 20, 8, 16, Uniform::new(0));
         let mut host = reference(20, Uniform::new(0));
         let mut device_batch = replay.new_batch().unwrap();
