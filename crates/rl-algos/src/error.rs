@@ -86,6 +86,118 @@ pub enum Error {
         actual: usize,
     },
 
+    /// Checkpoint weights hold another number of tensors than the model.
+    ///
+    /// Tensors are counted in the model's visiting order (`TensorCollection::iter_tensors`),
+    /// every tensor the model holds (see `NetWeights`).
+    #[error(
+        "the checkpoint holds {actual} tensors but the model has {expected}: \
+         a checkpoint of another architecture; load it into a model of the type it was saved from"
+    )]
+    CheckpointTensorCount {
+        /// Tensors in the model.
+        expected: usize,
+        /// Tensors in the checkpoint.
+        actual: usize,
+    },
+
+    /// A checkpoint tensor has another shape than the model's tensor at the same index.
+    #[error(
+        "checkpoint tensor {tensor} has shape {actual:?} but the model's tensor {tensor} has shape \
+         {expected:?}: a checkpoint of another architecture; load it into a model of the type it \
+         was saved from"
+    )]
+    CheckpointShape {
+        /// Index of the tensor, in the model's visiting order.
+        tensor: usize,
+        /// The shape of that tensor in the model.
+        expected: Vec<usize>,
+        /// The shape of that tensor in the checkpoint.
+        actual: Vec<usize>,
+    },
+
+    /// No checkpoint file at the path given.
+    #[error(
+        "no checkpoint at {}: check the path (a checkpoint is written by `Checkpoint::save`)",
+        path.display()
+    )]
+    CheckpointNotFound {
+        /// The path given.
+        path: std::path::PathBuf,
+    },
+
+    /// Reading or writing a checkpoint file failed (other than a missing file).
+    #[error(
+        "could not {action} checkpoint {}: {source}; check permissions and free disk space",
+        path.display()
+    )]
+    CheckpointIo {
+        /// What was being done: `"read"`, `"write"` ...
+        action: &'static str,
+        /// The checkpoint's path.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+
+    /// The file is not a checkpoint of this crate (another `format` field).
+    #[error(
+        "{} is not an rl-algos checkpoint: its format is {found:?}, expected {expected:?}",
+        path.display()
+    )]
+    CheckpointFormat {
+        /// The checkpoint's path.
+        path: std::path::PathBuf,
+        /// The format the file declares.
+        found: String,
+        /// The format this crate writes.
+        expected: &'static str,
+    },
+
+    /// The checkpoint was written by another version of the format.
+    #[error(
+        "checkpoint {} has format version {found} but this build reads version {supported}: \
+         load it with the version of rl-algos that wrote it",
+        path.display()
+    )]
+    CheckpointVersion {
+        /// The checkpoint's path.
+        path: std::path::PathBuf,
+        /// The version the file declares.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+
+    /// A checkpoint's content is unreadable or inconsistent (a truncated or damaged file,
+    /// a tensor whose length is not its shape's product, moments that do not match the
+    /// weights, an `extra` of another type ...).
+    #[error(
+        "checkpoint {what} is corrupt: {problem}; restore it from a good copy or save a new one"
+    )]
+    CheckpointCorrupt {
+        /// Which checkpoint: its path, or `"in memory"`.
+        what: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+
+    /// A checkpoint holds a NaN or infinite value, which its JSON format cannot store.
+    #[error(
+        "cannot save a checkpoint whose {what} tensor {tensor} holds {value} at element {element}: \
+         training diverged; lower the learning rate or save before the divergence"
+    )]
+    CheckpointNonFinite {
+        /// Which part: `"weights"`, `"first-moment"` or `"second-moment"`.
+        what: &'static str,
+        /// Index of the tensor.
+        tensor: usize,
+        /// Index of the element in the tensor.
+        element: usize,
+        /// The value.
+        value: f32,
+    },
+
     /// A discrete action given to a policy is not below its number of actions.
     #[error(
         "action {action} in row {row} is out of range for a policy of {actions} actions: use an index in 0..{actions}"
@@ -97,6 +209,29 @@ pub enum Error {
         action: u32,
         /// Actions of the policy.
         actions: usize,
+    },
+
+    /// A rollout-storage operation failed (a rollout that is not full, advantages not
+    /// computed, a minibatch of another shape ...).
+    #[error("rollout storage: {source}")]
+    Storage {
+        /// The storage error.
+        #[from]
+        source: rl_storage::Error,
+    },
+
+    /// Training produced a NaN or infinite loss or gradient norm; the step was not
+    /// applied.
+    #[error(
+        "training diverged: the {what} is {value}; lower the learning rate, clip gradients \
+         harder or check the rewards for huge or non-finite values"
+    )]
+    Diverged {
+        /// What was not finite: `"policy loss"`, `"value loss"`, `"entropy"` or
+        /// `"gradient norm"`.
+        what: &'static str,
+        /// The value.
+        value: f32,
     },
 }
 

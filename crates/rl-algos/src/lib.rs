@@ -21,18 +21,28 @@
 //!   sizes as const generics; they implement `rl-collect`'s `Policy` and `ValuePolicy`
 //!   (so collectors drive them) and [`ActorCritic`]: log-probs and values of stored
 //!   actions in minibatches of a chosen size, and a traced pass for the loss.
+//! - [`Ppo`]: the PPO update over a rollout buffer (clipped surrogate, optional value
+//!   clipping, entropy bonus, per-minibatch advantage normalisation, grad-norm clipping,
+//!   target-KL early stop, linear learning-rate and clip-range schedules; old
+//!   log-probabilities recorded during collection or recomputed in minibatches),
+//!   configured by a validated [`PpoConfig`], reporting [`UpdateStats`]. The
+//!   `ppo_cartpole` and `ppo_pendulum` examples train it end to end.
 //! - [`Error`], [`Result`]: the crate's error type.
 
+mod checkpoint;
 mod error;
 mod optim;
 mod policy;
+mod ppo;
 
+pub use checkpoint::{Checkpoint, NetWeights};
 pub use error::{Error, Result};
 pub use optim::{Adam, AdamConfig, AdamState, clip_grad_norm};
 pub use policy::{
     Activation, ActorCritic, CategoricalNet, CategoricalPolicy, Evaluation, GaussianNet,
     GaussianPolicy, Mlp, Mode, PolicyConfig, Relu, Tanh, TracedRows,
 };
+pub use ppo::{Ppo, PpoConfig, UpdateStats, clipped_surrogate};
 
 #[cfg(test)]
 #[global_allocator]

@@ -1,0 +1,874 @@
+//! Proximal Policy Optimization (Schulman et al., 2017) over an [`ActorCritic`] policy and
+//! `rl-storage`'s [`RolloutBuffer`], with memory fixed at construction.
+//!
+//! One iteration:
+//!
+//! 1. a collector fills a [`RolloutBuffer`] made from [`Ppo::rollout_config`] and
+//!    computes its advantages (`rl-collect`'s `SyncCollector::collect_rollout` does both,
+//!    recording each action's log-probability and value as it acts);
+//! 2. [`Ppo::update`] runs `epochs` passes over the rollout in shuffled minibatches:
+//!    gather, traced forward, clipped surrogate, value loss, entropy bonus, backward,
+//!    global grad-norm clipping, Adam step;
+//! 3. the caller copies the new weights into the collector's policy and clears the
+//!    rollout.
+//!
+//! # Old log-probabilities
+//!
+//! The ratio `pi(a|s) / pi_old(a|s)` needs the log-probabilities of the stored actions
+//! under the policy that collected them. Two sources, chosen by
+//! [`PpoConfig::recompute_old_log_probs`]:
+//!
+//! - **recorded** (`false`, the default): the log-probabilities the acting policy wrote
+//!   during collection, stored in the rollout. No extra pass and no extra memory. Correct
+//!   whenever the rollout was collected with the weights being updated (the synchronous
+//!   loop above).
+//! - **recomputed** (`true`): before the first epoch, [`ActorCritic::evaluate_minibatched`]
+//!   evaluates the whole rollout with the current weights, [`PpoConfig::eval_minibatch`]
+//!   rows at a time, into two buffers of one `f32` per row allocated by [`Ppo::new`]: live
+//!   memory beyond them is bounded by the evaluation minibatch, never by the rollout
+//!   (the Tianshou failure mode: one pass over the whole batch). Use it when the
+//!   collector's weights differ from the learner's (a stale copy, an asynchronous
+//!   collector) or when the collector did not record log-probabilities. With the same
+//!   weights it gives the recorded numbers up to float rounding of batched matmuls.
+//!
+//! # Loss
+//!
+//! Per minibatch of `n` rows, with `r = exp(log_prob - old_log_prob)` and advantages `A`
+//! (normalised to zero mean and unit standard deviation within the minibatch when
+//! [`PpoConfig::normalize_advantage`] is set and `n > 1`):
+//!
+//! - policy loss `-mean(min(r A, clamp(r, 1 - c, 1 + c) A))` ([`clipped_surrogate`]);
+//! - value loss `mean((V - R)^2)` with `R` the GAE returns, or with value clipping
+//!   `mean(max((V - R)^2, (V_old + clamp(V - V_old, -c_v, c_v) - R)^2))`;
+//! - total `policy + vf_coef * value - ent_coef * mean(entropy)`.
+//!
+//! Stable-Baselines3's loss, except that the clipped value loss takes the larger of the
+//! clipped and unclipped errors (the original PPO2 and CleanRL; SB3 uses the clipped
+//! error alone).
+
+use std::fmt;
+
+use dfdx::prelude::{
+    Backward, Cpu, Gradients, HasShape, MeanTo, OwnedTape, Tensor, TensorFromVec, WithEmptyTape,
+    ZeroGrads,
+};
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rl_core::{DType, Element, Location, MemoryPlan};
+use rl_storage::{ActionShape, RolloutBatch, RolloutBuffer, RolloutConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::optim::{Adam, AdamConfig, clip_grad_norm};
+use crate::policy::{ActorCritic, TracedRows};
+
+/// A scalar on the tape.
+type TracedScalar = Tensor<(), f32, Cpu, OwnedTape<f32, Cpu>>;
+
+/// Hyperparameters of [`Ppo`]: a plain struct, validated by [`PpoConfig::validate`] (and
+/// by [`Ppo::new`]). Start from [`PpoConfig::new`] or `default()` and change fields with
+/// struct update syntax.
+///
+/// The defaults are Stable-Baselines3's `PPO` defaults (which solve CartPole in about
+/// 130k steps); the `ppo_cartpole` and `ppo_pendulum` examples document tuned sets.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PpoConfig {
+    /// Environment steps per environment in one rollout (`T`). Default 2048.
+    pub n_steps: usize,
+    /// Environments stepped together (`N`); a rollout holds `n_steps * n_envs` rows.
+    /// Default 1.
+    pub n_envs: usize,
+    /// Rows per gradient step. Default 64. At most `n_steps * n_envs`; the last minibatch
+    /// of an epoch is smaller when it does not divide the rollout.
+    pub minibatch_size: usize,
+    /// Passes over the rollout per update. Default 10.
+    pub epochs: usize,
+    /// Discount factor, in `[0, 1]`. Default 0.99.
+    pub gamma: f32,
+    /// GAE's lambda, in `[0, 1]`. Default 0.95.
+    pub gae_lambda: f32,
+    /// Clip range `c` of the probability ratio, positive. Default 0.2.
+    pub clip_range: f32,
+    /// With [`PpoConfig::schedule_steps`]: the clip range falls linearly from
+    /// `clip_range` to this value (at least 0) over that many environment steps. Default
+    /// `None` (constant).
+    pub clip_range_end: Option<f32>,
+    /// Value clipping: the value may move at most this far from the collected value per
+    /// update (in return units, positive). Default `None` (no value clipping).
+    pub clip_range_vf: Option<f32>,
+    /// Weight of the entropy bonus, at least 0. Default 0.0.
+    pub ent_coef: f32,
+    /// Weight of the value loss, at least 0. Default 0.5.
+    pub vf_coef: f32,
+    /// Global L2 norm the gradient is clipped to, positive (infinity: no clipping).
+    /// Default 0.5.
+    pub max_grad_norm: f32,
+    /// Early stop: an update stops (for the rest of its epochs) before the first
+    /// minibatch whose approximate KL divergence from the collecting policy exceeds
+    /// `1.5 * target_kl` (Stable-Baselines3's rule). Positive. Default `None`.
+    pub target_kl: Option<f32>,
+    /// Adam's learning rate, positive. Default `3e-4`.
+    pub learning_rate: f64,
+    /// With [`PpoConfig::schedule_steps`]: the learning rate falls linearly from
+    /// `learning_rate` to this value (at least 0) over that many environment steps.
+    /// Default `None` (constant). `Some(0.0)` is SB3's `lin_<lr>` schedule.
+    pub learning_rate_end: Option<f64>,
+    /// Environment steps over which the linear schedules run; required when either
+    /// `*_end` is set. Progress is counted after the rollout being trained on (as SB3's
+    /// `progress_remaining`), and stays at the end value afterwards. Default `None`.
+    pub schedule_steps: Option<u64>,
+    /// Adam's `betas`. Default `[0.9, 0.999]`.
+    pub adam_betas: [f64; 2],
+    /// Adam's `eps`. Default `1e-5` (PPO implementations; PyTorch's is `1e-8`).
+    pub adam_eps: f64,
+    /// Normalise advantages within each minibatch (of more than one row). Default `true`.
+    pub normalize_advantage: bool,
+    /// Recompute the old log-probabilities with the current weights before the first
+    /// epoch instead of using those recorded during collection (see the module
+    /// documentation). Default `false`.
+    pub recompute_old_log_probs: bool,
+    /// Rows per pass when recomputing old log-probabilities, at least 1. Default 1024.
+    pub eval_minibatch: usize,
+    /// Seeds the minibatch shuffling. Default 0.
+    pub seed: u64,
+}
+
+impl PpoConfig {
+    /// Stable-Baselines3's defaults (see the field documentation).
+    pub const fn new() -> Self {
+        Self {
+            n_steps: 2048,
+            n_envs: 1,
+            minibatch_size: 64,
+            epochs: 10,
+            gamma: 0.99,
+            gae_lambda: 0.95,
+            clip_range: 0.2,
+            clip_range_end: None,
+            clip_range_vf: None,
+            ent_coef: 0.0,
+            vf_coef: 0.5,
+            max_grad_norm: 0.5,
+            target_kl: None,
+            learning_rate: 3e-4,
+            learning_rate_end: None,
+            schedule_steps: None,
+            adam_betas: [0.9, 0.999],
+            adam_eps: 1e-5,
+            normalize_advantage: true,
+            recompute_old_log_probs: false,
+            eval_minibatch: 1024,
+            seed: 0,
+        }
+    }
+
+    /// Rows of one rollout: `n_steps * n_envs` (saturating).
+    pub const fn rollout_rows(&self) -> usize {
+        self.n_steps.saturating_mul(self.n_envs)
+    }
+
+    /// The Adam configuration these settings give (the initial learning rate).
+    pub fn adam(&self) -> AdamConfig {
+        AdamConfig {
+            lr: self.learning_rate,
+            betas: self.adam_betas,
+            eps: self.adam_eps,
+            weight_decay: None,
+        }
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the first invalid field (`"ppo.<field>"`) and the fix.
+    pub fn validate(&self) -> Result<()> {
+        let at_least_one = |what: &str, value: usize| {
+            if value == 0 {
+                Err(Error::config(
+                    format!("ppo.{what}"),
+                    "is 0: it must be at least 1",
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        at_least_one("n_steps", self.n_steps)?;
+        at_least_one("n_envs", self.n_envs)?;
+        at_least_one("minibatch_size", self.minibatch_size)?;
+        at_least_one("epochs", self.epochs)?;
+        at_least_one("eval_minibatch", self.eval_minibatch)?;
+        let rows = self.n_steps.checked_mul(self.n_envs).ok_or_else(|| {
+            Error::config("ppo.n_steps", "times n_envs overflows: use smaller sizes")
+        })?;
+        if self.minibatch_size > rows {
+            return Err(Error::config(
+                "ppo.minibatch_size",
+                format!(
+                    "is {} but a rollout holds only n_steps * n_envs = {rows} rows: use at most {rows}",
+                    self.minibatch_size
+                ),
+            ));
+        }
+        for (what, value) in [("gamma", self.gamma), ("gae_lambda", self.gae_lambda)] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(Error::config(
+                    format!("ppo.{what}"),
+                    format!("is {value}: it must lie in [0, 1]"),
+                ));
+            }
+        }
+        positive("clip_range", self.clip_range, "0.2 is the usual value")?;
+        if let Some(end) = self.clip_range_end {
+            non_negative("clip_range_end", end, "0 decays the clip range to nothing")?;
+        }
+        if let Some(vf) = self.clip_range_vf {
+            positive(
+                "clip_range_vf",
+                vf,
+                "use None for no value clipping, or a distance in return units",
+            )?;
+        }
+        non_negative("ent_coef", self.ent_coef, "0 or 0.01 are usual")?;
+        non_negative("vf_coef", self.vf_coef, "0.5 is usual")?;
+        if self.max_grad_norm.is_nan() || self.max_grad_norm <= 0.0 {
+            return Err(Error::config(
+                "ppo.max_grad_norm",
+                format!(
+                    "is {}: it must be above 0 (0.5 is usual; infinity disables clipping)",
+                    self.max_grad_norm
+                ),
+            ));
+        }
+        if let Some(kl) = self.target_kl {
+            positive("target_kl", kl, "0.01 to 0.05 are usual; None disables it")?;
+        }
+        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
+            return Err(Error::config(
+                "ppo.learning_rate",
+                format!(
+                    "is {}: it must be finite and above 0 (3e-4 is usual)",
+                    self.learning_rate
+                ),
+            ));
+        }
+        if let Some(end) = self.learning_rate_end
+            && !(end.is_finite() && end >= 0.0)
+        {
+            return Err(Error::config(
+                "ppo.learning_rate_end",
+                format!("is {end}: it must be finite and at least 0"),
+            ));
+        }
+        let scheduled = self.learning_rate_end.is_some() || self.clip_range_end.is_some();
+        match self.schedule_steps {
+            Some(0) => {
+                return Err(Error::config(
+                    "ppo.schedule_steps",
+                    "is 0: use the run's environment-step budget, or None for constant values",
+                ));
+            }
+            None if scheduled => {
+                return Err(Error::config(
+                    "ppo.schedule_steps",
+                    "is None but learning_rate_end or clip_range_end is set: give the environment steps the schedule runs over",
+                ));
+            }
+            _ => {}
+        }
+        self.adam().validate()
+    }
+
+    /// The learning rate and clip range after `env_steps` environment steps.
+    pub fn scheduled(&self, env_steps: u64) -> (f64, f32) {
+        let progress = match self.schedule_steps {
+            Some(total) if total > 0 => (env_steps as f64 / total as f64).min(1.0),
+            _ => 0.0,
+        };
+        let lr = match self.learning_rate_end {
+            Some(end) => self.learning_rate + (end - self.learning_rate) * progress,
+            None => self.learning_rate,
+        };
+        let clip = match self.clip_range_end {
+            Some(end) => {
+                (f64::from(self.clip_range) + f64::from(end - self.clip_range) * progress) as f32
+            }
+            None => self.clip_range,
+        };
+        (lr.max(0.0), clip.max(0.0))
+    }
+}
+
+impl Default for PpoConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn positive(what: &str, value: f32, hint: &str) -> Result<()> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(Error::config(
+            format!("ppo.{what}"),
+            format!("is {value}: it must be finite and above 0 ({hint})"),
+        ))
+    }
+}
+
+fn non_negative(what: &str, value: f32, hint: &str) -> Result<()> {
+    if value.is_finite() && value >= 0.0 {
+        Ok(())
+    } else {
+        Err(Error::config(
+            format!("ppo.{what}"),
+            format!("is {value}: it must be finite and at least 0 ({hint})"),
+        ))
+    }
+}
+
+/// What one [`Ppo::update`] did. Losses and diagnostics are means over the minibatch
+/// steps taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UpdateStats {
+    /// Clipped-surrogate loss (negated objective).
+    pub policy_loss: f32,
+    /// Value loss (before `vf_coef`).
+    pub value_loss: f32,
+    /// Mean entropy of the action distribution.
+    pub entropy: f32,
+    /// Approximate KL divergence from the collecting policy, `mean((r - 1) - ln r)`
+    /// (Schulman's low-variance estimator), measured before each step.
+    pub approx_kl: f32,
+    /// Fraction of rows whose ratio lay outside `[1 - c, 1 + c]`.
+    pub clip_fraction: f32,
+    /// `1 - Var(R - V_old) / Var(R)` over the rollout: 1 is a perfect critic, 0 no
+    /// better than a constant, negative worse.
+    pub explained_variance: f32,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f32,
+    /// Learning rate used.
+    pub learning_rate: f64,
+    /// Clip range used.
+    pub clip_range: f32,
+    /// Gradient steps taken.
+    pub minibatches: usize,
+    /// Whether the target-KL rule stopped the update early.
+    pub early_stopped: bool,
+}
+
+/// The clipped surrogate loss `-mean(min(r A, clamp(r, 1 - clip, 1 + clip) A))` with
+/// `r = exp(log_probs - old_log_probs)`, on `log_probs`' tape.
+///
+/// Where both terms are equal (the ratio inside the clip range) dfdx's `minimum` sends
+/// half the gradient each way and the clamp passes its half: the gradient is `r A` as it
+/// should be. Outside the range, on the side where clipping binds, it is 0.
+///
+/// # Errors
+/// [`Error::ShapeMismatch`] when the three do not have the same number of rows;
+/// [`Error::Device`] when a tensor cannot be allocated.
+pub fn clipped_surrogate(
+    log_probs: TracedRows,
+    old_log_probs: &[f32],
+    advantages: &[f32],
+    clip: f32,
+) -> Result<TracedScalar> {
+    let rows = log_probs.shape().0;
+    for (what, len) in [
+        ("old log-probs", old_log_probs.len()),
+        ("advantages", advantages.len()),
+    ] {
+        if len != rows {
+            return Err(Error::ShapeMismatch {
+                what,
+                expected: rows,
+                actual: len,
+            });
+        }
+    }
+    let dev = log_probs.device().clone();
+    let old = dev.try_tensor_from_vec(old_log_probs.to_vec(), (rows,))?;
+    let adv = dev.try_tensor_from_vec(advantages.to_vec(), (rows,))?;
+    let ratio = (log_probs - old).exp();
+    let clipped = ratio.with_empty_tape().clamp(1.0 - clip, 1.0 + clip) * adv.clone();
+    let unclipped = ratio * adv;
+    Ok(unclipped.minimum(clipped).mean().negate())
+}
+
+/// Per-minibatch numbers, summed over an update.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sums {
+    policy_loss: f64,
+    value_loss: f64,
+    entropy: f64,
+    approx_kl: f64,
+    clip_fraction: f64,
+    grad_norm: f64,
+    steps: usize,
+}
+
+/// The part of [`Ppo`] one gradient step needs.
+struct Learner<P: ActorCritic> {
+    policy: P,
+    adam: Adam<P::Net>,
+    /// Reused between steps; `None` after a step that did not finish.
+    grads: Option<Gradients<f32, Cpu>>,
+    /// `minibatch_size` each: old log-probs, normalised advantages, new log-probs.
+    old_log_probs: Vec<f32>,
+    advantages: Vec<f32>,
+    new_log_probs: Vec<f32>,
+}
+
+/// Settings of one update, after the schedules.
+#[derive(Clone, Copy)]
+struct StepSettings {
+    clip: f32,
+    target_kl: Option<f32>,
+}
+
+impl<P: ActorCritic> Learner<P> {
+    /// One gradient step on `batch`, whose old log-probs are in `self.old_log_probs`.
+    /// `Ok(false)`: the target-KL rule stopped before stepping.
+    fn step(
+        &mut self,
+        batch: &RolloutBatch,
+        config: &PpoConfig,
+        settings: StepSettings,
+        sums: &mut Sums,
+    ) -> Result<bool> {
+        let rows = batch.len();
+        let old = &self.old_log_probs[..rows];
+        let advantages = &mut self.advantages[..rows];
+        advantages.copy_from_slice(batch.advantages());
+        if config.normalize_advantage && rows > 1 {
+            normalize(advantages);
+        }
+
+        let grads = match self.grads.take() {
+            Some(grads) => grads,
+            None => self.policy.net().try_alloc_grads()?,
+        };
+        let actions = P::stored_actions(batch.actions())?;
+        let eval = self.policy.evaluate_traced(batch.obs(), actions, grads)?;
+
+        // Diagnostics before the step: approximate KL and clip fraction.
+        let new = &mut self.new_log_probs[..rows];
+        eval.log_probs.copy_into(new);
+        let (mut kl, mut clipped) = (0.0f64, 0usize);
+        for (&new, &old) in new.iter().zip(old) {
+            let log_ratio = f64::from(new - old);
+            let ratio = log_ratio.exp();
+            kl += (ratio - 1.0) - log_ratio;
+            clipped += usize::from((ratio - 1.0).abs() > f64::from(settings.clip));
+        }
+        let kl = kl / rows as f64;
+        if let Some(target) = settings.target_kl
+            && kl > 1.5 * f64::from(target)
+        {
+            return Ok(false);
+        }
+
+        let dev = self.policy.device().clone();
+        let policy_loss = clipped_surrogate(eval.log_probs, old, advantages, settings.clip)?;
+        let returns = dev.try_tensor_from_vec(batch.returns().to_vec(), (rows,))?;
+        let value_loss: TracedScalar = match config.clip_range_vf {
+            None => (eval.values - returns).square().mean(),
+            Some(limit) => {
+                let old_values = dev.try_tensor_from_vec(batch.values().to_vec(), (rows,))?;
+                let unclipped = (eval.values.with_empty_tape() - returns.clone()).square();
+                let clipped = ((eval.values - old_values.clone()).clamp(-limit, limit)
+                    + old_values
+                    - returns)
+                    .square();
+                unclipped.maximum(clipped).mean()
+            }
+        };
+        let entropy: TracedScalar = eval.entropy.mean();
+        let (policy_value, value_value, entropy_value) =
+            (scalar(&policy_loss), scalar(&value_loss), scalar(&entropy));
+        for (what, value) in [
+            ("policy loss", policy_value),
+            ("value loss", value_value),
+            ("entropy", entropy_value),
+        ] {
+            if !value.is_finite() {
+                return Err(Error::Diverged { what, value });
+            }
+        }
+        let loss = policy_loss + value_loss * config.vf_coef - entropy * config.ent_coef;
+        let mut grads = loss.backward();
+        let norm = clip_grad_norm(self.policy.net(), &mut grads, config.max_grad_norm)?;
+        if !norm.is_finite() {
+            return Err(Error::Diverged {
+                what: "gradient norm",
+                value: norm,
+            });
+        }
+        self.adam.update(self.policy.net_mut(), &grads)?;
+        self.policy.net().zero_grads(&mut grads);
+        self.grads = Some(grads);
+
+        sums.policy_loss += f64::from(policy_value);
+        sums.value_loss += f64::from(value_value);
+        sums.entropy += f64::from(entropy_value);
+        sums.approx_kl += kl;
+        sums.clip_fraction += clipped as f64 / rows as f64;
+        sums.grad_norm += f64::from(norm);
+        sums.steps += 1;
+        Ok(true)
+    }
+}
+
+fn scalar(t: &TracedScalar) -> f32 {
+    let mut value = [0.0f32];
+    t.copy_into(&mut value);
+    value[0]
+}
+
+/// Normalises to zero mean and unit (sample) standard deviation, `+ 1e-8` in the
+/// denominator as Stable-Baselines3.
+fn normalize(values: &mut [f32]) {
+    let n = values.len() as f64;
+    let mean = values.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let var = values
+        .iter()
+        .map(|&v| (f64::from(v) - mean).powi(2))
+        .sum::<f64>()
+        / (n - 1.0).max(1.0);
+    let scale = 1.0 / (var.sqrt() + 1e-8);
+    for v in values {
+        *v = ((f64::from(*v) - mean) * scale) as f32;
+    }
+}
+
+/// `1 - Var(returns - values) / Var(returns)` (NaN-free: 0 when the returns are constant).
+fn explained_variance(values: &[f32], returns: &[f32]) -> f32 {
+    let n = returns.len() as f64;
+    if n == 0.0 {
+        return 0.0;
+    }
+    let mean = |it: &mut dyn Iterator<Item = f64>| it.sum::<f64>() / n;
+    let mean_r = mean(&mut returns.iter().map(|&r| f64::from(r)));
+    let var_r = mean(&mut returns.iter().map(|&r| (f64::from(r) - mean_r).powi(2)));
+    let diff = |(&v, &r): (&f32, &f32)| f64::from(r) - f64::from(v);
+    let mean_d = mean(&mut values.iter().zip(returns).map(diff));
+    let var_d = mean(
+        &mut values
+            .iter()
+            .zip(returns)
+            .map(|p| (diff(p) - mean_d).powi(2)),
+    );
+    if var_r == 0.0 {
+        0.0
+    } else {
+        (1.0 - var_d / var_r) as f32
+    }
+}
+
+/// PPO over an [`ActorCritic`] policy it owns, with an [`Adam`] whose state it owns.
+///
+/// Everything an update uses is allocated by [`Ppo::new`] ([`Ppo::memory_plan`]): Adam's
+/// state, the gradients (reused by every step; reallocated only after a step that did
+/// not finish, such as a target-KL stop), the minibatch order (one `u32` per rollout
+/// row), one [`RolloutBatch`] of `minibatch_size` rows, three `f32` scratch rows of that
+/// size, and, with
+/// [`PpoConfig::recompute_old_log_probs`], two `f32` per rollout row. Each gradient step
+/// also allocates dfdx's transient tensors for one minibatch (a few times
+/// `minibatch_size * hidden` floats), freed when the step ends.
+///
+/// ```no_run
+/// use rl_algos::{ActorCritic, CategoricalPolicy, PolicyConfig, Ppo, PpoConfig};
+/// use rl_collect::{CollectorConfig, SyncCollector};
+/// use rl_envs::CartPole;
+/// use rl_storage::RolloutBuffer;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = PpoConfig { n_steps: 32, n_envs: 8, minibatch_size: 256, ..PpoConfig::new() };
+/// let envs: Vec<CartPole> = (0..8).map(CartPole::new).collect();
+/// let policy = CategoricalPolicy::<4, 64, 2>::for_env(&envs[0], PolicyConfig::new(), 0)?;
+/// let mut collector = SyncCollector::new(envs, policy.clone(), CollectorConfig::new(8))?;
+/// let mut ppo = Ppo::new(policy, config)?;
+/// let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+/// for _ in 0..10 {
+///     rollout.clear();
+///     collector.collect_rollout(&mut rollout)?;
+///     let stats = ppo.update(&rollout)?;
+///     *collector.policy_mut().net_mut() = ppo.policy().net().clone();
+///     println!("{stats:?}");
+/// }
+/// # Ok(()) }
+/// ```
+pub struct Ppo<P: ActorCritic> {
+    config: PpoConfig,
+    learner: Learner<P>,
+    batch: RolloutBatch,
+    /// Minibatch order: a permutation of the rollout's rows, reshuffled every epoch.
+    order: Vec<u32>,
+    /// Recomputed old log-probs and values, one per rollout row (empty unless
+    /// `recompute_old_log_probs`).
+    recomputed_log_probs: Vec<f32>,
+    recomputed_values: Vec<f32>,
+    rng: Xoshiro256PlusPlus,
+    env_steps: u64,
+    updates: u64,
+}
+
+impl<P: ActorCritic> fmt::Debug for Ppo<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ppo")
+            .field("config", &self.config)
+            .field("adam", &self.learner.adam)
+            .field("env_steps", &self.env_steps)
+            .field("updates", &self.updates)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: ActorCritic> Ppo<P> {
+    /// A learner for `policy`, allocating everything an update uses.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid `config`; [`Error::Device`] when dfdx cannot
+    /// allocate the gradients.
+    pub fn new(policy: P, config: PpoConfig) -> Result<Self> {
+        config.validate()?;
+        let rollout = Self::rollout_config_of(&config);
+        let batch = RolloutBatch::new(&rollout, config.minibatch_size)?;
+        let adam = Adam::new(policy.net(), config.adam())?;
+        let rows = config.rollout_rows();
+        let recompute = if config.recompute_old_log_probs {
+            rows
+        } else {
+            0
+        };
+        let mb = config.minibatch_size;
+        let grads = policy.net().try_alloc_grads()?;
+        Ok(Self {
+            learner: Learner {
+                policy,
+                adam,
+                grads: Some(grads),
+                old_log_probs: vec![0.0; mb],
+                advantages: vec![0.0; mb],
+                new_log_probs: vec![0.0; mb],
+            },
+            batch,
+            order: (0..).take(rows).collect(),
+            recomputed_log_probs: vec![0.0; recompute],
+            recomputed_values: vec![0.0; recompute],
+            rng: Xoshiro256PlusPlus::seed_from_u64(config.seed),
+            env_steps: 0,
+            updates: 0,
+            config,
+        })
+    }
+
+    fn rollout_config_of(config: &PpoConfig) -> RolloutConfig {
+        let action = if <P::Act as Element>::DTYPE == DType::U32 {
+            ActionShape::Discrete
+        } else {
+            ActionShape::Continuous(P::ACT_LEN)
+        };
+        RolloutConfig {
+            gamma: config.gamma,
+            gae_lambda: config.gae_lambda,
+            ..RolloutConfig::new(config.n_steps, config.n_envs, P::OBS_LEN, action)
+        }
+    }
+
+    /// The configuration of the rollout buffers [`Ppo::update`] accepts: `n_steps` x
+    /// `n_envs` rows of this policy's observations and actions, with this `gamma` and
+    /// `gae_lambda`.
+    pub fn rollout_config(&self) -> RolloutConfig {
+        Self::rollout_config_of(&self.config)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PpoConfig {
+        &self.config
+    }
+
+    /// The policy being trained.
+    pub fn policy(&self) -> &P {
+        &self.learner.policy
+    }
+
+    /// The policy being trained, mutably.
+    pub fn policy_mut(&mut self) -> &mut P {
+        &mut self.learner.policy
+    }
+
+    /// The trained policy, consuming the learner.
+    pub fn into_policy(self) -> P {
+        self.learner.policy
+    }
+
+    /// The optimiser (its state goes into checkpoints).
+    pub fn adam(&self) -> &Adam<P::Net> {
+        &self.learner.adam
+    }
+
+    /// The optimiser, mutably (to restore its state).
+    pub fn adam_mut(&mut self) -> &mut Adam<P::Net> {
+        &mut self.learner.adam
+    }
+
+    /// Environment steps trained on so far (rows of the rollouts given to
+    /// [`Ppo::update`]); drives the schedules.
+    pub fn env_steps(&self) -> u64 {
+        self.env_steps
+    }
+
+    /// Updates completed.
+    pub fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    /// What the learner holds besides the policy's weights: Adam's moments and scratch,
+    /// the minibatch, the order and scratch rows, and the recomputed old log-probs and
+    /// values when configured.
+    pub fn memory_plan(&self) -> MemoryPlan {
+        let f32s = |n: usize| (n * size_of::<f32>()) as u64;
+        let mut plan = MemoryPlan::new();
+        plan.nest("ppo", &self.learner.adam.memory_plan());
+        plan.nest("ppo/minibatch", &self.batch.memory_plan());
+        plan.add(
+            "ppo/minibatch_order",
+            Location::Ram,
+            (self.order.len() * size_of::<u32>()) as u64,
+        );
+        plan.add(
+            "ppo/scratch_rows",
+            Location::Ram,
+            f32s(3 * self.config.minibatch_size),
+        );
+        plan.add(
+            "ppo/gradients",
+            Location::Ram,
+            f32s(self.learner.adam.num_params()),
+        );
+        if self.config.recompute_old_log_probs {
+            plan.add(
+                "ppo/recomputed_log_probs+values",
+                Location::Ram,
+                f32s(self.recomputed_log_probs.len() + self.recomputed_values.len()),
+            );
+        }
+        plan
+    }
+
+    /// One PPO update on a full rollout with advantages computed (see the module
+    /// documentation for the loss and the two sources of old log-probabilities).
+    ///
+    /// # Errors
+    /// - [`Error::Config`] for a rollout of another shape than [`Ppo::rollout_config`]
+    ///   (steps, environments, observation length, action shape);
+    /// - [`Error::Storage`] for a rollout that is not full or has no advantages;
+    /// - [`Error::Diverged`] when a loss or the gradient norm is not finite (the step is
+    ///   not applied; earlier steps of this update were);
+    /// - the policy's errors (an action out of range ...).
+    pub fn update(&mut self, rollout: &RolloutBuffer) -> Result<UpdateStats> {
+        let expected = self.rollout_config();
+        let given = rollout.config();
+        if (given.steps, given.envs, given.obs_len, given.action)
+            != (
+                expected.steps,
+                expected.envs,
+                expected.obs_len,
+                expected.action,
+            )
+        {
+            return Err(Error::config(
+                "rollout buffer",
+                format!(
+                    "is {} steps x {} envs of {} observation elements and {:?} actions, but this PPO trains on {} x {} of {} and {:?}: make it from Ppo::rollout_config()",
+                    given.steps,
+                    given.envs,
+                    given.obs_len,
+                    given.action,
+                    expected.steps,
+                    expected.envs,
+                    expected.obs_len,
+                    expected.action
+                ),
+            ));
+        }
+        let returns = rollout
+            .returns()
+            .ok_or(rl_storage::Error::AdvantagesNotComputed)?;
+        let explained_variance = explained_variance(rollout.values(), returns);
+
+        let env_steps = self.env_steps + rollout.rows() as u64;
+        let (lr, clip) = self.config.scheduled(env_steps);
+        self.learner.adam.set_lr(lr)?;
+        if self.config.recompute_old_log_probs {
+            let actions = P::stored_actions(rollout.actions())?;
+            self.learner.policy.evaluate_minibatched(
+                rollout.obs(),
+                actions,
+                self.config.eval_minibatch,
+                &mut self.recomputed_log_probs,
+                &mut self.recomputed_values,
+            )?;
+        }
+        let settings = StepSettings {
+            clip,
+            target_kl: self.config.target_kl,
+        };
+
+        let mut sums = Sums::default();
+        let mut early_stopped = false;
+        'epochs: for _ in 0..self.config.epochs {
+            shuffle(&mut self.order, &mut self.rng);
+            for indices in self.order.chunks(self.config.minibatch_size) {
+                rollout.gather(indices, &mut self.batch)?;
+                let old = &mut self.learner.old_log_probs[..indices.len()];
+                if self.config.recompute_old_log_probs {
+                    for (slot, &row) in old.iter_mut().zip(indices) {
+                        *slot = self.recomputed_log_probs[row as usize];
+                    }
+                } else {
+                    old.copy_from_slice(self.batch.log_probs());
+                }
+                if !self
+                    .learner
+                    .step(&self.batch, &self.config, settings, &mut sums)?
+                {
+                    early_stopped = true;
+                    break 'epochs;
+                }
+            }
+        }
+        self.env_steps = env_steps;
+        self.updates += 1;
+
+        let steps = sums.steps.max(1) as f64;
+        Ok(UpdateStats {
+            policy_loss: (sums.policy_loss / steps) as f32,
+            value_loss: (sums.value_loss / steps) as f32,
+            entropy: (sums.entropy / steps) as f32,
+            approx_kl: (sums.approx_kl / steps) as f32,
+            clip_fraction: (sums.clip_fraction / steps) as f32,
+            explained_variance,
+            grad_norm: (sums.grad_norm / steps) as f32,
+            learning_rate: lr,
+            clip_range: clip,
+            minibatches: sums.steps,
+            early_stopped,
+        })
+    }
+}
+
+/// Fisher-Yates over the identity, as `RolloutBuffer::shuffle`: the order depends only on
+/// the generator's state.
+fn shuffle(order: &mut [u32], rng: &mut Xoshiro256PlusPlus) {
+    for (slot, index) in order.iter_mut().zip(0u32..) {
+        *slot = index;
+    }
+    for i in (1..order.len()).rev() {
+        let j = rng.random_range(0..=i);
+        order.swap(i, j);
+    }
+}
+
+#[cfg(test)]
+mod tests;

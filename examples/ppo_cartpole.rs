@@ -1,0 +1,207 @@
+//! PPO solves CartPole-v1: a mean return of at least 475 over the last 20 episodes.
+//!
+//! ```text
+//! cargo run --release --example ppo_cartpole -- --seed 0 --threads 1
+//! ```
+//!
+//! Prints the memory plan at start and a progress line every 0.1 s on stderr (env
+//! steps, steps/s, mean return, resident memory), then one JSON line on stdout:
+//! `{"solved", "env_steps", "wall_s", "mean_return", "window", "peak_rss_bytes", "seed"}`
+//! (`env_steps` and `wall_s` at the solve point, or at the end of the budget).
+//!
+//! Flags: `--seed N` (default 0), `--threads N` (default 1: dfdx's matmul runs on rayon's
+//! global pool, which gets exactly `N` threads), `--max-steps N` (budget, default
+//! 100_000), and for tuning `--n-steps`, `--n-envs`, `--batch`, `--epochs`, `--lr`,
+//! `--schedule` (env steps of the linear decay).
+//!
+//! Architecture and hyperparameters (from rl-zoo's tuned CartPole-v1 PPO, with ReLU,
+//! smaller minibatches, fewer epochs and a higher learning rate: the same number of
+//! gradient steps per environment step at a quarter of the arithmetic): separate actor
+//! and critic MLPs 4-64-64 with ReLU (actor head scaled by 0.01, dfdx's initialisation
+//! otherwise), 8 environments x 32 steps per rollout (256 rows), minibatch 64, 5 epochs
+//! (20 gradient steps per rollout), gamma 0.98, GAE lambda 0.8, learning rate 2e-3 and
+//! clip range 0.2 both decaying linearly to 0 over 100_000 env steps (`--schedule`), no
+//! entropy bonus, value coefficient 0.5, grad-norm 0.5, Adam eps 1e-5, per-minibatch
+//! advantage normalisation, old log-probs recorded during collection. Solved within
+//! 20k to 42k env steps on 16 seeds tried (0 to 15), 0.3 to 0.65 s on one thread.
+
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use rl::algos::{ActorCritic, CategoricalPolicy, PolicyConfig, Ppo, PpoConfig};
+use rl::collect::{CollectorConfig, SyncCollector};
+use rl::core::{Location, MemoryPlan, ProcessMemory};
+use rl::envs::CartPole;
+use rl::storage::RolloutBuffer;
+
+/// Episodes averaged for the solve criterion.
+const WINDOW: usize = 20;
+/// Mean return over the window that counts as solved.
+const SOLVED_AT: f32 = 475.0;
+
+struct Args {
+    seed: u64,
+    threads: usize,
+    max_steps: u64,
+    n_steps: usize,
+    n_envs: usize,
+    batch: usize,
+    epochs: usize,
+    lr: f64,
+    schedule: u64,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        seed: 0,
+        threads: 1,
+        max_steps: 100_000,
+        n_steps: 32,
+        n_envs: 8,
+        batch: 64,
+        epochs: 5,
+        lr: 2e-3,
+        schedule: 100_000,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        let bad = || format!("{flag} {value}: not a valid number");
+        match flag.as_str() {
+            "--seed" => args.seed = value.parse().with_context(bad)?,
+            "--threads" => args.threads = value.parse().with_context(bad)?,
+            "--max-steps" => args.max_steps = value.parse().with_context(bad)?,
+            "--n-steps" => args.n_steps = value.parse().with_context(bad)?,
+            "--n-envs" => args.n_envs = value.parse().with_context(bad)?,
+            "--batch" => args.batch = value.parse().with_context(bad)?,
+            "--epochs" => args.epochs = value.parse().with_context(bad)?,
+            "--lr" => args.lr = value.parse().with_context(bad)?,
+            "--schedule" => args.schedule = value.parse().with_context(bad)?,
+            _ => bail!(
+                "unknown flag {flag}: use --seed, --threads, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr or --schedule"
+            ),
+        }
+    }
+    if args.threads == 0 {
+        bail!("--threads 0: use at least one thread");
+    }
+    Ok(args)
+}
+
+type Policy = CategoricalPolicy<4, 64, 2>;
+
+fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads)
+        .build_global()
+        .context("building rayon's global pool")?;
+    let start = Instant::now();
+
+    let config = PpoConfig {
+        n_steps: args.n_steps,
+        n_envs: args.n_envs,
+        minibatch_size: args.batch,
+        epochs: args.epochs,
+        gamma: 0.98,
+        gae_lambda: 0.8,
+        clip_range: 0.2,
+        clip_range_end: Some(0.0),
+        ent_coef: 0.0,
+        vf_coef: 0.5,
+        max_grad_norm: 0.5,
+        learning_rate: args.lr,
+        learning_rate_end: Some(0.0),
+        schedule_steps: Some(args.schedule),
+        seed: args.seed,
+        ..PpoConfig::new()
+    };
+    let envs: Vec<CartPole> = (0..args.n_envs as u64)
+        .map(|i| CartPole::new(args.seed.wrapping_mul(1000).wrapping_add(i)))
+        .collect();
+    let policy = Policy::for_env(&envs[0], PolicyConfig::new(), args.seed)?;
+    let mut collector = SyncCollector::new(
+        envs,
+        policy.clone(),
+        CollectorConfig {
+            seed: args.seed,
+            stats_window: WINDOW,
+            ..CollectorConfig::new(args.n_envs)
+        },
+    )?;
+    let mut ppo = Ppo::new(policy, config)?;
+    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+
+    let mut plan = MemoryPlan::new();
+    plan.nest("rollout", &rollout.memory_plan());
+    plan.nest("collector", &collector.memory_plan());
+    plan.nest("optimiser", &ppo.memory_plan());
+    let weight_bytes = (ppo.adam().num_params() * size_of::<f32>()) as u64;
+    plan.add("policy/weights (learner)", Location::Ram, weight_bytes);
+    plan.add(
+        "policy/weights (collector copy)",
+        Location::Ram,
+        weight_bytes,
+    );
+    eprintln!(
+        "ppo_cartpole: seed {}, {} thread(s)",
+        args.seed, args.threads
+    );
+    eprintln!("memory plan\n{plan}");
+
+    let mut solved = false;
+    let mut last_print = Instant::now();
+    loop {
+        rollout.clear();
+        let report = collector.collect_rollout(&mut rollout)?;
+        let (window, episodes) = (collector.stats().window_len(), collector.stats().episodes());
+        let mean_return = collector.stats().mean_return().unwrap_or(0.0);
+        if window >= WINDOW && mean_return >= SOLVED_AT {
+            solved = true;
+            break;
+        }
+        if collector.frames() >= args.max_steps {
+            break;
+        }
+        let update = ppo.update(&rollout)?;
+        *collector.policy_mut().net_mut() = ppo.policy().net().clone();
+        if last_print.elapsed().as_secs_f64() >= 0.1 {
+            last_print = Instant::now();
+            let elapsed = start.elapsed().as_secs_f64();
+            eprintln!(
+                "steps {:>7}  {:>8.0} steps/s  mean return {:>6.1} ({} episodes)  kl {:.4}  clip {:.3}  ev {:.2}  rss {:.1} MiB",
+                report.total_frames,
+                report.total_frames as f64 / elapsed,
+                mean_return,
+                episodes,
+                update.approx_kl,
+                update.clip_fraction,
+                update.explained_variance,
+                report
+                    .memory
+                    .map_or(0.0, |m| m.rss_bytes as f64 / 1048576.0),
+            );
+        }
+    }
+    let wall_s = start.elapsed().as_secs_f64();
+    let stats = collector.stats();
+    let memory = ProcessMemory::read()?;
+    eprintln!(
+        "{} after {} env steps, {wall_s:.2} s",
+        if solved { "solved" } else { "not solved" },
+        collector.frames()
+    );
+    println!(
+        "{}",
+        serde_json::json!({
+            "solved": solved,
+            "env_steps": collector.frames(),
+            "wall_s": wall_s,
+            "mean_return": stats.mean_return(),
+            "window": stats.window_len(),
+            "peak_rss_bytes": memory.peak_rss_bytes,
+            "seed": args.seed,
+        })
+    );
+    Ok(())
+}

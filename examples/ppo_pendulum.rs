@@ -1,0 +1,218 @@
+//! PPO solves Pendulum-v1: a mean return above -500 over the last 20 episodes.
+//!
+//! ```text
+//! cargo run --release --example ppo_pendulum -- --seed 0 --threads 1
+//! ```
+//!
+//! Prints the memory plan at start and a progress line every 0.1 s on stderr (env
+//! steps, steps/s, mean return, resident memory), then one JSON line on stdout:
+//! `{"solved", "env_steps", "wall_s", "mean_return", "window", "peak_rss_bytes", "seed"}`
+//! (`env_steps` and `wall_s` at the solve point, or at the end of the budget).
+//!
+//! Flags: `--seed N` (default 0), `--threads N` (default 1: dfdx's matmul runs on rayon's
+//! global pool, which gets exactly `N` threads), `--max-steps N` (budget, default
+//! 300_000), and for tuning `--n-steps`, `--n-envs`, `--batch`, `--epochs`, `--lr`,
+//! `--schedule` (env steps of a linear decay of learning rate and clip range to 0; 0, the
+//! default, keeps both constant), `--log-std` (initial log standard deviation).
+//!
+//! Architecture and hyperparameters (rl-zoo's tuned Pendulum-v1 PPO without gSDE, with
+//! ReLU): a diagonal Gaussian policy with state-independent log-std (initially 0) and a
+//! mean MLP 3-64-64-1, a separate critic MLP 3-64-64-1, both ReLU (actor head scaled by
+//! 0.01); actions sampled unbounded and clipped to [-2, 2] by the environment; 4
+//! environments x 1024 steps per rollout, minibatch 64, 10 epochs, gamma 0.9, GAE lambda
+//! 0.95, learning rate 1e-3 and clip range 0.2 (constant), no entropy bonus, value
+//! coefficient 0.5, grad-norm 0.5, per-minibatch advantage normalisation, old log-probs
+//! recorded during collection. Seeds 0 to 7 pass -500 after 32k to 41k env steps, about
+//! 0.9 s each on one thread.
+
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use rl::algos::{ActorCritic, GaussianPolicy, PolicyConfig, Ppo, PpoConfig};
+use rl::collect::{CollectorConfig, SyncCollector};
+use rl::core::{Location, MemoryPlan, ProcessMemory};
+use rl::envs::Pendulum;
+use rl::storage::RolloutBuffer;
+
+/// Episodes averaged for the solve criterion.
+const WINDOW: usize = 20;
+/// Mean return over the window that counts as solved.
+const SOLVED_AT: f32 = -500.0;
+
+struct Args {
+    seed: u64,
+    threads: usize,
+    max_steps: u64,
+    n_steps: usize,
+    n_envs: usize,
+    batch: usize,
+    epochs: usize,
+    lr: f64,
+    schedule: u64,
+    log_std: f32,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        seed: 0,
+        threads: 1,
+        max_steps: 300_000,
+        n_steps: 1024,
+        n_envs: 4,
+        batch: 64,
+        epochs: 10,
+        lr: 1e-3,
+        schedule: 0,
+        log_std: 0.0,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        let bad = || format!("{flag} {value}: not a valid number");
+        match flag.as_str() {
+            "--seed" => args.seed = value.parse().with_context(bad)?,
+            "--threads" => args.threads = value.parse().with_context(bad)?,
+            "--max-steps" => args.max_steps = value.parse().with_context(bad)?,
+            "--n-steps" => args.n_steps = value.parse().with_context(bad)?,
+            "--n-envs" => args.n_envs = value.parse().with_context(bad)?,
+            "--batch" => args.batch = value.parse().with_context(bad)?,
+            "--epochs" => args.epochs = value.parse().with_context(bad)?,
+            "--lr" => args.lr = value.parse().with_context(bad)?,
+            "--schedule" => args.schedule = value.parse().with_context(bad)?,
+            "--log-std" => args.log_std = value.parse().with_context(bad)?,
+            _ => bail!(
+                "unknown flag {flag}: use --seed, --threads, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr, --schedule or --log-std"
+            ),
+        }
+    }
+    if args.threads == 0 {
+        bail!("--threads 0: use at least one thread");
+    }
+    Ok(args)
+}
+
+type Policy = GaussianPolicy<3, 64, 1>;
+
+fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads)
+        .build_global()
+        .context("building rayon's global pool")?;
+    let start = Instant::now();
+
+    let scheduled = args.schedule > 0;
+    let config = PpoConfig {
+        n_steps: args.n_steps,
+        n_envs: args.n_envs,
+        minibatch_size: args.batch,
+        epochs: args.epochs,
+        gamma: 0.9,
+        gae_lambda: 0.95,
+        clip_range: 0.2,
+        clip_range_end: scheduled.then_some(0.0),
+        ent_coef: 0.0,
+        vf_coef: 0.5,
+        max_grad_norm: 0.5,
+        learning_rate: args.lr,
+        learning_rate_end: scheduled.then_some(0.0),
+        schedule_steps: scheduled.then_some(args.schedule),
+        seed: args.seed,
+        ..PpoConfig::new()
+    };
+    let envs: Vec<Pendulum> = (0..args.n_envs as u64)
+        .map(|i| Pendulum::new(args.seed.wrapping_mul(1000).wrapping_add(i)))
+        .collect();
+    let policy = Policy::for_env(
+        &envs[0],
+        PolicyConfig {
+            log_std_init: args.log_std,
+            ..PolicyConfig::new()
+        },
+        args.seed,
+    )?;
+    let mut collector = SyncCollector::new(
+        envs,
+        policy.clone(),
+        CollectorConfig {
+            seed: args.seed,
+            stats_window: WINDOW,
+            ..CollectorConfig::new(args.n_envs)
+        },
+    )?;
+    let mut ppo = Ppo::new(policy, config)?;
+    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+
+    let mut plan = MemoryPlan::new();
+    plan.nest("rollout", &rollout.memory_plan());
+    plan.nest("collector", &collector.memory_plan());
+    plan.nest("optimiser", &ppo.memory_plan());
+    let weight_bytes = (ppo.adam().num_params() * size_of::<f32>()) as u64;
+    plan.add("policy/weights (learner)", Location::Ram, weight_bytes);
+    plan.add(
+        "policy/weights (collector copy)",
+        Location::Ram,
+        weight_bytes,
+    );
+    eprintln!(
+        "ppo_pendulum: seed {}, {} thread(s)",
+        args.seed, args.threads
+    );
+    eprintln!("memory plan\n{plan}");
+
+    let mut solved = false;
+    let mut last_print = Instant::now();
+    loop {
+        rollout.clear();
+        let report = collector.collect_rollout(&mut rollout)?;
+        let (window, episodes) = (collector.stats().window_len(), collector.stats().episodes());
+        let mean_return = collector.stats().mean_return().unwrap_or(f32::NEG_INFINITY);
+        if window >= WINDOW && mean_return > SOLVED_AT {
+            solved = true;
+            break;
+        }
+        if collector.frames() >= args.max_steps {
+            break;
+        }
+        let update = ppo.update(&rollout)?;
+        *collector.policy_mut().net_mut() = ppo.policy().net().clone();
+        if last_print.elapsed().as_secs_f64() >= 0.1 {
+            last_print = Instant::now();
+            let elapsed = start.elapsed().as_secs_f64();
+            eprintln!(
+                "steps {:>7}  {:>8.0} steps/s  mean return {:>6.1} ({} episodes)  kl {:.4}  clip {:.3}  ev {:.2}  rss {:.1} MiB",
+                report.total_frames,
+                report.total_frames as f64 / elapsed,
+                mean_return,
+                episodes,
+                update.approx_kl,
+                update.clip_fraction,
+                update.explained_variance,
+                report
+                    .memory
+                    .map_or(0.0, |m| m.rss_bytes as f64 / 1048576.0),
+            );
+        }
+    }
+    let wall_s = start.elapsed().as_secs_f64();
+    let stats = collector.stats();
+    let memory = ProcessMemory::read()?;
+    eprintln!(
+        "{} after {} env steps, {wall_s:.2} s",
+        if solved { "solved" } else { "not solved" },
+        collector.frames()
+    );
+    println!(
+        "{}",
+        serde_json::json!({
+            "solved": solved,
+            "env_steps": collector.frames(),
+            "wall_s": wall_s,
+            "mean_return": stats.mean_return(),
+            "window": stats.window_len(),
+            "peak_rss_bytes": memory.peak_rss_bytes,
+            "seed": args.seed,
+        })
+    );
+    Ok(())
+}
