@@ -8,7 +8,9 @@
 //!
 //! Collectors write every transition (`obs`, `action`, `reward`, `terminated`,
 //! `truncated`, `next_obs`) into a 1M-row RAM replay buffer, as a training run would.
-//! Rates are the median over rounds. Then a 10-million-step synchronous run prints the
+//! Rates are the median over rounds. `"policy":"mlp"` is the PPO CartPole policy
+//! (4-64-64-2 ReLU actor and critic, sampling actions, recording log-probs and values) on
+//! a one-thread pool. Then a 10-million-step synchronous run prints the
 //! resident memory after every million steps, and a summary line with the spread of RSS
 //! after the first million (`"run":"soak"`).
 
@@ -30,6 +32,7 @@ fn main() -> anyhow::Result<()> {
     match common::args().as_slice() {
         [] => run_all(),
         [flag, collector, workers] if flag == "--config" => one_config(collector, workers.parse()?),
+        [flag] if flag == "--mlp" => mlp(),
         [flag] if flag == "--soak" => soak(),
         other => bail!(
             "unknown arguments {other:?}: use no arguments, --soak, or --config sync|async WORKERS"
@@ -45,6 +48,11 @@ fn run_all() -> anyhow::Result<()> {
         if let Some(line) = common::median_line(&all, "env_steps_per_s") {
             println!("{line}");
         }
+    }
+    let mlp = common::run_children(&["--mlp".to_owned()], 3)?;
+    let all: Vec<&serde_json::Value> = mlp.iter().collect();
+    if let Some(line) = common::median_line(&all, "env_steps_per_s") {
+        println!("{line}");
     }
     for line in common::run_children(&["--soak".to_owned()], 1)? {
         println!("{line}");
@@ -149,6 +157,37 @@ fn soak() -> anyhow::Result<()> {
         "run": "soak",
         "env_steps": sync.frames(),
         "rss_spread_after_first_million_bytes": spread,
+    });
+    println!("{line}");
+    Ok(())
+}
+
+/// The PPO CartPole policy driving the synchronous collector, on one thread.
+fn mlp() -> anyhow::Result<()> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build_global()?;
+    let mut replay = replay()?;
+    let policy = rl_algos::CategoricalPolicy::<4, 64, 2>::new(rl_algos::PolicyConfig::new(), 0)?;
+    let mut sync = SyncCollector::new(envs(), policy, CollectorConfig::new(ENVS * 64))?;
+    sync.collect(&mut replay)?;
+    let mut rates = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        let mut frames = 0;
+        for _ in 0..10 {
+            frames += sync.collect(&mut replay)?.frames;
+        }
+        rates.push(frames as f64 / start.elapsed().as_secs_f64());
+    }
+    let line = serde_json::json!({
+        "bench": "collect",
+        "collector": "sync",
+        "envs": ENVS,
+        "workers": 1,
+        "policy": "mlp",
+        "env_steps_per_s": common::median(&mut rates).round(),
+        "peak_rss_bytes": ProcessMemory::read()?.peak_rss_bytes,
     });
     println!("{line}");
     Ok(())
