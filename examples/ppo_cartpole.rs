@@ -12,7 +12,17 @@
 //! Flags: `--seed N` (default 0), `--threads N` (default 1: dfdx's matmul runs on rayon's
 //! global pool, which gets exactly `N` threads), `--max-steps N` (budget, default
 //! 100_000), and for tuning `--n-steps`, `--n-envs`, `--batch`, `--epochs`, `--lr`,
-//! `--schedule` (env steps of the linear decay).
+//! `--schedule` (env steps of the linear decay), `--normalize-obs true` (running
+//! observation normalisation, off by default; see `PpoConfig::normalize_obs`).
+//!
+//! Checkpoints: `--checkpoint PATH` saves the trainer at the end (weights, Adam's moments
+//! and step counter, env-step and update counters that drive the schedules, the
+//! shuffling generator and the collector policy's sampling generator; see
+//! `rl_algos::PpoState`). `--resume PATH` restores such a checkpoint before training
+//! (refused, with a typed error, if it was saved with other hyperparameters) and gives
+//! the collector the restored weights and sampling generator. The environments start
+//! new episodes and the collector's counters and episode statistics start from zero:
+//! `env_steps`, the budget and the solve window count this run only.
 //!
 //! Architecture and hyperparameters (from rl-zoo's tuned CartPole-v1 PPO, with ReLU,
 //! smaller minibatches, fewer epochs and a higher learning rate: the same number of
@@ -25,6 +35,7 @@
 //! advantage normalisation, old log-probs recorded during collection. Solved within
 //! 20k to 42k env steps on 16 seeds tried (0 to 15), 0.3 to 0.65 s on one thread.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -49,6 +60,9 @@ struct Args {
     epochs: usize,
     lr: f64,
     schedule: u64,
+    checkpoint: Option<PathBuf>,
+    resume: Option<PathBuf>,
+    normalize_obs: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -62,6 +76,9 @@ fn parse_args() -> anyhow::Result<Args> {
         epochs: 5,
         lr: 2e-3,
         schedule: 100_000,
+        checkpoint: None,
+        resume: None,
+        normalize_obs: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -77,8 +94,11 @@ fn parse_args() -> anyhow::Result<Args> {
             "--epochs" => args.epochs = value.parse().with_context(bad)?,
             "--lr" => args.lr = value.parse().with_context(bad)?,
             "--schedule" => args.schedule = value.parse().with_context(bad)?,
+            "--checkpoint" => args.checkpoint = Some(PathBuf::from(value)),
+            "--resume" => args.resume = Some(PathBuf::from(value)),
+            "--normalize-obs" => args.normalize_obs = value.parse().with_context(bad)?,
             _ => bail!(
-                "unknown flag {flag}: use --seed, --threads, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr or --schedule"
+                "unknown flag {flag}: use --seed, --threads, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr, --schedule, --normalize-obs, --checkpoint or --resume"
             ),
         }
     }
@@ -114,6 +134,7 @@ fn main() -> anyhow::Result<()> {
         learning_rate_end: Some(0.0),
         schedule_steps: Some(args.schedule),
         seed: args.seed,
+        normalize_obs: args.normalize_obs,
         ..PpoConfig::new()
     };
     let envs: Vec<CartPole> = (0..args.n_envs as u64)
@@ -130,6 +151,22 @@ fn main() -> anyhow::Result<()> {
         },
     )?;
     let mut ppo = Ppo::new(policy, config)?;
+    // With --normalize-obs, Ppo::new gave the learner's policy a normaliser: the
+    // collector's copy needs it too.
+    ppo.copy_policy_into(collector.policy_mut())?;
+    if let Some(path) = &args.resume {
+        ppo.load(path)
+            .with_context(|| format!("resuming from {}", path.display()))?;
+        ppo.copy_policy_into(collector.policy_mut())?;
+        let sampling = ppo.policy().sampling_state();
+        collector.policy_mut().set_sampling_state(sampling);
+        eprintln!(
+            "resumed from {}: {} env steps, {} updates",
+            path.display(),
+            ppo.env_steps(),
+            ppo.updates()
+        );
+    }
     let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
 
     let mut plan = MemoryPlan::new();
@@ -164,7 +201,7 @@ fn main() -> anyhow::Result<()> {
             break;
         }
         let update = ppo.update(&rollout)?;
-        *collector.policy_mut().net_mut() = ppo.policy().net().clone();
+        ppo.copy_policy_into(collector.policy_mut())?;
         if last_print.elapsed().as_secs_f64() >= 0.1 {
             last_print = Instant::now();
             let elapsed = start.elapsed().as_secs_f64();
@@ -186,6 +223,14 @@ fn main() -> anyhow::Result<()> {
     let wall_s = start.elapsed().as_secs_f64();
     let stats = collector.stats();
     let memory = ProcessMemory::read()?;
+    if let Some(path) = &args.checkpoint {
+        // The collector's policy samples the actions: carry its generator.
+        let sampling = collector.policy().sampling_state();
+        ppo.policy_mut().set_sampling_state(sampling);
+        ppo.save(path)
+            .with_context(|| format!("saving the checkpoint to {}", path.display()))?;
+        eprintln!("checkpoint saved to {}", path.display());
+    }
     eprintln!(
         "{} after {} env steps, {wall_s:.2} s",
         if solved { "solved" } else { "not solved" },

@@ -28,7 +28,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use rl::algos::{ActorCritic, GaussianPolicy, PolicyConfig, Ppo, PpoConfig};
+use rl::algos::{GaussianPolicy, PolicyConfig, Ppo, PpoConfig};
 use rl::collect::{CollectorConfig, SyncCollector};
 use rl::core::{Location, MemoryPlan, ProcessMemory};
 use rl::envs::Pendulum;
@@ -175,7 +175,7 @@ fn main() -> anyhow::Result<()> {
             break;
         }
         let update = ppo.update(&rollout)?;
-        *collector.policy_mut().net_mut() = ppo.policy().net().clone();
+        ppo.copy_policy_into(collector.policy_mut())?;
         if last_print.elapsed().as_secs_f64() >= 0.1 {
             last_print = Instant::now();
             let elapsed = start.elapsed().as_secs_f64();

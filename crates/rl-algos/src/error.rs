@@ -116,6 +116,21 @@ pub enum Error {
         actual: Vec<usize>,
     },
 
+    /// A trainer checkpoint was saved by a trainer of another configuration or policy
+    /// architecture (the seed aside); nothing was restored.
+    #[error(
+        "the checkpoint's {what} is {actual} but this trainer's is {expected}: \
+         a checkpoint of another run; restore it into a trainer built with the same settings"
+    )]
+    CheckpointMismatch {
+        /// What differs, e.g. `"policy architecture"` or `"ppo.epochs"`.
+        what: String,
+        /// This trainer's value.
+        expected: String,
+        /// The checkpoint's value.
+        actual: String,
+    },
+
     /// No checkpoint file at the path given.
     #[error(
         "no checkpoint at {}: check the path (a checkpoint is written by `Checkpoint::save`)",

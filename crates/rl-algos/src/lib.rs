@@ -25,7 +25,9 @@
 //!   clipping, entropy bonus, per-minibatch advantage normalisation, grad-norm clipping,
 //!   target-KL early stop, linear learning-rate and clip-range schedules; old
 //!   log-probabilities recorded during collection or recomputed in minibatches),
-//!   configured by a validated [`PpoConfig`], reporting [`UpdateStats`]. The
+//!   configured by a validated [`PpoConfig`], reporting [`UpdateStats`], with exact
+//!   optional running observation normalisation ([`ObsNormalizer`]) and exact resumable
+//!   checkpoints ([`Ppo::checkpoint`], [`Ppo::restore`], [`PpoState`]). The
 //!   `ppo_cartpole` and `ppo_pendulum` examples train it end to end.
 //! - [`Error`], [`Result`]: the crate's error type.
 
@@ -40,9 +42,9 @@ pub use error::{Error, Result};
 pub use optim::{Adam, AdamConfig, AdamState, clip_grad_norm};
 pub use policy::{
     Activation, ActorCritic, CategoricalNet, CategoricalPolicy, Evaluation, GaussianNet,
-    GaussianPolicy, Mlp, Mode, PolicyConfig, Relu, Tanh, TracedRows,
+    GaussianPolicy, Mlp, Mode, ObsNormalizer, PolicyConfig, Relu, Tanh, TracedRows,
 };
-pub use ppo::{Ppo, PpoConfig, UpdateStats, clipped_surrogate};
+pub use ppo::{Ppo, PpoConfig, PpoState, UpdateStats, clipped_surrogate};
 
 #[cfg(test)]
 #[global_allocator]

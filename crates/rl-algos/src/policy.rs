@@ -7,15 +7,21 @@
 //! [`ActorCritic`], which is what a learner needs: log-probabilities and values of stored
 //! actions without a tape, in minibatches of a chosen size (memory does not grow with the
 //! rollout), and a traced pass returning log-probs, entropy and values on the tape.
+//!
+//! Either may hold an [`ObsNormalizer`] (none by default) that normalises every input,
+//! and exposes its sampling generator ([`ActorCritic::sampling_state`]) so that
+//! checkpoints resume the actions drawn exactly.
 
 mod categorical;
 mod gaussian;
 mod mlp;
+mod normalize;
 
 #[cfg(test)]
 mod tests;
 
 use dfdx::prelude::{Cpu, Gradients, OwnedTape, Tensor, TensorCollection};
+use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::ValuePolicy;
 use rl_storage::Actions;
 use serde::{Deserialize, Serialize};
@@ -25,6 +31,7 @@ use crate::error::{Error, Result};
 pub use categorical::{CategoricalNet, CategoricalPolicy};
 pub use gaussian::{GaussianNet, GaussianPolicy};
 pub use mlp::{Activation, Mlp, Relu, Tanh};
+pub use normalize::ObsNormalizer;
 
 /// How a policy chooses actions when a collector calls it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -165,6 +172,32 @@ pub trait ActorCritic: ValuePolicy<Obs = f32, State = ()> {
 
     /// The dfdx device the network lives on.
     fn device(&self) -> &Cpu;
+
+    /// Names the architecture: the policy kind, layer sizes and activation, e.g.
+    /// `"categorical 4-64-64-2 relu"`. Checkpoints record it, and a checkpoint of another
+    /// architecture is refused even where tensor shapes agree (ReLU against tanh).
+    fn architecture() -> String;
+
+    /// A copy of the generator that samples actions (its exact state: a policy given it
+    /// with [`ActorCritic::set_sampling_state`] draws the same actions from then on).
+    fn sampling_state(&self) -> Xoshiro256PlusPlus;
+
+    /// Replaces the generator that samples actions (from
+    /// [`ActorCritic::sampling_state`], possibly through a checkpoint).
+    fn set_sampling_state(&mut self, state: Xoshiro256PlusPlus);
+
+    /// The observation normaliser every input goes through, if any (none by default).
+    fn obs_normalizer(&self) -> Option<&ObsNormalizer>;
+
+    /// The observation normaliser, mutably (to update its statistics).
+    fn obs_normalizer_mut(&mut self) -> Option<&mut ObsNormalizer>;
+
+    /// Installs (or with `None` removes) the observation normaliser.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a normaliser of another observation length or with
+    /// non-finite statistics ([`ObsNormalizer::check`]); the policy is then unchanged.
+    fn set_obs_normalizer(&mut self, normalizer: Option<ObsNormalizer>) -> Result<()>;
 
     /// Writes `log pi(a | s)` of `actions` and `V(s)` for every row of `obs`, in one pass
     /// without a tape. Memory grows with the number of rows: use

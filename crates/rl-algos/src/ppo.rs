@@ -45,8 +45,29 @@
 //! Stable-Baselines3's loss, except that the clipped value loss takes the larger of the
 //! clipped and unclipped errors (the original PPO2 and CleanRL; SB3 uses the clipped
 //! error alone).
+//!
+//! # Observation normalisation
+//!
+//! Off by default; [`PpoConfig::normalize_obs`] turns on running normalisation of the
+//! policy's inputs ([`ObsNormalizer`]). Reward scaling by a running estimate of the
+//! return's standard deviation (SB3's `VecNormalize(norm_reward=True)`) is not
+//! implemented: the collector computes the advantages from the raw rewards, and
+//! `RolloutBuffer` offers no way to rescale rewards before that.
+//!
+//! # Checkpoints
+//!
+//! [`Ppo::checkpoint`] / [`Ppo::restore`] (or [`Ppo::save`] / [`Ppo::load`] through a
+//! file) capture and put back everything an update depends on: the weights, Adam's
+//! moments and step counter, and a [`PpoState`] (configuration, policy architecture,
+//! env-step and update counters, the minibatch-shuffling generator, the policy's
+//! sampling generator and its observation-normalisation statistics). Given the same
+//! rollouts, a restored trainer computes bit-identical updates (tested). A checkpoint of
+//! another architecture or configuration is a typed error, and a failed restore changes
+//! nothing. The environments, the collector's counters and its episode statistics are
+//! not part of the trainer and are not saved.
 
 use std::fmt;
+use std::path::Path;
 
 use dfdx::prelude::{
     Backward, Cpu, Gradients, HasShape, MeanTo, OwnedTape, Tensor, TensorFromVec, WithEmptyTape,
@@ -58,9 +79,10 @@ use rl_core::{DType, Element, Location, MemoryPlan};
 use rl_storage::{ActionShape, RolloutBatch, RolloutBuffer, RolloutConfig};
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::optim::{Adam, AdamConfig, clip_grad_norm};
-use crate::policy::{ActorCritic, TracedRows};
+use crate::policy::{ActorCritic, ObsNormalizer, TracedRows};
 
 /// A scalar on the tape.
 type TracedScalar = Tensor<(), f32, Cpu, OwnedTape<f32, Cpu>>;
@@ -101,7 +123,9 @@ pub struct PpoConfig {
     /// Weight of the value loss, at least 0. Default 0.5.
     pub vf_coef: f32,
     /// Global L2 norm the gradient is clipped to, positive (infinity: no clipping).
-    /// Default 0.5.
+    /// Default 0.5. (Checkpoints write infinity as the string `"inf"`: JSON has no
+    /// infinity.)
+    #[serde(with = "f32_or_inf")]
     pub max_grad_norm: f32,
     /// Early stop: an update stops (for the rest of its epochs) before the first
     /// minibatch whose approximate KL divergence from the collecting policy exceeds
@@ -131,6 +155,27 @@ pub struct PpoConfig {
     pub eval_minibatch: usize,
     /// Seeds the minibatch shuffling. Default 0.
     pub seed: u64,
+    /// Running observation normalisation. Default `false`.
+    ///
+    /// [`Ppo::new`] gives the policy an [`ObsNormalizer`] (unless it has one), which
+    /// normalises every input of the policy, acting and evaluating alike.
+    /// [`Ppo::update`] merges the rollout's observations into its statistics after its
+    /// gradient steps: a rollout is collected and trained on with the same statistics
+    /// (the rollout stores raw observations and the ratio starts at 1). Copy the policy
+    /// to the collector with [`Ppo::copy_policy_into`], which copies the statistics with
+    /// the weights. Stable-Baselines3's `VecNormalize` updates at every environment step
+    /// and stores normalised observations instead; here the statistics lag by one rollout.
+    /// Checkpoints save the statistics. (Reward scaling is not implemented.)
+    #[serde(default)]
+    pub normalize_obs: bool,
+    /// With [`PpoConfig::normalize_obs`], normalised observations are clipped to
+    /// `[-obs_clip, obs_clip]`. Positive and finite. Default 10 (SB3's `clip_obs`).
+    #[serde(default = "default_obs_clip")]
+    pub obs_clip: f32,
+}
+
+const fn default_obs_clip() -> f32 {
+    10.0
 }
 
 impl PpoConfig {
@@ -159,6 +204,8 @@ impl PpoConfig {
             recompute_old_log_probs: false,
             eval_minibatch: 1024,
             seed: 0,
+            normalize_obs: false,
+            obs_clip: default_obs_clip(),
         }
     }
 
@@ -228,6 +275,7 @@ impl PpoConfig {
                 "use None for no value clipping, or a distance in return units",
             )?;
         }
+        positive("obs_clip", self.obs_clip, "10 is usual")?;
         non_negative("ent_coef", self.ent_coef, "0 or 0.01 are usual")?;
         non_negative("vf_coef", self.vf_coef, "0.5 is usual")?;
         if self.max_grad_norm.is_nan() || self.max_grad_norm <= 0.0 {
@@ -301,6 +349,37 @@ impl PpoConfig {
 impl Default for PpoConfig {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Serde for an `f32` that may be positive infinity, which JSON cannot hold: written as
+/// the string `"inf"`, any other value as a number.
+mod f32_or_inf {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Number(f32),
+        Text(String),
+    }
+
+    pub(super) fn serialize<S: Serializer>(value: &f32, s: S) -> Result<S::Ok, S::Error> {
+        if *value == f32::INFINITY {
+            Repr::Text("inf".to_owned()).serialize(s)
+        } else {
+            Repr::Number(*value).serialize(s)
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+        match Repr::deserialize(d)? {
+            Repr::Number(value) => Ok(value),
+            Repr::Text(text) if text == "inf" => Ok(f32::INFINITY),
+            Repr::Text(text) => Err(D::Error::custom(format!(
+                "expected a number or \"inf\", found {text:?}"
+            ))),
+        }
     }
 }
 
@@ -564,6 +643,37 @@ fn explained_variance(values: &[f32], returns: &[f32]) -> f32 {
     }
 }
 
+/// What a PPO checkpoint holds besides the weights and Adam's state (the `extra` of a
+/// [`Checkpoint<PpoState>`]): everything else [`Ppo::update`] depends on, so that a
+/// restored trainer given the same rollouts computes bit-identical updates.
+///
+/// It does not hold what lives outside the trainer: the environments' states, the
+/// collector's episode statistics and frame counter, and the collector's copy of the
+/// policy. Put the collector policy's sampling generator into the trainer's policy with
+/// [`ActorCritic::set_sampling_state`] before [`Ppo::checkpoint`] to carry it along (the
+/// `ppo_cartpole` example does).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PpoState {
+    /// The configuration. [`Ppo::restore`] refuses a checkpoint whose configuration
+    /// differs from the trainer's in any field but `seed`.
+    pub config: PpoConfig,
+    /// [`ActorCritic::architecture`] of the policy; must match on restore.
+    pub architecture: String,
+    /// Environment steps trained on ([`Ppo::env_steps`]; drives the schedules).
+    pub env_steps: u64,
+    /// Updates completed ([`Ppo::updates`]).
+    pub updates: u64,
+    /// The generator that shuffles minibatches.
+    pub shuffle_rng: Xoshiro256PlusPlus,
+    /// The trainer's policy's action-sampling generator
+    /// ([`ActorCritic::sampling_state`]).
+    pub sampling_rng: Xoshiro256PlusPlus,
+    /// The trainer's policy's observation normaliser ([`ActorCritic::obs_normalizer`]),
+    /// if it has one ([`PpoConfig::normalize_obs`]).
+    #[serde(default)]
+    pub obs_normalizer: Option<ObsNormalizer>,
+}
+
 /// PPO over an [`ActorCritic`] policy it owns, with an [`Adam`] whose state it owns.
 ///
 /// Everything an update uses is allocated by [`Ppo::new`] ([`Ppo::memory_plan`]): Adam's
@@ -629,8 +739,11 @@ impl<P: ActorCritic> Ppo<P> {
     /// # Errors
     /// [`Error::Config`] for an invalid `config`; [`Error::Device`] when dfdx cannot
     /// allocate the gradients.
-    pub fn new(policy: P, config: PpoConfig) -> Result<Self> {
+    pub fn new(mut policy: P, config: PpoConfig) -> Result<Self> {
         config.validate()?;
+        if config.normalize_obs && policy.obs_normalizer().is_none() {
+            policy.set_obs_normalizer(Some(ObsNormalizer::new(P::OBS_LEN, config.obs_clip)?))?;
+        }
         let rollout = Self::rollout_config_of(&config);
         let batch = RolloutBatch::new(&rollout, config.minibatch_size)?;
         let adam = Adam::new(policy.net(), config.adam())?;
@@ -756,6 +869,103 @@ impl<P: ActorCritic> Ppo<P> {
         plan
     }
 
+    /// Everything needed to resume training exactly: the policy's weights, Adam's
+    /// moments and step counter, and a [`PpoState`] (configuration, architecture,
+    /// counters, the shuffling and sampling generators).
+    ///
+    /// # Errors
+    /// As [`NetWeights::from_net`](crate::NetWeights::from_net).
+    pub fn checkpoint(&self) -> Result<Checkpoint<PpoState>> {
+        Checkpoint::capture(
+            self.learner.policy.net(),
+            &self.learner.adam,
+            PpoState {
+                config: self.config,
+                architecture: P::architecture(),
+                env_steps: self.env_steps,
+                updates: self.updates,
+                shuffle_rng: self.rng.clone(),
+                sampling_rng: self.learner.policy.sampling_state(),
+                obs_normalizer: self.learner.policy.obs_normalizer().cloned(),
+            },
+        )
+    }
+
+    /// Puts a checkpoint from [`Ppo::checkpoint`] back: weights, Adam's state, counters
+    /// and generators. Checks everything first: on error nothing has changed.
+    ///
+    /// The trainer must have been built with the same configuration (the seed aside: the
+    /// generators come from the checkpoint, and the configuration's `seed` becomes the
+    /// checkpoint's) and a policy of the same architecture.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointMismatch`] for another architecture or configuration (naming
+    /// the first differing field), [`Error::CheckpointTensorCount`],
+    /// [`Error::CheckpointShape`], [`Error::StateTensorCount`] or
+    /// [`Error::StateMismatch`] for weights or moments that do not fit the policy,
+    /// [`Error::Config`] for an invalid optimiser configuration or observation
+    /// normaliser.
+    pub fn restore(&mut self, checkpoint: &Checkpoint<PpoState>) -> Result<()> {
+        let state = &checkpoint.extra;
+        let architecture = P::architecture();
+        if state.architecture != architecture {
+            return Err(Error::CheckpointMismatch {
+                what: "policy architecture".to_owned(),
+                expected: architecture,
+                actual: state.architecture.clone(),
+            });
+        }
+        config_difference(&self.config, &state.config)?;
+        if let Some(normalizer) = &state.obs_normalizer {
+            normalizer.check(P::OBS_LEN)?;
+        }
+        // Checks weights and moments before writing either.
+        checkpoint.restore_into(self.learner.policy.net_mut(), &mut self.learner.adam)?;
+        self.env_steps = state.env_steps;
+        self.updates = state.updates;
+        self.rng = state.shuffle_rng.clone();
+        self.config.seed = state.config.seed;
+        self.learner
+            .policy
+            .set_sampling_state(state.sampling_rng.clone());
+        // Checked above: cannot fail.
+        self.learner
+            .policy
+            .set_obs_normalizer(state.obs_normalizer.clone())
+    }
+
+    /// Copies what acting depends on into `target` (the collector's copy of the policy):
+    /// the weights and the observation normaliser. The sampling generator stays.
+    ///
+    /// # Errors
+    /// As [`ActorCritic::set_obs_normalizer`] (not for a policy of this type).
+    pub fn copy_policy_into(&self, target: &mut P) -> Result<()>
+    where
+        P::Net: Clone,
+    {
+        let normalizer = self.learner.policy.obs_normalizer().cloned();
+        target.set_obs_normalizer(normalizer)?;
+        *target.net_mut() = self.learner.policy.net().clone();
+        Ok(())
+    }
+
+    /// [`Ppo::checkpoint`] written to `path` atomically ([`Checkpoint::save`]).
+    ///
+    /// # Errors
+    /// As [`Ppo::checkpoint`] and [`Checkpoint::save`].
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.checkpoint()?.save(path)
+    }
+
+    /// Reads the checkpoint at `path` ([`Checkpoint::load`]) and [`Ppo::restore`]s it; on
+    /// error the trainer is unchanged.
+    ///
+    /// # Errors
+    /// As [`Checkpoint::load`] and [`Ppo::restore`].
+    pub fn load(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        self.restore(&Checkpoint::load(path)?)
+    }
+
     /// One PPO update on a full rollout with advantages computed (see the module
     /// documentation for the loss and the two sources of old log-probabilities).
     ///
@@ -838,6 +1048,11 @@ impl<P: ActorCritic> Ppo<P> {
                 }
             }
         }
+        if self.config.normalize_obs
+            && let Some(normalizer) = self.learner.policy.obs_normalizer_mut()
+        {
+            normalizer.update(rollout.obs())?;
+        }
         self.env_steps = env_steps;
         self.updates += 1;
 
@@ -856,6 +1071,41 @@ impl<P: ActorCritic> Ppo<P> {
             early_stopped,
         })
     }
+}
+
+/// The first field (other than `seed`) where the checkpoint's configuration differs from
+/// the trainer's, as an error.
+fn config_difference(ours: &PpoConfig, theirs: &PpoConfig) -> Result<()> {
+    let theirs = PpoConfig {
+        seed: ours.seed,
+        ..*theirs
+    };
+    if *ours == theirs {
+        return Ok(());
+    }
+    let fields = |config: &PpoConfig| match serde_json::to_value(config) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    let (expected, actual) = (fields(ours), fields(&theirs));
+    let differing = expected
+        .iter()
+        .find(|(key, value)| actual.get(*key) != Some(*value));
+    Err(match differing {
+        Some((key, value)) => Error::CheckpointMismatch {
+            what: format!("ppo.{key}"),
+            expected: value.to_string(),
+            actual: actual
+                .get(key)
+                .map_or_else(|| "missing".to_owned(), ToString::to_string),
+        },
+        // Values equal as JSON but not as floats (a NaN): name the whole configuration.
+        None => Error::CheckpointMismatch {
+            what: "ppo configuration".to_owned(),
+            expected: format!("{ours:?}"),
+            actual: format!("{theirs:?}"),
+        },
+    })
 }
 
 /// Fisher-Yates over the identity, as `RolloutBuffer::shuffle`: the order depends only on

@@ -15,7 +15,8 @@ use rl_storage::Actions;
 
 use super::mlp::{Activation, Mlp, Relu};
 use super::{
-    ActorCritic, Evaluation, Mode, PolicyConfig, check_len, check_rows, describe, rows_of,
+    ActorCritic, Evaluation, Mode, ObsNormalizer, PolicyConfig, check_len, check_rows, describe,
+    rows_of,
 };
 use crate::error::{Error, Result};
 
@@ -122,6 +123,8 @@ pub struct CategoricalPolicy<
     dev: Cpu,
     rng: Xoshiro256PlusPlus,
     config: PolicyConfig,
+    /// Normalises inputs when set (see [`ObsNormalizer`]).
+    obs_norm: Option<ObsNormalizer>,
     /// `rows x ACTIONS` log-probabilities of the last `act`, reused between calls.
     scratch: Vec<f32>,
 }
@@ -139,6 +142,7 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
             dev: self.dev.clone(),
             rng: self.rng.clone(),
             config: self.config,
+            obs_norm: self.obs_norm.clone(),
             scratch: Vec::new(),
         }
     }
@@ -179,6 +183,7 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
             dev,
             rng: Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_add(SAMPLING_SEED_OFFSET)),
             config,
+            obs_norm: None,
             scratch: Vec::new(),
         })
     }
@@ -259,7 +264,19 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
     fn input(&self, obs: &[f32], rows: usize) -> Result<Tensor<(usize, Const<OBS>), f32, Cpu>> {
         Ok(self
             .dev
-            .try_tensor_from_vec(obs.to_vec(), (rows, Const::<OBS>))?)
+            .try_tensor_from_vec(self.normalized(obs), (rows, Const::<OBS>))?)
+    }
+
+    /// `obs`, through the normaliser if there is one.
+    fn normalized(&self, obs: &[f32]) -> Vec<f32> {
+        match &self.obs_norm {
+            None => obs.to_vec(),
+            Some(normalizer) => {
+                let mut out = Vec::with_capacity(obs.len());
+                normalizer.normalize_into(obs, &mut out);
+                out
+            }
+        }
     }
 
     fn indices(&self, actions: &[u32]) -> Result<Tensor<(usize,), usize, Cpu>> {
@@ -414,6 +431,34 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
 
     fn device(&self) -> &Cpu {
         &self.dev
+    }
+
+    fn architecture() -> String {
+        format!("categorical {OBS}-{HIDDEN}-{HIDDEN}-{ACTIONS} {}", A::NAME)
+    }
+
+    fn sampling_state(&self) -> Xoshiro256PlusPlus {
+        self.rng.clone()
+    }
+
+    fn set_sampling_state(&mut self, state: Xoshiro256PlusPlus) {
+        self.rng = state;
+    }
+
+    fn obs_normalizer(&self) -> Option<&ObsNormalizer> {
+        self.obs_norm.as_ref()
+    }
+
+    fn obs_normalizer_mut(&mut self) -> Option<&mut ObsNormalizer> {
+        self.obs_norm.as_mut()
+    }
+
+    fn set_obs_normalizer(&mut self, normalizer: Option<ObsNormalizer>) -> Result<()> {
+        if let Some(n) = &normalizer {
+            n.check(OBS)?;
+        }
+        self.obs_norm = normalizer;
+        Ok(())
     }
 
     fn log_probs_and_values(

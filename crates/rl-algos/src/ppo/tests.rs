@@ -205,7 +205,7 @@ fn cartpole_setup(config: PpoConfig, seed: u64) -> (SyncCollector<CartPole, Cart
         .map(|i| CartPole::new(seed * 1000 + i))
         .collect();
     let policy = Cart::for_env(&envs[0], PolicyConfig::new(), seed).expect("policy");
-    let collector = SyncCollector::new(
+    let mut collector = SyncCollector::new(
         envs,
         policy.clone(),
         CollectorConfig {
@@ -215,7 +215,10 @@ fn cartpole_setup(config: PpoConfig, seed: u64) -> (SyncCollector<CartPole, Cart
         },
     )
     .expect("collector");
-    (collector, Ppo::new(policy, config).expect("ppo"))
+    let ppo = Ppo::new(policy, config).expect("ppo");
+    // The normaliser `Ppo::new` may install goes to the collector's copy too.
+    ppo.copy_policy_into(collector.policy_mut()).expect("copy");
+    (collector, ppo)
 }
 
 fn small_config() -> PpoConfig {
@@ -383,5 +386,300 @@ fn gaussian_updates_with_every_option_on() -> Result<()> {
     }
     assert_ne!(ppo.policy().log_std(), before);
     assert!(ppo.memory_plan().grand_total() > 0);
+    Ok(())
+}
+
+/// The weights and Adam moments as bits, for bit-identity checks (`f32`'s `==` would
+/// equate 0.0 and -0.0).
+fn bits(checkpoint: &Checkpoint<PpoState>) -> Vec<Vec<u32>> {
+    let tensors = checkpoint
+        .weights
+        .tensors
+        .iter()
+        .chain(&checkpoint.optimizer.first)
+        .chain(&checkpoint.optimizer.second);
+    tensors
+        .map(|t| t.iter().map(|v| v.to_bits()).collect())
+        .collect()
+}
+
+/// Collects one rollout and updates on it; copies the new weights into the collector.
+fn train_once(
+    collector: &mut SyncCollector<CartPole, Cart>,
+    ppo: &mut Ppo<Cart>,
+    rollout: &mut RolloutBuffer,
+) -> Result<UpdateStats> {
+    rollout.clear();
+    collector.collect_rollout(rollout).expect("collect");
+    let stats = ppo.update(rollout)?;
+    ppo.copy_policy_into(collector.policy_mut())?;
+    Ok(stats)
+}
+
+#[test]
+fn checkpoint_round_trip_through_a_file_resumes_bit_identically() -> Result<()> {
+    round_trip(false)
+}
+
+#[test]
+fn checkpoint_round_trip_with_observation_normalisation() -> Result<()> {
+    round_trip(true)
+}
+
+fn round_trip(normalize_obs: bool) -> Result<()> {
+    let config = PpoConfig {
+        normalize_obs,
+        learning_rate_end: Some(0.0),
+        clip_range_end: Some(0.0),
+        schedule_steps: Some(10_000),
+        max_grad_norm: f32::INFINITY,
+        ..small_config()
+    };
+    let (mut collector, mut ppo) = cartpole_setup(PpoConfig { seed: 3, ..config }, 3);
+    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+    for _ in 0..3 {
+        train_once(&mut collector, &mut ppo, &mut rollout)?;
+    }
+    // Carry the collector's sampling generator, as the example does.
+    let sampling = collector.policy().sampling_state();
+    ppo.policy_mut().set_sampling_state(sampling);
+
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("ppo.ckpt.json");
+    ppo.save(&path)?;
+    let saved = ppo.checkpoint()?;
+    assert_eq!(Checkpoint::<PpoState>::load(&path)?, saved);
+    assert_eq!(saved.extra.env_steps, 3 * 256);
+    assert_eq!(saved.extra.updates, 3);
+    assert_eq!(saved.extra.config.max_grad_norm, f32::INFINITY);
+    if normalize_obs {
+        let normalizer = saved
+            .extra
+            .obs_normalizer
+            .as_ref()
+            .expect("statistics saved");
+        assert!((normalizer.count - (1e-4 + 3.0 * 256.0)).abs() < 1e-9);
+        assert!(normalizer.var.iter().all(|&v| v != 1.0));
+        // The collector acted with the same statistics.
+        assert_eq!(
+            collector.policy().obs_normalizer(),
+            ppo.policy().obs_normalizer()
+        );
+    } else {
+        assert!(saved.extra.obs_normalizer.is_none());
+    }
+
+    // A fresh trainer built with another seed (other weights, other generators).
+    let (_, mut resumed) = cartpole_setup(PpoConfig { seed: 77, ..config }, 77);
+    assert_ne!(bits(&resumed.checkpoint()?), bits(&saved));
+    assert_eq!(resumed.policy().obs_normalizer().is_some(), normalize_obs);
+    if normalize_obs {
+        assert_ne!(
+            resumed.policy().obs_normalizer(),
+            saved.extra.obs_normalizer.as_ref()
+        );
+    }
+    resumed.load(&path)?;
+    let restored = resumed.checkpoint()?;
+    assert_eq!(bits(&restored), bits(&saved));
+    assert_eq!(restored, saved);
+    assert_eq!(resumed.env_steps(), ppo.env_steps());
+    assert_eq!(resumed.updates(), ppo.updates());
+    assert_eq!(resumed.adam().steps(), ppo.adam().steps());
+    assert_eq!(
+        resumed.policy().sampling_state(),
+        collector.policy().sampling_state()
+    );
+
+    // One more update on the same rollout: bit-identical parameters, moments, statistics.
+    rollout.clear();
+    collector.collect_rollout(&mut rollout).expect("collect");
+    let a = ppo.update(&rollout)?;
+    let b = resumed.update(&rollout)?;
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    let (after_a, after_b) = (ppo.checkpoint()?, resumed.checkpoint()?);
+    assert_ne!(bits(&after_a), bits(&saved));
+    assert_eq!(bits(&after_a), bits(&after_b));
+    assert_eq!(after_a, after_b);
+    Ok(())
+}
+
+#[test]
+fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing() -> Result<()> {
+    let (mut collector, mut ppo) = cartpole_setup(small_config(), 5);
+    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+    train_once(&mut collector, &mut ppo, &mut rollout)?;
+    let saved = ppo.checkpoint()?;
+
+    let (mut target_collector, mut target) = cartpole_setup(small_config(), 6);
+    let mut target_rollout = RolloutBuffer::new(target.rollout_config())?;
+    train_once(&mut target_collector, &mut target, &mut target_rollout)?;
+    train_once(&mut target_collector, &mut target, &mut target_rollout)?;
+    let before = target.checkpoint()?;
+    let unchanged = |target: &Ppo<Cart>| {
+        let now = target.checkpoint().expect("checkpoint");
+        assert_eq!(bits(&now), bits(&before));
+        assert_eq!(now, before);
+    };
+
+    // Another configuration: refused, naming the field.
+    let mut other_config = saved.clone();
+    other_config.extra.config.epochs = 5;
+    let err = target.restore(&other_config).unwrap_err();
+    assert!(
+        matches!(&err, Error::CheckpointMismatch { what, .. } if what == "ppo.epochs"),
+        "{err:?}"
+    );
+    unchanged(&target);
+
+    // Another architecture: other sizes, or the same shapes with another activation.
+    let small = CategoricalPolicy::<4, 32, 2>::new(PolicyConfig::new(), 1)?;
+    let small_ckpt = Ppo::new(small, small_config())?.checkpoint()?;
+    let tanh = CategoricalPolicy::<4, 64, 2, crate::policy::Tanh>::new(PolicyConfig::new(), 1)?;
+    let tanh_ckpt = Ppo::new(tanh, small_config())?.checkpoint()?;
+    for other in [&small_ckpt, &tanh_ckpt] {
+        let err = target.restore(other).unwrap_err();
+        assert!(
+            matches!(&err, Error::CheckpointMismatch { what, .. } if what == "policy architecture"),
+            "{err:?}"
+        );
+        unchanged(&target);
+    }
+
+    // A checkpoint claiming the architecture but holding other weights or moments: the
+    // shape checks refuse it before anything is written.
+    let mut forged = small_ckpt.clone();
+    forged.extra.architecture = Cart::architecture();
+    let err = target.restore(&forged).unwrap_err();
+    assert!(matches!(err, Error::CheckpointShape { .. }), "{err:?}");
+    unchanged(&target);
+    let mut forged = saved.clone();
+    forged.optimizer.second[3].pop();
+    let err = target.restore(&forged).unwrap_err();
+    assert!(matches!(err, Error::StateMismatch { .. }), "{err:?}");
+    unchanged(&target);
+
+    // The genuine checkpoint still restores afterwards.
+    target.restore(&saved)?;
+    assert_eq!(target.checkpoint()?, saved);
+    Ok(())
+}
+
+/// A short CartPole training loop as the example runs it, on a one-thread pool: the final
+/// weights and the JSON summary line.
+fn short_training(seed: u64) -> (Vec<Vec<u32>>, String) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("one-thread pool");
+    pool.install(|| {
+        let config = PpoConfig {
+            learning_rate_end: Some(0.0),
+            clip_range_end: Some(0.0),
+            schedule_steps: Some(100_000),
+            seed,
+            ..small_config()
+        };
+        let (mut collector, mut ppo) = cartpole_setup(config, seed);
+        let mut rollout = RolloutBuffer::new(ppo.rollout_config()).expect("rollout");
+        while collector.frames() < 6 * 256 {
+            train_once(&mut collector, &mut ppo, &mut rollout).expect("update");
+        }
+        let summary = serde_json::json!({
+            "env_steps": collector.frames(),
+            "mean_return": collector.stats().mean_return(),
+            "window": collector.stats().window_len(),
+            "episodes": collector.stats().episodes(),
+            "updates": ppo.updates(),
+        })
+        .to_string();
+        (bits(&ppo.checkpoint().expect("checkpoint")), summary)
+    })
+}
+
+#[test]
+fn same_seed_trains_identically_and_another_seed_differs() {
+    let (weights, summary) = short_training(11);
+    let (again_weights, again_summary) = short_training(11);
+    assert_eq!(summary, again_summary);
+    assert!(weights == again_weights, "same seed, different weights");
+    let (other_weights, other_summary) = short_training(12);
+    eprintln!("seed 11: {summary}\nseed 12: {other_summary}");
+    assert!(weights != other_weights, "another seed, same weights");
+    assert_ne!(summary, other_summary);
+}
+
+#[test]
+fn obs_normalizer_statistics_and_clipping() -> Result<()> {
+    let rows: Vec<f32> = (0..40).map(|i| ((i * 37) % 11) as f32 - 3.0).collect();
+    let mut whole = ObsNormalizer::new(2, 5.0)?;
+    whole.update(&rows)?;
+    let mut parts = ObsNormalizer::new(2, 5.0)?;
+    parts.update(&rows[..14])?;
+    parts.update(&rows[14..])?;
+    for j in 0..2 {
+        let column: Vec<f64> = rows
+            .iter()
+            .skip(j)
+            .step_by(2)
+            .map(|&x| f64::from(x))
+            .collect();
+        let mean = column.iter().sum::<f64>() / 20.0;
+        let var = column.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 20.0;
+        assert!((whole.mean[j] - mean).abs() < 1e-4, "{whole:?}");
+        assert!(
+            (whole.var[j] - var).abs() < 1e-4 * var.max(1.0),
+            "{whole:?}"
+        );
+        assert!((parts.mean[j] - whole.mean[j]).abs() < 1e-12);
+        assert!((parts.var[j] - whole.var[j]).abs() < 1e-12);
+    }
+    assert!((whole.count - 20.0001).abs() < 1e-12);
+    assert!(matches!(
+        whole.update(&[1.0; 3]),
+        Err(Error::ShapeMismatch { .. })
+    ));
+
+    let hand = ObsNormalizer {
+        mean: vec![1.0, 0.0],
+        var: vec![4.0, 1.0],
+        count: 10.0,
+        clip: 5.0,
+    };
+    let mut out = Vec::new();
+    hand.normalize_into(&[5.0, -100.0, 1.0, 100.0], &mut out);
+    assert!((out[0] - 2.0).abs() < 1e-6 && out[1] == -5.0 && out[2] == 0.0 && out[3] == 5.0);
+    assert!(ObsNormalizer::new(0, 5.0).is_err() && ObsNormalizer::new(2, 0.0).is_err());
+    assert!(hand.check(3).is_err());
+
+    // A policy given a normaliser of another length refuses it and keeps its own.
+    let mut policy = Cart::new(PolicyConfig::new(), 1)?;
+    assert!(policy.set_obs_normalizer(Some(hand)).is_err());
+    assert!(policy.obs_normalizer().is_none());
+    Ok(())
+}
+
+#[test]
+fn a_normalising_policy_equals_the_plain_one_on_normalised_inputs() -> Result<()> {
+    let plain = Cart::new(PolicyConfig::new(), 2)?;
+    let mut normalizer = ObsNormalizer::new(4, 10.0)?;
+    let obs: Vec<f32> = (0..64)
+        .map(|i| (i as f32 * 0.37).sin() * 3.0 + 1.0)
+        .collect();
+    normalizer.update(&obs)?;
+    let mut normalising = plain.clone();
+    normalising.set_obs_normalizer(Some(normalizer.clone()))?;
+    let mut normalised = Vec::new();
+    normalizer.normalize_into(&obs, &mut normalised);
+    let actions: Vec<u32> = (0..16).map(|i| i % 2).collect();
+    let run = |policy: &Cart, obs: &[f32]| {
+        let (mut lp, mut v) = (vec![0.0f32; 16], vec![0.0f32; 16]);
+        policy
+            .log_probs_and_values(obs, &actions, &mut lp, &mut v)
+            .expect("evaluate");
+        (lp, v)
+    };
+    assert_eq!(run(&normalising, &obs), run(&plain, &normalised));
+    assert_ne!(run(&normalising, &obs), run(&plain, &obs));
     Ok(())
 }
