@@ -13,7 +13,9 @@
 //! global pool, which gets exactly `N` threads), `--max-steps N` (budget, default
 //! 100_000), and for tuning `--n-steps`, `--n-envs`, `--batch`, `--epochs`, `--lr`,
 //! `--schedule` (env steps of the linear decay), `--normalize-obs true` (running
-//! observation normalisation, off by default; see `PpoConfig::normalize_obs`).
+//! observation normalisation, off by default; see `PpoConfig::normalize_obs`),
+//! `--normalize-reward true` (running reward scaling, off by default; see
+//! `PpoConfig::normalize_reward`).
 //!
 //! Checkpoints: `--checkpoint PATH` saves the trainer at the end (weights, Adam's moments
 //! and step counter, env-step and update counters that drive the schedules, the
@@ -63,6 +65,7 @@ struct Args {
     checkpoint: Option<PathBuf>,
     resume: Option<PathBuf>,
     normalize_obs: bool,
+    normalize_reward: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -79,6 +82,7 @@ fn parse_args() -> anyhow::Result<Args> {
         checkpoint: None,
         resume: None,
         normalize_obs: false,
+        normalize_reward: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -97,8 +101,9 @@ fn parse_args() -> anyhow::Result<Args> {
             "--checkpoint" => args.checkpoint = Some(PathBuf::from(value)),
             "--resume" => args.resume = Some(PathBuf::from(value)),
             "--normalize-obs" => args.normalize_obs = value.parse().with_context(bad)?,
+            "--normalize-reward" => args.normalize_reward = value.parse().with_context(bad)?,
             _ => bail!(
-                "unknown flag {flag}: use --seed, --threads, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr, --schedule, --normalize-obs, --checkpoint or --resume"
+                "unknown flag {flag}: use --seed, --threads, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr, --schedule, --normalize-obs, --normalize-reward, --checkpoint or --resume"
             ),
         }
     }
@@ -135,6 +140,7 @@ fn main() -> anyhow::Result<()> {
         schedule_steps: Some(args.schedule),
         seed: args.seed,
         normalize_obs: args.normalize_obs,
+        normalize_reward: args.normalize_reward,
         ..PpoConfig::new()
     };
     let envs: Vec<CartPole> = (0..args.n_envs as u64)
@@ -200,6 +206,9 @@ fn main() -> anyhow::Result<()> {
         if collector.frames() >= args.max_steps {
             break;
         }
+        // Scales the rewards (with --normalize-reward; otherwise nothing). The episode
+        // statistics above were taken from the raw rewards.
+        ppo.normalize_rewards(&mut rollout)?;
         let update = ppo.update(&rollout)?;
         ppo.copy_policy_into(collector.policy_mut())?;
         if last_print.elapsed().as_secs_f64() >= 0.1 {

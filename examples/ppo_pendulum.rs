@@ -13,7 +13,9 @@
 //! global pool, which gets exactly `N` threads), `--max-steps N` (budget, default
 //! 300_000), and for tuning `--n-steps`, `--n-envs`, `--batch`, `--epochs`, `--lr`,
 //! `--schedule` (env steps of a linear decay of learning rate and clip range to 0; 0, the
-//! default, keeps both constant), `--log-std` (initial log standard deviation).
+//! default, keeps both constant), `--log-std` (initial log standard deviation),
+//! `--normalize-reward true` (running reward scaling, off by default; see
+//! `PpoConfig::normalize_reward`).
 //!
 //! Architecture and hyperparameters (rl-zoo's tuned Pendulum-v1 PPO without gSDE, with
 //! ReLU): a diagonal Gaussian policy with state-independent log-std (initially 0) and a
@@ -50,6 +52,7 @@ struct Args {
     lr: f64,
     schedule: u64,
     log_std: f32,
+    normalize_reward: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -64,6 +67,7 @@ fn parse_args() -> anyhow::Result<Args> {
         lr: 1e-3,
         schedule: 0,
         log_std: 0.0,
+        normalize_reward: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -80,8 +84,9 @@ fn parse_args() -> anyhow::Result<Args> {
             "--lr" => args.lr = value.parse().with_context(bad)?,
             "--schedule" => args.schedule = value.parse().with_context(bad)?,
             "--log-std" => args.log_std = value.parse().with_context(bad)?,
+            "--normalize-reward" => args.normalize_reward = value.parse().with_context(bad)?,
             _ => bail!(
-                "unknown flag {flag}: use --seed, --threads, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr, --schedule or --log-std"
+                "unknown flag {flag}: use --seed, --threads, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr, --schedule, --log-std or --normalize-reward"
             ),
         }
     }
@@ -118,6 +123,7 @@ fn main() -> anyhow::Result<()> {
         learning_rate_end: scheduled.then_some(0.0),
         schedule_steps: scheduled.then_some(args.schedule),
         seed: args.seed,
+        normalize_reward: args.normalize_reward,
         ..PpoConfig::new()
     };
     let envs: Vec<Pendulum> = (0..args.n_envs as u64)
@@ -174,6 +180,9 @@ fn main() -> anyhow::Result<()> {
         if collector.frames() >= args.max_steps {
             break;
         }
+        // Scales the rewards (with --normalize-reward; otherwise nothing). The episode
+        // statistics above were taken from the raw rewards.
+        ppo.normalize_rewards(&mut rollout)?;
         let update = ppo.update(&rollout)?;
         ppo.copy_policy_into(collector.policy_mut())?;
         if last_print.elapsed().as_secs_f64() >= 0.1 {

@@ -26,7 +26,8 @@
 //!   target-KL early stop, linear learning-rate and clip-range schedules; old
 //!   log-probabilities recorded during collection or recomputed in minibatches),
 //!   configured by a validated [`PpoConfig`], reporting [`UpdateStats`], with exact
-//!   optional running observation normalisation ([`ObsNormalizer`]) and exact resumable
+//!   optional running observation normalisation ([`ObsNormalizer`]) and reward
+//!   normalisation ([`RewardNormalizer`], [`Ppo::normalize_rewards`]) and exact resumable
 //!   checkpoints ([`Ppo::checkpoint`], [`Ppo::restore`], [`PpoState`]). The
 //!   `ppo_cartpole` and `ppo_pendulum` examples train it end to end.
 //! - [`Error`], [`Result`]: the crate's error type.
@@ -44,7 +45,7 @@ pub use policy::{
     Activation, ActorCritic, CategoricalNet, CategoricalPolicy, Evaluation, GaussianNet,
     GaussianPolicy, Mlp, Mode, ObsNormalizer, PolicyConfig, Relu, Tanh, TracedRows,
 };
-pub use ppo::{Ppo, PpoConfig, PpoState, UpdateStats, clipped_surrogate};
+pub use ppo::{Ppo, PpoConfig, PpoState, RewardNormalizer, UpdateStats, clipped_surrogate};
 
 #[cfg(test)]
 #[global_allocator]

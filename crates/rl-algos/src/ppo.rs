@@ -49,10 +49,17 @@
 //! # Observation normalisation
 //!
 //! Off by default; [`PpoConfig::normalize_obs`] turns on running normalisation of the
-//! policy's inputs ([`ObsNormalizer`]). Reward scaling by a running estimate of the
-//! return's standard deviation (SB3's `VecNormalize(norm_reward=True)`) is not
-//! implemented: the collector computes the advantages from the raw rewards, and
-//! `RolloutBuffer` offers no way to rescale rewards before that.
+//! policy's inputs ([`ObsNormalizer`]).
+//!
+//! # Reward normalisation
+//!
+//! Off by default; [`PpoConfig::normalize_reward`] turns on scaling of the rewards by a
+//! running estimate of the discounted return's standard deviation
+//! ([`RewardNormalizer`], SB3's `VecNormalize(norm_reward=True)`). Call
+//! [`Ppo::normalize_rewards`] on each collected rollout (advantages computed) before
+//! [`Ppo::update`]: it updates the statistics from the raw rewards, then scales the
+//! rewards in the buffer and recomputes the advantages
+//! ([`RolloutBuffer::scale_rewards`]).
 //!
 //! # Checkpoints
 //!
@@ -165,17 +172,40 @@ pub struct PpoConfig {
     /// to the collector with [`Ppo::copy_policy_into`], which copies the statistics with
     /// the weights. Stable-Baselines3's `VecNormalize` updates at every environment step
     /// and stores normalised observations instead; here the statistics lag by one rollout.
-    /// Checkpoints save the statistics. (Reward scaling is not implemented.)
+    /// Checkpoints save the statistics. (For rewards see
+    /// [`PpoConfig::normalize_reward`].)
     #[serde(default)]
     pub normalize_obs: bool,
     /// With [`PpoConfig::normalize_obs`], normalised observations are clipped to
     /// `[-obs_clip, obs_clip]`. Positive and finite. Default 10 (SB3's `clip_obs`).
     #[serde(default = "default_obs_clip")]
     pub obs_clip: f32,
+    /// Scale rewards by a running estimate of the discounted return's standard
+    /// deviation (SB3's `VecNormalize(norm_reward=True)`). Default false.
+    ///
+    /// [`Ppo::new`] makes a [`RewardNormalizer`] for `n_envs` environments and `gamma`;
+    /// [`Ppo::normalize_rewards`], called on each rollout before [`Ppo::update`], merges
+    /// the rollout's discounted returns into it and then multiplies the rollout's rewards
+    /// by `1 / sqrt(var + 1e-8)` (clipped to [`PpoConfig::reward_clip`]) and recomputes
+    /// the advantages. The values in the rollout come from the critic, which is trained
+    /// on the scaled returns, so they stay as they are. SB3 updates the statistics and
+    /// scales at every environment step; here a whole rollout is merged first and then
+    /// scaled with the resulting statistics. Checkpoints save the statistics.
+    #[serde(default)]
+    pub normalize_reward: bool,
+    /// With [`PpoConfig::normalize_reward`], scaled rewards are clipped to
+    /// `[-reward_clip, reward_clip]`; `None` does not clip. Positive and finite when
+    /// given. Default `Some(10)` (SB3's `clip_reward`).
+    #[serde(default = "default_reward_clip")]
+    pub reward_clip: Option<f32>,
 }
 
 const fn default_obs_clip() -> f32 {
     10.0
+}
+
+const fn default_reward_clip() -> Option<f32> {
+    Some(10.0)
 }
 
 impl PpoConfig {
@@ -206,6 +236,8 @@ impl PpoConfig {
             seed: 0,
             normalize_obs: false,
             obs_clip: default_obs_clip(),
+            normalize_reward: false,
+            reward_clip: default_reward_clip(),
         }
     }
 
@@ -276,6 +308,9 @@ impl PpoConfig {
             )?;
         }
         positive("obs_clip", self.obs_clip, "10 is usual")?;
+        if let Some(clip) = self.reward_clip {
+            positive("reward_clip", clip, "10 is usual; None does not clip")?;
+        }
         non_negative("ent_coef", self.ent_coef, "0 or 0.01 are usual")?;
         non_negative("vf_coef", self.vf_coef, "0.5 is usual")?;
         if self.max_grad_norm.is_nan() || self.max_grad_norm <= 0.0 {
@@ -672,6 +707,10 @@ pub struct PpoState {
     /// if it has one ([`PpoConfig::normalize_obs`]).
     #[serde(default)]
     pub obs_normalizer: Option<ObsNormalizer>,
+    /// The reward-normalisation statistics, with [`PpoConfig::normalize_reward`]
+    /// (absent from older checkpoints, which load with `None`).
+    #[serde(default)]
+    pub reward_normalizer: Option<RewardNormalizer>,
 }
 
 /// PPO over an [`ActorCritic`] policy it owns, with an [`Adam`] whose state it owns.
@@ -718,6 +757,8 @@ pub struct Ppo<P: ActorCritic> {
     recomputed_log_probs: Vec<f32>,
     recomputed_values: Vec<f32>,
     rng: Xoshiro256PlusPlus,
+    /// With `normalize_reward`: the running return statistics.
+    reward_normalizer: Option<RewardNormalizer>,
     env_steps: u64,
     updates: u64,
 }
@@ -755,6 +796,14 @@ impl<P: ActorCritic> Ppo<P> {
         };
         let mb = config.minibatch_size;
         let grads = policy.net().try_alloc_grads()?;
+        let reward_normalizer = if config.normalize_reward {
+            Some(RewardNormalizer::new(
+                config.n_envs,
+                f64::from(config.gamma),
+            )?)
+        } else {
+            None
+        };
         Ok(Self {
             learner: Learner {
                 policy,
@@ -769,6 +818,7 @@ impl<P: ActorCritic> Ppo<P> {
             recomputed_log_probs: vec![0.0; recompute],
             recomputed_values: vec![0.0; recompute],
             rng: Xoshiro256PlusPlus::seed_from_u64(config.seed),
+            reward_normalizer,
             env_steps: 0,
             updates: 0,
             config,
@@ -887,6 +937,7 @@ impl<P: ActorCritic> Ppo<P> {
                 shuffle_rng: self.rng.clone(),
                 sampling_rng: self.learner.policy.sampling_state(),
                 obs_normalizer: self.learner.policy.obs_normalizer().cloned(),
+                reward_normalizer: self.reward_normalizer.clone(),
             },
         )
     }
@@ -919,12 +970,25 @@ impl<P: ActorCritic> Ppo<P> {
         if let Some(normalizer) = &state.obs_normalizer {
             normalizer.check(P::OBS_LEN)?;
         }
+        match (&state.reward_normalizer, self.config.normalize_reward) {
+            (Some(normalizer), true) => {
+                normalizer.check(self.config.n_envs, f64::from(self.config.gamma))?;
+            }
+            (None, false) => {}
+            (Some(_), false) | (None, true) => {
+                return Err(Error::config(
+                    "checkpoint reward normalizer",
+                    "is present without ppo.normalize_reward or missing with it",
+                ));
+            }
+        }
         // Checks weights and moments before writing either.
         checkpoint.restore_into(self.learner.policy.net_mut(), &mut self.learner.adam)?;
         self.env_steps = state.env_steps;
         self.updates = state.updates;
         self.rng = state.shuffle_rng.clone();
         self.config.seed = state.config.seed;
+        self.reward_normalizer = state.reward_normalizer.clone();
         self.learner
             .policy
             .set_sampling_state(state.sampling_rng.clone());
@@ -964,6 +1028,50 @@ impl<P: ActorCritic> Ppo<P> {
     /// As [`Checkpoint::load`] and [`Ppo::restore`].
     pub fn load(&mut self, path: impl AsRef<Path>) -> Result<()> {
         self.restore(&Checkpoint::load(path)?)
+    }
+
+    /// The reward-normalisation statistics ([`PpoConfig::normalize_reward`]; `None`
+    /// without).
+    pub fn reward_normalizer(&self) -> Option<&RewardNormalizer> {
+        self.reward_normalizer.as_ref()
+    }
+
+    /// With [`PpoConfig::normalize_reward`], prepares a collected rollout (full, with
+    /// advantages computed) for [`Ppo::update`]: merges its discounted returns (raw
+    /// rewards, episodes ended by `terminated` or `truncated`) into the
+    /// [`RewardNormalizer`], then multiplies its rewards by the new scale, clips them to
+    /// [`PpoConfig::reward_clip`] and recomputes its advantages
+    /// ([`RolloutBuffer::scale_rewards`]). Without, does nothing. Call it once per
+    /// rollout: the statistics assume each rollout continues the previous one.
+    /// Allocates nothing.
+    ///
+    /// # Errors
+    /// - [`Error::Config`] for a rollout of another number of environments;
+    /// - [`Error::Storage`] for a rollout that is not full or has no advantages (the
+    ///   statistics are then unchanged).
+    pub fn normalize_rewards(&mut self, rollout: &mut RolloutBuffer) -> Result<()> {
+        let Some(normalizer) = &mut self.reward_normalizer else {
+            return Ok(());
+        };
+        if rollout.config().envs != normalizer.envs() {
+            return Err(Error::config(
+                "rollout buffer",
+                format!(
+                    "holds {} environments but the reward normalizer {}: make it from Ppo::rollout_config()",
+                    rollout.config().envs,
+                    normalizer.envs()
+                ),
+            ));
+        }
+        if !rollout.is_full() || rollout.advantages().is_none() {
+            return Err(rl_storage::Error::AdvantagesNotComputed.into());
+        }
+        let (terminated, truncated) = (rollout.terminated(), rollout.truncated());
+        normalizer.update(rollout.rewards(), |row| {
+            terminated[row].get() || truncated[row].get()
+        })?;
+        rollout.scale_rewards(normalizer.scale(), self.config.reward_clip)?;
+        Ok(())
     }
 
     /// One PPO update on a full rollout with advantages computed (see the module
@@ -1070,6 +1178,157 @@ impl<P: ActorCritic> Ppo<P> {
             minibatches: sums.steps,
             early_stopped,
         })
+    }
+}
+
+/// Running reward normalisation (Stable-Baselines3's `VecNormalize(norm_reward=True)`):
+/// the running variance of each environment's discounted return, and the scale
+/// `1 / sqrt(var + 1e-8)` that divides the rewards by its standard deviation.
+///
+/// Per environment `e` and step `t`, as SB3's `VecNormalize`:
+/// `returns[e] = returns[e] * gamma + r_t`; the `N` returns of the step are merged into
+/// the running statistics as one batch (mean 0, variance 1 and count `1e-4` to start,
+/// Chan et al.'s parallel formula in `f64`, as [`ObsNormalizer`](crate::ObsNormalizer)); then
+/// `returns[e] = 0` where the step ended the episode (terminated or truncated).
+/// The rewards themselves are not centred, only scaled.
+///
+/// PPO with [`PpoConfig::normalize_reward`] updates
+/// it from each rollout and scales the rollout's rewards
+/// ([`Ppo::normalize_rewards`]). Checkpoints save it,
+/// returns in flight included.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RewardNormalizer {
+    /// Discounted return in flight of each environment.
+    pub returns: Vec<f64>,
+    /// Running mean of the discounted returns.
+    pub mean: f64,
+    /// Running (population) variance of the discounted returns.
+    pub var: f64,
+    /// Returns counted (starts at `1e-4`).
+    pub count: f64,
+    /// The discount of the returns.
+    pub gamma: f64,
+}
+
+impl RewardNormalizer {
+    /// Statistics for `envs` environments discounting by `gamma`: returns 0, mean 0,
+    /// variance 1, count `1e-4`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for `envs` of 0 or a `gamma` outside `[0, 1]`.
+    pub fn new(envs: usize, gamma: f64) -> Result<Self> {
+        if envs == 0 {
+            return Err(Error::config(
+                "reward normalizer environments",
+                "is 0: use the number of environments",
+            ));
+        }
+        if !(0.0..=1.0).contains(&gamma) {
+            return Err(Error::config(
+                "reward normalizer gamma",
+                format!("is {gamma}: it must lie in [0, 1]"),
+            ));
+        }
+        Ok(Self {
+            returns: vec![0.0; envs],
+            mean: 0.0,
+            var: 1.0,
+            count: 1e-4,
+            gamma,
+        })
+    }
+
+    /// Environments.
+    pub fn envs(&self) -> usize {
+        self.returns.len()
+    }
+
+    /// Advances the returns through time-major steps of `envs()` rewards each (row
+    /// `t * envs + e`), merging each step's returns into the statistics, and resets the
+    /// returns of environments whose episode ended (`done[row]`, terminated or
+    /// truncated). Allocates nothing.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] if `rewards` is not a whole number of steps; nothing
+    /// changes then.
+    pub fn update(&mut self, rewards: &[f32], done: impl Fn(usize) -> bool) -> Result<()> {
+        let envs = self.envs();
+        let whole = rewards.len() / envs * envs;
+        if whole != rewards.len() {
+            return Err(Error::ShapeMismatch {
+                what: "rewards",
+                expected: whole,
+                actual: rewards.len(),
+            });
+        }
+        let n = envs as f64;
+        for (t, step) in rewards.chunks_exact(envs).enumerate() {
+            for (ret, &reward) in self.returns.iter_mut().zip(step) {
+                *ret = *ret * self.gamma + f64::from(reward);
+            }
+            let batch_mean = self.returns.iter().sum::<f64>() / n;
+            let batch_var = self
+                .returns
+                .iter()
+                .map(|x| (x - batch_mean).powi(2))
+                .sum::<f64>()
+                / n;
+            let total = self.count + n;
+            let delta = batch_mean - self.mean;
+            let m2 = self.var * self.count + batch_var * n + delta * delta * self.count * n / total;
+            self.mean += delta * n / total;
+            self.var = m2 / total;
+            self.count = total;
+            for (e, ret) in self.returns.iter_mut().enumerate() {
+                if done(t * envs + e) {
+                    *ret = 0.0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The factor that normalises rewards: `1 / sqrt(var + 1e-8)`.
+    pub fn scale(&self) -> f32 {
+        (1.0 / (self.var + 1e-8).sqrt()) as f32
+    }
+
+    /// Checks that the statistics are usable for `envs` environments discounting by
+    /// `gamma`: that many returns, finite values, a non-negative variance, a positive
+    /// count, the same discount.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming what is wrong.
+    pub fn check(&self, envs: usize, gamma: f64) -> Result<()> {
+        if self.returns.len() != envs {
+            return Err(Error::config(
+                "reward normalizer",
+                format!(
+                    "holds the returns of {} environments but there are {envs}",
+                    self.returns.len()
+                ),
+            ));
+        }
+        if self.gamma != gamma {
+            return Err(Error::config(
+                "reward normalizer",
+                format!("discounts by {} but gamma is {gamma}", self.gamma),
+            ));
+        }
+        let finite = self.returns.iter().all(|r| r.is_finite())
+            && self.mean.is_finite()
+            && self.var.is_finite()
+            && self.var >= 0.0
+            && self.count.is_finite()
+            && self.count > 0.0;
+        if finite {
+            Ok(())
+        } else {
+            Err(Error::config(
+                "reward normalizer",
+                "holds a non-finite or negative statistic: build it anew",
+            ))
+        }
     }
 }
 

@@ -111,6 +111,7 @@ impl RolloutConfig {
 #[derive(Clone, Copy, Debug)]
 struct Sizes {
     rows: usize,
+    envs: usize,
     obs: usize,
     actions: usize,
 }
@@ -155,6 +156,7 @@ impl Sizes {
         };
         Ok(Self {
             rows,
+            envs: config.envs,
             obs: column("observation column", config.obs_len)?,
             actions: column("action column", config.action.width())?,
         })
@@ -175,6 +177,7 @@ impl Sizes {
             .with("advantage", Location::Ram, f32s(self.rows))
             .with("return", Location::Ram, f32s(self.rows))
             .with("minibatch_order", Location::Ram, bytes::<u32>(self.rows))
+            .with("last_value", Location::Ram, f32s(self.envs))
     }
 
     /// One line per batch column, exact bytes.
@@ -341,6 +344,9 @@ pub struct RolloutBuffer {
     returns: Vec<f32>,
     /// A permutation of `0..rows`: the minibatch order of the current epoch.
     order: Vec<u32>,
+    /// The `last_values` of the latest [`compute_gae`](Self::compute_gae), `N`, for
+    /// [`scale_rewards`](Self::scale_rewards).
+    last_values: Vec<f32>,
 }
 
 impl fmt::Debug for RolloutBuffer {
@@ -356,7 +362,8 @@ impl fmt::Debug for RolloutBuffer {
 impl RolloutBuffer {
     /// What a buffer of `config` allocates: one line per column (`obs`, `action`,
     /// `reward`, `terminated`, `truncated`, `value`, `log_prob`, `final_value`,
-    /// `advantage`, `return`, `minibatch_order`), exact bytes, all in RAM.
+    /// `advantage`, `return`, `minibatch_order`, and `last_value`: the `N` values given
+    /// to [`compute_gae`](Self::compute_gae)), exact bytes, all in RAM.
     ///
     /// # Errors
     /// Invalid configuration, as [`RolloutConfig::validate`].
@@ -398,6 +405,7 @@ impl RolloutBuffer {
             returns: column(rows),
             // `rows <= u32::MAX` was checked by `Sizes::new`.
             order: (0..).take(rows).collect(),
+            last_values: column(config.envs),
         })
     }
 
@@ -550,6 +558,8 @@ impl RolloutBuffer {
     /// `gamma * lambda <= 1` each step adds at most a few `f32` roundings, relative to
     /// the magnitude of the discounted sum, so the error grows at most linearly in the
     /// episode segment length. May be called again (after [`values_mut`](Self::values_mut)).
+    /// Remembers `last_values` (copied into a column allocated at construction) for
+    /// [`scale_rewards`](Self::scale_rewards).
     ///
     /// # Errors
     /// - [`Error::NotEnoughRows`] unless the buffer is full.
@@ -564,12 +574,64 @@ impl RolloutBuffer {
         if self.config.reject_non_finite {
             finite("last_value", last_values, 1)?;
         }
+        self.last_values.copy_from_slice(last_values);
+        self.gae();
+        Ok(())
+    }
+
+    /// Multiplies every stored reward by `scale`, clips the products to `[-clip, clip]`
+    /// when `clip` is given, and recomputes advantages and returns in place, as
+    /// [`compute_gae`](Self::compute_gae) with the `last_values` it was last given.
+    /// Allocates nothing.
+    ///
+    /// For running reward normalisation (Stable-Baselines3's
+    /// `VecNormalize(norm_reward=True)`): the values, final values and last values are
+    /// left as they are, because they come from a critic trained on returns of scaled
+    /// rewards and are therefore already on the scaled scale. Scaling again scales the
+    /// already scaled rewards.
+    ///
+    /// # Errors
+    /// - [`Error::AdvantagesNotComputed`] unless [`compute_gae`](Self::compute_gae) has
+    ///   run on the current data (nothing changes then).
+    /// - Invalid configuration for a `scale` that is not finite and positive, or a
+    ///   `clip` that is not positive (NaN included); nothing changes then.
+    pub fn scale_rewards(&mut self, scale: f32, clip: Option<f32>) -> Result<()> {
+        if !self.gae_ready {
+            return Err(errors::gae_missing());
+        }
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(Error::config(
+                "reward scale",
+                format!("is {scale}: it must be finite and above 0"),
+            ));
+        }
+        let clip = match clip {
+            Some(clip) if clip > 0.0 => clip,
+            Some(clip) => {
+                return Err(Error::config(
+                    "reward clip",
+                    format!("is {clip}: it must be above 0"),
+                ));
+            }
+            None => f32::INFINITY,
+        };
+        for reward in &mut self.rewards {
+            *reward = (*reward * scale).clamp(-clip, clip);
+        }
+        self.gae();
+        Ok(())
+    }
+
+    /// The reverse GAE scan of [`compute_gae`](Self::compute_gae) over the full buffer,
+    /// with the remembered last values.
+    fn gae(&mut self) {
+        let n = self.config.envs;
         let gamma = self.config.gamma;
         let gamma_lambda = gamma * self.config.gae_lambda;
         let steps = self.config.steps;
         for t in (0..steps).rev() {
             let base = t * n;
-            for (e, &last_value) in last_values.iter().enumerate() {
+            for (e, &last_value) in self.last_values.iter().enumerate() {
                 let i = base + e;
                 let (next_value, next_advantage) = if self.terminated[i].get() {
                     (0.0, 0.0)
@@ -588,7 +650,6 @@ impl RolloutBuffer {
             }
         }
         self.gae_ready = true;
-        Ok(())
     }
 
     /// Reshuffles the minibatch order: resets it to `0..rows` and applies Fisher-Yates in
@@ -746,6 +807,12 @@ impl RolloutBuffer {
     /// current data; `None` before.
     pub fn advantages(&self) -> Option<&[f32]> {
         self.gae_ready.then_some(&self.advantages[..])
+    }
+
+    /// The `last_values` given to the latest [`compute_gae`](Self::compute_gae), `N`,
+    /// while its advantages are current; `None` before.
+    pub fn last_values(&self) -> Option<&[f32]> {
+        self.gae_ready.then_some(&self.last_values[..])
     }
 
     /// Returns (advantage + value, the value-function targets), `steps * envs`, once
@@ -1110,14 +1177,16 @@ mod tests {
                 + buffer.final_values.capacity() * f
                 + buffer.advantages.capacity() * f
                 + buffer.returns.capacity() * f
-                + buffer.order.capacity() * size_of::<u32>();
+                + buffer.order.capacity() * size_of::<u32>()
+                + buffer.last_values.capacity() * f;
             let plan = RolloutBuffer::plan(&config).unwrap();
             assert_eq!(plan.total(Location::Ram), allocated as u64);
             assert_eq!(plan, buffer.memory_plan());
-            assert_eq!(plan.lines().len(), 11, "one line per column");
+            assert_eq!(plan.lines().len(), 12, "one line per column");
             // 35 rows: obs 35*11*4, actions 35*w*4, 6 f32 scalar columns + the order
             // (35*4 each), two flag columns (35 each).
-            let expected = 35 * 11 * 4 + 35 * action.width() * 4 + 7 * 35 * 4 + 2 * 35;
+            // Plus the 5 last values.
+            let expected = 35 * 11 * 4 + 35 * action.width() * 4 + 7 * 35 * 4 + 2 * 35 + 5 * 4;
             assert_eq!(allocated, expected);
 
             let batch = RolloutBatch::new(&config, 6).unwrap();
@@ -1806,6 +1875,74 @@ mod tests {
         );
     }
 
+    proptest! {
+        /// Scaling the stored rewards by `s` and recomputing GAE equals GAE computed
+        /// from scratch on rewards scaled by `s` with the same values: the same f32
+        /// operations on the same inputs, so bit for bit.
+        #[test]
+        fn scaled_rewards_equal_gae_from_scaled_rewards(
+            case in gae_case(),
+            scale in 0.01f32..100.0,
+            clip in proptest::option::of(0.5f32..50.0),
+        ) {
+            let mut scaled = run_gae(&case);
+            scaled.scale_rewards(scale, clip).unwrap();
+            let bound = clip.unwrap_or(f32::INFINITY);
+            let fresh = run_gae(&GaeCase {
+                rewards: case.rewards.iter().map(|r| (r * scale).clamp(-bound, bound)).collect(),
+                ..case.clone()
+            });
+            prop_assert_eq!(scaled.rewards(), fresh.rewards());
+            prop_assert_eq!(scaled.advantages(), fresh.advantages());
+            prop_assert_eq!(scaled.returns(), fresh.returns());
+            prop_assert_eq!(scaled.values(), fresh.values());
+        }
+    }
+
+    #[test]
+    fn scaling_rewards_needs_gae_and_a_valid_scale() {
+        let case = GaeCase {
+            steps: 2,
+            envs: 1,
+            gamma: 0.9,
+            lambda: 0.8,
+            rewards: vec![1.0, 2.0],
+            values: vec![0.5, 0.25],
+            terminated: vec![false, false],
+            truncated: vec![false, false],
+            final_values: vec![0.0, 0.0],
+            last_values: vec![3.0],
+        };
+        let mut buffer = run_gae(&case);
+        let advantages = buffer.advantages().unwrap().to_vec();
+        for (scale, clip) in [
+            (0.0, None),
+            (f32::NAN, None),
+            (-1.0, None),
+            (1.0, Some(0.0)),
+        ] {
+            assert!(matches!(
+                buffer.scale_rewards(scale, clip),
+                Err(Error::Core(_))
+            ));
+        }
+        assert_eq!(buffer.rewards(), &[1.0, 2.0]);
+        assert_eq!(buffer.advantages().unwrap(), &advantages[..]);
+        buffer.clear();
+        assert!(matches!(
+            buffer.scale_rewards(2.0, None),
+            Err(Error::AdvantagesNotComputed)
+        ));
+        // Hand-computed: rewards 0.5, 1; delta_1 = 1 + 0.9*3 - 0.25 = 3.45,
+        // delta_0 = 0.5 + 0.9*0.25 - 0.5 = 0.225, adv_0 = 0.225 + 0.72*3.45 = 2.709.
+        let mut buffer = run_gae(&case);
+        buffer.scale_rewards(0.5, None).unwrap();
+        assert_eq!(buffer.rewards(), &[0.5, 1.0]);
+        let advantages = buffer.advantages().unwrap();
+        assert!((advantages[1] - 3.45).abs() < 1e-6);
+        assert!((advantages[0] - 2.709).abs() < 1e-6);
+    }
+
     #[test]
     fn gae_needs_a_full_buffer_and_matching_last_values() {
         let config = config(3, 2);
@@ -2025,6 +2162,7 @@ mod tests {
                     buffer.log_probs_mut()[..8].fill(0.5);
                     buffer.values_mut()[..8].fill(0.5);
                     buffer.compute_gae(&[0.1, 0.2, 0.3, 0.4])?;
+                    buffer.scale_rewards(0.5, Some(10.0))?;
                     let mut sum = 0.0;
                     for _epoch in 0..3 {
                         buffer.shuffle(&mut rng);

@@ -6,6 +6,7 @@ use dfdx::prelude::{Backward, Cpu, Tensor, TensorFromVec};
 use dfdx::tensor::Trace;
 use rl_collect::{CollectorConfig, SyncCollector};
 use rl_envs::CartPole;
+use rl_storage::{Actions, StepData};
 
 use super::*;
 use crate::policy::{CategoricalPolicy, PolicyConfig};
@@ -411,24 +412,61 @@ fn train_once(
 ) -> Result<UpdateStats> {
     rollout.clear();
     collector.collect_rollout(rollout).expect("collect");
+    ppo.normalize_rewards(rollout)?;
     let stats = ppo.update(rollout)?;
     ppo.copy_policy_into(collector.policy_mut())?;
     Ok(stats)
 }
 
+/// A copy of a full rollout with advantages computed, through the public interface.
+fn replay(source: &RolloutBuffer) -> RolloutBuffer {
+    let config = *source.config();
+    let n = config.envs;
+    let mut copy = RolloutBuffer::new(config).expect("buffer");
+    let Actions::Discrete(actions) = source.actions() else {
+        panic!("CartPole actions are discrete")
+    };
+    let bools = |flags: &[rl_core::Flag]| flags.iter().map(|f| f.get()).collect::<Vec<_>>();
+    let (terminated, truncated) = (bools(source.terminated()), bools(source.truncated()));
+    for t in 0..config.steps {
+        let rows = t * n..(t + 1) * n;
+        copy.push_step(StepData {
+            obs: &source.obs()[t * n * config.obs_len..(t + 1) * n * config.obs_len],
+            actions: Actions::Discrete(&actions[rows.clone()]),
+            rewards: &source.rewards()[rows.clone()],
+            terminated: &terminated[rows.clone()],
+            truncated: &truncated[rows.clone()],
+            values: &source.values()[rows.clone()],
+            log_probs: &source.log_probs()[rows.clone()],
+            final_values: &source.final_values()[rows],
+        })
+        .expect("push");
+    }
+    copy.compute_gae(source.last_values().expect("gae computed"))
+        .expect("gae");
+    copy
+}
+
 #[test]
 fn checkpoint_round_trip_through_a_file_resumes_bit_identically() -> Result<()> {
-    round_trip(false)
+    round_trip(false, false)
 }
 
 #[test]
 fn checkpoint_round_trip_with_observation_normalisation() -> Result<()> {
-    round_trip(true)
+    round_trip(true, false)
 }
 
-fn round_trip(normalize_obs: bool) -> Result<()> {
+#[test]
+fn checkpoint_round_trip_with_reward_normalisation() -> Result<()> {
+    round_trip(false, true)?;
+    round_trip(true, true)
+}
+
+fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
     let config = PpoConfig {
         normalize_obs,
+        normalize_reward,
         learning_rate_end: Some(0.0),
         clip_range_end: Some(0.0),
         schedule_steps: Some(10_000),
@@ -468,6 +506,20 @@ fn round_trip(normalize_obs: bool) -> Result<()> {
     } else {
         assert!(saved.extra.obs_normalizer.is_none());
     }
+    if normalize_reward {
+        let normalizer = saved
+            .extra
+            .reward_normalizer
+            .as_ref()
+            .expect("reward statistics saved");
+        // 3 rollouts of 32 steps, 8 returns merged per step.
+        assert!((normalizer.count - (1e-4 + 3.0 * 32.0 * 8.0)).abs() < 1e-9);
+        assert!(normalizer.var != 1.0 && normalizer.mean > 0.0);
+        assert!(normalizer.returns.iter().any(|&r| r > 0.0));
+        assert_eq!(normalizer.gamma, f64::from(config.gamma));
+    } else {
+        assert!(saved.extra.reward_normalizer.is_none());
+    }
 
     // A fresh trainer built with another seed (other weights, other generators).
     let (_, mut resumed) = cartpole_setup(PpoConfig { seed: 77, ..config }, 77);
@@ -479,7 +531,15 @@ fn round_trip(normalize_obs: bool) -> Result<()> {
             saved.extra.obs_normalizer.as_ref()
         );
     }
+    assert_eq!(resumed.reward_normalizer().is_some(), normalize_reward);
+    if normalize_reward {
+        assert_ne!(
+            resumed.reward_normalizer(),
+            saved.extra.reward_normalizer.as_ref()
+        );
+    }
     resumed.load(&path)?;
+    assert_eq!(resumed.reward_normalizer(), ppo.reward_normalizer());
     let restored = resumed.checkpoint()?;
     assert_eq!(bits(&restored), bits(&saved));
     assert_eq!(restored, saved);
@@ -494,8 +554,16 @@ fn round_trip(normalize_obs: bool) -> Result<()> {
     // One more update on the same rollout: bit-identical parameters, moments, statistics.
     rollout.clear();
     collector.collect_rollout(&mut rollout).expect("collect");
+    let mut copy = replay(&rollout);
+    ppo.normalize_rewards(&mut rollout)?;
+    resumed.normalize_rewards(&mut copy)?;
+    assert_eq!(rollout.rewards(), copy.rewards());
+    assert_eq!(rollout.advantages(), copy.advantages());
+    if normalize_reward {
+        assert!(rollout.rewards().iter().all(|&r| r != 1.0));
+    }
     let a = ppo.update(&rollout)?;
-    let b = resumed.update(&rollout)?;
+    let b = resumed.update(&copy)?;
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
     let (after_a, after_b) = (ppo.checkpoint()?, resumed.checkpoint()?);
     assert_ne!(bits(&after_a), bits(&saved));
@@ -681,5 +749,89 @@ fn a_normalising_policy_equals_the_plain_one_on_normalised_inputs() -> Result<()
     };
     assert_eq!(run(&normalising, &obs), run(&plain, &normalised));
     assert_ne!(run(&normalising, &obs), run(&plain, &obs));
+    Ok(())
+}
+
+/// SB3's running return statistics on a hand-checked sequence: two environments,
+/// gamma 0.5, rewards `[1, 2]` then `[1, 0]`, environment 1's episode ending at step 0.
+/// Returns: step 0 `[1, 2]`; environment 1 resets; step 1 `[0.5 + 1, 0 + 0] = [1.5, 0]`.
+/// The four returns have mean 1.125 and population variance
+/// `(1 + 4 + 2.25 + 0) / 4 - 1.125^2 = 0.546875`; merged with the prior (count 1e-4,
+/// mean 0, variance 1) that gives the figures below (Chan's merge is exact in reals, so
+/// the per-step merges equal one merge of all four).
+#[test]
+fn reward_normalizer_statistics_with_resets() -> Result<()> {
+    let mut normalizer = RewardNormalizer::new(2, 0.5)?;
+    assert_eq!(normalizer.scale(), (1.0 / (1.0f64 + 1e-8).sqrt()) as f32);
+    let done = [false, true, false, false];
+    normalizer.update(&[1.0, 2.0, 1.0, 0.0], |row| done[row])?;
+    assert_eq!(normalizer.returns, [1.5, 0.0]);
+    let (prior, n) = (1e-4, 4.0);
+    let total = prior + n;
+    let mean = 1.125 * n / total;
+    let var = (prior * 1.0 + 0.546875 * n + 1.125f64.powi(2) * prior * n / total) / total;
+    assert!((normalizer.count - total).abs() < 1e-12);
+    assert!(
+        (normalizer.mean - mean).abs() < 1e-12,
+        "{}",
+        normalizer.mean
+    );
+    assert!((normalizer.var - var).abs() < 1e-12, "{}", normalizer.var);
+    assert!((normalizer.var - 0.546875).abs() < 1e-3);
+    assert_eq!(normalizer.scale(), (1.0 / (var + 1e-8).sqrt()) as f32);
+    normalizer.check(2, 0.5)?;
+    assert!(normalizer.check(3, 0.5).is_err());
+    assert!(normalizer.check(2, 0.9).is_err());
+
+    // Not a whole number of steps: refused, nothing changes.
+    let before = normalizer.clone();
+    assert!(matches!(
+        normalizer.update(&[1.0, 2.0, 3.0], |_| false),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert_eq!(normalizer, before);
+    // Returns carry over to the next call and the reset applies to the ending step only.
+    normalizer.update(&[2.0, 4.0], |row| row == 0)?;
+    assert_eq!(normalizer.returns, [0.0, 4.0]);
+    assert!(RewardNormalizer::new(0, 0.5).is_err());
+    assert!(RewardNormalizer::new(1, 1.5).is_err());
+    Ok(())
+}
+
+/// CartPole with reward normalisation: a short run trains without error, the rewards
+/// the update sees are scaled, and the statistics follow the rollouts.
+#[test]
+fn short_cartpole_run_with_reward_normalisation() -> Result<()> {
+    let config = PpoConfig {
+        normalize_reward: true,
+        seed: 2,
+        ..small_config()
+    };
+    let (mut collector, mut ppo) = cartpole_setup(config, 2);
+    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+    // Refused before GAE.
+    assert!(matches!(
+        ppo.normalize_rewards(&mut rollout),
+        Err(Error::Storage { .. })
+    ));
+    assert_eq!(ppo.reward_normalizer().map(|n| n.count), Some(1e-4));
+    for update in 1..=20u32 {
+        let stats = train_once(&mut collector, &mut ppo, &mut rollout)?;
+        assert!(stats.policy_loss.is_finite() && stats.value_loss.is_finite());
+        let normalizer = ppo.reward_normalizer().expect("statistics");
+        let expected = 1e-4 + f64::from(update) * 32.0 * 8.0;
+        assert!((normalizer.count - expected).abs() < 1e-9);
+        let scale = normalizer.scale();
+        assert!(scale.is_finite() && scale > 0.0);
+        // CartPole pays 1 per step: every stored reward is now the scale (at most 10).
+        assert!(rollout.rewards().iter().all(|&r| r == scale.min(10.0)));
+    }
+    // Without the option nothing changes.
+    let (mut collector, mut plain) = cartpole_setup(small_config(), 2);
+    rollout.clear();
+    collector.collect_rollout(&mut rollout).expect("collect");
+    plain.normalize_rewards(&mut rollout)?;
+    assert!(plain.reward_normalizer().is_none());
+    assert!(rollout.rewards().iter().all(|&r| r == 1.0));
     Ok(())
 }
