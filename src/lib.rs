@@ -14,8 +14,9 @@
 //! | `algos` | `rl-algos` | PPO and SAC |
 //! | `collect` | `rl-collect` | synchronous and asynchronous collectors |
 //!
-//! The `cuda` feature is reserved for the GPU storage path and forwarded to the crates
-//! that will hold CUDA code.
+//! The `cuda` feature turns on GPU storage (`rl-storage`'s `CudaDevice`, through cudarc
+//! loaded dynamically, so it builds without a CUDA toolkit) and is forwarded to
+//! `rl-collect`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use rl_core as core;
