@@ -40,15 +40,14 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+mod common;
+
 use anyhow::{Context, bail};
 use rl::algos::{ActorCritic, CategoricalPolicy, PolicyConfig, Ppo, PpoConfig};
 use rl::collect::{CollectorConfig, SyncCollector};
-use rl::core::{Location, MemoryPlan, ProcessMemory};
 use rl::envs::CartPole;
 use rl::storage::RolloutBuffer;
 
-/// Episodes averaged for the solve criterion.
-const WINDOW: usize = 20;
 /// Mean return over the window that counts as solved.
 const SOLVED_AT: f32 = 475.0;
 
@@ -107,9 +106,6 @@ fn parse_args() -> anyhow::Result<Args> {
             ),
         }
     }
-    if args.threads == 0 {
-        bail!("--threads 0: use at least one thread");
-    }
     Ok(args)
 }
 
@@ -117,10 +113,7 @@ type Policy = CategoricalPolicy<4, 64, 2>;
 
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(args.threads)
-        .build_global()
-        .context("building rayon's global pool")?;
+    common::thread_pool(args.threads)?;
     let start = Instant::now();
 
     let config = PpoConfig {
@@ -152,7 +145,7 @@ fn main() -> anyhow::Result<()> {
         policy.clone(),
         CollectorConfig {
             seed: args.seed,
-            stats_window: WINDOW,
+            stats_window: common::WINDOW,
             ..CollectorConfig::new(args.n_envs)
         },
     )?;
@@ -175,63 +168,26 @@ fn main() -> anyhow::Result<()> {
     }
     let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
 
-    let mut plan = MemoryPlan::new();
-    plan.nest("rollout", &rollout.memory_plan());
-    plan.nest("collector", &collector.memory_plan());
-    plan.nest("optimiser", &ppo.memory_plan());
-    let weight_bytes = (ppo.adam().num_params() * size_of::<f32>()) as u64;
-    plan.add("policy/weights (learner)", Location::Ram, weight_bytes);
-    plan.add(
-        "policy/weights (collector copy)",
-        Location::Ram,
-        weight_bytes,
+    common::print_plan(
+        "ppo_cartpole",
+        args.seed,
+        args.threads,
+        &rollout,
+        &collector,
+        &ppo,
     );
-    eprintln!(
-        "ppo_cartpole: seed {}, {} thread(s)",
-        args.seed, args.threads
-    );
-    eprintln!("memory plan\n{plan}");
 
-    let mut solved = false;
-    let mut last_print = Instant::now();
-    loop {
-        rollout.clear();
-        let report = collector.collect_rollout(&mut rollout)?;
-        let (window, episodes) = (collector.stats().window_len(), collector.stats().episodes());
-        let mean_return = collector.stats().mean_return().unwrap_or(0.0);
-        if window >= WINDOW && mean_return >= SOLVED_AT {
-            solved = true;
-            break;
-        }
-        if collector.frames() >= args.max_steps {
-            break;
-        }
-        // Scales the rewards (with --normalize-reward; otherwise nothing). The episode
-        // statistics above were taken from the raw rewards.
-        ppo.normalize_rewards(&mut rollout)?;
-        let update = ppo.update(&rollout)?;
-        ppo.copy_policy_into(collector.policy_mut())?;
-        if last_print.elapsed().as_secs_f64() >= 0.1 {
-            last_print = Instant::now();
-            let elapsed = start.elapsed().as_secs_f64();
-            eprintln!(
-                "steps {:>7}  {:>8.0} steps/s  mean return {:>6.1} ({} episodes)  kl {:.4}  clip {:.3}  ev {:.2}  rss {:.1} MiB",
-                report.total_frames,
-                report.total_frames as f64 / elapsed,
-                mean_return,
-                episodes,
-                update.approx_kl,
-                update.clip_fraction,
-                update.explained_variance,
-                report
-                    .memory
-                    .map_or(0.0, |m| m.rss_bytes as f64 / 1048576.0),
-            );
-        }
-    }
-    let wall_s = start.elapsed().as_secs_f64();
-    let stats = collector.stats();
-    let memory = ProcessMemory::read()?;
+    let outcome = common::train(
+        start,
+        &mut collector,
+        &mut ppo,
+        &mut rollout,
+        common::Goal {
+            mean_return: SOLVED_AT,
+            inclusive: true,
+        },
+        args.max_steps,
+    )?;
     if let Some(path) = &args.checkpoint {
         // The collector's policy samples the actions: carry its generator.
         let sampling = collector.policy().sampling_state();
@@ -240,22 +196,5 @@ fn main() -> anyhow::Result<()> {
             .with_context(|| format!("saving the checkpoint to {}", path.display()))?;
         eprintln!("checkpoint saved to {}", path.display());
     }
-    eprintln!(
-        "{} after {} env steps, {wall_s:.2} s",
-        if solved { "solved" } else { "not solved" },
-        collector.frames()
-    );
-    println!(
-        "{}",
-        serde_json::json!({
-            "solved": solved,
-            "env_steps": collector.frames(),
-            "wall_s": wall_s,
-            "mean_return": stats.mean_return(),
-            "window": stats.window_len(),
-            "peak_rss_bytes": memory.peak_rss_bytes,
-            "seed": args.seed,
-        })
-    );
-    Ok(())
+    common::print_result(&collector, &outcome, args.seed)
 }
