@@ -235,6 +235,15 @@ pub enum Error {
         source: rl_storage::Error,
     },
 
+    /// An `rl-core` or `rl-actions` operation failed (action scoring over a table, a
+    /// space check ...).
+    #[error("{source}")]
+    Core {
+        /// The error.
+        #[from]
+        source: rl_core::Error,
+    },
+
     /// Training produced a NaN or infinite loss or gradient norm; the step was not
     /// applied.
     #[error(
@@ -256,6 +265,15 @@ impl Error {
         Error::Config {
             what: what.into(),
             problem: problem.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::ShapeMismatch`].
+    pub(crate) fn shape(what: &'static str, expected: usize, actual: usize) -> Self {
+        Error::ShapeMismatch {
+            what,
+            expected,
+            actual,
         }
     }
 }

@@ -30,18 +30,24 @@
 
 mod checkpoint;
 mod error;
+mod nn;
 mod optim;
 mod policy;
 mod ppo;
+mod sac;
 
 pub use checkpoint::{Checkpoint, NetWeights};
 pub use error::{Error, Result};
-pub use optim::{Adam, AdamConfig, AdamState, clip_grad_norm};
+pub use nn::{DenseMlp, Workspace};
+pub use optim::{Adam, AdamConfig, AdamState, FlatAdam, clip_grad_norm};
 pub use policy::{
     Activation, ActorCritic, CategoricalNet, CategoricalPolicy, Evaluation, GaussianNet,
     GaussianPolicy, Mlp, Mode, ObsNormalizer, PolicyConfig, Relu, Tanh, TracedRows,
 };
 pub use ppo::{Ppo, PpoConfig, PpoState, RewardNormalizer, UpdateStats, clipped_surrogate};
+pub use sac::{
+    Core as SacCore, DiscreteSac, EntropyCoef, Sac, SacConfig, SacState, SacStats, SacTrainer,
+};
 
 #[cfg(test)]
 #[global_allocator]

@@ -415,6 +415,134 @@ impl<M> Adam<M> {
     }
 }
 
+/// Adam over one flat parameter vector made of several tensors (a [`DenseMlp`](crate::DenseMlp)'s,
+/// for SAC), with the arithmetic of [`Adam`] (hence of dfdx and PyTorch) and the same
+/// saveable [`AdamState`] (one moment vector per tensor).
+#[derive(Clone, Debug)]
+pub struct FlatAdam {
+    config: AdamConfig,
+    t: u64,
+    first: Vec<f32>,
+    second: Vec<f32>,
+    tensor_lengths: Vec<usize>,
+}
+
+impl FlatAdam {
+    /// Zero moments for parameters made of tensors of `tensor_lengths` elements.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid configuration.
+    pub fn new(tensor_lengths: Vec<usize>, config: AdamConfig) -> Result<Self> {
+        config.validate()?;
+        let total = tensor_lengths.iter().sum();
+        Ok(Self {
+            config,
+            t: 0,
+            first: vec![0.0; total],
+            second: vec![0.0; total],
+            tensor_lengths,
+        })
+    }
+
+    /// The hyperparameters.
+    pub fn config(&self) -> &AdamConfig {
+        &self.config
+    }
+
+    /// Updates applied so far.
+    pub fn steps(&self) -> u64 {
+        self.t
+    }
+
+    /// Number of parameters.
+    pub fn num_params(&self) -> usize {
+        self.first.len()
+    }
+
+    /// One step: `params -= lr * m_hat / (sqrt(v_hat) + eps)`.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] if `params` or `grads` is not [`FlatAdam::num_params`] long.
+    pub fn update(&mut self, params: &mut [f32], grads: &[f32]) -> Result<()> {
+        for (what, len) in [("parameters", params.len()), ("gradients", grads.len())] {
+            if len != self.first.len() {
+                return Err(Error::ShapeMismatch {
+                    what,
+                    expected: self.first.len(),
+                    actual: len,
+                });
+            }
+        }
+        self.t += 1;
+        Kernel::new(&self.config, self.t).apply(params, grads, &mut self.first, &mut self.second);
+        Ok(())
+    }
+
+    /// The moments (bytes: two floats per parameter).
+    pub fn memory_plan(&self, name: &str) -> MemoryPlan {
+        MemoryPlan::new().with(
+            format!("{name}/adam moments"),
+            Location::Ram,
+            (2 * self.first.len() * size_of::<f32>()) as u64,
+        )
+    }
+
+    /// A copy of the state, split per tensor as [`Adam::state`] does.
+    pub fn state(&self) -> AdamState {
+        let split = |flat: &[f32]| {
+            let mut start = 0;
+            self.tensor_lengths
+                .iter()
+                .map(|&len| {
+                    let tensor = flat[start..start + len].to_vec();
+                    start += len;
+                    tensor
+                })
+                .collect()
+        };
+        AdamState {
+            t: self.t,
+            first: split(&self.first),
+            second: split(&self.second),
+            config: self.config,
+        }
+    }
+
+    /// Replaces the state; checks everything first and changes nothing on error.
+    ///
+    /// # Errors
+    /// As [`Adam::load_state`].
+    pub fn load_state(&mut self, state: &AdamState) -> Result<()> {
+        state.config.check(ZeroLr::Allowed)?;
+        for (what, moments) in [
+            ("first-moment", &state.first),
+            ("second-moment", &state.second),
+        ] {
+            if moments.len() != self.tensor_lengths.len() {
+                return Err(Error::StateTensorCount {
+                    what,
+                    expected: self.tensor_lengths.len(),
+                    actual: moments.len(),
+                });
+            }
+            for (tensor, (&ours, theirs)) in self.tensor_lengths.iter().zip(moments).enumerate() {
+                if ours != theirs.len() {
+                    return Err(Error::StateMismatch {
+                        tensor,
+                        expected: ours,
+                        actual: theirs.len(),
+                    });
+                }
+            }
+        }
+        self.t = state.t;
+        self.first = state.first.concat();
+        self.second = state.second.concat();
+        self.config = state.config;
+        Ok(())
+    }
+}
+
 /// Scales `grads` in place so that the global L2 norm over all trainable tensors of
 /// `model` is at most `max_norm`, and returns the norm before scaling.
 ///

@@ -297,7 +297,7 @@ fn rows_of(obs: &[f32], obs_len: usize) -> Result<usize> {
 }
 
 /// Describes a space for error messages.
-fn describe(space: &rl_core::Space) -> String {
+pub(crate) fn describe(space: &rl_core::Space) -> String {
     match space {
         rl_core::Space::Discrete { n } => format!("a discrete space of {n} actions"),
         rl_core::Space::Box(b) => format!(

@@ -1,0 +1,562 @@
+//! The scorer's hot loops: scores of a chunk of actions, its max, a branch-free `f32`
+//! exponential and the softmax sums over it.
+//!
+//! Every kernel is written once, generic over how a multiply-add is done, with loops over
+//! fixed-width lane arrays that LLVM vectorises across actions. On x86-64 the same code is
+//! also compiled inside `#[target_feature]` functions (AVX2 + FMA, and AVX-512), and
+//! [`Isa::detect`] picks the widest the CPU has, once, when a scorer is built. Elsewhere
+//! only the portable copy exists.
+
+#![allow(
+    unsafe_code,
+    reason = "calling the #[target_feature] copies of the kernels is unsafe; each call is \
+              guarded by a runtime CPU feature check recorded in `Isa`"
+)]
+
+/// Which compiled copy of the kernels to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// Plain Rust, any target (no fused multiply-add).
+    Portable,
+    /// AVX2 and FMA, checked at runtime.
+    #[cfg(target_arch = "x86_64")]
+    Avx2Fma(Detected),
+    /// AVX-512F (with AVX2 and FMA), checked at runtime.
+    #[cfg(target_arch = "x86_64")]
+    Avx512(Detected),
+}
+
+/// Proof that a feature check ran: only this module can build one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Detected(());
+
+impl Isa {
+    /// The widest kernels this CPU runs.
+    pub(crate) fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+            if avx2 && is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512(Detected(()));
+            }
+            if avx2 {
+                return Isa::Avx2Fma(Detected(()));
+            }
+        }
+        Isa::Portable
+    }
+
+    /// Every copy this CPU can run (tests compare them).
+    #[cfg(test)]
+    pub(crate) fn available() -> Vec<Self> {
+        let mut all = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+            if avx2 {
+                all.push(Isa::Avx2Fma(Detected(())));
+            }
+            if avx2 && is_x86_feature_detected!("avx512f") {
+                all.push(Isa::Avx512(Detected(())));
+            }
+        }
+        all
+    }
+}
+
+/// `a * b + c`, fused or not.
+pub(crate) trait Mac {
+    fn mac(a: f32, b: f32, c: f32) -> f32;
+}
+
+/// Separate multiply and add: what a target without FMA does fast.
+#[derive(Debug)]
+pub(crate) struct Plain;
+
+/// `mul_add`: one instruction where FMA is enabled (a slow libm call elsewhere, hence
+/// only used inside the `#[target_feature]` copies).
+#[derive(Debug)]
+pub(crate) struct Fused;
+
+impl Mac for Plain {
+    #[inline(always)]
+    fn mac(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
+}
+
+impl Mac for Fused {
+    #[inline(always)]
+    fn mac(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
+
+/// Actions per vector block: one AVX-512 register, two AVX2 ones.
+const LANES: usize = 16;
+
+/// Lanes of the reductions and of the score products: four registers of independent
+/// chains, so that throughput, not the latency of one add, bounds them.
+const WIDE: usize = 64;
+
+/// Lanes of the three-product kernel: twelve accumulator registers with AVX-512, so that
+/// each broadcast coefficient serves four vector loads' worth of products.
+const LANES3: usize = 64;
+
+/// Below this a weight is flushed to zero: `exp(-87)` is the smallest normal result the
+/// range reduction builds, and next to the row max (weight 1) it is nothing.
+pub(crate) const EXP_MIN: f32 = -87.0;
+
+pub(crate) mod generic {
+    use super::{EXP_MIN, LANES, LANES3, Mac, WIDE};
+
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    /// `1.5 * 2^23`: adding it rounds to an integer held in the low mantissa bits.
+    const ROUND: f32 = 12_582_912.0;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    // Cephes `expf` coefficients for exp(r) on |r| <= ln2 / 2.
+    const P0: f32 = 1.987_569_1e-4;
+    const P1: f32 = 1.398_199_9e-3;
+    const P2: f32 = 8.333_452e-3;
+    const P3: f32 = 4.166_579_6e-2;
+    const P4: f32 = 1.666_666_5e-1;
+    const P5: f32 = 0.5;
+
+    #[inline(always)]
+    fn max(a: f32, b: f32) -> f32 {
+        // Not `f32::max`: its NaN rules cost a compare and a blend per lane.
+        if a > b { a } else { b }
+    }
+
+    #[inline(always)]
+    fn min(a: f32, b: f32) -> f32 {
+        if a < b { a } else { b }
+    }
+
+    /// `exp(t)` for `t <= 0` (or slightly above), `0` for `t <= EXP_MIN`, `-inf` and NaN.
+    /// Branch-free: range reduction `t = k ln2 + r`, a degree-7 polynomial for `exp(r)`
+    /// and `2^k` built in the exponent bits.
+    #[inline(always)]
+    pub(crate) fn exp_neg<M: Mac>(t: f32) -> f32 {
+        let keep = t > EXP_MIN;
+        let x = if keep { t } else { EXP_MIN };
+        let j = M::mac(x, LOG2E, ROUND);
+        let k = j - ROUND;
+        let r = M::mac(k, -LN2_HI, x);
+        let r = M::mac(k, -LN2_LO, r);
+        let mut p = P0;
+        p = M::mac(p, r, P1);
+        p = M::mac(p, r, P2);
+        p = M::mac(p, r, P3);
+        p = M::mac(p, r, P4);
+        p = M::mac(p, r, P5);
+        let p = M::mac(p, r * r, r) + 1.0;
+        // The low mantissa bits of `j` hold k (two's complement); shifted into the
+        // exponent field and biased they make 2^k, normal for k >= -126.
+        let scale = f32::from_bits((j.to_bits() << 23).wrapping_add(127 << 23));
+        if keep { p * scale } else { 0.0 }
+    }
+
+    /// `out[j] = <q, f_{start + j}>`, with the table transposed (`d` rows of `n`).
+    #[inline(always)]
+    pub(crate) fn dots1<M: Mac>(q: &[f32], cols: &[f32], n: usize, start: usize, out: &mut [f32]) {
+        let mut blocks = out.chunks_exact_mut(WIDE);
+        let mut j = start;
+        for blk in &mut blocks {
+            let mut acc = [0.0f32; WIDE];
+            for (col, &c) in cols.chunks_exact(n).zip(q) {
+                if let Some(f) = col[j..].first_chunk::<WIDE>() {
+                    for l in 0..WIDE {
+                        acc[l] = M::mac(c, f[l], acc[l]);
+                    }
+                }
+            }
+            blk.copy_from_slice(&acc);
+            j += WIDE;
+        }
+        for (i, o) in blocks.into_remainder().iter_mut().enumerate() {
+            let mut s = 0.0;
+            for (col, &c) in cols.chunks_exact(n).zip(q) {
+                s = M::mac(c, col[j + i], s);
+            }
+            *o = s;
+        }
+    }
+
+    /// `s[j] = <q, f>` and `v[j] = min(<g1, f>, <g2, f>)` for `f = f_{start + j}`: each
+    /// feature is loaded once for the three products.
+    #[inline(always)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a kernel: plain slices in, plain slices out"
+    )]
+    pub(crate) fn dots3<M: Mac>(
+        q: &[f32],
+        g1: &[f32],
+        g2: &[f32],
+        cols: &[f32],
+        n: usize,
+        start: usize,
+        s: &mut [f32],
+        v: &mut [f32],
+    ) {
+        let mut blocks = s.chunks_exact_mut(LANES3).zip(v.chunks_exact_mut(LANES3));
+        let mut j = start;
+        for (sb, vb) in &mut blocks {
+            let (mut a0, mut a1, mut a2) = ([0.0f32; LANES3], [0.0f32; LANES3], [0.0f32; LANES3]);
+            for (((col, &c0), &c1), &c2) in cols.chunks_exact(n).zip(q).zip(g1).zip(g2) {
+                if let Some(f) = col[j..].first_chunk::<LANES3>() {
+                    for l in 0..LANES3 {
+                        a0[l] = M::mac(c0, f[l], a0[l]);
+                        a1[l] = M::mac(c1, f[l], a1[l]);
+                        a2[l] = M::mac(c2, f[l], a2[l]);
+                    }
+                }
+            }
+            sb.copy_from_slice(&a0);
+            for l in 0..LANES3 {
+                vb[l] = min(a1[l], a2[l]);
+            }
+            j += LANES3;
+        }
+        let done = s.len() / LANES3 * LANES3;
+        for i in done..s.len() {
+            let (mut a0, mut a1, mut a2) = (0.0, 0.0, 0.0);
+            for (((col, &c0), &c1), &c2) in cols.chunks_exact(n).zip(q).zip(g1).zip(g2) {
+                let f = col[start + i];
+                a0 = M::mac(c0, f, a0);
+                a1 = M::mac(c1, f, a1);
+                a2 = M::mac(c2, f, a2);
+            }
+            s[i] = a0;
+            v[i] = min(a1, a2);
+        }
+    }
+
+    /// The largest value (`-inf` for an empty or fully masked row; NaN is skipped).
+    #[inline(always)]
+    pub(crate) fn max_of<M: Mac>(row: &[f32]) -> f32 {
+        let mut m = [f32::NEG_INFINITY; WIDE];
+        let (blocks, rest) = row.as_chunks::<WIDE>();
+        for blk in blocks {
+            m = std::array::from_fn(|l| max(blk[l], m[l]));
+        }
+        let best = rest.iter().fold(f32::NEG_INFINITY, |a, &x| max(x, a));
+        m.iter().fold(best, |a, &x| max(x, a))
+    }
+
+    /// `sum(row)` with lane-parallel partial sums.
+    #[inline(always)]
+    pub(crate) fn sum_of<M: Mac>(row: &[f32]) -> f32 {
+        let mut acc = [0.0f32; WIDE];
+        let (blocks, rest) = row.as_chunks::<WIDE>();
+        for blk in blocks {
+            acc = std::array::from_fn(|l| acc[l] + blk[l]);
+        }
+        acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
+    }
+
+    /// `(sum w, sum w t, sum w v)` with `t = s - max`, `w = exp(t)`, masked (`-inf`)
+    /// scores weighing nothing; `v` empty means `sum w v = 0`.
+    #[inline(always)]
+    pub(crate) fn exp_sums<M: Mac>(s: &[f32], max: f32, v: &[f32]) -> (f32, f32, f32) {
+        let (mut s0, mut s1, mut s2) = ([0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES]);
+        let one = |x: f32, v: f32, s0: &mut f32, s1: &mut f32, s2: &mut f32| {
+            let t = x - max;
+            let w = exp_neg::<M>(t);
+            // Clamped so that a masked `-inf` gives 0 * finite, not NaN.
+            let tc = super::generic_clamp(t);
+            *s0 += w;
+            *s1 = M::mac(w, tc, *s1);
+            *s2 += if w > 0.0 { w * v } else { 0.0 };
+        };
+        let done = s.len() / LANES * LANES;
+        if v.is_empty() {
+            for blk in s.chunks_exact(LANES) {
+                for l in 0..LANES {
+                    one(blk[l], 0.0, &mut s0[l], &mut s1[l], &mut s2[l]);
+                }
+            }
+            for &x in &s[done..] {
+                one(x, 0.0, &mut s0[0], &mut s1[0], &mut s2[0]);
+            }
+        } else {
+            for (blk, vb) in s.chunks_exact(LANES).zip(v.chunks_exact(LANES)) {
+                for l in 0..LANES {
+                    one(blk[l], vb[l], &mut s0[l], &mut s1[l], &mut s2[l]);
+                }
+            }
+            for (&x, &y) in s[done..].iter().zip(&v[done..]) {
+                one(x, y, &mut s0[0], &mut s1[0], &mut s2[0]);
+            }
+        }
+        (s0.iter().sum(), s1.iter().sum(), s2.iter().sum())
+    }
+
+    /// As [`exp_sums`] with `v` given, and overwrites `s` with the weights `w` and `v`
+    /// with `c = alpha t - v` (`0` where `w = 0`).
+    #[inline(always)]
+    pub(crate) fn soft_weights<M: Mac>(
+        s: &mut [f32],
+        v: &mut [f32],
+        max: f32,
+        alpha: f32,
+    ) -> (f32, f32, f32) {
+        let (mut s0, mut s1, mut s2) = ([0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES]);
+        let one = |x: &mut f32, q: &mut f32, s0: &mut f32, s1: &mut f32, s2: &mut f32| {
+            let t = *x - max;
+            let w = exp_neg::<M>(t);
+            let tc = super::generic_clamp(t);
+            let live = w > 0.0;
+            *s0 += w;
+            *s1 = M::mac(w, tc, *s1);
+            *s2 += if live { w * *q } else { 0.0 };
+            *q = if live { M::mac(alpha, tc, -*q) } else { 0.0 };
+            *x = w;
+        };
+        let done = s.len() / LANES * LANES;
+        for (blk, vb) in s.chunks_exact_mut(LANES).zip(v.chunks_exact_mut(LANES)) {
+            for l in 0..LANES {
+                one(&mut blk[l], &mut vb[l], &mut s0[l], &mut s1[l], &mut s2[l]);
+            }
+        }
+        for (x, q) in s[done..].iter_mut().zip(&mut v[done..]) {
+            one(x, q, &mut s0[0], &mut s1[0], &mut s2[0]);
+        }
+        (s0.iter().sum(), s1.iter().sum(), s2.iter().sum())
+    }
+
+    /// `u[j] = w[j] * (u[j] - mean)`: centring within the chunk keeps the later
+    /// `sum w c f - mean sum w f` from cancelling in `f32`.
+    #[inline(always)]
+    pub(crate) fn center<M: Mac>(w: &[f32], u: &mut [f32], mean: f32) {
+        for (u, &w) in u.iter_mut().zip(w) {
+            *u = w * (*u - mean);
+        }
+    }
+
+    /// `sum x y`.
+    #[inline(always)]
+    fn dot<M: Mac>(x: &[f32], y: &[f32]) -> f32 {
+        // WIDE lanes: several independent chains, so the adds' latency is hidden.
+        let mut acc = [0.0f32; WIDE];
+        let (xb, xr) = x.as_chunks::<WIDE>();
+        let (yb, yr) = y.as_chunks::<WIDE>();
+        let tail = xr.iter().zip(yr).fold(0.0, |t, (&a, &b)| M::mac(a, b, t));
+        for (a, b) in xb.iter().zip(yb) {
+            acc = std::array::from_fn(|l| M::mac(a[l], b[l], acc[l]));
+        }
+        acc.iter().sum::<f32>() + tail
+    }
+
+    /// `(sum w f_k, sum u f_k)` for four feature rows `f` at once: each load of `w` and
+    /// `u` serves four products (a loop per row would be bound by loads).
+    #[inline(always)]
+    pub(crate) fn dot2x4<M: Mac>(w: &[f32], u: &[f32], f: [&[f32]; 4]) -> ([f32; 4], [f32; 4]) {
+        let mut aw = [[0.0f32; LANES]; 4];
+        let mut au = [[0.0f32; LANES]; 4];
+        let (wb, wr) = w.as_chunks::<LANES>();
+        let (ub, ur) = u.as_chunks::<LANES>();
+        let fb = f.map(|f| f.as_chunks::<LANES>());
+        for (i, (x, y)) in wb.iter().zip(ub).enumerate() {
+            for k in 0..4 {
+                if let Some(z) = fb[k].0.get(i) {
+                    aw[k] = std::array::from_fn(|l| M::mac(x[l], z[l], aw[k][l]));
+                    au[k] = std::array::from_fn(|l| M::mac(y[l], z[l], au[k][l]));
+                }
+            }
+        }
+        let mut out = ([0.0f32; 4], [0.0f32; 4]);
+        for k in 0..4 {
+            let rest = fb[k].1;
+            out.0[k] = aw[k].iter().sum::<f32>()
+                + wr.iter().zip(rest).fold(0.0, |t, (&a, &b)| M::mac(a, b, t));
+            out.1[k] = au[k].iter().sum::<f32>()
+                + ur.iter().zip(rest).fold(0.0, |t, (&a, &b)| M::mac(a, b, t));
+        }
+        out
+    }
+
+    /// `(sum w f, sum u f)` for one feature row.
+    #[inline(always)]
+    pub(crate) fn dot2<M: Mac>(w: &[f32], u: &[f32], f: &[f32]) -> (f32, f32) {
+        (dot::<M>(w, f), dot::<M>(u, f))
+    }
+
+    /// `s[j] = exp((s[j] - max) - ln_sum)`: probabilities, given the row's log-sum-exp
+    /// as `max + ln_sum` (kept apart so large scores lose no precision).
+    #[inline(always)]
+    pub(crate) fn exp_shift<M: Mac>(s: &mut [f32], max: f32, ln_sum: f32) {
+        let mut blocks = s.chunks_exact_mut(LANES);
+        for blk in &mut blocks {
+            for x in blk.iter_mut() {
+                *x = exp_neg::<M>((*x - max) - ln_sum);
+            }
+        }
+        for x in blocks.into_remainder() {
+            *x = exp_neg::<M>((*x - max) - ln_sum);
+        }
+    }
+}
+
+#[inline(always)]
+fn generic_clamp(t: f32) -> f32 {
+    if t > EXP_MIN { t } else { EXP_MIN }
+}
+
+/// Defines, for each kernel of [`generic`], a public function taking an [`Isa`] first
+/// that runs the matching compiled copy.
+macro_rules! dispatched {
+    ($( $(#[$meta:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?; )*) => {
+        #[cfg(target_arch = "x86_64")]
+        mod avx2 {
+            use super::{generic, Fused};
+            $(
+                #[target_feature(enable = "avx2,fma")]
+                #[allow(clippy::too_many_arguments, reason = "mirrors the generic kernel")]
+                pub(super) fn $name($($arg: $ty),*) $(-> $ret)? {
+                    generic::$name::<Fused>($($arg),*)
+                }
+            )*
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        mod avx512 {
+            use super::{generic, Fused};
+            $(
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                #[allow(clippy::too_many_arguments, reason = "mirrors the generic kernel")]
+                pub(super) fn $name($($arg: $ty),*) $(-> $ret)? {
+                    generic::$name::<Fused>($($arg),*)
+                }
+            )*
+        }
+
+        $(
+            $(#[$meta])*
+            #[inline]
+            #[allow(clippy::too_many_arguments, reason = "mirrors the generic kernel")]
+            pub(crate) fn $name(isa: Isa, $($arg: $ty),*) $(-> $ret)? {
+                match isa {
+                    Isa::Portable => generic::$name::<Plain>($($arg),*),
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2Fma(_) => {
+                        // SAFETY: an `Isa::Avx2Fma` holds a `Detected`, which only
+                        // `Isa::detect`/`available` build, after `is_x86_feature_detected!`
+                        // reported avx2 and fma on this CPU.
+                        unsafe { avx2::$name($($arg),*) }
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx512(_) => {
+                        // SAFETY: an `Isa::Avx512` holds a `Detected`, built only after
+                        // `is_x86_feature_detected!` reported avx512f, avx2 and fma.
+                        unsafe { avx512::$name($($arg),*) }
+                    }
+                }
+            }
+        )*
+    };
+}
+
+dispatched! {
+    /// See [`generic::dots1`].
+    fn dots1(q: &[f32], cols: &[f32], n: usize, start: usize, out: &mut [f32]);
+    /// See [`generic::dots3`].
+    fn dots3(q: &[f32], g1: &[f32], g2: &[f32], cols: &[f32], n: usize, start: usize,
+             s: &mut [f32], v: &mut [f32]);
+    /// See [`generic::max_of`].
+    fn max_of(row: &[f32]) -> f32;
+    /// See [`generic::sum_of`].
+    fn sum_of(row: &[f32]) -> f32;
+    /// See [`generic::exp_sums`].
+    fn exp_sums(s: &[f32], max: f32, v: &[f32]) -> (f32, f32, f32);
+    /// See [`generic::soft_weights`].
+    fn soft_weights(s: &mut [f32], v: &mut [f32], max: f32, alpha: f32) -> (f32, f32, f32);
+    /// See [`generic::center`].
+    fn center(w: &[f32], u: &mut [f32], mean: f32);
+    /// See [`generic::dot2`].
+    fn dot2(w: &[f32], u: &[f32], f: &[f32]) -> (f32, f32);
+    /// See [`generic::dot2x4`].
+    fn dot2x4(w: &[f32], u: &[f32], f: [&[f32]; 4]) -> ([f32; 4], [f32; 4]);
+    /// See [`generic::exp_shift`].
+    fn exp_shift(s: &mut [f32], max: f32, ln_sum: f32);
+}
+
+/// `exp(t)` with the given kernels, one value at a time (tests and scalar tails).
+#[cfg(test)]
+pub(crate) fn exp_one(isa: Isa, t: f32) -> f32 {
+    let mut x = [t];
+    exp_shift(isa, &mut x, 0.0, 0.0);
+    x[0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_exp_is_within_a_few_ulps_of_f64_exp_on_its_range() {
+        for isa in Isa::available() {
+            let mut worst = 0.0f64;
+            let steps = 2_000_000;
+            for i in 0..=steps {
+                let t = EXP_MIN * 0.999_999 * (i as f32 / steps as f32);
+                let want = f64::from(t).exp();
+                let got = f64::from(exp_one(isa, t));
+                worst = worst.max((got - want).abs() / want);
+            }
+            // Also the chunked path (16-lane blocks plus a tail).
+            let ts: Vec<f32> = (0..1000).map(|i| -(i as f32) * 0.0867).collect();
+            let mut xs = ts.clone();
+            exp_shift(isa, &mut xs, 0.0, 0.0);
+            for (t, x) in ts.iter().zip(&xs) {
+                let want = f64::from(*t).exp();
+                worst = worst.max((f64::from(*x) - want).abs() / want);
+            }
+            assert!(worst < 1.5e-7, "{isa:?}: max relative error {worst:e}");
+        }
+    }
+
+    #[test]
+    fn fast_exp_flushes_masked_and_tiny_inputs_to_zero() {
+        for isa in Isa::available() {
+            for t in [f32::NEG_INFINITY, f32::NAN, -87.5, -1000.0] {
+                assert_eq!(exp_one(isa, t), 0.0, "{isa:?} {t}");
+            }
+            assert_eq!(exp_one(isa, 0.0), 1.0);
+            assert!(exp_one(isa, -86.9) > 0.0);
+        }
+    }
+
+    #[test]
+    fn kernels_agree_with_scalar_sums() {
+        for isa in Isa::available() {
+            for len in [0usize, 1, 15, 16, 17, 40] {
+                let s: Vec<f32> = (0..len)
+                    .map(|i| ((i * 37) % 11) as f32 * 0.3 - 1.0)
+                    .collect();
+                let v: Vec<f32> = (0..len).map(|i| ((i * 13) % 7) as f32 - 3.0).collect();
+                let m = max_of(isa, &s);
+                let want_m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                assert_eq!(m, want_m);
+                let (s0, s1, s2) = exp_sums(isa, &s, m, &v);
+                let w: Vec<f64> = s.iter().map(|x| f64::from(x - m).exp()).collect();
+                let e0: f64 = w.iter().sum();
+                let e1: f64 = w.iter().zip(&s).map(|(w, x)| w * f64::from(x - m)).sum();
+                let e2: f64 = w.iter().zip(&v).map(|(w, v)| w * f64::from(*v)).sum();
+                for (got, want) in [(s0, e0), (s1, e1), (s2, e2)] {
+                    assert!(
+                        (f64::from(got) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "{isa:?} {len}"
+                    );
+                }
+                assert!(
+                    (f64::from(sum_of(isa, &s)) - s.iter().map(|&x| f64::from(x)).sum::<f64>())
+                        .abs()
+                        < 1e-4
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,635 @@
+//! SAC for continuous actions: tanh-squashed Gaussian actor, twin critics.
+
+use rand::Rng;
+use rand_distr::StandardNormal;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rl_collect::{ActOutput, Policy, PolicyError};
+use rl_core::{Column, DType, Env, Flag, Location, MemoryPlan, Schema, Space};
+use rl_storage::Batch;
+
+use super::{Core, SacConfig, SacState, SacStats, SacTrainer, f32_bytes, half_squared_error};
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::nn::Workspace;
+use crate::policy::{Mode, describe};
+
+/// Bounds of the actor's log standard deviation (Stable-Baselines3's).
+const LOG_STD_MIN: f32 = -20.0;
+const LOG_STD_MAX: f32 = 2.0;
+/// Added inside `log(1 - tanh(u)^2 + EPS)` (Stable-Baselines3's), so that saturated
+/// actions keep a finite log-probability.
+const SQUASH_EPS: f32 = 1e-6;
+/// `ln(2 pi) / 2`.
+const HALF_LN_2PI: f32 = 0.918_938_5;
+/// Rows the collector-facing forward pass handles at once.
+const ACT_ROWS: usize = 64;
+
+/// Soft actor-critic for `f32` box actions (Haarnoja et al. 2018, with Stable-Baselines3's
+/// details).
+///
+/// - Actor: a [`DenseMlp`] `obs -> hidden -> 2 x dim(A)` giving the mean and the log
+///   standard deviation (clamped to `[-20, 2]`) of a Gaussian; actions are
+///   `tanh(mean + std * eps)`, with
+///   `log pi = sum_j [log N(u_j) - log(1 - tanh(u_j)^2 + 1e-6)]`.
+/// - Critics: two [`DenseMlp`]s `obs ++ action -> hidden -> 1` with polyak-averaged
+///   targets. Target: `y = r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log
+///   pi(a' | s'))`; truncated transitions bootstrap.
+/// - Entropy coefficient learned towards `-dim(A)` (see [`SacConfig`]).
+/// - Actions live in `[-1, 1]` inside the trainer and are mapped affinely onto the
+///   environment's bounds when acting, as Stable-Baselines3 does; the replay buffer holds
+///   the environment's actions and [`Sac::update`] maps them back.
+///
+/// It is also the collector's [`Policy`]: [`Mode::Sample`] draws actions (training),
+/// [`Mode::Deterministic`] takes `tanh(mean)`.
+///
+/// ```
+/// use rl_algos::{Sac, SacConfig};
+/// use rl_envs::Pendulum;
+/// use rl_storage::Batch;
+///
+/// # fn main() -> rl_algos::Result<()> {
+/// let config = SacConfig { hidden: vec![32, 32], batch_size: 8, ..SacConfig::sb3() };
+/// let mut sac = Sac::for_env(&Pendulum::new(0), config)?;
+/// let mut batch = Batch::new(&sac.replay_schema()?, 8)?;
+/// // ... fill `batch` from a replay buffer, then:
+/// # use rl_storage::{RamStorage, ReplayBuffer, Uniform, ColumnSlice};
+/// # use rl_core::Flag;
+/// # let mut replay = ReplayBuffer::new(RamStorage::new(sac.replay_schema()?, 64)?, Uniform::new(0));
+/// # for i in 0..16 {
+/// #     let obs = [1.0, 0.0, i as f32 / 16.0];
+/// #     replay.push(&[ColumnSlice::F32(&obs), ColumnSlice::F32(&[0.5]), ColumnSlice::F32(&[-1.0]),
+/// #         ColumnSlice::Bool(&[Flag(0)]), ColumnSlice::Bool(&[Flag(0)]), ColumnSlice::F32(&obs)])?;
+/// # }
+/// # replay.sample(&mut batch)?;
+/// let stats = sac.update(&batch)?;
+/// assert!(stats.critic_loss.is_finite());
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Sac {
+    core: Core,
+    obs_dim: usize,
+    act_dim: usize,
+    /// Environment action `= offset + scale * a` for `a` in `[-1, 1]`.
+    scale: Vec<f32>,
+    offset: Vec<f32>,
+    /// The actor's pass over the batch's observations, kept for its backward pass.
+    actor_ws: Workspace,
+    /// The actor's pass over next observations (targets).
+    next_ws: Workspace,
+    /// The actor's pass when acting for a collector.
+    act_ws: Workspace,
+    scratch: Scratch,
+}
+
+/// Per-update buffers, sized for `batch_size` rows at construction.
+#[derive(Clone, Debug)]
+struct Scratch {
+    /// `rows x (obs + act)` critic inputs.
+    critic_in: Vec<f32>,
+    /// Gaussian noise of the batch's actions and of the next actions.
+    noise: Vec<f32>,
+    next_noise: Vec<f32>,
+    /// Squashed actions (in `[-1, 1]`) and their log-probs.
+    pi_actions: Vec<f32>,
+    pi_logp: Vec<f32>,
+    next_actions: Vec<f32>,
+    next_logp: Vec<f32>,
+    /// Stored actions mapped into `[-1, 1]`.
+    stored_actions: Vec<f32>,
+    /// Critic targets `y`.
+    target: Vec<f32>,
+    /// `Q_i` of each row, per critic.
+    q: [Vec<f32>; 2],
+    /// Gradient of the loss with respect to each critic's output.
+    dq: Vec<f32>,
+    /// Gradient with respect to each critic's input (`rows x (obs + act)`).
+    d_in: [Vec<f32>; 2],
+    /// Gradient with respect to the actor's output (`rows x 2 act`).
+    d_actor: Vec<f32>,
+    act_noise: Vec<f32>,
+    act_actions: Vec<f32>,
+    act_logp: Vec<f32>,
+}
+
+impl Scratch {
+    fn new(rows: usize, obs: usize, act: usize) -> Self {
+        let z = |n: usize| vec![0.0; n];
+        Self {
+            critic_in: z(rows * (obs + act)),
+            noise: z(rows * act),
+            next_noise: z(rows * act),
+            pi_actions: z(rows * act),
+            pi_logp: z(rows),
+            next_actions: z(rows * act),
+            next_logp: z(rows),
+            stored_actions: z(rows * act),
+            target: z(rows),
+            q: [z(rows), z(rows)],
+            dq: z(rows),
+            d_in: [z(rows * (obs + act)), z(rows * (obs + act))],
+            d_actor: z(rows * 2 * act),
+            act_noise: z(ACT_ROWS * act),
+            act_actions: z(ACT_ROWS * act),
+            act_logp: z(ACT_ROWS),
+        }
+    }
+
+    fn floats(&self) -> usize {
+        let vecs = [
+            &self.critic_in,
+            &self.noise,
+            &self.next_noise,
+            &self.pi_actions,
+            &self.pi_logp,
+            &self.next_actions,
+            &self.next_logp,
+            &self.stored_actions,
+            &self.target,
+            &self.q[0],
+            &self.q[1],
+            &self.dq,
+            &self.d_in[0],
+            &self.d_in[1],
+            &self.d_actor,
+            &self.act_noise,
+            &self.act_actions,
+            &self.act_logp,
+        ];
+        vecs.iter().map(|v| v.len()).sum()
+    }
+}
+
+/// Squashes the actor's outputs (`rows x [mean, log_std]`) with `noise` (ignored when
+/// `deterministic`) into actions in `[-1, 1]` and their log-probabilities.
+fn squash(
+    out: &[f32],
+    noise: &[f32],
+    act_dim: usize,
+    deterministic: bool,
+    actions: &mut [f32],
+    logp: &mut [f32],
+) {
+    for (((o, eps), a), lp) in out
+        .chunks_exact(2 * act_dim)
+        .zip(noise.chunks_exact(act_dim))
+        .zip(actions.chunks_exact_mut(act_dim))
+        .zip(logp.iter_mut())
+    {
+        let (mean, log_std) = o.split_at(act_dim);
+        let mut sum = 0.0;
+        for j in 0..act_dim {
+            let ls = log_std[j].clamp(LOG_STD_MIN, LOG_STD_MAX);
+            let e = if deterministic { 0.0 } else { eps[j] };
+            let squashed = (mean[j] + ls.exp() * e).tanh();
+            a[j] = squashed;
+            sum += -0.5 * e * e - ls - HALF_LN_2PI - (1.0 - squashed * squashed + SQUASH_EPS).ln();
+        }
+        *lp = sum;
+    }
+}
+
+/// Writes `[obs, actions]` rows into `dst`.
+fn join(dst: &mut [f32], obs: &[f32], actions: &[f32], obs_dim: usize, act_dim: usize) {
+    for ((row, o), a) in dst
+        .chunks_exact_mut(obs_dim + act_dim)
+        .zip(obs.chunks_exact(obs_dim))
+        .zip(actions.chunks_exact(act_dim))
+    {
+        row[..obs_dim].copy_from_slice(o);
+        row[obs_dim..].copy_from_slice(a);
+    }
+}
+
+fn fill_normal(rng: &mut Xoshiro256PlusPlus, out: &mut [f32]) {
+    for x in out {
+        *x = rng.sample(StandardNormal);
+    }
+}
+
+impl Sac {
+    /// A trainer for observations in `observation_space` (an `f32` box) and actions in
+    /// `action_space` (an `f32` box with finite bounds).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid configuration; [`Error::SpaceMismatch`] for a
+    /// space that is not an `f32` box or an action space with infinite or empty bounds.
+    pub fn new(observation_space: &Space, action_space: &Space, config: SacConfig) -> Result<Self> {
+        config.validate()?;
+        let obs_dim = match observation_space {
+            Space::Box(b) if b.dtype() == DType::F32 => b.flat_len(),
+            other => {
+                return Err(Error::SpaceMismatch {
+                    what: "observation space",
+                    expected: "a box of f32 elements".to_owned(),
+                    actual: describe(other),
+                });
+            }
+        };
+        let (scale, offset): (Vec<f32>, Vec<f32>) = match action_space {
+            Space::Box(b)
+                if b.dtype() == DType::F32
+                    && (0..b.flat_len()).all(|i| {
+                        b.low(i).is_finite() && b.high(i).is_finite() && b.high(i) > b.low(i)
+                    }) =>
+            {
+                (0..b.flat_len())
+                    .map(|i| {
+                        let (low, high) = (b.low(i), b.high(i));
+                        ((high - low) / 2.0, (high + low) / 2.0)
+                    })
+                    .unzip()
+            }
+            other => {
+                return Err(Error::SpaceMismatch {
+                    what: "action space",
+                    expected: "a box of f32 elements with finite bounds, low < high".to_owned(),
+                    actual: describe(other),
+                });
+            }
+        };
+        let act_dim = scale.len();
+        if obs_dim == 0 || act_dim == 0 {
+            return Err(Error::config(
+                "spaces",
+                "have no elements: SAC needs at least one observation and one action element",
+            ));
+        }
+        let rows = config.batch_size;
+        let core = Core::new(
+            config,
+            obs_dim,
+            2 * act_dim,
+            obs_dim + act_dim,
+            1,
+            -(act_dim as f32),
+        )?;
+        Ok(Self {
+            obs_dim,
+            act_dim,
+            scale,
+            offset,
+            actor_ws: Workspace::new(&core.actor, rows),
+            next_ws: Workspace::new(&core.actor, rows),
+            act_ws: Workspace::new(&core.actor, ACT_ROWS),
+            scratch: Scratch::new(rows, obs_dim, act_dim),
+            core,
+        })
+    }
+
+    /// [`Sac::new`] with `env`'s spaces.
+    ///
+    /// # Errors
+    /// As [`Sac::new`].
+    pub fn for_env<E: Env<Obs = f32, Act = f32>>(env: &E, config: SacConfig) -> Result<Self> {
+        Self::new(env.observation_space(), env.action_space(), config)
+    }
+
+    /// The replay columns [`Sac::update`] reads (and `rl-collect`'s collectors write):
+    /// `obs` f32, `action` f32, `reward` f32, `terminated` and `truncated` bool,
+    /// `next_obs` f32.
+    ///
+    /// # Errors
+    /// None in practice (the schema is valid by construction); kept for `Schema::new`.
+    pub fn replay_schema(&self) -> Result<Schema> {
+        Ok(Schema::new([
+            Column::new("obs", DType::F32, &[self.obs_dim]),
+            Column::new("action", DType::F32, &[self.act_dim]),
+            Column::scalar("reward", DType::F32),
+            Column::scalar("terminated", DType::Bool),
+            Column::scalar("truncated", DType::Bool),
+            Column::new("next_obs", DType::F32, &[self.obs_dim]),
+        ])?)
+    }
+
+    /// Everything the trainer holds: networks, targets, gradients, Adam moments,
+    /// workspaces and per-update buffers. Constant for the trainer's life; the replay
+    /// buffer is the caller's (plan it with `RamStorage::plan`).
+    pub fn memory_plan(&self) -> MemoryPlan {
+        let mut plan = MemoryPlan::new();
+        self.core.memory_plan(&mut plan);
+        for (name, ws) in [
+            ("actor", &self.actor_ws),
+            ("actor (next obs)", &self.next_ws),
+            ("actor (acting)", &self.act_ws),
+        ] {
+            plan.nest("sac", &ws.memory_plan(name));
+        }
+        plan.add(
+            "sac/update buffers",
+            Location::Ram,
+            f32_bytes(self.scratch.floats()),
+        );
+        plan
+    }
+
+    /// One gradient step (critics, actor, entropy coefficient, then the targets every
+    /// `target_update_interval` steps) on a batch sampled from a replay buffer with
+    /// [`Sac::replay_schema`]'s columns, in Stable-Baselines3's order.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] for a batch without those columns or of other widths;
+    /// [`Error::ShapeMismatch`] for more rows than `batch_size`; [`Error::Diverged`]
+    /// (nothing applied) if a loss is not finite.
+    pub fn update(&mut self, batch: &Batch) -> Result<SacStats> {
+        let rows = batch.len();
+        let (obs_dim, act_dim) = (self.obs_dim, self.act_dim);
+        if rows == 0 || rows > self.core.config.batch_size {
+            return Err(Error::shape(
+                "batch rows (1 to batch_size)",
+                self.core.config.batch_size,
+                rows,
+            ));
+        }
+        let obs = batch.column::<f32>("obs")?;
+        let actions = batch.column::<f32>("action")?;
+        let rewards = batch.column::<f32>("reward")?;
+        let terminated = batch.column::<Flag>("terminated")?;
+        let next_obs = batch.column::<f32>("next_obs")?;
+        for (what, expected, actual) in [
+            ("batch obs", rows * obs_dim, obs.len()),
+            ("batch actions", rows * act_dim, actions.len()),
+            ("batch next_obs", rows * obs_dim, next_obs.len()),
+        ] {
+            if expected != actual {
+                return Err(Error::shape(what, expected, actual));
+            }
+        }
+        let s = &mut self.scratch;
+        let n = rows as f32;
+
+        // The policy's actions for the batch (kept for the actor's backward pass).
+        fill_normal(&mut self.core.rng, &mut s.noise[..rows * act_dim]);
+        fill_normal(&mut self.core.rng, &mut s.next_noise[..rows * act_dim]);
+        self.policy_actions(obs, rows)?;
+        let s = &mut self.scratch;
+        let alpha = self.core.temperature.alpha();
+        let entropy = -s.pi_logp[..rows].iter().sum::<f32>() / n;
+
+        // Targets from the target critics at the next observations.
+        let out = self.core.actor.forward(next_obs, rows, &mut self.next_ws)?;
+        squash(
+            out,
+            &s.next_noise,
+            act_dim,
+            false,
+            &mut s.next_actions[..rows * act_dim],
+            &mut s.next_logp[..rows],
+        );
+        let critic_in = &mut s.critic_in[..rows * (obs_dim + act_dim)];
+        join(critic_in, next_obs, &s.next_actions, obs_dim, act_dim);
+        for i in 0..2 {
+            let q = self.core.critics.target[i].forward(
+                critic_in,
+                rows,
+                &mut self.core.critics.target_ws[i],
+            )?;
+            s.q[i][..rows].copy_from_slice(q);
+        }
+        for b in 0..rows {
+            let next = s.q[0][b].min(s.q[1][b]) - alpha * s.next_logp[b];
+            let live = if terminated[b].0 == 0 { 1.0 } else { 0.0 };
+            s.target[b] = rewards[b] + self.core.config.gamma * live * next;
+        }
+
+        // Critics on the stored actions (mapped back into [-1, 1]).
+        for ((stored, &a), j) in s.stored_actions[..rows * act_dim]
+            .iter_mut()
+            .zip(actions)
+            .zip((0..act_dim).cycle())
+        {
+            *stored = (a - self.offset[j]) / self.scale[j];
+        }
+        join(critic_in, obs, &s.stored_actions, obs_dim, act_dim);
+        let mut critic_loss = 0.0;
+        for i in 0..2 {
+            let critic = &self.core.critics.online[i];
+            let q = critic.forward(critic_in, rows, &mut self.core.critics.ws[i])?;
+            critic_loss += half_squared_error(q, &s.target[..rows], &mut s.dq[..rows]);
+            critic.backward(
+                &mut self.core.critics.ws[i],
+                &s.dq[..rows],
+                Some(&mut self.core.critics.grads[i]),
+                None,
+            )?;
+        }
+        if !critic_loss.is_finite() {
+            self.core.critics.grads.iter_mut().for_each(|g| g.fill(0.0));
+            return Err(Error::Diverged {
+                what: "critic loss",
+                value: critic_loss,
+            });
+        }
+        self.core.critics.step()?;
+
+        let actor_loss = self.actor_gradients(obs, rows, alpha)?;
+        self.core.step_actor(entropy)?;
+        self.core.finish_update()?;
+        Ok(SacStats {
+            critic_loss,
+            actor_loss,
+            alpha,
+            entropy,
+        })
+    }
+
+    /// The actor's squashed actions and log-probs for the batch's observations with the
+    /// noise in the scratch; keeps the pass in `actor_ws` for the backward pass.
+    fn policy_actions(&mut self, obs: &[f32], rows: usize) -> Result<()> {
+        let act_dim = self.act_dim;
+        let s = &mut self.scratch;
+        let out = self.core.actor.forward(obs, rows, &mut self.actor_ws)?;
+        squash(
+            out,
+            &s.noise,
+            act_dim,
+            false,
+            &mut s.pi_actions[..rows * act_dim],
+            &mut s.pi_logp[..rows],
+        );
+        Ok(())
+    }
+
+    /// Adds the gradient of `mean(alpha log pi - min_i Q_i(s, pi(s)))` with respect to
+    /// the actor's parameters into its gradient buffer, through the critics (which get
+    /// no gradient) and the squashing; returns the loss. Needs [`Sac::policy_actions`]
+    /// first.
+    fn actor_gradients(&mut self, obs: &[f32], rows: usize, alpha: f32) -> Result<f32> {
+        let (obs_dim, act_dim) = (self.obs_dim, self.act_dim);
+        let s = &mut self.scratch;
+        let n = rows as f32;
+        let critic_in = &mut s.critic_in[..rows * (obs_dim + act_dim)];
+        join(critic_in, obs, &s.pi_actions, obs_dim, act_dim);
+        for i in 0..2 {
+            let q = self.core.critics.online[i].forward(
+                critic_in,
+                rows,
+                &mut self.core.critics.ws[i],
+            )?;
+            s.q[i][..rows].copy_from_slice(q);
+        }
+        let mut actor_loss = 0.0;
+        for i in 0..2 {
+            for b in 0..rows {
+                let chosen = if s.q[0][b] <= s.q[1][b] { 0 } else { 1 };
+                s.dq[b] = if chosen == i { -1.0 / n } else { 0.0 };
+            }
+            let d_in = &mut s.d_in[i][..rows * (obs_dim + act_dim)];
+            self.core.critics.online[i].backward(
+                &mut self.core.critics.ws[i],
+                &s.dq[..rows],
+                None,
+                Some(d_in),
+            )?;
+        }
+        let out = self.actor_ws.output();
+        for b in 0..rows {
+            actor_loss += (alpha * s.pi_logp[b] - s.q[0][b].min(s.q[1][b])) / n;
+            let o = &out[b * 2 * act_dim..(b + 1) * 2 * act_dim];
+            let d = &mut s.d_actor[b * 2 * act_dim..(b + 1) * 2 * act_dim];
+            for j in 0..act_dim {
+                let k = b * (obs_dim + act_dim) + obs_dim + j;
+                let d_action = s.d_in[0][k] + s.d_in[1][k];
+                let a = s.pi_actions[b * act_dim + j];
+                let one_minus = 1.0 - a * a;
+                // d/du of alpha * log pi / n: only the squash correction depends on u.
+                let d_u = d_action * one_minus
+                    + alpha / n * 2.0 * a * one_minus / (one_minus + SQUASH_EPS);
+                let raw_log_std = o[act_dim + j];
+                let inside = (LOG_STD_MIN..=LOG_STD_MAX).contains(&raw_log_std);
+                let std = raw_log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp();
+                d[j] = d_u;
+                // u = mean + std * eps: du/dlog_std = std * eps; log N adds -1 per dim.
+                d[act_dim + j] = if inside {
+                    d_u * std * s.noise[b * act_dim + j] - alpha / n
+                } else {
+                    0.0
+                };
+            }
+        }
+        if !actor_loss.is_finite() {
+            return Err(Error::Diverged {
+                what: "policy loss",
+                value: actor_loss,
+            });
+        }
+        self.core.actor.backward(
+            &mut self.actor_ws,
+            &s.d_actor[..rows * 2 * act_dim],
+            Some(&mut self.core.actor_grads),
+            None,
+        )?;
+        Ok(actor_loss)
+    }
+
+    /// Actions for `obs` (`rows x obs_dim`) in the environment's bounds, and their
+    /// log-probabilities, by the current [`Mode`].
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] for buffers of the wrong length.
+    pub fn act_rows(
+        &mut self,
+        obs: &[f32],
+        actions: &mut [f32],
+        log_probs: &mut [f32],
+    ) -> Result<()> {
+        let (obs_dim, act_dim) = (self.obs_dim, self.act_dim);
+        let rows = obs.len() / obs_dim;
+        for (what, expected, actual) in [
+            ("observations", rows * obs_dim, obs.len()),
+            ("actions", rows * act_dim, actions.len()),
+            ("log-prob output", rows, log_probs.len()),
+        ] {
+            if expected != actual {
+                return Err(Error::shape(what, expected, actual));
+            }
+        }
+        let deterministic = self.core.mode == Mode::Deterministic;
+        let s = &mut self.scratch;
+        for ((o, a), lp) in obs
+            .chunks(ACT_ROWS * obs_dim)
+            .zip(actions.chunks_mut(ACT_ROWS * act_dim))
+            .zip(log_probs.chunks_mut(ACT_ROWS))
+        {
+            let n = lp.len();
+            if !deterministic {
+                fill_normal(&mut self.core.rng, &mut s.act_noise[..n * act_dim]);
+            }
+            let out = self.core.actor.forward(o, n, &mut self.act_ws)?;
+            squash(
+                out,
+                &s.act_noise,
+                act_dim,
+                deterministic,
+                &mut s.act_actions[..n * act_dim],
+                &mut s.act_logp[..n],
+            );
+            for ((dst, &src), j) in a.iter_mut().zip(&s.act_actions).zip((0..act_dim).cycle()) {
+                *dst = self.offset[j] + self.scale[j] * src;
+            }
+            lp.copy_from_slice(&s.act_logp[..n]);
+        }
+        Ok(())
+    }
+
+    /// The whole trainer state: actor, critics, targets, optimisers, `log alpha`, update
+    /// count and noise generator.
+    pub fn checkpoint(&self) -> Checkpoint<SacState> {
+        self.core.checkpoint()
+    }
+
+    /// Restores a [`Sac::checkpoint`]; everything is checked first and on error nothing
+    /// changes.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointMismatch`] for another configuration (the seed aside) or
+    /// architecture; checkpoint shape and optimiser-state errors.
+    pub fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
+        self.core.restore(checkpoint)
+    }
+}
+
+impl SacTrainer for Sac {
+    fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn replay_schema(&self) -> Result<Schema> {
+        Sac::replay_schema(self)
+    }
+
+    fn update(&mut self, batch: &Batch) -> Result<SacStats> {
+        Sac::update(self, batch)
+    }
+
+    fn memory_plan(&self) -> MemoryPlan {
+        Sac::memory_plan(self)
+    }
+
+    fn set_mode(&mut self, mode: Mode) {
+        self.core.mode = mode;
+    }
+}
+
+impl Policy for Sac {
+    type Obs = f32;
+    type Act = f32;
+    type State = ();
+
+    fn act(
+        &mut self,
+        obs: &[f32],
+        states: &mut [()],
+        out: ActOutput<'_, f32>,
+    ) -> Result<(), PolicyError> {
+        let rows = states.len();
+        if out.log_probs.len() != rows {
+            return Err(Box::new(Error::shape(
+                "log-prob output",
+                rows,
+                out.log_probs.len(),
+            )));
+        }
+        Ok(self.act_rows(obs, out.actions, out.log_probs)?)
+    }
+}

@@ -1,0 +1,512 @@
+//! SAC for discrete actions, expectations over the whole policy computed in chunks.
+
+use rl_actions::{ChunkedScorer, Masks, Sampling};
+use rl_collect::{ActOutput, Policy, PolicyError};
+use rl_core::{Column, DType, Env, FeatureTable, Flag, Location, MemoryPlan, Schema, Space};
+use rl_storage::Batch;
+
+use super::{Core, SacConfig, SacState, SacStats, SacTrainer, f32_bytes, half_squared_error};
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::nn::Workspace;
+use crate::policy::{Mode, describe};
+
+/// Rows the collector-facing forward pass handles at once.
+const ACT_ROWS: usize = 64;
+/// Christodoulou's default target entropy, as a fraction of the maximum `ln n`.
+const TARGET_ENTROPY_RATIO: f32 = 0.98;
+
+/// Soft actor-critic for discrete actions (Christodoulou 2019): the critic target and the
+/// actor loss are exact expectations over the policy's full distribution, never samples,
+/// computed `chunk` actions at a time by an [`rl_actions::ChunkedScorer`], so that memory
+/// stays `batch x chunk` floats for any number of actions.
+///
+/// The networks are two-tower: the actor maps an observation to a `d`-vector `u(s)` and
+/// `pi(a | s) = softmax_a <u(s), f_a>`; each critic maps it to `g_i(s)` with
+/// `Q_i(s, a) = <g_i(s), f_a>`, where `f_a` is action `a`'s row of a representation:
+///
+/// - [`DiscreteSac::with_table`]: a feature table shared by the environment (for
+///   instance `LargeDiscrete::action_features()`, 100 000 x 8): `d` is the table's width,
+///   so the networks' output layers stay small whatever `n`.
+/// - [`DiscreteSac::with_index`]: the index / one-hot representation, `f_a = e_a`: the
+///   classic discrete SAC whose networks output one value per action (`d = n`).
+///
+/// Losses (batch means): critics `0.5 (MSE(Q1(s, a), y) + MSE(Q2(s, a), y))` with
+/// `y = r + gamma (1 - terminated) sum_a' pi(a' | s') (min_i Q'_i(s', a') - alpha log pi(a' |
+/// s'))` (rows that terminated skip the sum entirely); actor
+/// `sum_a pi(a | s) (alpha log pi(a | s) - min_i Q_i(s, a))`; entropy coefficient towards
+/// `0.98 ln n` unless [`SacConfig::target_entropy`] says otherwise (for 100 000 actions a
+/// lower target, such as `0.6 ln n`, lets the policy concentrate).
+///
+/// The actions stored in the replay buffer are `u32` indices; any index at or above `n`
+/// is an [`Error::ActionOutOfRange`], never clamped.
+#[derive(Clone, Debug)]
+pub struct DiscreteSac {
+    core: Core,
+    obs_dim: usize,
+    n: u32,
+    scorer: ChunkedScorer,
+    actor_ws: Workspace,
+    next_ws: Workspace,
+    act_ws: Workspace,
+    scratch: Scratch,
+}
+
+/// Per-update buffers, sized for `batch_size` rows at construction.
+#[derive(Clone, Debug)]
+struct Scratch {
+    /// Rows whose transition did not terminate, and their next observations.
+    live: Vec<usize>,
+    next_live: Vec<f32>,
+    /// Actor and target-critic vectors at the live next observations, and their values.
+    u_next: Vec<f32>,
+    g_next: [Vec<f32>; 2],
+    v_next: Vec<f32>,
+    target: Vec<f32>,
+    q: Vec<f32>,
+    dq: Vec<f32>,
+    /// Gradient with respect to a critic's output vectors.
+    dg: Vec<f32>,
+    /// Critic vectors at the batch's observations (after the critic step).
+    g: [Vec<f32>; 2],
+    loss_rows: Vec<f32>,
+    entropy_rows: Vec<f32>,
+    /// Gradient with respect to the actor's output vectors.
+    du: Vec<f32>,
+    act_scores: Vec<f32>,
+}
+
+impl Scratch {
+    fn new(rows: usize, obs: usize, d: usize) -> Self {
+        let z = |n: usize| vec![0.0; n];
+        Self {
+            live: Vec::with_capacity(rows),
+            next_live: z(rows * obs),
+            u_next: z(rows * d),
+            g_next: [z(rows * d), z(rows * d)],
+            v_next: z(rows),
+            target: z(rows),
+            q: z(rows),
+            dq: z(rows),
+            dg: z(rows * d),
+            g: [z(rows * d), z(rows * d)],
+            loss_rows: z(rows),
+            entropy_rows: z(rows),
+            du: z(rows * d),
+            act_scores: z(ACT_ROWS),
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        let floats = [
+            &self.next_live,
+            &self.u_next,
+            &self.g_next[0],
+            &self.g_next[1],
+            &self.v_next,
+            &self.target,
+            &self.q,
+            &self.dq,
+            &self.dg,
+            &self.g[0],
+            &self.g[1],
+            &self.loss_rows,
+            &self.entropy_rows,
+            &self.du,
+            &self.act_scores,
+        ]
+        .iter()
+        .map(|v| v.len())
+        .sum();
+        f32_bytes(floats) + (self.live.capacity() * size_of::<usize>()) as u64
+    }
+}
+
+impl DiscreteSac {
+    /// A trainer whose actions are scored against `table` (`n x d`, shared, never
+    /// copied): the two-tower form for large action spaces.
+    ///
+    /// # Errors
+    /// [`Error::SpaceMismatch`] if the observation space is not an `f32` box, the action
+    /// space is not discrete, or the table has another number of rows than the space has
+    /// actions; [`Error::Config`] for an invalid configuration.
+    pub fn with_table(
+        observation_space: &Space,
+        action_space: &Space,
+        table: FeatureTable,
+        config: SacConfig,
+    ) -> Result<Self> {
+        let n = discrete_n(action_space)?;
+        if table.rows() != n as usize {
+            return Err(Error::SpaceMismatch {
+                what: "action space",
+                expected: format!(
+                    "a discrete space of {} actions (the action table's rows)",
+                    table.rows()
+                ),
+                actual: describe(action_space),
+            });
+        }
+        let rows = config.batch_size.max(ACT_ROWS);
+        let scorer = ChunkedScorer::new(table, config.chunk, rows)?;
+        Self::build(observation_space, n, scorer, config)
+    }
+
+    /// A trainer with the index (one-hot) representation: the networks output one value
+    /// per action, the classic discrete SAC. Its buffers scale with `batch x n`: for huge
+    /// `n` use [`DiscreteSac::with_table`].
+    ///
+    /// # Errors
+    /// As [`DiscreteSac::with_table`].
+    pub fn with_index(
+        observation_space: &Space,
+        action_space: &Space,
+        config: SacConfig,
+    ) -> Result<Self> {
+        let n = discrete_n(action_space)?;
+        let rows = config.batch_size.max(ACT_ROWS);
+        let scorer = ChunkedScorer::identity(n, config.chunk, rows)?;
+        Self::build(observation_space, n, scorer, config)
+    }
+
+    /// [`DiscreteSac::with_table`] with `env`'s spaces.
+    ///
+    /// # Errors
+    /// As [`DiscreteSac::with_table`].
+    pub fn for_env_with_table<E: Env<Obs = f32, Act = u32>>(
+        env: &E,
+        table: FeatureTable,
+        config: SacConfig,
+    ) -> Result<Self> {
+        Self::with_table(env.observation_space(), env.action_space(), table, config)
+    }
+
+    /// [`DiscreteSac::with_index`] with `env`'s spaces.
+    ///
+    /// # Errors
+    /// As [`DiscreteSac::with_index`].
+    pub fn for_env<E: Env<Obs = f32, Act = u32>>(env: &E, config: SacConfig) -> Result<Self> {
+        Self::with_index(env.observation_space(), env.action_space(), config)
+    }
+
+    fn build(
+        observation_space: &Space,
+        n: u32,
+        scorer: ChunkedScorer,
+        config: SacConfig,
+    ) -> Result<Self> {
+        let obs_dim = match observation_space {
+            Space::Box(b) if b.dtype() == DType::F32 && b.flat_len() > 0 => b.flat_len(),
+            other => {
+                return Err(Error::SpaceMismatch {
+                    what: "observation space",
+                    expected: "a box of f32 elements".to_owned(),
+                    actual: describe(other),
+                });
+            }
+        };
+        let d = scorer.dim();
+        let rows = config.batch_size;
+        let core = Core::new(
+            config,
+            obs_dim,
+            d,
+            obs_dim,
+            d,
+            TARGET_ENTROPY_RATIO * (n as f32).ln(),
+        )?;
+        Ok(Self {
+            obs_dim,
+            n,
+            actor_ws: Workspace::new(&core.actor, rows),
+            next_ws: Workspace::new(&core.actor, rows),
+            act_ws: Workspace::new(&core.actor, ACT_ROWS),
+            scratch: Scratch::new(rows, obs_dim, d),
+            scorer,
+            core,
+        })
+    }
+
+    /// Number of actions.
+    pub fn actions(&self) -> u32 {
+        self.n
+    }
+
+    /// The replay columns [`DiscreteSac::update`] reads (and collectors write): `obs`
+    /// f32, `action` u32 (an index, 4 bytes whatever `n`), `reward` f32, `terminated`
+    /// and `truncated` bool, `next_obs` f32.
+    ///
+    /// # Errors
+    /// None in practice (the schema is valid by construction).
+    pub fn replay_schema(&self) -> Result<Schema> {
+        Ok(Schema::new([
+            Column::new("obs", DType::F32, &[self.obs_dim]),
+            Column::scalar("action", DType::U32),
+            Column::scalar("reward", DType::F32),
+            Column::scalar("terminated", DType::Bool),
+            Column::scalar("truncated", DType::Bool),
+            Column::new("next_obs", DType::F32, &[self.obs_dim]),
+        ])?)
+    }
+
+    /// Everything the trainer holds, constant for its life: networks, gradients,
+    /// moments, workspaces, the scorer's chunk scratch (and the shared table, counted
+    /// once) and per-update buffers.
+    pub fn memory_plan(&self) -> MemoryPlan {
+        let mut plan = MemoryPlan::new();
+        self.core.memory_plan(&mut plan);
+        for (name, ws) in [
+            ("actor", &self.actor_ws),
+            ("actor (next obs)", &self.next_ws),
+            ("actor (acting)", &self.act_ws),
+        ] {
+            plan.nest("sac", &ws.memory_plan(name));
+        }
+        plan.nest("sac", &self.scorer.memory_plan());
+        plan.add("sac/update buffers", Location::Ram, self.scratch.bytes());
+        plan
+    }
+
+    /// One gradient step (critics, actor, entropy coefficient, then the targets every
+    /// `target_update_interval` steps) on a batch with [`DiscreteSac::replay_schema`]'s
+    /// columns.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] for a batch without those columns, [`Error::Core`] for an
+    /// action index out of range, [`Error::ShapeMismatch`] for more rows than
+    /// `batch_size`, [`Error::Diverged`] (nothing applied) for a non-finite loss.
+    pub fn update(&mut self, batch: &Batch) -> Result<SacStats> {
+        let rows = batch.len();
+        let obs_dim = self.obs_dim;
+        let d = self.scorer.dim();
+        if rows == 0 || rows > self.core.config.batch_size {
+            return Err(Error::shape(
+                "batch rows (1 to batch_size)",
+                self.core.config.batch_size,
+                rows,
+            ));
+        }
+        let obs = batch.column::<f32>("obs")?;
+        let actions = batch.column::<u32>("action")?;
+        let rewards = batch.column::<f32>("reward")?;
+        let terminated = batch.column::<Flag>("terminated")?;
+        let next_obs = batch.column::<f32>("next_obs")?;
+        for (what, expected, actual) in [
+            ("batch obs", rows * obs_dim, obs.len()),
+            ("batch actions", rows, actions.len()),
+            ("batch next_obs", rows * obs_dim, next_obs.len()),
+        ] {
+            if expected != actual {
+                return Err(Error::shape(what, expected, actual));
+            }
+        }
+        if let Some((row, &action)) = actions.iter().enumerate().find(|(_, a)| **a >= self.n) {
+            return Err(Error::ActionOutOfRange {
+                row,
+                action,
+                actions: self.n as usize,
+            });
+        }
+        let core = &mut self.core;
+        let s = &mut self.scratch;
+        let n = rows as f32;
+        let alpha = core.temperature.alpha();
+
+        // Soft values of the next observations, for rows that did not terminate.
+        s.live.clear();
+        s.live.extend((0..rows).filter(|&b| terminated[b].0 == 0));
+        let live = s.live.len();
+        for (dst, &b) in s.next_live.chunks_exact_mut(obs_dim).zip(&s.live) {
+            dst.copy_from_slice(&next_obs[b * obs_dim..(b + 1) * obs_dim]);
+        }
+        if live > 0 {
+            let next = &s.next_live[..live * obs_dim];
+            let u = core.actor.forward(next, live, &mut self.next_ws)?;
+            s.u_next[..live * d].copy_from_slice(u);
+            for i in 0..2 {
+                let g =
+                    core.critics.target[i].forward(next, live, &mut core.critics.target_ws[i])?;
+                s.g_next[i][..live * d].copy_from_slice(g);
+            }
+            self.scorer.soft_value(
+                &s.u_next[..live * d],
+                [&s.g_next[0][..live * d], &s.g_next[1][..live * d]],
+                alpha,
+                Masks::None,
+                &mut s.v_next[..live],
+            )?;
+        }
+        s.target[..rows].copy_from_slice(rewards);
+        for (&b, &v) in s.live.iter().zip(&s.v_next) {
+            s.target[b] += core.config.gamma * v;
+        }
+
+        // Critics on the stored actions.
+        let mut critic_loss = 0.0;
+        for i in 0..2 {
+            let critic = &core.critics.online[i];
+            let g = critic.forward(obs, rows, &mut core.critics.ws[i])?;
+            self.scorer.action_scores(g, actions, &mut s.q[..rows])?;
+            critic_loss += half_squared_error(&s.q[..rows], &s.target[..rows], &mut s.dq[..rows]);
+            let dg = &mut s.dg[..rows * d];
+            dg.fill(0.0);
+            self.scorer.add_action_grad(actions, &s.dq[..rows], dg)?;
+            critic.backward(
+                &mut core.critics.ws[i],
+                dg,
+                Some(&mut core.critics.grads[i]),
+                None,
+            )?;
+        }
+        if !critic_loss.is_finite() {
+            core.critics.grads.iter_mut().for_each(|g| g.fill(0.0));
+            return Err(Error::Diverged {
+                what: "critic loss",
+                value: critic_loss,
+            });
+        }
+        core.critics.step()?;
+
+        // Actor against the updated critics: exact expectation over all actions.
+        for i in 0..2 {
+            let g = core.critics.online[i].forward(obs, rows, &mut core.critics.ws[i])?;
+            s.g[i][..rows * d].copy_from_slice(g);
+        }
+        let u = core.actor.forward(obs, rows, &mut self.actor_ws)?;
+        self.scorer.soft_policy_loss(
+            u,
+            [&s.g[0][..rows * d], &s.g[1][..rows * d]],
+            alpha,
+            Masks::None,
+            &mut s.loss_rows[..rows],
+            &mut s.entropy_rows[..rows],
+            &mut s.du[..rows * d],
+        )?;
+        let actor_loss = s.loss_rows[..rows].iter().sum::<f32>() / n;
+        let entropy = s.entropy_rows[..rows].iter().sum::<f32>() / n;
+        if !actor_loss.is_finite() {
+            return Err(Error::Diverged {
+                what: "policy loss",
+                value: actor_loss,
+            });
+        }
+        for g in &mut s.du[..rows * d] {
+            *g /= n;
+        }
+        core.actor.backward(
+            &mut self.actor_ws,
+            &s.du[..rows * d],
+            Some(&mut core.actor_grads),
+            None,
+        )?;
+        core.step_actor(entropy)?;
+        core.finish_update()?;
+        Ok(SacStats {
+            critic_loss,
+            actor_loss,
+            alpha,
+            entropy,
+        })
+    }
+
+    /// Actions for `obs` (`rows x obs_dim`): sampled from the policy (inverse CDF over
+    /// the chunks) or, in [`Mode::Deterministic`], its most likely action.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] for buffers of the wrong length.
+    pub fn act_rows(&mut self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
+        let obs_dim = self.obs_dim;
+        let rows = obs.len() / obs_dim;
+        for (what, expected, actual) in [
+            ("observations", rows * obs_dim, obs.len()),
+            ("actions", rows, actions.len()),
+        ] {
+            if expected != actual {
+                return Err(Error::shape(what, expected, actual));
+            }
+        }
+        for (o, a) in obs
+            .chunks(ACT_ROWS * obs_dim)
+            .zip(actions.chunks_mut(ACT_ROWS))
+        {
+            let m = a.len();
+            let u = self.core.actor.forward(o, m, &mut self.act_ws)?;
+            match self.core.mode {
+                Mode::Sample => self.scorer.sample(
+                    u,
+                    Masks::None,
+                    Sampling::InverseCdf,
+                    &mut self.core.rng,
+                    a,
+                )?,
+                Mode::Deterministic => {
+                    self.scorer
+                        .top_k(u, Masks::None, 1, a, &mut self.scratch.act_scores[..m])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The whole trainer state (as [`crate::Sac::checkpoint`]).
+    pub fn checkpoint(&self) -> Checkpoint<SacState> {
+        self.core.checkpoint()
+    }
+
+    /// Restores a [`DiscreteSac::checkpoint`]; on error nothing changes.
+    ///
+    /// # Errors
+    /// As [`crate::Sac::restore`].
+    pub fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
+        self.core.restore(checkpoint)
+    }
+}
+
+fn discrete_n(space: &Space) -> Result<u32> {
+    match space {
+        Space::Discrete { n } => Ok(*n),
+        other => Err(Error::SpaceMismatch {
+            what: "action space",
+            expected: "a discrete space".to_owned(),
+            actual: describe(other),
+        }),
+    }
+}
+
+impl SacTrainer for DiscreteSac {
+    fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn replay_schema(&self) -> Result<Schema> {
+        DiscreteSac::replay_schema(self)
+    }
+
+    fn update(&mut self, batch: &Batch) -> Result<SacStats> {
+        DiscreteSac::update(self, batch)
+    }
+
+    fn memory_plan(&self) -> MemoryPlan {
+        DiscreteSac::memory_plan(self)
+    }
+
+    fn set_mode(&mut self, mode: Mode) {
+        self.core.mode = mode;
+    }
+}
+
+impl Policy for DiscreteSac {
+    type Obs = f32;
+    type Act = u32;
+    type State = ();
+
+    /// Writes actions only (no log-probabilities: SAC's replay does not need them).
+    fn act(
+        &mut self,
+        obs: &[f32],
+        _states: &mut [()],
+        out: ActOutput<'_, u32>,
+    ) -> Result<(), PolicyError> {
+        Ok(self.act_rows(obs, out.actions)?)
+    }
+}

@@ -1,0 +1,137 @@
+//! The SAC training loop shared by the `sac_*` examples: replay buffer planned against a
+//! memory budget, one environment stepped by a collector (random actions for the warm-up
+//! steps), gradient steps on sampled batches, progress lines, and the final JSON line.
+
+use std::time::Instant;
+
+use rl::algos::SacTrainer;
+use rl::collect::{CollectorConfig, RandomAction, SyncCollector};
+use rl::core::{Env, Location, MemoryBudget, MemoryPlan, ProcessMemory};
+use rl::storage::{Batch, RamStorage, ReplayBuffer, Uniform};
+
+/// What a run aims for and may spend.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run {
+    /// Mean return over the last `window` episodes that counts as solved.
+    pub(crate) goal: f32,
+    /// Episodes averaged.
+    pub(crate) window: usize,
+    /// Environment steps at most.
+    pub(crate) max_steps: u64,
+    /// Stop at the goal (true) or spend the whole budget (false).
+    pub(crate) stop_at_goal: bool,
+    /// Resident memory the replay buffer and trainer must fit in, checked before anything
+    /// is allocated.
+    pub(crate) budget_bytes: u64,
+    pub(crate) seed: u64,
+}
+
+/// Trains `trainer` on `env`; prints the plan, progress every 0.1 s on stderr and one
+/// JSON line on stdout.
+pub(crate) fn train<E, T>(name: &str, env: E, trainer: T, run: Run) -> anyhow::Result<()>
+where
+    E: Env<Obs = f32>,
+    E::Act: RandomAction,
+    T: SacTrainer<Act = E::Act>,
+{
+    let start = Instant::now();
+    let config = trainer.core().config().clone();
+    let schema = trainer.replay_schema()?;
+    let budget = MemoryBudget::ram(run.budget_bytes);
+    let mut plan = MemoryPlan::new();
+    plan.nest("replay", &RamStorage::plan(&schema, config.buffer_size)?);
+    plan.nest("batch", &Batch::plan(&schema, config.batch_size)?);
+    plan.nest("trainer", &trainer.memory_plan());
+    eprintln!("{name}: seed {}, one thread", run.seed);
+    eprintln!("memory plan\n{plan}");
+    plan.check(&budget)?;
+
+    let storage = RamStorage::with_budget(schema.clone(), config.buffer_size, &budget)?;
+    let mut replay = ReplayBuffer::new(storage, Uniform::new(run.seed));
+    let mut batch = Batch::new(&schema, config.batch_size)?;
+    let mut collector = SyncCollector::new(
+        vec![env],
+        trainer,
+        CollectorConfig {
+            seed: run.seed,
+            random_frames: config.learning_starts,
+            stats_window: run.window,
+            ..CollectorConfig::new(config.train_freq as usize)
+        },
+    )?;
+
+    let mut solved_at: Option<(u64, f64)> = None;
+    let mut last_print = Instant::now();
+    let mut last = None;
+    while collector.frames() < run.max_steps {
+        let report = collector.collect(&mut replay)?;
+        let (window, mean_return, episodes) = {
+            let stats = collector.stats();
+            (stats.window_len(), stats.mean_return(), stats.episodes())
+        };
+        if solved_at.is_none() && window >= run.window && mean_return.is_some_and(|m| m >= run.goal)
+        {
+            solved_at = Some((collector.frames(), start.elapsed().as_secs_f64()));
+            if run.stop_at_goal {
+                break;
+            }
+        }
+        if collector.frames() > config.learning_starts {
+            for _ in 0..config.gradient_steps {
+                replay.sample(&mut batch)?;
+                last = Some(collector.policy_mut().update(&batch)?);
+            }
+        }
+        if last_print.elapsed().as_secs_f64() >= 0.1 {
+            last_print = Instant::now();
+            let elapsed = start.elapsed().as_secs_f64();
+            let update = last.unwrap_or_default();
+            eprintln!(
+                "steps {:>7}  {:>6.0} steps/s  mean return {:>8.2} ({} episodes)  critic {:.3}  alpha {:.4}  entropy {:.2}  rss {:.1} MiB",
+                report.total_frames,
+                report.total_frames as f64 / elapsed,
+                mean_return.unwrap_or(f32::NAN),
+                episodes,
+                update.critic_loss,
+                update.alpha,
+                update.entropy,
+                report
+                    .memory
+                    .map_or(0.0, |m| m.rss_bytes as f64 / 1048576.0),
+            );
+        }
+    }
+
+    let wall_s = start.elapsed().as_secs_f64();
+    let frames = collector.frames();
+    let stats = collector.stats();
+    let memory = ProcessMemory::read()?;
+    let (env_steps, at_s) = solved_at.unwrap_or((frames, wall_s));
+    eprintln!(
+        "{} after {env_steps} env steps, {at_s:.2} s; {frames} env steps in {wall_s:.2} s; planned {:.1} MiB, peak RSS {:.1} MiB",
+        if solved_at.is_some() {
+            "solved"
+        } else {
+            "not solved"
+        },
+        plan.total(Location::Ram) as f64 / 1048576.0,
+        memory.peak_rss_bytes as f64 / 1048576.0,
+    );
+    println!(
+        "{}",
+        serde_json::json!({
+            "solved": solved_at.is_some(),
+            "env_steps": env_steps,
+            "wall_s": at_s,
+            "mean_return": stats.mean_return(),
+            "window": stats.window_len(),
+            "peak_rss_bytes": memory.peak_rss_bytes,
+            "planned_bytes": plan.total(Location::Ram),
+            "env_steps_per_s": frames as f64 / wall_s,
+            "total_env_steps": frames,
+            "total_wall_s": wall_s,
+            "seed": run.seed,
+        })
+    );
+    Ok(())
+}
