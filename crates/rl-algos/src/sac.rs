@@ -68,7 +68,9 @@ pub struct SacConfig {
     pub train_freq: u64,
     /// Gradient steps per training phase. Default 1.
     pub gradient_steps: usize,
-    /// Updates between polyak steps of the targets. Default 1.
+    /// Updates between polyak steps of the targets, counted over the trainer's life
+    /// (Stable-Baselines3 counts within each training phase and so always steps on a
+    /// phase's first update; the two agree for the default). Default 1.
     pub target_update_interval: u64,
     /// The entropy coefficient. Default `Auto { initial: 1.0 }`.
     pub ent_coef: EntropyCoef,
@@ -225,6 +227,10 @@ pub struct SacState {
     pub config: SacConfig,
     /// Network sizes (`actor`, `critic`), which must match on restore.
     pub architecture: String,
+    /// The two online critics (the checkpoint's `weights` are the actor's).
+    pub critics: [NetWeights; 2],
+    /// The two target critics.
+    pub target_critics: [NetWeights; 2],
     /// Moments of the two critics' optimisers.
     pub critic_optimizers: [AdamState; 2],
     /// `log alpha` and its optimiser's state (none for a fixed coefficient).
@@ -268,6 +274,9 @@ pub trait SacTrainer: Policy<Obs = f32> {
 #[derive(Clone, Debug)]
 pub struct Core {
     config: SacConfig,
+    /// What the action side is (bounds or scoring): part of the architecture a
+    /// checkpoint must match.
+    action_side: String,
     actor: DenseMlp,
     actor_adam: FlatAdam,
     actor_grads: Vec<f32>,
@@ -288,6 +297,7 @@ impl Core {
         critic_in: usize,
         critic_out: usize,
         default_target_entropy: f32,
+        action_side: String,
     ) -> Result<Self> {
         config.validate()?;
         let mut rng = seeded(config.seed);
@@ -309,6 +319,7 @@ impl Core {
             mode: Mode::Sample,
             updates: 0,
             config,
+            action_side,
         })
     }
 
@@ -386,27 +397,23 @@ impl Core {
 
     fn architecture(&self) -> String {
         format!(
-            "sac actor {:?} critic {:?}",
+            "sac actor {:?} critic {:?} actions {}",
             self.actor.sizes(),
-            self.critics.online[0].sizes()
+            self.critics.online[0].sizes(),
+            self.action_side
         )
     }
 
     fn checkpoint(&self) -> Checkpoint<SacState> {
-        let mut weights = NetWeights {
-            tensors: Vec::new(),
-            shapes: Vec::new(),
-        };
-        push_net(&mut weights, &self.actor);
-        for net in self.critics.online.iter().chain(&self.critics.target) {
-            push_net(&mut weights, net);
-        }
+        let pair = |nets: &[DenseMlp; 2]| [net_weights(&nets[0]), net_weights(&nets[1])];
         Checkpoint::new(
-            weights,
+            net_weights(&self.actor),
             self.actor_adam.state(),
             SacState {
                 config: self.config.clone(),
                 architecture: self.architecture(),
+                critics: pair(&self.critics.online),
+                target_critics: pair(&self.critics.target),
                 critic_optimizers: [self.critics.adam[0].state(), self.critics.adam[1].state()],
                 log_alpha: self.temperature.log_alpha,
                 alpha_optimizer: self.temperature.adam.as_ref().map(FlatAdam::state),
@@ -435,21 +442,14 @@ impl Core {
             });
         }
         let mut fresh = self.clone();
-        let mut next = 0;
-        pop_net(&checkpoint.weights, &mut next, &mut fresh.actor)?;
-        for net in fresh
-            .critics
-            .online
-            .iter_mut()
-            .chain(&mut fresh.critics.target)
-        {
-            pop_net(&checkpoint.weights, &mut next, net)?;
-        }
-        if next != checkpoint.weights.tensors.len() {
-            return Err(Error::CheckpointTensorCount {
-                expected: next,
-                actual: checkpoint.weights.tensors.len(),
-            });
+        load_net(&checkpoint.weights, &mut fresh.actor)?;
+        for (nets, saved) in [
+            (&mut fresh.critics.online, &state.critics),
+            (&mut fresh.critics.target, &state.target_critics),
+        ] {
+            for (net, weights) in nets.iter_mut().zip(saved) {
+                load_net(weights, net)?;
+            }
         }
         fresh.actor_adam.load_state(&checkpoint.optimizer)?;
         for (adam, saved) in fresh.critics.adam.iter_mut().zip(&state.critic_optimizers) {
@@ -608,45 +608,57 @@ fn f32_bytes(count: usize) -> u64 {
     (count * size_of::<f32>()) as u64
 }
 
-fn push_net(weights: &mut NetWeights, net: &DenseMlp) {
+/// A network's tensors as checkpoint weights.
+fn net_weights(net: &DenseMlp) -> NetWeights {
+    let mut tensors = Vec::new();
     let mut start = 0;
-    for (shape, len) in net.tensor_shapes().into_iter().zip(net.tensor_lengths()) {
-        weights
-            .tensors
-            .push(net.params()[start..start + len].to_vec());
-        weights.shapes.push(shape);
+    for len in net.tensor_lengths() {
+        tensors.push(net.params()[start..start + len].to_vec());
         start += len;
+    }
+    NetWeights {
+        tensors,
+        shapes: net.tensor_shapes(),
     }
 }
 
-/// Copies the next tensors of `weights` (from `*next`) into `net`, checking shapes.
-fn pop_net(weights: &NetWeights, next: &mut usize, net: &mut DenseMlp) -> Result<()> {
+/// Copies checkpoint weights into `net` after checking every shape and value.
+fn load_net(weights: &NetWeights, net: &mut DenseMlp) -> Result<()> {
     let shapes = net.tensor_shapes();
-    let count = shapes.len();
-    if weights.tensors.len() < *next + count || weights.shapes.len() != weights.tensors.len() {
+    if weights.tensors.len() != shapes.len() || weights.shapes.len() != shapes.len() {
         return Err(Error::CheckpointTensorCount {
-            expected: *next + count,
+            expected: shapes.len(),
             actual: weights.tensors.len(),
         });
     }
-    for (i, shape) in shapes.iter().enumerate() {
-        let index = *next + i;
-        let len: usize = shape.iter().product();
-        if &weights.shapes[index] != shape || weights.tensors[index].len() != len {
+    for (tensor, ((shape, saved_shape), values)) in shapes
+        .iter()
+        .zip(&weights.shapes)
+        .zip(&weights.tensors)
+        .enumerate()
+    {
+        if saved_shape != shape || values.len() != shape.iter().product::<usize>() {
             return Err(Error::CheckpointShape {
-                tensor: index,
+                tensor,
                 expected: shape.clone(),
-                actual: weights.shapes[index].clone(),
+                actual: saved_shape.clone(),
+            });
+        }
+        if let Some((element, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(Error::CheckpointNonFinite {
+                what: "weights",
+                tensor,
+                element,
+                value,
             });
         }
     }
     let mut start = 0;
     let params = net.params_mut();
-    for tensor in &weights.tensors[*next..*next + count] {
-        params[start..start + tensor.len()].copy_from_slice(tensor);
-        start += tensor.len();
+    for values in &weights.tensors {
+        params[start..start + values.len()].copy_from_slice(values);
+        start += values.len();
     }
-    *next += count;
     Ok(())
 }
 

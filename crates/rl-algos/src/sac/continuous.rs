@@ -67,7 +67,7 @@ const ACT_ROWS: usize = 64;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Sac {
-    core: Core,
+    pub(super) core: Core,
     obs_dim: usize,
     act_dim: usize,
     /// Environment action `= offset + scale * a` for `a` in `[-1, 1]`.
@@ -79,16 +79,16 @@ pub struct Sac {
     next_ws: Workspace,
     /// The actor's pass when acting for a collector.
     act_ws: Workspace,
-    scratch: Scratch,
+    pub(super) scratch: Scratch,
 }
 
 /// Per-update buffers, sized for `batch_size` rows at construction.
 #[derive(Clone, Debug)]
-struct Scratch {
+pub(super) struct Scratch {
     /// `rows x (obs + act)` critic inputs.
     critic_in: Vec<f32>,
     /// Gaussian noise of the batch's actions and of the next actions.
-    noise: Vec<f32>,
+    pub(super) noise: Vec<f32>,
     next_noise: Vec<f32>,
     /// Squashed actions (in `[-1, 1]`) and their log-probs.
     pi_actions: Vec<f32>,
@@ -162,7 +162,7 @@ impl Scratch {
 
 /// Squashes the actor's outputs (`rows x [mean, log_std]`) with `noise` (ignored when
 /// `deterministic`) into actions in `[-1, 1]` and their log-probabilities.
-fn squash(
+pub(super) fn squash(
     out: &[f32],
     noise: &[f32],
     act_dim: usize,
@@ -263,6 +263,7 @@ impl Sac {
             obs_dim + act_dim,
             1,
             -(act_dim as f32),
+            format!("box {act_dim}"),
         )?;
         Ok(Self {
             obs_dim,
@@ -329,8 +330,10 @@ impl Sac {
     ///
     /// # Errors
     /// [`Error::Storage`] for a batch without those columns or of other widths;
-    /// [`Error::ShapeMismatch`] for more rows than `batch_size`; [`Error::Diverged`]
-    /// (nothing applied) if a loss is not finite.
+    /// [`Error::ShapeMismatch`] for more rows than `batch_size`; [`Error::Diverged`] if
+    /// a loss is not finite: for the critic loss nothing is applied; for the actor loss
+    /// (computed through the updated critics) the critics have already stepped, the
+    /// actor, the entropy coefficient and the targets have not.
     pub fn update(&mut self, batch: &Batch) -> Result<SacStats> {
         let rows = batch.len();
         let (obs_dim, act_dim) = (self.obs_dim, self.act_dim);
@@ -435,7 +438,7 @@ impl Sac {
 
     /// The actor's squashed actions and log-probs for the batch's observations with the
     /// noise in the scratch; keeps the pass in `actor_ws` for the backward pass.
-    fn policy_actions(&mut self, obs: &[f32], rows: usize) -> Result<()> {
+    pub(super) fn policy_actions(&mut self, obs: &[f32], rows: usize) -> Result<()> {
         let act_dim = self.act_dim;
         let s = &mut self.scratch;
         let out = self.core.actor.forward(obs, rows, &mut self.actor_ws)?;
@@ -454,7 +457,7 @@ impl Sac {
     /// the actor's parameters into its gradient buffer, through the critics (which get
     /// no gradient) and the squashing; returns the loss. Needs [`Sac::policy_actions`]
     /// first.
-    fn actor_gradients(&mut self, obs: &[f32], rows: usize, alpha: f32) -> Result<f32> {
+    pub(super) fn actor_gradients(&mut self, obs: &[f32], rows: usize, alpha: f32) -> Result<f32> {
         let (obs_dim, act_dim) = (self.obs_dim, self.act_dim);
         let s = &mut self.scratch;
         let n = rows as f32;

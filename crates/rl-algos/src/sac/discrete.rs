@@ -42,7 +42,7 @@ const TARGET_ENTROPY_RATIO: f32 = 0.98;
 /// is an [`Error::ActionOutOfRange`], never clamped.
 #[derive(Clone, Debug)]
 pub struct DiscreteSac {
-    core: Core,
+    pub(super) core: Core,
     obs_dim: usize,
     n: u32,
     scorer: ChunkedScorer,
@@ -214,6 +214,10 @@ impl DiscreteSac {
             obs_dim,
             d,
             TARGET_ENTROPY_RATIO * (n as f32).ln(),
+            match scorer.table() {
+                Some(table) => format!("{n} scored by a {}x{} table", table.rows(), table.dim()),
+                None => format!("{n} by index"),
+            },
         )?;
         Ok(Self {
             obs_dim,
@@ -272,9 +276,10 @@ impl DiscreteSac {
     /// columns.
     ///
     /// # Errors
-    /// [`Error::Storage`] for a batch without those columns, [`Error::Core`] for an
-    /// action index out of range, [`Error::ShapeMismatch`] for more rows than
-    /// `batch_size`, [`Error::Diverged`] (nothing applied) for a non-finite loss.
+    /// [`Error::Storage`] for a batch without those columns,
+    /// [`Error::ActionOutOfRange`] for an action index out of range, [`Error::ShapeMismatch`] for more rows than
+    /// `batch_size`, [`Error::Diverged`] for a non-finite loss (as [`crate::Sac::update`]:
+    /// nothing applied for the critic loss, only the critics' step for the actor loss).
     pub fn update(&mut self, batch: &Batch) -> Result<SacStats> {
         let rows = batch.len();
         let obs_dim = self.obs_dim;

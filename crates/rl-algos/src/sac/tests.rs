@@ -1,1 +1,514 @@
+#![allow(clippy::unwrap_used, reason = "tests")]
 
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rl_core::{BoxSpace, DType, Env, FeatureTable, Flag, Space, Step};
+use rl_envs::LargeDiscrete;
+use rl_storage::{Batch, ColumnSlice, RamStorage, ReplayBuffer, Uniform};
+
+use super::continuous::squash;
+use super::*;
+
+fn box_space(low: f32, high: f32, len: usize) -> Space {
+    Space::Box(BoxSpace::uniform(low, high, &[len], DType::F32).unwrap())
+}
+
+fn small_config(batch: usize) -> SacConfig {
+    SacConfig {
+        hidden: vec![16, 16],
+        batch_size: batch,
+        ..SacConfig::sb3()
+    }
+}
+
+/// A replay buffer of `rows` random transitions for `schema`-compatible SAC trainers.
+fn random_batch(
+    schema: &rl_core::Schema,
+    obs_dim: usize,
+    act: Result<usize, u32>,
+    rows: usize,
+    seed: u64,
+) -> Batch {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    let mut replay = ReplayBuffer::new(
+        RamStorage::new(schema.clone(), rows).unwrap(),
+        Uniform::new(seed),
+    );
+    for i in 0..rows {
+        let obs: Vec<f32> = (0..obs_dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let next: Vec<f32> = (0..obs_dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let reward = [rng.random_range(-1.0f32..1.0)];
+        let terminated = [Flag::new(i % 3 == 0)];
+        let truncated = [Flag::new(false)];
+        let (continuous, discrete): (Vec<f32>, Vec<u32>) = match act {
+            Ok(dim) => (
+                (0..dim).map(|_| rng.random_range(-2.0..2.0)).collect(),
+                vec![],
+            ),
+            Err(n) => (vec![], vec![rng.random_range(0..n)]),
+        };
+        let action = match act {
+            Ok(_) => ColumnSlice::F32(&continuous),
+            Err(_) => ColumnSlice::U32(&discrete),
+        };
+        replay
+            .push(&[
+                ColumnSlice::F32(&obs),
+                action,
+                ColumnSlice::F32(&reward),
+                ColumnSlice::Bool(&terminated),
+                ColumnSlice::Bool(&truncated),
+                ColumnSlice::F32(&next),
+            ])
+            .unwrap();
+    }
+    let mut batch = Batch::new(schema, rows).unwrap();
+    let positions: Vec<usize> = (0..rows).collect();
+    replay.gather(&positions, &mut batch).unwrap();
+    batch
+}
+
+#[test]
+fn squashed_gaussian_log_prob_matches_a_numerical_density() {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(11);
+    for _ in 0..200 {
+        let mean: f32 = rng.random_range(-1.5..1.5);
+        let log_std: f32 = rng.random_range(-2.0..1.0);
+        let eps: f32 = rng.random_range(-2.0..2.0);
+        let (mut action, mut logp) = ([0.0f32], [0.0f32]);
+        squash(&[mean, log_std], &[eps], 1, false, &mut action, &mut logp);
+        // Reference: the density of a = tanh(u), u ~ N(mean, std), by change of
+        // variables with a finite-difference Jacobian, in f64.
+        let (mean, std) = (f64::from(mean), f64::from(log_std).exp());
+        let u = mean + std * f64::from(eps);
+        let h = 1e-6;
+        let jacobian = ((u + h).tanh() - (u - h).tanh()) / (2.0 * h);
+        let log_normal =
+            -0.5 * ((u - mean) / std).powi(2) - std.ln() - 0.5 * (2.0 * std::f64::consts::PI).ln();
+        let reference = log_normal - jacobian.ln();
+        assert!((action[0] as f64 - u.tanh()).abs() < 1e-6);
+        // The 1e-6 inside the log shifts the density by at most 1e-6 / (1 - a^2).
+        let slack = 1e-4 + 2e-6 / jacobian;
+        assert!(
+            (f64::from(logp[0]) - reference).abs() < slack,
+            "mean {mean} std {std} eps {eps}: {} vs {reference}",
+            logp[0]
+        );
+    }
+}
+
+#[test]
+fn squashed_gaussian_density_integrates_to_one() {
+    // Integrate exp(log pi(a)) over a in (-1, 1) through u (da = (1 - tanh^2 u) du).
+    for (mean, log_std) in [(0.3f32, -0.5f32), (-1.0, 0.5), (0.0, 0.0)] {
+        let std = log_std.exp();
+        let (mut total, du) = (0.0f64, 1e-3f64);
+        let mut u = f64::from(mean) - 8.0 * f64::from(std);
+        while u < f64::from(mean) + 8.0 * f64::from(std) {
+            let eps = ((u - f64::from(mean)) / f64::from(std)) as f32;
+            let (mut a, mut logp) = ([0.0f32], [0.0f32]);
+            squash(&[mean, log_std], &[eps], 1, false, &mut a, &mut logp);
+            let jacobian = 1.0 - u.tanh().powi(2);
+            total += f64::from(logp[0]).exp() * jacobian * du;
+            u += du;
+        }
+        assert!((total - 1.0).abs() < 2e-3, "mean {mean}: {total}");
+    }
+}
+
+#[test]
+#[allow(clippy::needless_range_loop, reason = "perturbs parameters by index")]
+fn actor_gradients_match_finite_differences() {
+    let config = SacConfig {
+        hidden: vec![8, 8],
+        batch_size: 6,
+        ..SacConfig::sb3()
+    };
+    let mut sac = Sac::new(&box_space(-5.0, 5.0, 3), &box_space(-1.0, 1.0, 2), config).unwrap();
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
+    let rows = 6;
+    let obs: Vec<f32> = (0..rows * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
+    for e in &mut sac.scratch.noise[..rows * 2] {
+        *e = rng.random_range(-1.5..1.5);
+    }
+    let alpha = 0.7;
+    let loss_at = |sac: &mut Sac| -> f64 {
+        sac.policy_actions(&obs, rows).unwrap();
+        let loss = sac.actor_gradients(&obs, rows, alpha).unwrap();
+        sac.core.actor_grads.fill(0.0);
+        f64::from(loss)
+    };
+    sac.policy_actions(&obs, rows).unwrap();
+    sac.actor_gradients(&obs, rows, alpha).unwrap();
+    let analytic = sac.core.actor_grads.clone();
+    sac.core.actor_grads.fill(0.0);
+    let h = 1e-2f32;
+    let (mut agree, mut total) = (0, 0);
+    for i in 0..analytic.len() {
+        let original = sac.core.actor.params()[i];
+        sac.core.actor.params_mut()[i] = original + h;
+        let up = loss_at(&mut sac);
+        sac.core.actor.params_mut()[i] = original - h;
+        let down = loss_at(&mut sac);
+        sac.core.actor.params_mut()[i] = original;
+        let numeric = (up - down) / (2.0 * f64::from(h));
+        total += 1;
+        // ReLU kinks and the min of the critics make a few differences jump.
+        if (numeric - f64::from(analytic[i])).abs() < 2e-3 + 2e-2 * numeric.abs() {
+            agree += 1;
+        }
+    }
+    assert!(
+        agree * 10 >= total * 9,
+        "{agree} of {total} gradients agree"
+    );
+    assert!(
+        analytic.iter().any(|g| g.abs() > 1e-3),
+        "gradients are all ~0"
+    );
+}
+
+#[test]
+fn polyak_targets_move_a_tau_fraction_after_each_update() {
+    let config = SacConfig {
+        tau: 0.25,
+        ..small_config(8)
+    };
+    let mut sac = Sac::new(&box_space(-1.0, 1.0, 3), &box_space(-2.0, 2.0, 1), config).unwrap();
+    let batch = random_batch(&sac.replay_schema().unwrap(), 3, Ok(1), 8, 1);
+    let before: Vec<Vec<f32>> = sac
+        .core
+        .critics
+        .target
+        .iter()
+        .map(|t| t.params().to_vec())
+        .collect();
+    sac.update(&batch).unwrap();
+    for (i, old) in before.iter().enumerate() {
+        let online = sac.core.critics.online[i].params();
+        let target = sac.core.critics.target[i].params();
+        assert_ne!(target, &old[..], "target {i} did not move");
+        for ((t, o), n) in target.iter().zip(old).zip(online) {
+            assert!((t - (0.75 * o + 0.25 * n)).abs() < 1e-6);
+        }
+    }
+}
+
+#[test]
+fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
+    let config = small_config(8);
+    let (obs, act) = (box_space(-1.0, 1.0, 3), box_space(-2.0, 2.0, 1));
+    let mut sac = Sac::new(&obs, &act, config.clone()).unwrap();
+    let batch = random_batch(&sac.replay_schema().unwrap(), 3, Ok(1), 8, 2);
+    for _ in 0..3 {
+        sac.update(&batch).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sac.json");
+    sac.checkpoint().save(&path).unwrap();
+
+    let mut resumed = Sac::new(
+        &obs,
+        &act,
+        SacConfig {
+            seed: 99,
+            ..config.clone()
+        },
+    )
+    .unwrap();
+    resumed.restore(&Checkpoint::load(&path).unwrap()).unwrap();
+    let (a, b) = (sac.update(&batch).unwrap(), resumed.update(&batch).unwrap());
+    assert_eq!(a, b);
+    assert_eq!(sac.core.actor.params(), resumed.core.actor.params());
+    assert_eq!(
+        sac.core.critics.target[1].params(),
+        resumed.core.critics.target[1].params()
+    );
+    assert_eq!(sac.core.updates(), 4);
+
+    // Another architecture or learning rate is refused and changes nothing.
+    let wider = SacConfig {
+        hidden: vec![32, 16],
+        ..config.clone()
+    };
+    let mut other = Sac::new(&obs, &act, wider).unwrap();
+    let untouched = other.core.actor.params().to_vec();
+    assert!(other.restore(&sac.checkpoint()).is_err());
+    assert_eq!(other.core.actor.params(), &untouched[..]);
+    let mut other = Sac::new(&obs, &act, SacConfig { lr: 1e-3, ..config }).unwrap();
+    assert!(matches!(
+        other.restore(&sac.checkpoint()),
+        Err(Error::CheckpointMismatch { .. })
+    ));
+}
+
+#[test]
+fn invalid_configurations_and_spaces_are_typed_errors() {
+    let (obs, act) = (box_space(-1.0, 1.0, 3), box_space(-2.0, 2.0, 1));
+    for bad in [
+        SacConfig {
+            batch_size: 0,
+            ..SacConfig::sb3()
+        },
+        SacConfig {
+            tau: 1.5,
+            ..SacConfig::sb3()
+        },
+        SacConfig {
+            gamma: f32::NAN,
+            ..SacConfig::sb3()
+        },
+        SacConfig {
+            hidden: vec![0],
+            ..SacConfig::sb3()
+        },
+        SacConfig {
+            lr: -1.0,
+            ..SacConfig::sb3()
+        },
+        SacConfig {
+            ent_coef: EntropyCoef::Fixed(0.0),
+            ..SacConfig::sb3()
+        },
+        SacConfig {
+            target_entropy: Some(f32::INFINITY),
+            ..SacConfig::sb3()
+        },
+    ] {
+        assert!(matches!(
+            Sac::new(&obs, &act, bad),
+            Err(Error::Config { .. })
+        ));
+    }
+    let discrete = Space::discrete(4).unwrap();
+    assert!(matches!(
+        Sac::new(&obs, &discrete, small_config(4)),
+        Err(Error::SpaceMismatch { .. })
+    ));
+    let unbounded =
+        Space::Box(BoxSpace::uniform(f32::NEG_INFINITY, f32::INFINITY, &[1], DType::F32).unwrap());
+    assert!(matches!(
+        Sac::new(&obs, &unbounded, small_config(4)),
+        Err(Error::SpaceMismatch { .. })
+    ));
+    assert!(matches!(
+        DiscreteSac::with_index(&obs, &act, small_config(4)),
+        Err(Error::SpaceMismatch { .. })
+    ));
+    // A table with another number of rows than the environment has actions.
+    let table = FeatureTable::new(5, 2, vec![0.5; 10]).unwrap();
+    let err = DiscreteSac::with_table(&obs, &discrete, table, small_config(4)).unwrap_err();
+    assert!(matches!(err, Error::SpaceMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("5 actions"), "{err}");
+}
+
+#[test]
+fn bad_batches_are_refused_before_anything_changes() {
+    let obs = box_space(-1.0, 1.0, 3);
+    let mut sac =
+        DiscreteSac::with_index(&obs, &Space::discrete(4).unwrap(), small_config(8)).unwrap();
+    // Actions stored for 6 actions: index 5 does not exist for a 4-action trainer.
+    let schema = sac.replay_schema().unwrap();
+    let batch = random_batch(&schema, 3, Err(6), 8, 5);
+    let before = sac.core.actor.params().to_vec();
+    let result = sac.update(&batch);
+    if batch
+        .column::<u32>("action")
+        .unwrap()
+        .iter()
+        .any(|&a| a >= 4)
+    {
+        assert!(
+            matches!(result, Err(Error::ActionOutOfRange { .. })),
+            "{result:?}"
+        );
+        assert_eq!(sac.core.actor.params(), &before[..]);
+        assert_eq!(sac.core.updates(), 0);
+    }
+    // A continuous batch given to a discrete trainer: wrong column type.
+    let continuous = Sac::new(&obs, &box_space(-1.0, 1.0, 1), small_config(8)).unwrap();
+    let batch = random_batch(&continuous.replay_schema().unwrap(), 3, Ok(1), 8, 6);
+    assert!(sac.update(&batch).is_err());
+    assert_eq!(sac.core.updates(), 0);
+}
+
+#[test]
+fn discrete_update_transient_memory_is_bounded_by_batch_times_chunk() {
+    let (n, d, batch, chunk) = (100_000usize, 8usize, 256usize, 2048usize);
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(1);
+    let data: Vec<f32> = (0..n * d).map(|_| rng.random_range(-0.5..0.5)).collect();
+    let table = FeatureTable::new(n, d, data).unwrap();
+    let obs = box_space(-3.0, 3.0, 16);
+    let config = SacConfig {
+        hidden: vec![64, 64],
+        batch_size: batch,
+        chunk,
+        ..SacConfig::sb3()
+    };
+    let (sac, built) = rl_testkit::measure(|| {
+        DiscreteSac::with_table(
+            &obs,
+            &Space::discrete(n as u32).unwrap(),
+            table.clone(),
+            config,
+        )
+    });
+    let mut sac = sac.unwrap();
+    let schema = sac.replay_schema().unwrap();
+    let samples = random_batch(&schema, 16, Err(n as u32), batch, 3);
+    let ((), update) = rl_testkit::measure(|| {
+        sac.update(&samples).unwrap();
+    });
+    let ((), again) = rl_testkit::measure(|| {
+        sac.update(&samples).unwrap();
+    });
+
+    // Parameters, their gradients and Adam moments: 4 floats per parameter for the actor
+    // and the critics, plus one float per parameter for each target critic.
+    let params = sac.core.actor.num_params() + 2 * sac.core.critics.online[0].num_params();
+    let targets = 2 * sac.core.critics.target[0].num_params();
+    let learnable = ((4 * params + targets) * size_of::<f32>()) as i64;
+    let batch_chunk_bytes = (batch * chunk * size_of::<f32>()) as i64;
+    let retained = built.allocated_bytes as i64 - built.freed_bytes as i64;
+    let scratch = retained - learnable;
+    // The transposed table copy the scorer keeps (n x d floats) is a per-process cost of
+    // the table, not of the update: it is reported by the plan and excluded here.
+    let transposed = (n * d * size_of::<f32>()) as i64;
+    let transient = scratch - transposed + update.peak_live_bytes.max(0);
+    assert!(
+        transient <= 4 * batch_chunk_bytes,
+        "transient {transient} bytes > 4 x batch x chunk floats ({} bytes); retained {retained}",
+        4 * batch_chunk_bytes
+    );
+    // Nothing grows from one update to the next.
+    assert_eq!(again.allocated_bytes, again.freed_bytes, "{again:?}");
+    assert!(again.peak_live_bytes < 256 * 1024, "{again:?}");
+    eprintln!(
+        "retained by construction {retained} B (learnable {learnable} B), update peak {} B, transient {transient} B = {:.2} x batch x chunk floats",
+        update.peak_live_bytes,
+        transient as f64 / batch_chunk_bytes as f64
+    );
+    // The plan states at least what was allocated.
+    let planned = sac.memory_plan().total(rl_core::Location::Ram) as i64;
+    let table_bytes = (n * d * size_of::<f32>()) as i64;
+    assert!(
+        planned + 64 * 1024 >= retained + table_bytes,
+        "plan {planned} < {retained} + table"
+    );
+}
+
+/// A one-step task with a continuous action: reward `-(a - 0.5)^2`, constant observation.
+struct Target {
+    obs_space: Space,
+    act_space: Space,
+}
+
+impl Env for Target {
+    type Obs = f32;
+    type Act = f32;
+
+    fn observation_space(&self) -> &Space {
+        &self.obs_space
+    }
+
+    fn action_space(&self) -> &Space {
+        &self.act_space
+    }
+
+    fn reset(&mut self, _seed: Option<u64>, obs: &mut [f32]) -> rl_core::Result<()> {
+        obs.fill(1.0);
+        Ok(())
+    }
+
+    fn step(&mut self, action: &[f32], obs: &mut [f32]) -> rl_core::Result<Step> {
+        obs.fill(1.0);
+        Ok(Step {
+            reward: -(action[0] - 0.5).powi(2),
+            terminated: true,
+            truncated: false,
+        })
+    }
+}
+
+/// Runs `steps` env steps with one update per step after 100 random ones.
+fn train<E, T>(env: E, trainer: T, steps: u64) -> (rl_collect::SyncCollector<E, T>, f32)
+where
+    E: Env<Obs = f32>,
+    E::Act: rl_collect::RandomAction,
+    T: SacTrainer<Act = E::Act>,
+{
+    let config = trainer.core().config().clone();
+    let schema = trainer.replay_schema().unwrap();
+    let mut replay = ReplayBuffer::new(
+        RamStorage::new(schema.clone(), 10_000).unwrap(),
+        Uniform::new(0),
+    );
+    let mut batch = Batch::new(&schema, config.batch_size).unwrap();
+    let mut collector = rl_collect::SyncCollector::new(
+        vec![env],
+        trainer,
+        rl_collect::CollectorConfig {
+            random_frames: 100,
+            stats_window: 200,
+            ..rl_collect::CollectorConfig::new(1)
+        },
+    )
+    .unwrap();
+    while collector.frames() < steps {
+        collector.collect(&mut replay).unwrap();
+        if collector.frames() > 100 {
+            replay.sample(&mut batch).unwrap();
+            collector.policy_mut().update(&batch).unwrap();
+        }
+    }
+    let mean = collector.stats().mean_return().unwrap();
+    (collector, mean)
+}
+
+#[test]
+fn continuous_sac_finds_the_best_action_of_a_one_step_task() {
+    let env = Target {
+        obs_space: box_space(-1.0, 1.0, 1),
+        act_space: box_space(-1.0, 1.0, 1),
+    };
+    let config = SacConfig {
+        lr: 3e-3,
+        ent_coef: EntropyCoef::Auto { initial: 0.1 },
+        ..small_config(32)
+    };
+    let sac = Sac::for_env(&env, config).unwrap();
+    let (mut collector, mean) = train(env, sac, 1_500);
+    let sac = collector.policy_mut();
+    sac.set_mode(Mode::Deterministic);
+    let (mut action, mut logp) = ([0.0f32], [0.0f32]);
+    sac.act_rows(&[1.0], &mut action, &mut logp).unwrap();
+    assert!(
+        (action[0] - 0.5).abs() < 0.15,
+        "deterministic action {}",
+        action[0]
+    );
+    // Random actions in [-1, 1] earn -0.58 on average.
+    assert!(mean > -0.15, "mean reward {mean}");
+}
+
+#[test]
+fn discrete_sac_learns_a_thousand_action_task() {
+    let env = LargeDiscrete::with_actions(1_000, 3).unwrap();
+    let optimal = env.optimal_reward(500, 1).mean as f32;
+    let config = SacConfig {
+        hidden: vec![32, 32],
+        batch_size: 32,
+        lr: 3e-3,
+        learning_starts: 100,
+        target_entropy: Some(0.5 * 1000f32.ln()),
+        chunk: 256,
+        ..SacConfig::sb3()
+    };
+    let sac = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config).unwrap();
+    let (_, mean) = train(env, sac, 2_000);
+    // Uniform actions earn 0; the window holds the last 200 episodes.
+    assert!(
+        mean > 0.4 * optimal,
+        "mean reward {mean} of optimal {optimal}"
+    );
+}
