@@ -317,6 +317,15 @@ impl fmt::Debug for ChunkedScorer {
     }
 }
 
+/// Writes the `n x d` row-major `rows` as `d x n` into `cols`.
+fn transpose(rows: &[f32], n: usize, d: usize, cols: &mut [f32]) {
+    for (a, f) in rows.chunks_exact(d).enumerate() {
+        for (k, &x) in f.iter().enumerate() {
+            cols[k * n + a] = x;
+        }
+    }
+}
+
 /// The minimum of two critics' per-action values, `min(g1[a], g2[a])` (identity scoring).
 #[inline]
 fn min_into(g1: &[f32], g2: &[f32], out: &mut [f32]) {
@@ -342,11 +351,7 @@ impl ChunkedScorer {
         }
         let (n, d) = (table.rows(), table.dim());
         let mut cols = vec![0.0f32; n * d];
-        for (a, f) in table.as_slice().chunks_exact(d).enumerate() {
-            for (k, &x) in f.iter().enumerate() {
-                cols[k * n + a] = x;
-            }
-        }
+        transpose(table.as_slice(), n, d, &mut cols);
         let grad = max_batch.saturating_mul(d);
         Self::build(
             Scores::Table {
@@ -412,6 +417,27 @@ impl ChunkedScorer {
             Scores::Table { table, .. } => Some(table),
             Scores::Identity { .. } => None,
         }
+    }
+
+    /// Changes the table's values in place, for a table that is learned (an optimiser
+    /// step on its gradient), then refreshes the scorer's transposed copy; returns what
+    /// `change` returns. The first call on a table shared with other handles (the
+    /// environment's, say) copies it once (copy-on-write: the others keep the original);
+    /// later calls allocate nothing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an identity scorer, which has no table.
+    pub fn update_table<R>(&mut self, change: impl FnOnce(&mut [f32]) -> R) -> Result<R> {
+        let Scores::Table { table, cols } = &mut self.scores else {
+            return Err(Error::config(
+                "identity scorer",
+                "has no table to update: learn the network's output layer instead",
+            ));
+        };
+        let result = change(table.values_mut());
+        let (n, d) = (table.rows(), table.dim());
+        transpose(table.as_slice(), n, d, Arc::make_mut(cols));
+        Ok(result)
     }
 
     /// Actions per chunk (capped at the number of actions).
@@ -1163,6 +1189,33 @@ mod tests {
         assert_eq!(stats.allocations, 0, "{stats:?}");
         let plan = sc.memory_plan();
         assert_eq!(plan.lines()[1].bytes, (2 * batch * chunk * 4) as u64);
+    }
+
+    #[test]
+    fn updated_tables_score_like_new_scorers_and_leave_shared_handles_alone() {
+        let table = FeatureTable::new(5, 2, (0..10).map(|x| x as f32 / 10.0).collect()).unwrap();
+        let mut scorer = ChunkedScorer::new(table.clone(), 2, 1).unwrap();
+        let doubled = scorer
+            .update_table(|values| {
+                values.iter_mut().for_each(|v| *v *= 2.0);
+                values.len()
+            })
+            .unwrap();
+        assert_eq!(doubled, 10);
+        assert_eq!(
+            table.row(1).unwrap(),
+            &[0.2, 0.3],
+            "the shared handle changed"
+        );
+        let fresh = FeatureTable::new(5, 2, (0..10).map(|x| x as f32 / 5.0).collect()).unwrap();
+        let mut reference = ChunkedScorer::new(fresh, 2, 1).unwrap();
+        let q = [0.7, -1.3];
+        let (mut a, mut b) = ([0.0f32; 1], [0.0f32; 1]);
+        scorer.log_sum_exp(&q, Masks::None, &mut a).unwrap();
+        reference.log_sum_exp(&q, Masks::None, &mut b).unwrap();
+        assert!((a[0] - b[0]).abs() < 1e-6, "{a:?} vs {b:?}");
+        let mut identity = ChunkedScorer::identity(5, 2, 1).unwrap();
+        assert!(identity.update_table(|_| ()).is_err());
     }
 
     #[test]

@@ -46,7 +46,8 @@ pub use policy::{
 };
 pub use ppo::{Ppo, PpoConfig, PpoState, RewardNormalizer, UpdateStats, clipped_surrogate};
 pub use sac::{
-    Core as SacCore, DiscreteSac, EntropyCoef, Sac, SacConfig, SacState, SacStats, SacTrainer,
+    Core as SacCore, DiscreteSac, EntropyCoef, LearnedTable, Sac, SacConfig, SacState, SacStats,
+    SacTrainer,
 };
 
 #[cfg(test)]

@@ -241,6 +241,23 @@ pub struct SacState {
     pub updates: u64,
     /// The generator of the action noise (so a resumed run draws the same actions).
     pub rng: Xoshiro256PlusPlus,
+    /// A learned action table ([`DiscreteSac::with_learnable_table`]), with its
+    /// optimiser; `None` for fixed tables and continuous SAC.
+    #[serde(default)]
+    pub table: Option<LearnedTable>,
+}
+
+/// The values and optimiser state of a learned action table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LearnedTable {
+    /// Actions (rows).
+    pub rows: usize,
+    /// Features per action.
+    pub dim: usize,
+    /// `rows x dim` values, row-major.
+    pub values: Vec<f32>,
+    /// Its Adam moments and step counter.
+    pub optimizer: AdamState,
 }
 
 /// What an off-policy training loop needs from [`Sac`] and [`DiscreteSac`]: they act
@@ -419,6 +436,7 @@ impl Core {
                 alpha_optimizer: self.temperature.adam.as_ref().map(FlatAdam::state),
                 updates: self.updates,
                 rng: self.rng.clone(),
+                table: None,
             },
         )
     }

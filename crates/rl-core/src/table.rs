@@ -59,6 +59,13 @@ impl FeatureTable {
         &self.data
     }
 
+    /// The whole table, mutably, for a table that is learned. Copy-on-write: if other
+    /// handles share the data, this handle first gets its own copy (one allocation of the
+    /// table's size), so they never see the change; later calls reuse that copy.
+    pub fn values_mut(&mut self) -> &mut [f32] {
+        Arc::make_mut(&mut self.data)
+    }
+
     /// Whether two handles share one allocation.
     pub fn shares_storage_with(&self, other: &FeatureTable) -> bool {
         Arc::ptr_eq(&self.data, &other.data)
@@ -86,6 +93,20 @@ impl fmt::Debug for FeatureTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_mut_copies_on_write_and_leaves_other_handles_alone() {
+        let shared = FeatureTable::new(2, 2, vec![0., 1., 2., 3.]).unwrap();
+        let mut learned = shared.clone();
+        learned.values_mut()[3] = 9.0;
+        assert_eq!(shared.as_slice(), &[0., 1., 2., 3.]);
+        assert_eq!(learned.row(1).unwrap(), &[2., 9.]);
+        assert!(!learned.shares_storage_with(&shared));
+        // A handle that owns its data alone is changed in place.
+        let before = learned.as_slice().as_ptr();
+        learned.values_mut()[0] = -1.0;
+        assert_eq!(learned.as_slice().as_ptr(), before);
+    }
 
     #[test]
     fn clones_share_one_allocation() {

@@ -5,10 +5,13 @@ use rl_collect::{ActOutput, Policy, PolicyError};
 use rl_core::{Column, DType, Env, FeatureTable, Flag, Location, MemoryPlan, Schema, Space};
 use rl_storage::Batch;
 
-use super::{Core, SacConfig, SacState, SacStats, SacTrainer, f32_bytes, half_squared_error};
+use super::{
+    Core, LearnedTable, SacConfig, SacState, SacStats, SacTrainer, f32_bytes, half_squared_error,
+};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::nn::Workspace;
+use crate::optim::FlatAdam;
 use crate::policy::{Mode, describe};
 
 /// Rows the collector-facing forward pass handles at once.
@@ -50,6 +53,16 @@ pub struct DiscreteSac {
     next_ws: Workspace,
     act_ws: Workspace,
     scratch: Scratch,
+    /// Gradients and optimiser of a learned table.
+    learning: Option<TableLearning>,
+}
+
+/// A table learned from the critics' loss: `dL/df_a = sum_i dL/dQ_i g_i(s)` over the
+/// batch rows that took action `a`, with its own Adam.
+#[derive(Clone, Debug)]
+struct TableLearning {
+    grads: Vec<f32>,
+    adam: FlatAdam,
 }
 
 /// Per-update buffers, sized for `batch_size` rows at construction.
@@ -137,19 +150,46 @@ impl DiscreteSac {
         config: SacConfig,
     ) -> Result<Self> {
         let n = discrete_n(action_space)?;
-        if table.rows() != n as usize {
-            return Err(Error::SpaceMismatch {
-                what: "action space",
-                expected: format!(
-                    "a discrete space of {} actions (the action table's rows)",
-                    table.rows()
-                ),
-                actual: describe(action_space),
-            });
-        }
+        check_table_rows(&table, n, action_space)?;
         let rows = config.batch_size.max(ACT_ROWS);
+        let side = format!(
+            "{n} scored by a fixed {}x{} table",
+            table.rows(),
+            table.dim()
+        );
         let scorer = ChunkedScorer::new(table, config.chunk, rows)?;
-        Self::build(observation_space, n, scorer, config)
+        Self::build(observation_space, n, scorer, config, side)
+    }
+
+    /// As [`DiscreteSac::with_table`], but the table is learned: it starts from
+    /// `initial` (copied once: the environment's handle keeps the original) and follows
+    /// the gradient of the critics' loss with its own Adam (the configuration's learning
+    /// rate); the actor scores against the current table. Costs `4 x n x d` floats
+    /// (values, gradients, two moments) and, per update, an Adam step and a re-transpose
+    /// over the table (about 2 ms for 100 000 x 8 here). Checkpoints include the table.
+    ///
+    /// # Errors
+    /// As [`DiscreteSac::with_table`].
+    pub fn with_learnable_table(
+        observation_space: &Space,
+        action_space: &Space,
+        initial: FeatureTable,
+        config: SacConfig,
+    ) -> Result<Self> {
+        let n = discrete_n(action_space)?;
+        check_table_rows(&initial, n, action_space)?;
+        let (rows, dim) = (initial.rows(), initial.dim());
+        let adam = FlatAdam::new(vec![rows * dim], config.adam())?;
+        let side = format!("{n} scored by a learned {rows}x{dim} table");
+        let scorer = ChunkedScorer::new(initial, config.chunk, config.batch_size.max(ACT_ROWS))?;
+        let mut sac = Self::build(observation_space, n, scorer, config, side)?;
+        // Take the private copy now, so that it is allocated (and planned) up front.
+        sac.scorer.update_table(|_| ())?;
+        sac.learning = Some(TableLearning {
+            grads: vec![0.0; rows * dim],
+            adam,
+        });
+        Ok(sac)
     }
 
     /// A trainer with the index (one-hot) representation: the networks output one value
@@ -166,7 +206,13 @@ impl DiscreteSac {
         let n = discrete_n(action_space)?;
         let rows = config.batch_size.max(ACT_ROWS);
         let scorer = ChunkedScorer::identity(n, config.chunk, rows)?;
-        Self::build(observation_space, n, scorer, config)
+        Self::build(
+            observation_space,
+            n,
+            scorer,
+            config,
+            format!("{n} by index"),
+        )
     }
 
     /// [`DiscreteSac::with_table`] with `env`'s spaces.
@@ -194,6 +240,7 @@ impl DiscreteSac {
         n: u32,
         scorer: ChunkedScorer,
         config: SacConfig,
+        action_side: String,
     ) -> Result<Self> {
         let obs_dim = match observation_space {
             Space::Box(b) if b.dtype() == DType::F32 && b.flat_len() > 0 => b.flat_len(),
@@ -214,10 +261,7 @@ impl DiscreteSac {
             obs_dim,
             d,
             TARGET_ENTROPY_RATIO * (n as f32).ln(),
-            match scorer.table() {
-                Some(table) => format!("{n} scored by a {}x{} table", table.rows(), table.dim()),
-                None => format!("{n} by index"),
-            },
+            action_side,
         )?;
         Ok(Self {
             obs_dim,
@@ -228,12 +272,19 @@ impl DiscreteSac {
             scratch: Scratch::new(rows, obs_dim, d),
             scorer,
             core,
+            learning: None,
         })
     }
 
     /// Number of actions.
     pub fn actions(&self) -> u32 {
         self.n
+    }
+
+    /// The action table scores are computed against (the learned values for
+    /// [`DiscreteSac::with_learnable_table`]); `None` for the index representation.
+    pub fn action_table(&self) -> Option<&FeatureTable> {
+        self.scorer.table()
     }
 
     /// The replay columns [`DiscreteSac::update`] reads (and collectors write): `obs`
@@ -268,6 +319,20 @@ impl DiscreteSac {
         }
         plan.nest("sac", &self.scorer.memory_plan());
         plan.add("sac/update buffers", Location::Ram, self.scratch.bytes());
+        if let Some(learning) = &self.learning {
+            let floats = learning.grads.len();
+            plan.add(
+                "sac/learned table (private copy)",
+                Location::Ram,
+                f32_bytes(floats),
+            );
+            plan.add(
+                "sac/learned table gradients",
+                Location::Ram,
+                f32_bytes(floats),
+            );
+            plan.nest("sac", &learning.adam.memory_plan("learned table"));
+        }
         plan
     }
 
@@ -353,6 +418,14 @@ impl DiscreteSac {
             let g = critic.forward(obs, rows, &mut core.critics.ws[i])?;
             self.scorer.action_scores(g, actions, &mut s.q[..rows])?;
             critic_loss += half_squared_error(&s.q[..rows], &s.target[..rows], &mut s.dq[..rows]);
+            if let Some(learning) = &mut self.learning {
+                for ((&a, &dq), gb) in actions.iter().zip(&s.dq[..rows]).zip(g.chunks_exact(d)) {
+                    let row = &mut learning.grads[a as usize * d..(a as usize + 1) * d];
+                    for (r, &x) in row.iter_mut().zip(gb) {
+                        *r += dq * x;
+                    }
+                }
+            }
             let dg = &mut s.dg[..rows * d];
             dg.fill(0.0);
             self.scorer.add_action_grad(actions, &s.dq[..rows], dg)?;
@@ -371,6 +444,13 @@ impl DiscreteSac {
             });
         }
         core.critics.step()?;
+        if let Some(TableLearning { grads, adam }) = &mut self.learning {
+            self.scorer
+                .update_table(|values| adam.update(values, grads))??;
+            for &a in actions {
+                grads[a as usize * d..(a as usize + 1) * d].fill(0.0);
+            }
+        }
 
         // Actor against the updated critics: exact expectation over all actions.
         for i in 0..2 {
@@ -453,18 +533,99 @@ impl DiscreteSac {
         Ok(())
     }
 
-    /// The whole trainer state (as [`crate::Sac::checkpoint`]).
+    /// The whole trainer state (as [`crate::Sac::checkpoint`]), with the learned table
+    /// and its optimiser when the table is learned.
     pub fn checkpoint(&self) -> Checkpoint<SacState> {
-        self.core.checkpoint()
+        let mut checkpoint = self.core.checkpoint();
+        if let (Some(learning), Some(table)) = (&self.learning, self.scorer.table()) {
+            checkpoint.extra.table = Some(LearnedTable {
+                rows: table.rows(),
+                dim: table.dim(),
+                values: table.as_slice().to_vec(),
+                optimizer: learning.adam.state(),
+            });
+        }
+        checkpoint
     }
 
-    /// Restores a [`DiscreteSac::checkpoint`]; on error nothing changes.
+    /// Restores a [`DiscreteSac::checkpoint`]; everything (the learned table too) is
+    /// checked first, and on error nothing changes.
     ///
     /// # Errors
-    /// As [`crate::Sac::restore`].
+    /// As [`crate::Sac::restore`], and [`Error::CheckpointMismatch`] for a checkpoint
+    /// with a learned table given to a trainer without one or the reverse.
     pub fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
-        self.core.restore(checkpoint)
+        let learned = match (&self.learning, &checkpoint.extra.table, self.scorer.table()) {
+            (None, None, _) => None,
+            (Some(learning), Some(saved), Some(table)) => {
+                let len = table.rows() * table.dim();
+                if (saved.rows, saved.dim) != (table.rows(), table.dim())
+                    || saved.values.len() != len
+                {
+                    return Err(Error::CheckpointShape {
+                        tensor: 0,
+                        expected: vec![table.rows(), table.dim()],
+                        actual: vec![saved.rows, saved.dim],
+                    });
+                }
+                if let Some((element, &value)) = saved
+                    .values
+                    .iter()
+                    .enumerate()
+                    .find(|(_, v)| !v.is_finite())
+                {
+                    return Err(Error::CheckpointNonFinite {
+                        what: "learned table",
+                        tensor: 0,
+                        element,
+                        value,
+                    });
+                }
+                let mut adam = learning.adam.clone();
+                adam.load_state(&saved.optimizer)?;
+                Some((adam, &saved.values))
+            }
+            _ => {
+                return Err(Error::CheckpointMismatch {
+                    what: "action table".to_owned(),
+                    expected: if self.learning.is_some() {
+                        "learned"
+                    } else {
+                        "fixed"
+                    }
+                    .to_owned(),
+                    actual: if checkpoint.extra.table.is_some() {
+                        "learned"
+                    } else {
+                        "fixed"
+                    }
+                    .to_owned(),
+                });
+            }
+        };
+        self.core.restore(checkpoint)?;
+        if let (Some((adam, values)), Some(learning)) = (learned, &mut self.learning) {
+            self.scorer
+                .update_table(|table| table.copy_from_slice(values))?;
+            learning.adam = adam;
+            learning.grads.fill(0.0);
+        }
+        Ok(())
     }
+}
+
+fn check_table_rows(table: &FeatureTable, n: u32, action_space: &Space) -> Result<()> {
+    if table.rows() == n as usize {
+        return Ok(());
+    }
+    Err(Error::SpaceMismatch {
+        what: "action space",
+        expected: format!(
+            "a discrete space of {} actions (the action table's rows)",
+            table.rows()
+        ),
+        actual: describe(action_space),
+    })
 }
 
 fn discrete_n(space: &Space) -> Result<u32> {

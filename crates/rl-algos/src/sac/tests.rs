@@ -512,3 +512,88 @@ fn discrete_sac_learns_a_thousand_action_task() {
         "mean reward {mean} of optimal {optimal}"
     );
 }
+
+#[test]
+fn learnable_tables_change_only_trained_rows_and_resume_from_checkpoints() {
+    let n = 50u32;
+    let env_table = FeatureTable::new(
+        n as usize,
+        4,
+        (0..n as usize * 4)
+            .map(|x| (x % 7) as f32 / 7.0 - 0.4)
+            .collect(),
+    )
+    .unwrap();
+    let (obs, act) = (box_space(-1.0, 1.0, 3), Space::discrete(n).unwrap());
+    let config = small_config(8);
+    let mut sac =
+        DiscreteSac::with_learnable_table(&obs, &act, env_table.clone(), config.clone()).unwrap();
+    let batch = random_batch(&sac.replay_schema().unwrap(), 3, Err(n), 8, 9);
+    sac.update(&batch).unwrap();
+    let learned = sac.action_table().unwrap().clone();
+    assert!(!learned.shares_storage_with(&env_table));
+    let taken: Vec<usize> = batch
+        .column::<u32>("action")
+        .unwrap()
+        .iter()
+        .map(|&a| a as usize)
+        .collect();
+    for a in 0..n as usize {
+        let moved = learned.row(a) != env_table.row(a);
+        assert_eq!(moved, taken.contains(&a), "row {a}: moved {moved}");
+    }
+    assert!(
+        sac.memory_plan()
+            .lines()
+            .iter()
+            .any(|l| l.component.contains("learned table")),
+        "the plan names the learned table"
+    );
+
+    let checkpoint = sac.checkpoint();
+    assert!(checkpoint.extra.table.is_some());
+    let mut resumed =
+        DiscreteSac::with_learnable_table(&obs, &act, env_table.clone(), config.clone()).unwrap();
+    resumed.restore(&checkpoint).unwrap();
+    assert_eq!(sac.update(&batch).unwrap(), resumed.update(&batch).unwrap());
+    assert_eq!(
+        sac.action_table().unwrap().as_slice(),
+        resumed.action_table().unwrap().as_slice()
+    );
+    // A fixed-table trainer refuses a learned-table checkpoint, and changes nothing.
+    let mut fixed = DiscreteSac::with_table(&obs, &act, env_table, config).unwrap();
+    assert!(matches!(
+        fixed.restore(&checkpoint),
+        Err(Error::CheckpointMismatch { .. })
+    ));
+    assert_eq!(fixed.core.updates(), 0);
+}
+
+#[test]
+fn discrete_sac_learns_with_a_table_learned_from_scratch() {
+    let env = LargeDiscrete::with_actions(100, 4).unwrap();
+    let optimal = env.optimal_reward(500, 1).mean as f32;
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(8);
+    let random: Vec<f32> = (0..100 * 8).map(|_| rng.random_range(-0.5..0.5)).collect();
+    let config = SacConfig {
+        hidden: vec![32, 32],
+        batch_size: 32,
+        lr: 3e-3,
+        learning_starts: 100,
+        target_entropy: Some(0.5 * 100f32.ln()),
+        chunk: 64,
+        ..SacConfig::sb3()
+    };
+    let sac = DiscreteSac::with_learnable_table(
+        env.observation_space(),
+        env.action_space(),
+        FeatureTable::new(100, 8, random).unwrap(),
+        config,
+    )
+    .unwrap();
+    let (_, mean) = train(env, sac, 3_000);
+    assert!(
+        mean > 0.4 * optimal,
+        "mean reward {mean} of optimal {optimal}"
+    );
+}
