@@ -6,3 +6,5 @@
 )]
 
 mod envs_through_facade;
+#[cfg(all(feature = "algos", feature = "collect", feature = "storage"))]
+mod sac;

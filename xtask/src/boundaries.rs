@@ -13,7 +13,13 @@ use crate::graph::Graph;
 use crate::metadata;
 
 /// Crates that must stay free of `dfdx`, whatever the features.
-const NO_DFDX: &[&str] = &["rl-core", "rl-envs", "rl-storage", "rl-collect"];
+const NO_DFDX: &[&str] = &[
+    "rl-core",
+    "rl-envs",
+    "rl-storage",
+    "rl-actions",
+    "rl-collect",
+];
 
 /// Crates that must stay free of `cudarc`, even with every feature on.
 const NO_CUDARC: &[&str] = &["rl-core", "rl-envs"];

@@ -42,8 +42,11 @@
 //! Errors are [`rl_core::Error`]: an index out of range is
 //! [`Error::ActionOutOfRange`](rl_core::Error::ActionOutOfRange), never clamped.
 //!
-//! Learnable tables (embeddings trained with the policy) will use the `dfdx` dependency
-//! this crate already declares. Everything here is plain Rust on fixed tables.
+//! Tables can be learned: [`ChunkedScorer::update_table`] changes the scorer's table in
+//! place after an optimiser step (copy-on-write the first time, so the environment's
+//! handle keeps the original) and refreshes its transposed copy; `rl-algos`'
+//! `DiscreteSac::with_learnable_table` trains one. The crate is plain Rust with no
+//! network library (no dfdx), so it can be used alone.
 //!
 //! Modules: `encoding` (the four encodings), `mask` (masks), `scorer` (the chunked
 //! scorer and its softmax operations), `soft` (the discrete-SAC operations), `kernels`

@@ -1,15 +1,13 @@
-//! Learning algorithms with bounded memory, on dfdx's CPU backend.
+//! Learning algorithms with bounded memory: PPO on dfdx, SAC on dense networks of its
+//! own.
 //!
-//! **Status:** PPO is complete (see below and the `ppo_cartpole` / `ppo_pendulum`
-//! examples). SAC, continuous (tanh-squashed Gaussian, twin critics, automatic entropy
-//! tuning) and discrete (expectations over the full policy distribution, in chunks for
-//! huge `n`), arrives with its issue.
-//!
-//! Available now:
+//! **Status:** PPO and SAC (continuous and discrete) are complete; the `ppo_cartpole`,
+//! `ppo_pendulum`, `sac_pendulum` and `sac_large_actions` examples train them end to end.
 //!
 //! - [`Adam`]: Adam with state it owns, numerically identical to dfdx's, whose moments and
 //!   step counter save and load as an [`AdamState`] (dfdx 0.13 keeps its own private), so
-//!   checkpoints resume exactly; [`AdamConfig`] holds the PPO defaults.
+//!   checkpoints resume exactly; [`AdamConfig`] holds the PPO defaults. [`FlatAdam`] is
+//!   the same arithmetic over one flat parameter vector.
 //! - [`clip_grad_norm`]: global L2 gradient-norm clipping over a model's trainable
 //!   tensors (dfdx has none).
 //! - Policies: [`CategoricalPolicy`] (discrete) and [`GaussianPolicy`] (continuous,
@@ -24,8 +22,23 @@
 //!   configured by a validated [`PpoConfig`], reporting [`UpdateStats`], with exact
 //!   optional running observation normalisation ([`ObsNormalizer`]) and reward
 //!   normalisation ([`RewardNormalizer`], [`Ppo::normalize_rewards`]) and exact resumable
-//!   checkpoints ([`Ppo::checkpoint`], [`Ppo::restore`], [`PpoState`]). The
-//!   `ppo_cartpole` and `ppo_pendulum` examples train it end to end.
+//!   checkpoints ([`Ppo::checkpoint`], [`Ppo::restore`], [`PpoState`]).
+//! - [`Sac`]: soft actor-critic for box actions with Stable-Baselines3's semantics
+//!   (tanh-squashed Gaussian actor with the log-prob correction, twin critics with polyak
+//!   targets, automatic entropy coefficient towards `-dim(A)`, truncation bootstraps),
+//!   configured by [`SacConfig`] ([`SacConfig::sb3`] holds SB3's defaults).
+//! - [`DiscreteSac`]: Christodoulou's discrete SAC with exact expectations over the whole
+//!   policy, computed in chunks by `rl-actions` so that 100 000 actions cost
+//!   `batch x chunk` floats: two-tower networks scored against a fixed or learned action
+//!   table ([`DiscreteSac::with_table`], [`DiscreteSac::with_learnable_table`]), or one
+//!   output per action ([`DiscreteSac::with_index`]). Both trainers are the collector's
+//!   `Policy` and a [`SacTrainer`], report [`SacStats`], and checkpoint everything
+//!   ([`SacState`], [`LearnedTable`]) into the same [`Checkpoint`] format as PPO.
+//! - [`DenseMlp`] and [`Workspace`]: ReLU networks on flat parameters with hand-written
+//!   backward passes on the `gemm` crate (dfdx's own matrix product), every activation
+//!   preallocated. SAC uses them because dfdx's per-operation overhead (about 1 ms of a
+//!   2.46 ms `4-256-256-1` forward and backward at batch 256 here, against 1.4 ms of
+//!   matrix products) would have put SAC at Stable-Baselines3's speed.
 //! - [`Error`], [`Result`]: the crate's error type.
 
 mod checkpoint;

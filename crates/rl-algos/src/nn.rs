@@ -295,7 +295,7 @@ impl DenseMlp {
     /// `ws` keeps what [`DenseMlp::backward`] needs.
     ///
     /// # Errors
-    /// [`Error::Shape`] if `input` is not `rows x input_dim` or `rows` exceeds the
+    /// [`Error::ShapeMismatch`] if `input` is not `rows x input_dim` or `rows` exceeds the
     /// workspace's capacity or `ws` was made for another network.
     pub fn forward<'w>(
         &self,
@@ -344,7 +344,7 @@ impl DenseMlp {
     /// `rows x input_dim`).
     ///
     /// # Errors
-    /// [`Error::Shape`] for buffers of the wrong length or a workspace of another network.
+    /// [`Error::ShapeMismatch`] for buffers of the wrong length or a workspace of another network.
     pub fn backward(
         &self,
         ws: &mut Workspace,

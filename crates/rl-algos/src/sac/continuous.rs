@@ -27,11 +27,11 @@ const ACT_ROWS: usize = 64;
 /// Soft actor-critic for `f32` box actions (Haarnoja et al. 2018, with Stable-Baselines3's
 /// details).
 ///
-/// - Actor: a [`DenseMlp`] `obs -> hidden -> 2 x dim(A)` giving the mean and the log
+/// - Actor: a [`DenseMlp`](crate::DenseMlp) `obs -> hidden -> 2 x dim(A)` giving the mean and the log
 ///   standard deviation (clamped to `[-20, 2]`) of a Gaussian; actions are
 ///   `tanh(mean + std * eps)`, with
 ///   `log pi = sum_j [log N(u_j) - log(1 - tanh(u_j)^2 + 1e-6)]`.
-/// - Critics: two [`DenseMlp`]s `obs ++ action -> hidden -> 1` with polyak-averaged
+/// - Critics: two [`DenseMlp`](crate::DenseMlp)s `obs ++ action -> hidden -> 1` with polyak-averaged
 ///   targets. Target: `y = r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log
 ///   pi(a' | s'))`; truncated transitions bootstrap.
 /// - Entropy coefficient learned towards `-dim(A)` (see [`SacConfig`]).

@@ -1,0 +1,261 @@
+//! `cargo xtask bench sac`: one SAC gradient step (`update(&batch)`), one thread.
+//!
+//! Prints one JSON line per configuration:
+//!
+//! `{"bench":"sac","config":C,"batch":B,"median_ms":X,"updates_per_s":Y}`
+//!
+//! - `"sb3"`: continuous [`Sac`] with `SacConfig::sb3()` (actor and critics 256-256,
+//!   batch 256) on Pendulum's spaces (3 observations, 1 action);
+//! - `"tuned"`: the same with 64-64 networks (`sac_pendulum`'s default preset), batch 256;
+//! - `"large_actions_b64"`, `"large_actions_b256"`: [`DiscreteSac`] over `LargeDiscrete`'s
+//!   100 000 x 8 action-feature table (two-tower networks 16-64-64-8, chunks of 2048
+//!   actions), batches of 64 and 256 transitions that all terminate, as every
+//!   `LargeDiscrete` step does (the target needs no pass over the next observations);
+//! - `"large_actions_b64_bootstrap"`: batch 64 with no terminated row, so the target's
+//!   soft value (an expectation over all 100 000 actions at the next observations) runs;
+//! - `"act_large_actions_b1"`: one collector-facing `Policy::act` call of the 100k-action
+//!   trainer for a single observation (sampling by inverse CDF over the chunks);
+//!   `updates_per_s` is then calls per second.
+//!
+//! Batches are sampled from a 4096-row RAM replay buffer with the trainer's
+//! `replay_schema()`, filled with random valid transitions; sampling is outside the timed
+//! region. Each figure is the median over 21 timed repetitions after 5 warm-up ones.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use rl::algos::{DiscreteSac, Sac, SacConfig, SacTrainer};
+use rl::collect::{ActOutput, Policy};
+use rl::core::{Env, Flag};
+use rl::envs::{LargeDiscrete, Pendulum};
+use rl::storage::{Batch, ColumnSlice, RamStorage, ReplayBuffer, Uniform};
+
+mod common;
+
+const WARMUP: usize = 5;
+const REPS: usize = 21;
+/// Rows of the replay buffer batches are sampled from.
+const REPLAY_ROWS: usize = 4096;
+
+fn main() -> anyhow::Result<()> {
+    let only = common::args();
+    let wanted = |config: &str| only.is_empty() || only.iter().any(|a| a == config);
+    let known = [
+        "sb3",
+        "tuned",
+        "large_actions_b64",
+        "large_actions_b256",
+        "large_actions_b64_bootstrap",
+        "act_large_actions_b1",
+    ];
+    if let Some(unknown) = only.iter().find(|a| !known.contains(&a.as_str())) {
+        bail!("unknown configuration `{unknown}`: use none (all) or some of {known:?}");
+    }
+    let mut rng = SplitMix(0x5AC);
+
+    let pendulum = Pendulum::new(0);
+    for (name, hidden) in [("sb3", vec![256, 256]), ("tuned", vec![64, 64])] {
+        if !wanted(name) {
+            continue;
+        }
+        let config = SacConfig {
+            hidden,
+            batch_size: 256,
+            ..SacConfig::sb3()
+        };
+        let mut sac = Sac::for_env(&pendulum, config)?;
+        // Pendulum's torque bounds are [-2, 2]; its episodes never terminate (only
+        // truncate), and the continuous update evaluates the target for every row anyway.
+        let ms = time_updates(
+            &mut sac,
+            &mut rng,
+            |rng, len| ActionValues::F32((0..len).map(|_| rng.uniform(-2.0, 2.0)).collect()),
+            false,
+        )?;
+        report(name, 256, ms);
+    }
+
+    let env = LargeDiscrete::new(0);
+    let n = env.actions();
+    for (name, batch, terminated) in [
+        ("large_actions_b64", 64, true),
+        ("large_actions_b256", 256, true),
+        ("large_actions_b64_bootstrap", 64, false),
+    ] {
+        if !wanted(name) {
+            continue;
+        }
+        let mut sac = large_actions(&env, batch)?;
+        let ms = time_updates(
+            &mut sac,
+            &mut rng,
+            |rng, _| ActionValues::U32(vec![rng.below(n)]),
+            terminated,
+        )?;
+        report(name, batch, ms);
+    }
+
+    if wanted("act_large_actions_b1") {
+        let mut sac = large_actions(&env, 64)?;
+        let obs = rng.floats(env.observation_space().flat_len(), 1.0);
+        let mut states = [()];
+        let mut actions = [0u32];
+        let (mut log_probs, mut values) = ([0.0f32], [0.0f32]);
+        let ms = median_ms(|| {
+            Policy::act(
+                &mut sac,
+                black_box(&obs),
+                &mut states,
+                ActOutput {
+                    actions: &mut actions,
+                    log_probs: &mut log_probs,
+                    values: &mut values,
+                },
+            )
+            .map_err(|e| anyhow::anyhow!(e))?;
+            if actions[0] >= n {
+                bail!("act returned action {} of {n}", actions[0]);
+            }
+            black_box(&actions);
+            Ok(())
+        })?;
+        report("act_large_actions_b1", 1, ms);
+    }
+    Ok(())
+}
+
+/// `DiscreteSac` over `env`'s feature table: 64-64 towers, chunks of 2048.
+fn large_actions(env: &LargeDiscrete, batch_size: usize) -> anyhow::Result<DiscreteSac> {
+    let config = SacConfig {
+        hidden: vec![64, 64],
+        batch_size,
+        chunk: 2048,
+        ..SacConfig::sb3()
+    };
+    Ok(DiscreteSac::for_env_with_table(
+        env,
+        env.action_features().clone(),
+        config,
+    )?)
+}
+
+/// An action column's values for one row.
+enum ActionValues {
+    F32(Vec<f32>),
+    U32(Vec<u32>),
+}
+
+/// Fills a replay buffer of `trainer`'s schema with random transitions (actions from
+/// `action(rng, action_len)`, every row terminated or none), then times `update` on
+/// freshly sampled batches of the configured size.
+fn time_updates<T: SacTrainer>(
+    trainer: &mut T,
+    rng: &mut SplitMix,
+    mut action: impl FnMut(&mut SplitMix, usize) -> ActionValues,
+    terminated: bool,
+) -> anyhow::Result<f64> {
+    let schema = trainer.replay_schema()?;
+    let obs_len = schema
+        .column("obs")
+        .context("the replay schema has no obs column")?
+        .numel();
+    let action_len = schema
+        .column("action")
+        .context("the replay schema has no action column")?
+        .numel();
+    let batch_size = trainer.core().config().batch_size;
+    let mut replay = ReplayBuffer::new(
+        RamStorage::new(schema.clone(), REPLAY_ROWS)?,
+        Uniform::new(0),
+    );
+    let flag = [Flag(u8::from(terminated))];
+    let not_truncated = [Flag(0)];
+    for _ in 0..REPLAY_ROWS {
+        let obs = rng.floats(obs_len, 1.0);
+        let next_obs = rng.floats(obs_len, 1.0);
+        let reward = [rng.uniform(-1.0, 1.0)];
+        let act = action(rng, action_len);
+        let act_slice = match &act {
+            ActionValues::F32(a) => ColumnSlice::F32(a),
+            ActionValues::U32(a) => ColumnSlice::U32(a),
+        };
+        replay.push(&[
+            ColumnSlice::F32(&obs),
+            act_slice,
+            ColumnSlice::F32(&reward),
+            ColumnSlice::Bool(&flag),
+            ColumnSlice::Bool(&not_truncated),
+            ColumnSlice::F32(&next_obs),
+        ])?;
+    }
+    let mut batch = Batch::new(&schema, batch_size)?;
+    let mut times = Vec::with_capacity(REPS);
+    for rep in 0..WARMUP + REPS {
+        replay.sample(&mut batch)?;
+        let start = Instant::now();
+        let stats = trainer.update(black_box(&batch))?;
+        let elapsed = start.elapsed().as_secs_f64() * 1e3;
+        if !stats.critic_loss.is_finite() {
+            bail!("non-finite critic loss {}", stats.critic_loss);
+        }
+        if rep >= WARMUP {
+            times.push(elapsed);
+        }
+    }
+    Ok(common::median(&mut times))
+}
+
+/// Median milliseconds of `REPS` runs of `f`, after `WARMUP` runs.
+fn median_ms(mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    for _ in 0..WARMUP {
+        f()?;
+    }
+    let mut times = Vec::with_capacity(REPS);
+    for _ in 0..REPS {
+        let start = Instant::now();
+        f()?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(common::median(&mut times))
+}
+
+fn report(config: &str, batch: usize, ms: f64) {
+    let line = serde_json::json!({
+        "bench": "sac",
+        "config": config,
+        "batch": batch,
+        "median_ms": (ms * 1e4).round() / 1e4,
+        "updates_per_s": (1e3 / ms * 10.0).round() / 10.0,
+    });
+    println!("{line}");
+}
+
+/// SplitMix64: enough randomness for a benchmark, no extra dependency.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[low, high)`.
+    fn uniform(&mut self, low: f32, high: f32) -> f32 {
+        let unit = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        low + (high - low) * unit
+    }
+
+    /// Uniform floats in `[-scale, scale)`.
+    fn floats(&mut self, len: usize, scale: f32) -> Vec<f32> {
+        (0..len).map(|_| self.uniform(-scale, scale)).collect()
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    fn below(&mut self, n: u32) -> u32 {
+        (((self.next_u64() >> 32) * u64::from(n)) >> 32) as u32
+    }
+}
