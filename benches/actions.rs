@@ -8,7 +8,6 @@
 //! scores of moderate spread (a softmax that is neither uniform nor one-hot) and no mask.
 
 use std::hint::black_box;
-use std::time::Instant;
 
 use rl_actions::rand::RngCore;
 use rl_actions::{ChunkedScorer, Masks, Sampling};
@@ -16,53 +15,37 @@ use rl_core::FeatureTable;
 
 mod common;
 
+use common::SplitMix;
+
 const N: usize = 100_000;
 const D: usize = 8;
 const CHUNK: usize = 2048;
 const BATCH: usize = 256;
 const REPS: usize = 21;
 
-/// SplitMix64: enough randomness for a benchmark, no extra dependency.
-struct SplitMix(u64);
+/// The shared generator, as the `RngCore` that `ChunkedScorer::sample` takes.
+struct Rng(SplitMix);
 
-impl RngCore for SplitMix {
+impl RngCore for Rng {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     fn next_u32(&mut self) -> u32 {
-        (self.next_u64() >> 32) as u32
+        (self.0.next_u64() >> 32) as u32
     }
 
     fn fill_bytes(&mut self, dst: &mut [u8]) {
         for chunk in dst.chunks_mut(8) {
-            let bytes = self.next_u64().to_le_bytes();
+            let bytes = self.0.next_u64().to_le_bytes();
             chunk.copy_from_slice(&bytes[..chunk.len()]);
         }
     }
 }
 
-/// Uniform floats in `[-scale, scale)`.
-fn floats(rng: &mut SplitMix, len: usize, scale: f32) -> Vec<f32> {
-    (0..len)
-        .map(|_| ((rng.next_u32() >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0) * scale)
-        .collect()
-}
-
 /// Median milliseconds of `REPS` runs of `f`, after one warm-up run.
-fn median_ms(mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
-    f()?;
-    let mut times = Vec::with_capacity(REPS);
-    for _ in 0..REPS {
-        let start = Instant::now();
-        f()?;
-        times.push(start.elapsed().as_secs_f64() * 1e3);
-    }
-    Ok(common::median(&mut times))
+fn median_ms(f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    common::median_ms(1, REPS, f)
 }
 
 fn report(op: &str, batch: usize, ms: f64) {
@@ -84,12 +67,12 @@ fn main() -> anyhow::Result<()> {
     if !common::args().is_empty() {
         anyhow::bail!("the actions bench takes no arguments");
     }
-    let mut rng = SplitMix(7);
-    let table = FeatureTable::new(N, D, floats(&mut rng, N * D, 1.0))?;
+    let mut rng = Rng(SplitMix(7));
+    let table = FeatureTable::new(N, D, rng.0.floats(N * D, 1.0))?;
     let mut scorer = ChunkedScorer::new(table, CHUNK, BATCH)?;
-    let q = floats(&mut rng, BATCH * D, 1.5);
-    let g1 = floats(&mut rng, BATCH * D, 1.0);
-    let g2 = floats(&mut rng, BATCH * D, 1.0);
+    let q = rng.0.floats(BATCH * D, 1.5);
+    let g1 = rng.0.floats(BATCH * D, 1.0);
+    let g2 = rng.0.floats(BATCH * D, 1.0);
     let (mut loss, mut entropy, mut grad) =
         (vec![0.0; BATCH], vec![0.0; BATCH], vec![0.0; BATCH * D]);
 

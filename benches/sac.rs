@@ -33,6 +33,8 @@ use rl::storage::{Batch, ColumnSlice, RamStorage, ReplayBuffer, Uniform};
 
 mod common;
 
+use common::SplitMix;
+
 const WARMUP: usize = 5;
 const REPS: usize = 21;
 /// Rows of the replay buffer batches are sampled from.
@@ -207,17 +209,8 @@ fn time_updates<T: SacTrainer>(
 }
 
 /// Median milliseconds of `REPS` runs of `f`, after `WARMUP` runs.
-fn median_ms(mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
-    for _ in 0..WARMUP {
-        f()?;
-    }
-    let mut times = Vec::with_capacity(REPS);
-    for _ in 0..REPS {
-        let start = Instant::now();
-        f()?;
-        times.push(start.elapsed().as_secs_f64() * 1e3);
-    }
-    Ok(common::median(&mut times))
+fn median_ms(f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    common::median_ms(WARMUP, REPS, f)
 }
 
 fn report(config: &str, batch: usize, ms: f64) {
@@ -229,33 +222,4 @@ fn report(config: &str, batch: usize, ms: f64) {
         "updates_per_s": (1e3 / ms * 10.0).round() / 10.0,
     });
     println!("{line}");
-}
-
-/// SplitMix64: enough randomness for a benchmark, no extra dependency.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[low, high)`.
-    fn uniform(&mut self, low: f32, high: f32) -> f32 {
-        let unit = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        low + (high - low) * unit
-    }
-
-    /// Uniform floats in `[-scale, scale)`.
-    fn floats(&mut self, len: usize, scale: f32) -> Vec<f32> {
-        (0..len).map(|_| self.uniform(-scale, scale)).collect()
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: u32) -> u32 {
-        (((self.next_u64() >> 32) * u64::from(n)) >> 32) as u32
-    }
 }

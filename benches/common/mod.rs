@@ -7,6 +7,7 @@
 )]
 
 use std::process::Command;
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 
@@ -64,4 +65,51 @@ fn value(line: &serde_json::Value, key: &str) -> f64 {
 pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Median milliseconds of `reps` runs of `f`, after `warmup` runs.
+pub(crate) fn median_ms(
+    warmup: usize,
+    reps: usize,
+    mut f: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        f()?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(&mut times))
+}
+
+/// SplitMix64: enough randomness for a benchmark, no extra dependency.
+pub(crate) struct SplitMix(pub(crate) u64);
+
+impl SplitMix {
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[low, high)`.
+    pub(crate) fn uniform(&mut self, low: f32, high: f32) -> f32 {
+        let unit = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        low + (high - low) * unit
+    }
+
+    /// Uniform floats in `[-scale, scale)`.
+    pub(crate) fn floats(&mut self, len: usize, scale: f32) -> Vec<f32> {
+        (0..len).map(|_| self.uniform(-scale, scale)).collect()
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub(crate) fn below(&mut self, n: u32) -> u32 {
+        (((self.next_u64() >> 32) * u64::from(n)) >> 32) as u32
+    }
 }

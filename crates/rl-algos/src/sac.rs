@@ -15,7 +15,7 @@ mod tests;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::Policy;
-use rl_core::{Location, MemoryPlan, Schema};
+use rl_core::{Element, Flag, Location, MemoryPlan, Schema};
 use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
@@ -489,6 +489,77 @@ impl Core {
         fresh.rng = state.rng.clone();
         *self = fresh;
         Ok(())
+    }
+}
+
+/// Rows the collector-facing forward pass handles at once.
+const ACT_ROWS: usize = 64;
+
+/// The actor's workspaces: the batch's observations (kept for the backward pass), the
+/// next observations (targets) and acting for a collector.
+#[derive(Clone, Debug)]
+struct ActorPasses {
+    batch: Workspace,
+    next: Workspace,
+    act: Workspace,
+}
+
+impl ActorPasses {
+    fn new(actor: &DenseMlp, rows: usize) -> Self {
+        Self {
+            batch: Workspace::new(actor, rows),
+            next: Workspace::new(actor, rows),
+            act: Workspace::new(actor, ACT_ROWS),
+        }
+    }
+
+    fn memory_plan(&self, plan: &mut MemoryPlan) {
+        for (name, ws) in [
+            ("actor", &self.batch),
+            ("actor (next obs)", &self.next),
+            ("actor (acting)", &self.act),
+        ] {
+            plan.nest("sac", &ws.memory_plan(name));
+        }
+    }
+}
+
+/// The columns of a sampled batch, checked against a trainer's widths.
+struct Transitions<'b, A> {
+    rows: usize,
+    obs: &'b [f32],
+    actions: &'b [A],
+    rewards: &'b [f32],
+    terminated: &'b [Flag],
+    next_obs: &'b [f32],
+}
+
+impl<'b, A: Element> Transitions<'b, A> {
+    /// Reads the columns of `batch` (1 to `max_rows` rows of `obs_dim` observations and
+    /// `act_len` action elements).
+    fn read(batch: &'b Batch, max_rows: usize, obs_dim: usize, act_len: usize) -> Result<Self> {
+        let rows = batch.len();
+        if rows == 0 || rows > max_rows {
+            return Err(Error::shape("batch rows (1 to batch_size)", max_rows, rows));
+        }
+        let columns = Self {
+            rows,
+            obs: batch.column::<f32>("obs")?,
+            actions: batch.column::<A>("action")?,
+            rewards: batch.column::<f32>("reward")?,
+            terminated: batch.column::<Flag>("terminated")?,
+            next_obs: batch.column::<f32>("next_obs")?,
+        };
+        for (what, expected, actual) in [
+            ("batch obs", rows * obs_dim, columns.obs.len()),
+            ("batch actions", rows * act_len, columns.actions.len()),
+            ("batch next_obs", rows * obs_dim, columns.next_obs.len()),
+        ] {
+            if expected != actual {
+                return Err(Error::shape(what, expected, actual));
+            }
+        }
+        Ok(columns)
     }
 }
 

@@ -4,13 +4,15 @@ use rand::Rng;
 use rand_distr::StandardNormal;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, Policy, PolicyError};
-use rl_core::{Column, DType, Env, Flag, Location, MemoryPlan, Schema, Space};
+use rl_core::{Column, DType, Env, Location, MemoryPlan, Schema, Space};
 use rl_storage::Batch;
 
-use super::{Core, SacConfig, SacState, SacStats, SacTrainer, f32_bytes, half_squared_error};
+use super::{
+    ACT_ROWS, ActorPasses, Core, SacConfig, SacState, SacStats, SacTrainer, Transitions, f32_bytes,
+    half_squared_error,
+};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::nn::Workspace;
 use crate::policy::{Mode, describe};
 
 /// Bounds of the actor's log standard deviation (Stable-Baselines3's).
@@ -21,8 +23,6 @@ const LOG_STD_MAX: f32 = 2.0;
 const SQUASH_EPS: f32 = 1e-6;
 /// `ln(2 pi) / 2`.
 const HALF_LN_2PI: f32 = 0.918_938_5;
-/// Rows the collector-facing forward pass handles at once.
-const ACT_ROWS: usize = 64;
 
 /// Soft actor-critic for `f32` box actions (Haarnoja et al. 2018, with Stable-Baselines3's
 /// details).
@@ -73,12 +73,7 @@ pub struct Sac {
     /// Environment action `= offset + scale * a` for `a` in `[-1, 1]`.
     scale: Vec<f32>,
     offset: Vec<f32>,
-    /// The actor's pass over the batch's observations, kept for its backward pass.
-    actor_ws: Workspace,
-    /// The actor's pass over next observations (targets).
-    next_ws: Workspace,
-    /// The actor's pass when acting for a collector.
-    act_ws: Workspace,
+    passes: ActorPasses,
     pub(super) scratch: Scratch,
 }
 
@@ -270,9 +265,7 @@ impl Sac {
             act_dim,
             scale,
             offset,
-            actor_ws: Workspace::new(&core.actor, rows),
-            next_ws: Workspace::new(&core.actor, rows),
-            act_ws: Workspace::new(&core.actor, ACT_ROWS),
+            passes: ActorPasses::new(&core.actor, rows),
             scratch: Scratch::new(rows, obs_dim, act_dim),
             core,
         })
@@ -309,13 +302,7 @@ impl Sac {
     pub fn memory_plan(&self) -> MemoryPlan {
         let mut plan = MemoryPlan::new();
         self.core.memory_plan(&mut plan);
-        for (name, ws) in [
-            ("actor", &self.actor_ws),
-            ("actor (next obs)", &self.next_ws),
-            ("actor (acting)", &self.act_ws),
-        ] {
-            plan.nest("sac", &ws.memory_plan(name));
-        }
+        self.passes.memory_plan(&mut plan);
         plan.add(
             "sac/update buffers",
             Location::Ram,
@@ -335,29 +322,15 @@ impl Sac {
     /// (computed through the updated critics) the critics have already stepped, the
     /// actor, the entropy coefficient and the targets have not.
     pub fn update(&mut self, batch: &Batch) -> Result<SacStats> {
-        let rows = batch.len();
         let (obs_dim, act_dim) = (self.obs_dim, self.act_dim);
-        if rows == 0 || rows > self.core.config.batch_size {
-            return Err(Error::shape(
-                "batch rows (1 to batch_size)",
-                self.core.config.batch_size,
-                rows,
-            ));
-        }
-        let obs = batch.column::<f32>("obs")?;
-        let actions = batch.column::<f32>("action")?;
-        let rewards = batch.column::<f32>("reward")?;
-        let terminated = batch.column::<Flag>("terminated")?;
-        let next_obs = batch.column::<f32>("next_obs")?;
-        for (what, expected, actual) in [
-            ("batch obs", rows * obs_dim, obs.len()),
-            ("batch actions", rows * act_dim, actions.len()),
-            ("batch next_obs", rows * obs_dim, next_obs.len()),
-        ] {
-            if expected != actual {
-                return Err(Error::shape(what, expected, actual));
-            }
-        }
+        let Transitions {
+            rows,
+            obs,
+            actions,
+            rewards,
+            terminated,
+            next_obs,
+        } = Transitions::<f32>::read(batch, self.core.config.batch_size, obs_dim, act_dim)?;
         let s = &mut self.scratch;
         let n = rows as f32;
 
@@ -370,7 +343,10 @@ impl Sac {
         let entropy = -s.pi_logp[..rows].iter().sum::<f32>() / n;
 
         // Targets from the target critics at the next observations.
-        let out = self.core.actor.forward(next_obs, rows, &mut self.next_ws)?;
+        let out = self
+            .core
+            .actor
+            .forward(next_obs, rows, &mut self.passes.next)?;
         squash(
             out,
             &s.next_noise,
@@ -441,7 +417,7 @@ impl Sac {
     pub(super) fn policy_actions(&mut self, obs: &[f32], rows: usize) -> Result<()> {
         let act_dim = self.act_dim;
         let s = &mut self.scratch;
-        let out = self.core.actor.forward(obs, rows, &mut self.actor_ws)?;
+        let out = self.core.actor.forward(obs, rows, &mut self.passes.batch)?;
         squash(
             out,
             &s.noise,
@@ -485,7 +461,7 @@ impl Sac {
                 Some(d_in),
             )?;
         }
-        let out = self.actor_ws.output();
+        let out = self.passes.batch.output();
         for b in 0..rows {
             actor_loss += (alpha * s.pi_logp[b] - s.q[0][b].min(s.q[1][b])) / n;
             let o = &out[b * 2 * act_dim..(b + 1) * 2 * act_dim];
@@ -517,7 +493,7 @@ impl Sac {
             });
         }
         self.core.actor.backward(
-            &mut self.actor_ws,
+            &mut self.passes.batch,
             &s.d_actor[..rows * 2 * act_dim],
             Some(&mut self.core.actor_grads),
             None,
@@ -558,7 +534,7 @@ impl Sac {
             if !deterministic {
                 fill_normal(&mut self.core.rng, &mut s.act_noise[..n * act_dim]);
             }
-            let out = self.core.actor.forward(o, n, &mut self.act_ws)?;
+            let out = self.core.actor.forward(o, n, &mut self.passes.act)?;
             squash(
                 out,
                 &s.act_noise,

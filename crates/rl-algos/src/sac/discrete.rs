@@ -2,20 +2,18 @@
 
 use rl_actions::{ChunkedScorer, Masks, Sampling};
 use rl_collect::{ActOutput, Policy, PolicyError};
-use rl_core::{Column, DType, Env, FeatureTable, Flag, Location, MemoryPlan, Schema, Space};
+use rl_core::{Column, DType, Env, FeatureTable, Location, MemoryPlan, Schema, Space};
 use rl_storage::Batch;
 
 use super::{
-    Core, LearnedTable, SacConfig, SacState, SacStats, SacTrainer, f32_bytes, half_squared_error,
+    ACT_ROWS, ActorPasses, Core, LearnedTable, SacConfig, SacState, SacStats, SacTrainer,
+    Transitions, f32_bytes, half_squared_error,
 };
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::nn::Workspace;
 use crate::optim::FlatAdam;
 use crate::policy::{Mode, describe};
 
-/// Rows the collector-facing forward pass handles at once.
-const ACT_ROWS: usize = 64;
 /// Christodoulou's default target entropy, as a fraction of the maximum `ln n`.
 const TARGET_ENTROPY_RATIO: f32 = 0.98;
 
@@ -49,9 +47,7 @@ pub struct DiscreteSac {
     obs_dim: usize,
     n: u32,
     scorer: ChunkedScorer,
-    actor_ws: Workspace,
-    next_ws: Workspace,
-    act_ws: Workspace,
+    passes: ActorPasses,
     scratch: Scratch,
     /// Gradients and optimiser of a learned table.
     learning: Option<TableLearning>,
@@ -266,9 +262,7 @@ impl DiscreteSac {
         Ok(Self {
             obs_dim,
             n,
-            actor_ws: Workspace::new(&core.actor, rows),
-            next_ws: Workspace::new(&core.actor, rows),
-            act_ws: Workspace::new(&core.actor, ACT_ROWS),
+            passes: ActorPasses::new(&core.actor, rows),
             scratch: Scratch::new(rows, obs_dim, d),
             scorer,
             core,
@@ -310,13 +304,7 @@ impl DiscreteSac {
     pub fn memory_plan(&self) -> MemoryPlan {
         let mut plan = MemoryPlan::new();
         self.core.memory_plan(&mut plan);
-        for (name, ws) in [
-            ("actor", &self.actor_ws),
-            ("actor (next obs)", &self.next_ws),
-            ("actor (acting)", &self.act_ws),
-        ] {
-            plan.nest("sac", &ws.memory_plan(name));
-        }
+        self.passes.memory_plan(&mut plan);
         plan.nest("sac", &self.scorer.memory_plan());
         plan.add("sac/update buffers", Location::Ram, self.scratch.bytes());
         if let Some(learning) = &self.learning {
@@ -346,30 +334,16 @@ impl DiscreteSac {
     /// `batch_size`, [`Error::Diverged`] for a non-finite loss (as [`crate::Sac::update`]:
     /// nothing applied for the critic loss, only the critics' step for the actor loss).
     pub fn update(&mut self, batch: &Batch) -> Result<SacStats> {
-        let rows = batch.len();
         let obs_dim = self.obs_dim;
         let d = self.scorer.dim();
-        if rows == 0 || rows > self.core.config.batch_size {
-            return Err(Error::shape(
-                "batch rows (1 to batch_size)",
-                self.core.config.batch_size,
-                rows,
-            ));
-        }
-        let obs = batch.column::<f32>("obs")?;
-        let actions = batch.column::<u32>("action")?;
-        let rewards = batch.column::<f32>("reward")?;
-        let terminated = batch.column::<Flag>("terminated")?;
-        let next_obs = batch.column::<f32>("next_obs")?;
-        for (what, expected, actual) in [
-            ("batch obs", rows * obs_dim, obs.len()),
-            ("batch actions", rows, actions.len()),
-            ("batch next_obs", rows * obs_dim, next_obs.len()),
-        ] {
-            if expected != actual {
-                return Err(Error::shape(what, expected, actual));
-            }
-        }
+        let Transitions {
+            rows,
+            obs,
+            actions,
+            rewards,
+            terminated,
+            next_obs,
+        } = Transitions::<u32>::read(batch, self.core.config.batch_size, obs_dim, 1)?;
         if let Some((row, &action)) = actions.iter().enumerate().find(|(_, a)| **a >= self.n) {
             return Err(Error::ActionOutOfRange {
                 row,
@@ -391,7 +365,7 @@ impl DiscreteSac {
         }
         if live > 0 {
             let next = &s.next_live[..live * obs_dim];
-            let u = core.actor.forward(next, live, &mut self.next_ws)?;
+            let u = core.actor.forward(next, live, &mut self.passes.next)?;
             s.u_next[..live * d].copy_from_slice(u);
             for i in 0..2 {
                 let g =
@@ -457,7 +431,7 @@ impl DiscreteSac {
             let g = core.critics.online[i].forward(obs, rows, &mut core.critics.ws[i])?;
             s.g[i][..rows * d].copy_from_slice(g);
         }
-        let u = core.actor.forward(obs, rows, &mut self.actor_ws)?;
+        let u = core.actor.forward(obs, rows, &mut self.passes.batch)?;
         self.scorer.soft_policy_loss(
             u,
             [&s.g[0][..rows * d], &s.g[1][..rows * d]],
@@ -479,7 +453,7 @@ impl DiscreteSac {
             *g /= n;
         }
         core.actor.backward(
-            &mut self.actor_ws,
+            &mut self.passes.batch,
             &s.du[..rows * d],
             Some(&mut core.actor_grads),
             None,
@@ -515,7 +489,7 @@ impl DiscreteSac {
             .zip(actions.chunks_mut(ACT_ROWS))
         {
             let m = a.len();
-            let u = self.core.actor.forward(o, m, &mut self.act_ws)?;
+            let u = self.core.actor.forward(o, m, &mut self.passes.act)?;
             match self.core.mode {
                 Mode::Sample => self.scorer.sample(
                     u,
