@@ -23,7 +23,7 @@
 //! Flags: `--seed N` (default 0), `--max-steps N` (default 100 000), `--budget-only true`
 //! (spend all steps), `--store index|one-hot`, and for tuning `--batch`, `--lr`,
 //! `--train-freq`, `--chunk`, `--entropy-ratio` (target entropy as a fraction of
-//! `ln n`, default 0.6).
+//! `ln n`, default 0.6), and `--checkpoint DIR` / `--resume DIR` as in `sac_pendulum`.
 
 mod sac_common;
 
@@ -50,10 +50,14 @@ fn main() -> anyhow::Result<()> {
         chunk: 2048,
         ..SacConfig::sb3()
     };
+    let mut paths = sac_common::CheckpointPaths::default();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
         let bad = || format!("{flag} {value}: not a valid value");
+        if paths.parse(&flag, &value) {
+            continue;
+        }
         match flag.as_str() {
             "--seed" => seed = value.parse().with_context(bad)?,
             "--max-steps" => max_steps = value.parse().with_context(bad)?,
@@ -71,7 +75,7 @@ fn main() -> anyhow::Result<()> {
             "--chunk" => config.chunk = value.parse().with_context(bad)?,
             "--entropy-ratio" => entropy_ratio = value.parse().with_context(bad)?,
             _ => bail!(
-                "unknown flag {flag}: use --seed, --max-steps, --budget-only, --store, --batch, --lr, --train-freq, --chunk or --entropy-ratio"
+                "unknown flag {flag}: use --seed, --max-steps, --budget-only, --store, --batch, --lr, --train-freq, --chunk, --entropy-ratio, --checkpoint or --resume"
             ),
         }
     }
@@ -109,6 +113,7 @@ fn main() -> anyhow::Result<()> {
             stop_at_goal,
             budget_bytes: BUDGET_BYTES,
             seed,
+            paths,
         },
     )
 }

@@ -24,7 +24,9 @@
 //! Flags: `--seed N` (default 0), `--preset sb3|tuned`, `--max-steps N` (default
 //! 20 000), `--budget-only true` (spend all steps even after the goal), and for tuning
 //! `--hidden N` (both hidden layers), `--lr`, `--batch`, `--learning-starts`,
-//! `--gradient-steps`.
+//! `--gradient-steps`. Checkpoints: `--checkpoint DIR` saves the trainer (weights, Adam
+//! moments, entropy coefficient, noise generator: `rl_algos::SacState`) and the replay
+//! buffer at the end; `--resume DIR` restores both and continues without a new warm-up.
 
 mod sac_common;
 
@@ -37,10 +39,14 @@ fn main() -> anyhow::Result<()> {
     let mut max_steps = 20_000u64;
     let mut stop_at_goal = true;
     let mut config = tuned();
+    let mut paths = sac_common::CheckpointPaths::default();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
         let bad = || format!("{flag} {value}: not a valid value");
+        if paths.parse(&flag, &value) {
+            continue;
+        }
         match flag.as_str() {
             "--seed" => seed = value.parse().with_context(bad)?,
             "--max-steps" => max_steps = value.parse().with_context(bad)?,
@@ -61,7 +67,7 @@ fn main() -> anyhow::Result<()> {
             "--learning-starts" => config.learning_starts = value.parse().with_context(bad)?,
             "--gradient-steps" => config.gradient_steps = value.parse().with_context(bad)?,
             _ => bail!(
-                "unknown flag {flag}: use --seed, --preset, --max-steps, --budget-only, --hidden, --lr, --batch, --learning-starts or --gradient-steps"
+                "unknown flag {flag}: use --seed, --preset, --max-steps, --budget-only, --hidden, --lr, --batch, --learning-starts, --gradient-steps, --checkpoint or --resume"
             ),
         }
     }
@@ -79,6 +85,7 @@ fn main() -> anyhow::Result<()> {
             stop_at_goal,
             budget_bytes: 1 << 30,
             seed,
+            paths,
         },
     )
 }

@@ -2,15 +2,17 @@
 //! memory budget, one environment stepped by a collector (random actions for the warm-up
 //! steps), gradient steps on sampled batches, progress lines, and the final JSON line.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
-use rl::algos::SacTrainer;
+use anyhow::Context;
+use rl::algos::{Checkpoint, SacTrainer};
 use rl::collect::{CollectorConfig, RandomAction, SyncCollector};
 use rl::core::{Env, Location, MemoryBudget, MemoryPlan, ProcessMemory};
 use rl::storage::{Batch, RamStorage, ReplayBuffer, Uniform};
 
 /// What a run aims for and may spend.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Run {
     /// Mean return over the last `window` episodes that counts as solved.
     pub(crate) goal: f32,
@@ -24,11 +26,34 @@ pub(crate) struct Run {
     /// is allocated.
     pub(crate) budget_bytes: u64,
     pub(crate) seed: u64,
+    pub(crate) paths: CheckpointPaths,
+}
+
+/// Where a run saves its trainer and replay buffer, and where it resumes from.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CheckpointPaths {
+    /// Save the trainer and the replay buffer into this folder at the end.
+    pub(crate) checkpoint: Option<PathBuf>,
+    /// Start from a folder saved by `checkpoint` (trainer and replay; the warm-up is not
+    /// repeated).
+    pub(crate) resume: Option<PathBuf>,
+}
+
+impl CheckpointPaths {
+    /// Takes `--checkpoint PATH` or `--resume PATH`; false for any other flag.
+    pub(crate) fn parse(&mut self, flag: &str, value: &str) -> bool {
+        match flag {
+            "--checkpoint" => self.checkpoint = Some(PathBuf::from(value)),
+            "--resume" => self.resume = Some(PathBuf::from(value)),
+            _ => return false,
+        }
+        true
+    }
 }
 
 /// Trains `trainer` on `env`; prints the plan, progress every 0.1 s on stderr and one
 /// JSON line on stdout.
-pub(crate) fn train<E, T>(name: &str, env: E, trainer: T, run: Run) -> anyhow::Result<()>
+pub(crate) fn train<E, T>(name: &str, env: E, mut trainer: T, run: Run) -> anyhow::Result<()>
 where
     E: Env<Obs = f32>,
     E::Act: RandomAction,
@@ -46,15 +71,42 @@ where
     eprintln!("memory plan\n{plan}");
     plan.check(&budget)?;
 
-    let storage = RamStorage::with_budget(schema.clone(), config.buffer_size, &budget)?;
-    let mut replay = ReplayBuffer::new(storage, Uniform::new(run.seed));
+    let (mut replay, warm_up) = match &run.paths.resume {
+        Some(dir) => {
+            let saved = Checkpoint::load(dir.join("trainer.json"))
+                .with_context(|| format!("reading the trainer checkpoint in {}", dir.display()))?;
+            trainer.restore(&saved)?;
+            let replay = ReplayBuffer::load(&dir.join("replay"), Uniform::new(run.seed))
+                .with_context(|| format!("reading the replay checkpoint in {}", dir.display()))?;
+            anyhow::ensure!(
+                replay.capacity() == config.buffer_size && replay.schema() == &schema,
+                "the replay checkpoint in {} holds another buffer ({} rows)",
+                dir.display(),
+                replay.capacity()
+            );
+            eprintln!(
+                "resumed from {}: {} updates, {} stored transitions",
+                dir.display(),
+                trainer.core().updates(),
+                replay.len()
+            );
+            (replay, 0)
+        }
+        None => {
+            let storage = RamStorage::with_budget(schema.clone(), config.buffer_size, &budget)?;
+            (
+                ReplayBuffer::new(storage, Uniform::new(run.seed)),
+                config.learning_starts,
+            )
+        }
+    };
     let mut batch = Batch::new(&schema, config.batch_size)?;
     let mut collector = SyncCollector::new(
         vec![env],
         trainer,
         CollectorConfig {
             seed: run.seed,
-            random_frames: config.learning_starts,
+            random_frames: warm_up,
             stats_window: run.window,
             ..CollectorConfig::new(config.train_freq as usize)
         },
@@ -76,7 +128,7 @@ where
                 break;
             }
         }
-        if collector.frames() > config.learning_starts {
+        if collector.frames() > warm_up {
             for _ in 0..config.gradient_steps {
                 replay.sample(&mut batch)?;
                 last = Some(collector.policy_mut().update(&batch)?);
@@ -102,6 +154,15 @@ where
         }
     }
 
+    if let Some(dir) = &run.paths.checkpoint {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        collector
+            .policy()
+            .checkpoint()
+            .save(dir.join("trainer.json"))?;
+        replay.save(&dir.join("replay"))?;
+        eprintln!("checkpoint (trainer and replay) saved to {}", dir.display());
+    }
     let wall_s = start.elapsed().as_secs_f64();
     let frames = collector.frames();
     let stats = collector.stats();

@@ -284,6 +284,15 @@ pub trait SacTrainer: Policy<Obs = f32> {
 
     /// How [`Policy::act`] chooses actions.
     fn set_mode(&mut self, mode: Mode);
+
+    /// The whole trainer state, for [`Checkpoint::save`].
+    fn checkpoint(&self) -> Checkpoint<SacState>;
+
+    /// Restores a checkpoint of a trainer built the same way; on error nothing changes.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointMismatch`] and checkpoint shape or state errors.
+    fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()>;
 }
 
 /// What continuous and discrete SAC share: the actor and its optimiser, the twin critics

@@ -588,6 +588,14 @@ impl SacTrainer for Sac {
     fn set_mode(&mut self, mode: Mode) {
         self.core.mode = mode;
     }
+
+    fn checkpoint(&self) -> Checkpoint<SacState> {
+        Sac::checkpoint(self)
+    }
+
+    fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
+        Sac::restore(self, checkpoint)
+    }
 }
 
 impl Policy for Sac {

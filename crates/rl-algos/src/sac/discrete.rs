@@ -39,8 +39,12 @@ const TARGET_ENTROPY_RATIO: f32 = 0.98;
 /// `0.98 ln n` unless [`SacConfig::target_entropy`] says otherwise (for 100 000 actions a
 /// lower target, such as `0.6 ln n`, lets the policy concentrate).
 ///
-/// The actions stored in the replay buffer are `u32` indices; any index at or above `n`
-/// is an [`Error::ActionOutOfRange`], never clamped.
+/// Memory: everything an update touches is allocated at construction and listed by
+/// [`DiscreteSac::memory_plan`]; beyond parameters, gradients and moments, an update over
+/// 100 000 actions at batch 256 and chunk 2048 holds at most 4 x `batch x chunk` floats
+/// (3.45 x measured, by the crate's tests). The actions stored in the replay buffer are
+/// `u32` indices; any index at or above `n` is an [`Error::ActionOutOfRange`], never
+/// clamped.
 #[derive(Clone, Debug)]
 pub struct DiscreteSac {
     pub(super) core: Core,
@@ -632,6 +636,14 @@ impl SacTrainer for DiscreteSac {
 
     fn set_mode(&mut self, mode: Mode) {
         self.core.mode = mode;
+    }
+
+    fn checkpoint(&self) -> Checkpoint<SacState> {
+        DiscreteSac::checkpoint(self)
+    }
+
+    fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
+        DiscreteSac::restore(self, checkpoint)
     }
 }
 
