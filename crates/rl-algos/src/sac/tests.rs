@@ -597,3 +597,38 @@ fn discrete_sac_learns_with_a_table_learned_from_scratch() {
         "mean reward {mean} of optimal {optimal}"
     );
 }
+
+#[test]
+fn the_sb3_preset_holds_stable_baselines3_defaults() {
+    // stable_baselines3.SAC.__init__ defaults (version 2.x) and its policy's net_arch.
+    let c = SacConfig::sb3();
+    assert_eq!(c.hidden, vec![256, 256]);
+    assert_eq!(
+        (c.batch_size, c.buffer_size, c.learning_starts),
+        (256, 1_000_000, 100)
+    );
+    assert_eq!((c.lr, c.adam_eps), (3e-4, 1e-8));
+    assert_eq!((c.gamma, c.tau), (0.99, 0.005));
+    assert_eq!(
+        (c.train_freq, c.gradient_steps, c.target_update_interval),
+        (1, 1, 1)
+    );
+    assert_eq!(c.ent_coef, EntropyCoef::Auto { initial: 1.0 });
+    assert_eq!(c.target_entropy, None);
+    assert_eq!(SacConfig::default(), c);
+    // "auto" targets -dim(A).
+    let sac = Sac::new(
+        &box_space(-1.0, 1.0, 3),
+        &box_space(-2.0, 2.0, 2),
+        small_config(4),
+    )
+    .unwrap();
+    assert_eq!(sac.core.target_entropy(), -2.0);
+    let discrete = DiscreteSac::with_index(
+        &box_space(-1.0, 1.0, 3),
+        &Space::discrete(100).unwrap(),
+        small_config(4),
+    )
+    .unwrap();
+    assert!((discrete.core.target_entropy() - 0.98 * 100f32.ln()).abs() < 1e-5);
+}
