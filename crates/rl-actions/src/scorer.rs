@@ -724,6 +724,19 @@ impl ChunkedScorer {
                     }
                 }
                 // Rounding can leave a sliver of mass: the last available action takes it.
+                // No action with a positive weight means the scores were not finite.
+                if let Some(b) = self.best[..batch]
+                    .iter()
+                    .position(|best| best.1 == u32::MAX)
+                {
+                    return Err(Error::config(
+                        "state vectors",
+                        format!(
+                            "row {b} gives no action a finite positive probability (NaN or \
+                             infinite scores): check the network producing them"
+                        ),
+                    ));
+                }
             }
         }
         for (o, best) in out.iter_mut().zip(&self.best) {
@@ -1216,6 +1229,32 @@ mod tests {
         assert!((a[0] - b[0]).abs() < 1e-6, "{a:?} vs {b:?}");
         let mut identity = ChunkedScorer::identity(5, 2, 1).unwrap();
         assert!(identity.update_table(|_| ()).is_err());
+    }
+
+    #[test]
+    fn sampling_non_finite_scores_is_an_error_not_an_out_of_range_action() {
+        let mut scorer = ChunkedScorer::identity(4, 2, 1).unwrap();
+        let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(0);
+        let mut out = [7u32];
+        let result = scorer.sample(
+            &[f32::NAN; 4],
+            Masks::None,
+            Sampling::InverseCdf,
+            &mut rng,
+            &mut out,
+        );
+        assert!(result.is_err(), "{result:?} {out:?}");
+        assert_eq!(out, [7], "nothing written on error");
+        scorer
+            .sample(
+                &[0.0, 1.0, 2.0, 3.0],
+                Masks::None,
+                Sampling::InverseCdf,
+                &mut rng,
+                &mut out,
+            )
+            .unwrap();
+        assert!(out[0] < 4);
     }
 
     #[test]

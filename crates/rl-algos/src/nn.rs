@@ -21,7 +21,6 @@
 
 use rand::Rng;
 use rl_core::{Location, MemoryPlan};
-use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
@@ -121,7 +120,7 @@ fn matmul(dst: &mut [f32], lhs: View<'_>, rhs: View<'_>, accumulate: bool) {
 }
 
 /// Where one layer's tensors sit in the flat parameter vector.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct LayerShape {
     inputs: usize,
     outputs: usize,
@@ -163,7 +162,7 @@ impl LayerShape {
 /// assert!(grads.iter().any(|&g| g != 0.0));
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct DenseMlp {
     layers: Vec<LayerShape>,
     params: Vec<f32>,
@@ -296,7 +295,7 @@ impl DenseMlp {
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] if `input` is not `rows x input_dim` or `rows` exceeds the
-    /// workspace's capacity or `ws` was made for another network.
+    /// workspace's capacity; [`Error::Config`] if `ws` was made for another network.
     pub fn forward<'w>(
         &self,
         input: &[f32],
@@ -344,7 +343,8 @@ impl DenseMlp {
     /// `rows x input_dim`).
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] for buffers of the wrong length or a workspace of another network.
+    /// [`Error::ShapeMismatch`] for buffers of the wrong length; [`Error::Config`] for a
+    /// workspace of another network.
     pub fn backward(
         &self,
         ws: &mut Workspace,

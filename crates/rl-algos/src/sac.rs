@@ -562,6 +562,12 @@ impl<'b, A: Element> Transitions<'b, A> {
         for (what, expected, actual) in [
             ("batch obs", rows * obs_dim, columns.obs.len()),
             ("batch actions", rows * act_len, columns.actions.len()),
+            ("batch rewards (one per row)", rows, columns.rewards.len()),
+            (
+                "batch terminated flags (one per row)",
+                rows,
+                columns.terminated.len(),
+            ),
             ("batch next_obs", rows * obs_dim, columns.next_obs.len()),
         ] {
             if expected != actual {
@@ -636,7 +642,7 @@ impl TwinCritics {
         plan.add(
             "sac/critics (online + target)",
             Location::Ram,
-            f32_bytes(4 * params),
+            f32_bytes(2 * params),
         );
         plan.add("sac/critics gradients", Location::Ram, f32_bytes(params));
         for (i, adam) in self.adam.iter().enumerate() {

@@ -316,11 +316,12 @@ impl Sac {
     /// [`Sac::replay_schema`]'s columns, in Stable-Baselines3's order.
     ///
     /// # Errors
-    /// [`Error::Storage`] for a batch without those columns or of other widths;
-    /// [`Error::ShapeMismatch`] for more rows than `batch_size`; [`Error::Diverged`] if
-    /// a loss is not finite: for the critic loss nothing is applied; for the actor loss
-    /// (computed through the updated critics) the critics have already stepped, the
-    /// actor, the entropy coefficient and the targets have not.
+    /// [`Error::Storage`] for a batch without those columns; [`Error::ShapeMismatch`] for
+    /// columns of other widths or more rows than `batch_size`; [`Error::Diverged`] if a
+    /// loss is not finite: for the critic loss nothing is applied (the noise generator
+    /// is rewound too); for the actor loss (computed through the updated critics) the
+    /// critics have already stepped, the actor, the entropy coefficient and the targets
+    /// have not.
     pub fn update(&mut self, batch: &Batch) -> Result<SacStats> {
         let (obs_dim, act_dim) = (self.obs_dim, self.act_dim);
         let Transitions {
@@ -335,6 +336,7 @@ impl Sac {
         let n = rows as f32;
 
         // The policy's actions for the batch (kept for the actor's backward pass).
+        let rng_before = self.core.rng.clone();
         fill_normal(&mut self.core.rng, &mut s.noise[..rows * act_dim]);
         fill_normal(&mut self.core.rng, &mut s.next_noise[..rows * act_dim]);
         self.policy_actions(obs, rows)?;
@@ -394,6 +396,7 @@ impl Sac {
         }
         if !critic_loss.is_finite() {
             self.core.critics.grads.iter_mut().for_each(|g| g.fill(0.0));
+            self.core.rng = rng_before;
             return Err(Error::Diverged {
                 what: "critic loss",
                 value: critic_loss,

@@ -312,12 +312,8 @@ impl DiscreteSac {
         plan.nest("sac", &self.scorer.memory_plan());
         plan.add("sac/update buffers", Location::Ram, self.scratch.bytes());
         if let Some(learning) = &self.learning {
+            // The table itself is the scorer's table line (its private copy here).
             let floats = learning.grads.len();
-            plan.add(
-                "sac/learned table (private copy)",
-                Location::Ram,
-                f32_bytes(floats),
-            );
             plan.add(
                 "sac/learned table gradients",
                 Location::Ram,
@@ -334,9 +330,11 @@ impl DiscreteSac {
     ///
     /// # Errors
     /// [`Error::Storage`] for a batch without those columns,
-    /// [`Error::ActionOutOfRange`] for an action index out of range, [`Error::ShapeMismatch`] for more rows than
+    /// [`Error::ActionOutOfRange`] for an action index out of range,
+    /// [`Error::ShapeMismatch`] for columns of other widths or more rows than
     /// `batch_size`, [`Error::Diverged`] for a non-finite loss (as [`crate::Sac::update`]:
-    /// nothing applied for the critic loss, only the critics' step for the actor loss).
+    /// nothing applied for the critic loss; for the actor loss the critics, and a learned
+    /// table, have already stepped).
     pub fn update(&mut self, batch: &Batch) -> Result<SacStats> {
         let obs_dim = self.obs_dim;
         let d = self.scorer.dim();
@@ -416,6 +414,9 @@ impl DiscreteSac {
         }
         if !critic_loss.is_finite() {
             core.critics.grads.iter_mut().for_each(|g| g.fill(0.0));
+            if let Some(learning) = &mut self.learning {
+                learning.grads.fill(0.0);
+            }
             return Err(Error::Diverged {
                 what: "critic loss",
                 value: critic_loss,

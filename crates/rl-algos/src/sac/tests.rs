@@ -68,6 +68,40 @@ fn random_batch(
     batch
 }
 
+/// A batch of `actions.len()` discrete transitions with the given actions and rewards
+/// (observations 0.1, none terminated), in `schema` (which may give `reward` any width).
+fn fixed_batch(
+    schema: &rl_core::Schema,
+    obs_dim: usize,
+    actions: &[u32],
+    rewards: &[f32],
+) -> Batch {
+    let rows = actions.len();
+    let reward_width = rewards.len() / rows;
+    let mut replay = ReplayBuffer::new(
+        RamStorage::new(schema.clone(), rows).unwrap(),
+        Uniform::new(0),
+    );
+    let obs = vec![0.1f32; obs_dim];
+    for (i, &a) in actions.iter().enumerate() {
+        replay
+            .push(&[
+                ColumnSlice::F32(&obs),
+                ColumnSlice::U32(&[a]),
+                ColumnSlice::F32(&rewards[i * reward_width..(i + 1) * reward_width]),
+                ColumnSlice::Bool(&[Flag::new(false)]),
+                ColumnSlice::Bool(&[Flag::new(false)]),
+                ColumnSlice::F32(&obs),
+            ])
+            .unwrap();
+    }
+    let mut batch = Batch::new(schema, rows).unwrap();
+    replay
+        .gather(&(0..rows).collect::<Vec<_>>(), &mut batch)
+        .unwrap();
+    batch
+}
+
 #[test]
 fn squashed_gaussian_log_prob_matches_a_numerical_density() {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(11);
@@ -309,22 +343,26 @@ fn bad_batches_are_refused_before_anything_changes() {
         DiscreteSac::with_index(&obs, &Space::discrete(4).unwrap(), small_config(8)).unwrap();
     // Actions stored for 6 actions: index 5 does not exist for a 4-action trainer.
     let schema = sac.replay_schema().unwrap();
-    let batch = random_batch(&schema, 3, Err(6), 8, 5);
+    let mut actions = [0u32, 1, 2, 3, 0, 1, 2, 3];
+    actions[5] = 5;
+    let batch = fixed_batch(&schema, 3, &actions, &[0.5; 8]);
     let before = sac.core.actor.params().to_vec();
+    let critic_before = sac.core.critics.online[0].params().to_vec();
     let result = sac.update(&batch);
-    if batch
-        .column::<u32>("action")
-        .unwrap()
-        .iter()
-        .any(|&a| a >= 4)
-    {
-        assert!(
-            matches!(result, Err(Error::ActionOutOfRange { .. })),
-            "{result:?}"
-        );
-        assert_eq!(sac.core.actor.params(), &before[..]);
-        assert_eq!(sac.core.updates(), 0);
-    }
+    assert!(
+        matches!(
+            result,
+            Err(Error::ActionOutOfRange {
+                row: 5,
+                action: 5,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert_eq!(sac.core.actor.params(), &before[..]);
+    assert_eq!(sac.core.critics.online[0].params(), &critic_before[..]);
+    assert_eq!(sac.core.updates(), 0);
     // A continuous batch given to a discrete trainer: wrong column type.
     let continuous = Sac::new(&obs, &box_space(-1.0, 1.0, 1), small_config(8)).unwrap();
     let batch = random_batch(&continuous.replay_schema().unwrap(), 3, Ok(1), 8, 6);
@@ -631,4 +669,68 @@ fn the_sb3_preset_holds_stable_baselines3_defaults() {
     )
     .unwrap();
     assert!((discrete.core.target_entropy() - 0.98 * 100f32.ln()).abs() < 1e-5);
+}
+
+#[test]
+fn batches_with_columns_of_other_widths_are_typed_errors() {
+    let obs = box_space(-1.0, 1.0, 3);
+    let mut sac =
+        DiscreteSac::with_index(&obs, &Space::discrete(4).unwrap(), small_config(8)).unwrap();
+    // Two rewards per row: a schema the trainer did not ask for.
+    let schema = rl_core::Schema::new([
+        rl_core::Column::new("obs", DType::F32, &[3]),
+        rl_core::Column::scalar("action", DType::U32),
+        rl_core::Column::new("reward", DType::F32, &[2]),
+        rl_core::Column::scalar("terminated", DType::Bool),
+        rl_core::Column::scalar("truncated", DType::Bool),
+        rl_core::Column::new("next_obs", DType::F32, &[3]),
+    ])
+    .unwrap();
+    let batch = fixed_batch(&schema, 3, &[0, 1, 2, 3], &[0.5; 8]);
+    let result = sac.update(&batch);
+    assert!(
+        matches!(result, Err(Error::ShapeMismatch { .. })),
+        "{result:?}"
+    );
+    assert_eq!(sac.core.updates(), 0);
+}
+
+#[test]
+fn a_diverged_update_leaves_a_learned_table_and_later_updates_alone() {
+    let n = 6u32;
+    let table = FeatureTable::new(6, 2, (0..12).map(|x| x as f32 / 12.0 - 0.5).collect()).unwrap();
+    let obs = box_space(-1.0, 1.0, 3);
+    let mut sac = DiscreteSac::with_learnable_table(
+        &obs,
+        &Space::discrete(n).unwrap(),
+        table,
+        small_config(4),
+    )
+    .unwrap();
+    let schema = sac.replay_schema().unwrap();
+    let start = sac.action_table().unwrap().as_slice().to_vec();
+    // A huge reward overflows the critic loss: the step is refused.
+    let huge = fixed_batch(&schema, 3, &[0, 1, 2, 3], &[1e30; 4]);
+    assert!(matches!(sac.update(&huge), Err(Error::Diverged { .. })));
+    assert_eq!(sac.action_table().unwrap().as_slice(), &start[..]);
+    // The next good update moves only the rows of its own actions (4 and 5).
+    let good = fixed_batch(&schema, 3, &[4, 5, 4, 5], &[0.5; 4]);
+    sac.update(&good).unwrap();
+    let after = sac.action_table().unwrap();
+    for a in 0..n as usize {
+        let moved = after.row(a).unwrap() != &start[a * 2..a * 2 + 2];
+        assert_eq!(moved, a >= 4, "row {a} moved: {moved}");
+    }
+}
+
+#[test]
+fn memory_plans_state_what_construction_allocates() {
+    let (obs, act) = (box_space(-1.0, 1.0, 3), box_space(-2.0, 2.0, 1));
+    let (sac, stats) = rl_testkit::measure(|| Sac::new(&obs, &act, SacConfig::sb3()).unwrap());
+    let retained = (stats.allocated_bytes - stats.freed_bytes) as f64;
+    let planned = sac.memory_plan().total(rl_core::Location::Ram) as f64;
+    assert!(
+        (planned - retained).abs() <= 0.02 * retained,
+        "planned {planned} vs allocated {retained}"
+    );
 }
