@@ -12,14 +12,26 @@ pub struct ActionMask {
 impl ActionMask {
     /// A mask of `n` actions, all available.
     pub fn all(n: u32) -> Self {
-        let mut words = vec![u64::MAX; (n as usize).div_ceil(64)];
-        let tail = n % 64;
+        let mut mask = Self::none(n);
+        mask.allow_all();
+        mask
+    }
+
+    /// Makes every action available again, in place (no allocation): masks reused from
+    /// one batch to the next start here.
+    pub fn allow_all(&mut self) {
+        self.words.fill(u64::MAX);
+        let tail = self.n % 64;
         if tail != 0
-            && let Some(last) = words.last_mut()
+            && let Some(last) = self.words.last_mut()
         {
             *last = (1u64 << tail) - 1;
         }
-        Self { n, words }
+    }
+
+    /// Makes every action unavailable, in place (no allocation).
+    pub fn forbid_all(&mut self) {
+        self.words.fill(0);
     }
 
     /// A mask of `n` actions, none available (allow some with [`ActionMask::allow`]).
@@ -155,6 +167,19 @@ impl Masks<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn masks_reset_in_place_to_all_or_none() {
+        for n in [1u32, 63, 64, 65, 130] {
+            let mut mask = ActionMask::none(n);
+            mask.allow_all();
+            assert_eq!(mask, ActionMask::all(n));
+            assert_eq!(mask.count_allowed(), n);
+            mask.forbid_all();
+            assert_eq!(mask, ActionMask::none(n));
+            assert!(!mask.is_allowed(0));
+        }
+    }
 
     #[test]
     fn bits_round_trip_and_out_of_range_errors() {

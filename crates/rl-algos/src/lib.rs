@@ -31,7 +31,8 @@
 //!   policy, computed in chunks by `rl-actions` so that 100 000 actions cost
 //!   `batch x chunk` floats: two-tower networks scored against a fixed or learned action
 //!   table ([`DiscreteSac::with_table`], [`DiscreteSac::with_learnable_table`]), or one
-//!   output per action ([`DiscreteSac::with_index`]). Both trainers are the collector's
+//!   output per action ([`DiscreteSac::with_index`]), optionally with per-state action
+//!   masks ([`DiscreteSac::with_action_masks`]). Both trainers are the collector's
 //!   `Policy` and a [`SacTrainer`], report [`SacStats`], and checkpoint everything
 //!   ([`SacState`], [`LearnedTable`]) into the same [`Checkpoint`] format as PPO.
 //! - [`DenseMlp`] and [`Workspace`]: ReLU networks on flat parameters with hand-written
@@ -59,8 +60,8 @@ pub use policy::{
 };
 pub use ppo::{Ppo, PpoConfig, PpoState, RewardNormalizer, UpdateStats, clipped_surrogate};
 pub use sac::{
-    Core as SacCore, DiscreteSac, EntropyCoef, LearnedTable, Sac, SacConfig, SacState, SacStats,
-    SacTrainer,
+    ActionMaskFn, Core as SacCore, DiscreteSac, EntropyCoef, LearnedTable, Sac, SacConfig,
+    SacState, SacStats, SacTrainer,
 };
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use crate::policy::Mode;
 
 pub use continuous::Sac;
 // `Core` is public so that both trainers can hand it out; it is built only here.
-pub use discrete::DiscreteSac;
+pub use discrete::{ActionMaskFn, DiscreteSac};
 
 /// The entropy coefficient `alpha`: learned to hold a target entropy, or fixed.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,6 +1,9 @@
 //! SAC for discrete actions, expectations over the whole policy computed in chunks.
 
-use rl_actions::{ChunkedScorer, Masks, Sampling};
+use std::fmt;
+use std::sync::Arc;
+
+use rl_actions::{ActionMask, ChunkedScorer, Masks, Sampling};
 use rl_collect::{ActOutput, Policy, PolicyError};
 use rl_core::{Column, DType, Env, FeatureTable, Location, MemoryPlan, Schema, Space};
 use rl_storage::Batch;
@@ -55,6 +58,39 @@ pub struct DiscreteSac {
     scratch: Scratch,
     /// Gradients and optimiser of a learned table.
     learning: Option<TableLearning>,
+    /// Per-state available actions, when the environment restricts them.
+    masking: Option<Masking>,
+}
+
+/// Which actions are available in a state: fills `mask` (every action available on entry)
+/// for the observation `obs`. See [`DiscreteSac::with_action_masks`].
+pub type ActionMaskFn = dyn Fn(&[f32], &mut ActionMask) + Send + Sync;
+
+/// The mask function and one reused mask per row it is evaluated on.
+#[derive(Clone)]
+struct Masking {
+    available: Arc<ActionMaskFn>,
+    batch: Vec<ActionMask>,
+    next: Vec<ActionMask>,
+    act: Vec<ActionMask>,
+}
+
+impl fmt::Debug for Masking {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Masking")
+            .field("rows", &self.batch.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Masking {
+    /// Evaluates the mask function on `rows` observations into `masks`.
+    fn fill(available: &ActionMaskFn, obs: &[f32], obs_dim: usize, masks: &mut [ActionMask]) {
+        for (o, mask) in obs.chunks_exact(obs_dim).zip(masks.iter_mut()) {
+            mask.allow_all();
+            available(o, mask);
+        }
+    }
 }
 
 /// A table learned from the critics' loss: `dL/df_a = sum_i dL/dQ_i g_i(s)` over the
@@ -271,7 +307,30 @@ impl DiscreteSac {
             scorer,
             core,
             learning: None,
+            masking: None,
         })
+    }
+
+    /// Restricts actions per state: `available(obs, mask)` marks which actions `obs`
+    /// allows (`mask` starts with every action available). The policy then gives
+    /// unavailable actions probability 0 when acting, in the actor loss and in the soft
+    /// value of next states; a state with no available action is an error. Masks are
+    /// computed from observations when needed, never stored in the replay buffer (a
+    /// bitset per transition would cost `n / 8` bytes, 12.5 kB for 100 000 actions);
+    /// the trainer keeps one reused mask per batch row (see its memory plan).
+    #[must_use]
+    pub fn with_action_masks(
+        mut self,
+        available: impl Fn(&[f32], &mut ActionMask) + Send + Sync + 'static,
+    ) -> Self {
+        let rows = self.core.config.batch_size;
+        self.masking = Some(Masking {
+            available: Arc::new(available),
+            batch: vec![ActionMask::all(self.n); rows],
+            next: vec![ActionMask::all(self.n); rows],
+            act: vec![ActionMask::all(self.n); ACT_ROWS],
+        });
+        self
     }
 
     /// Number of actions.
@@ -311,6 +370,15 @@ impl DiscreteSac {
         self.passes.memory_plan(&mut plan);
         plan.nest("sac", &self.scorer.memory_plan());
         plan.add("sac/update buffers", Location::Ram, self.scratch.bytes());
+        if let Some(masking) = &self.masking {
+            let masks = masking.batch.len() + masking.next.len() + masking.act.len();
+            let words = (self.n as usize).div_ceil(64);
+            plan.add(
+                "sac/action masks (one per row)",
+                Location::Ram,
+                (masks * words * size_of::<u64>()) as u64,
+            );
+        }
         if let Some(learning) = &self.learning {
             // The table itself is the scorer's table line (its private copy here).
             let floats = learning.grads.len();
@@ -365,6 +433,32 @@ impl DiscreteSac {
         for (dst, &b) in s.next_live.chunks_exact_mut(obs_dim).zip(&s.live) {
             dst.copy_from_slice(&next_obs[b * obs_dim..(b + 1) * obs_dim]);
         }
+        if let Some(masking) = &mut self.masking {
+            let available = &*masking.available;
+            Masking::fill(available, obs, obs_dim, &mut masking.batch[..rows]);
+            let next = &s.next_live[..live * obs_dim];
+            Masking::fill(available, next, obs_dim, &mut masking.next[..live]);
+            // Checked here, before anything changes, rather than by the scorer mid-update.
+            let empty = |masks: &[ActionMask]| masks.iter().position(|m| m.count_allowed() == 0);
+            if let Some(row) = empty(&masking.batch[..rows]) {
+                return Err(Error::config(
+                    "action masks",
+                    format!(
+                        "allow no action for the observation of batch row {row}: every state needs one"
+                    ),
+                ));
+            }
+            if let Some(i) = empty(&masking.next[..live]) {
+                return Err(Error::config(
+                    "action masks",
+                    format!(
+                        "allow no action for the next observation of batch row {}: a state that \
+                         does not end its episode needs one",
+                        s.live[i]
+                    ),
+                ));
+            }
+        }
         if live > 0 {
             let next = &s.next_live[..live * obs_dim];
             let u = core.actor.forward(next, live, &mut self.passes.next)?;
@@ -378,7 +472,9 @@ impl DiscreteSac {
                 &s.u_next[..live * d],
                 [&s.g_next[0][..live * d], &s.g_next[1][..live * d]],
                 alpha,
-                Masks::None,
+                self.masking
+                    .as_ref()
+                    .map_or(Masks::None, |m| Masks::PerRow(&m.next[..live])),
                 &mut s.v_next[..live],
             )?;
         }
@@ -441,7 +537,9 @@ impl DiscreteSac {
             u,
             [&s.g[0][..rows * d], &s.g[1][..rows * d]],
             alpha,
-            Masks::None,
+            self.masking
+                .as_ref()
+                .map_or(Masks::None, |m| Masks::PerRow(&m.batch[..rows])),
             &mut s.loss_rows[..rows],
             &mut s.entropy_rows[..rows],
             &mut s.du[..rows * d],
@@ -495,17 +593,21 @@ impl DiscreteSac {
         {
             let m = a.len();
             let u = self.core.actor.forward(o, m, &mut self.passes.act)?;
+            let masks = match &mut self.masking {
+                Some(masking) => {
+                    Masking::fill(&*masking.available, o, obs_dim, &mut masking.act[..m]);
+                    Masks::PerRow(&masking.act[..m])
+                }
+                None => Masks::None,
+            };
             match self.core.mode {
-                Mode::Sample => self.scorer.sample(
-                    u,
-                    Masks::None,
-                    Sampling::InverseCdf,
-                    &mut self.core.rng,
-                    a,
-                )?,
+                Mode::Sample => {
+                    self.scorer
+                        .sample(u, masks, Sampling::InverseCdf, &mut self.core.rng, a)?
+                }
                 Mode::Deterministic => {
                     self.scorer
-                        .top_k(u, Masks::None, 1, a, &mut self.scratch.act_scores[..m])?;
+                        .top_k(u, masks, 1, a, &mut self.scratch.act_scores[..m])?;
                 }
             }
         }

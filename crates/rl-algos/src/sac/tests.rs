@@ -734,3 +734,68 @@ fn memory_plans_state_what_construction_allocates() {
         "planned {planned} vs allocated {retained}"
     );
 }
+
+#[test]
+fn masked_discrete_sac_only_acts_and_learns_among_available_actions() {
+    let env = LargeDiscrete::with_actions(100, 2).unwrap();
+    let config = SacConfig {
+        hidden: vec![32, 32],
+        batch_size: 32,
+        lr: 3e-3,
+        learning_starts: 100,
+        target_entropy: Some(0.5 * 50f32.ln()),
+        chunk: 32,
+        ..SacConfig::sb3()
+    };
+    // The sign of the first context element decides which half of the actions exists.
+    let available = |obs: &[f32], mask: &mut rl_actions::ActionMask| {
+        let forbidden = if obs[0] > 0.0 { 50..100 } else { 0..50 };
+        for a in forbidden {
+            mask.forbid(a).unwrap();
+        }
+    };
+    let sac = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config)
+        .unwrap()
+        .with_action_masks(available);
+    assert!(
+        sac.memory_plan()
+            .lines()
+            .iter()
+            .any(|l| l.component.contains("action masks")),
+        "masks are planned"
+    );
+    let (mut collector, mean) = train(env, sac, 1_500);
+    assert!(mean.is_finite());
+    let sac = collector.policy_mut();
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(4);
+    for mode in [Mode::Sample, Mode::Deterministic] {
+        sac.set_mode(mode);
+        for _ in 0..200 {
+            let obs: Vec<f32> = (0..16).map(|_| rng.random_range(-2.0..2.0)).collect();
+            let mut action = [0u32];
+            sac.act_rows(&obs, &mut action).unwrap();
+            assert_eq!(
+                action[0] < 50,
+                obs[0] > 0.0,
+                "{mode:?}: action {} for obs[0] {}",
+                action[0],
+                obs[0]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_state_without_available_actions_is_an_error() {
+    let obs = box_space(-1.0, 1.0, 3);
+    let mut sac = DiscreteSac::with_index(&obs, &Space::discrete(4).unwrap(), small_config(4))
+        .unwrap()
+        .with_action_masks(|_, mask| mask.forbid_all());
+    let mut action = [9u32];
+    assert!(sac.act_rows(&[0.0; 3], &mut action).is_err());
+    let batch = fixed_batch(&sac.replay_schema().unwrap(), 3, &[0, 1, 2, 3], &[0.5; 4]);
+    let critic_before = sac.core.critics.online[0].params().to_vec();
+    assert!(matches!(sac.update(&batch), Err(Error::Config { .. })));
+    assert_eq!(sac.core.critics.online[0].params(), &critic_before[..]);
+    assert_eq!(sac.core.updates(), 0);
+}
