@@ -16,6 +16,7 @@ mod categorical;
 mod gaussian;
 mod mlp;
 mod normalize;
+mod shared;
 
 #[cfg(test)]
 mod tests;

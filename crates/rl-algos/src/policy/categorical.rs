@@ -7,16 +7,15 @@ use dfdx::prelude::{
     SumTo, Tape, Tensor, TensorCollection, TensorFromVec, Trace, WithEmptyTape,
 };
 use dfdx::tensor_ops::SelectTo;
-use rand::{Rng, SeedableRng};
-use rand_xoshiro::Xoshiro256PlusPlus;
+use rand::Rng;
 use rl_collect::{ActOutput, Policy, PolicyError, ValuePolicy};
 use rl_core::{Env, Space};
 use rl_storage::Actions;
 
 use super::mlp::{Activation, Mlp, Relu};
+use super::shared::{PolicyCore, critic_values, delegate_to_core};
 use super::{
-    ActorCritic, Evaluation, Mode, ObsNormalizer, PolicyConfig, check_len, check_rows, describe,
-    rows_of,
+    ActorCritic, Evaluation, Mode, PolicyConfig, check_len, check_rows, describe, rows_of,
 };
 use crate::error::{Error, Result};
 
@@ -113,49 +112,22 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation,
 /// assert!(log_probs.iter().all(|lp| (lp - 0.5f32.ln()).abs() < 0.05)); // near uniform
 /// # Ok::<(), rl_algos::Error>(())
 /// ```
+#[derive(Clone)]
 pub struct CategoricalPolicy<
     const OBS: usize,
     const HIDDEN: usize,
     const ACTIONS: usize,
     A: Activation = Relu,
 > {
-    net: CategoricalNet<OBS, HIDDEN, ACTIONS, A, f32, Cpu>,
-    dev: Cpu,
-    rng: Xoshiro256PlusPlus,
-    config: PolicyConfig,
-    /// Normalises inputs when set (see [`ObsNormalizer`]).
-    obs_norm: Option<ObsNormalizer>,
-    /// `rows x ACTIONS` log-probabilities of the last `act`, reused between calls.
-    scratch: Vec<f32>,
-}
-
-/// Offsets the sampling generator's seed from the device's (different generators anyway;
-/// the offset keeps the two streams apart should either ever change).
-const SAMPLING_SEED_OFFSET: u64 = 0x9E37_79B9_7F4A_7C15;
-
-impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation> Clone
-    for CategoricalPolicy<OBS, HIDDEN, ACTIONS, A>
-{
-    fn clone(&self) -> Self {
-        Self {
-            net: self.net.clone(),
-            dev: self.dev.clone(),
-            rng: self.rng.clone(),
-            config: self.config,
-            obs_norm: self.obs_norm.clone(),
-            scratch: Vec::new(),
-        }
-    }
+    /// Its `scratch` holds the `rows x ACTIONS` log-probabilities of the last `act`.
+    core: PolicyCore<CategoricalNet<OBS, HIDDEN, ACTIONS, A, f32, Cpu>, OBS>,
 }
 
 impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation> fmt::Debug
     for CategoricalPolicy<OBS, HIDDEN, ACTIONS, A>
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CategoricalPolicy")
-            .field("net", &self.net)
-            .field("config", &self.config)
-            .finish_non_exhaustive()
+        self.core.debug_as("CategoricalPolicy", f)
     }
 }
 
@@ -174,18 +146,13 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
                 format!("has layer sizes {OBS}-{HIDDEN}-{ACTIONS}: every size must be at least 1"),
             ));
         }
-        let dev = Cpu::seed_from_u64(seed);
-        let mut net = CategoricalNet::<OBS, HIDDEN, ACTIONS, A, f32, Cpu>::try_build(&dev)?;
-        net.actor.rescale_output(config.actor_head_scale);
-        net.critic.rescale_output(config.critic_head_scale);
-        Ok(Self {
-            net,
-            dev,
-            rng: Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_add(SAMPLING_SEED_OFFSET)),
-            config,
-            obs_norm: None,
-            scratch: Vec::new(),
-        })
+        let core = PolicyCore::new(config, seed, |dev| {
+            let mut net = CategoricalNet::try_build(dev)?;
+            net.actor.rescale_output(config.actor_head_scale);
+            net.critic.rescale_output(config.critic_head_scale);
+            Ok(net)
+        })?;
+        Ok(Self { core })
     }
 
     /// A policy for `env`, after checking its spaces ([`Self::check_space`],
@@ -228,22 +195,22 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
 
     /// The configuration it was built with (with the current mode).
     pub fn config(&self) -> &PolicyConfig {
-        &self.config
+        &self.core.config
     }
 
     /// How `act` chooses actions.
     pub fn mode(&self) -> Mode {
-        self.config.mode
+        self.core.config.mode
     }
 
     /// Switches between sampling and the most likely action.
     pub fn set_mode(&mut self, mode: Mode) {
-        self.config.mode = mode;
+        self.core.config.mode = mode;
     }
 
     /// Restarts the sampling generator from `seed` (the weights stay).
     pub fn reseed(&mut self, seed: u64) {
-        self.rng = Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_add(SAMPLING_SEED_OFFSET));
+        self.core.reseed(seed);
     }
 
     /// Writes the log-probabilities of every action, `rows x ACTIONS`, for the `rows`
@@ -255,28 +222,10 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
         let rows = rows_of(obs, OBS)?;
         check_len("log-prob output", rows * ACTIONS, log_probs.len())?;
         if rows > 0 {
-            self.log_softmax(self.input(obs, rows)?)
+            self.log_softmax(self.core.input(obs, rows)?)
                 .copy_into(log_probs);
         }
         Ok(())
-    }
-
-    fn input(&self, obs: &[f32], rows: usize) -> Result<Tensor<(usize, Const<OBS>), f32, Cpu>> {
-        Ok(self
-            .dev
-            .try_tensor_from_vec(self.normalized(obs), (rows, Const::<OBS>))?)
-    }
-
-    /// `obs`, through the normaliser if there is one.
-    fn normalized(&self, obs: &[f32]) -> Vec<f32> {
-        match &self.obs_norm {
-            None => obs.to_vec(),
-            Some(normalizer) => {
-                let mut out = Vec::with_capacity(obs.len());
-                normalizer.normalize_into(obs, &mut out);
-                out
-            }
-        }
     }
 
     fn indices(&self, actions: &[u32]) -> Result<Tensor<(usize,), usize, Cpu>> {
@@ -291,22 +240,17 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
             }
             indices.push(action as usize);
         }
-        Ok(self.dev.try_tensor_from_vec(indices, (actions.len(),))?)
+        Ok(self
+            .core
+            .dev
+            .try_tensor_from_vec(indices, (actions.len(),))?)
     }
 
     fn log_softmax<T: Tape<f32, Cpu>>(
         &self,
         x: Tensor<(usize, Const<OBS>), f32, Cpu, T>,
     ) -> Tensor<(usize, Const<ACTIONS>), f32, Cpu, T> {
-        self.net.actor.forward_rows(x).log_softmax::<Axis<1>>()
-    }
-
-    fn values_of<T: Tape<f32, Cpu>>(
-        &self,
-        x: Tensor<(usize, Const<OBS>), f32, Cpu, T>,
-    ) -> Tensor<(usize,), f32, Cpu, T> {
-        // A sum over the one output column: exact, and keeps the tape.
-        self.net.critic.forward_rows(x).sum::<(usize,), Axis<1>>()
+        self.core.net.actor.forward_rows(x).log_softmax::<Axis<1>>()
     }
 
     fn act_rows(&mut self, obs: &[f32], rows: usize, out: ActOutput<'_, u32>) -> Result<()> {
@@ -317,23 +261,25 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
         if rows == 0 {
             return Ok(());
         }
-        let x = self.input(obs, rows)?;
-        self.scratch.resize(rows * ACTIONS, 0.0);
-        self.log_softmax(x.clone()).copy_into(&mut self.scratch);
+        let x = self.core.input(obs, rows)?;
+        self.core.scratch.resize(rows * ACTIONS, 0.0);
+        self.log_softmax(x.clone())
+            .copy_into(&mut self.core.scratch);
         let rows_iter = self
+            .core
             .scratch
             .chunks_exact(ACTIONS)
             .zip(out.actions.iter_mut())
             .zip(out.log_probs.iter_mut());
         for ((log_probs, action), log_prob) in rows_iter {
-            let chosen = match self.config.mode {
-                Mode::Sample => sample(log_probs, self.rng.random::<f32>()),
+            let chosen = match self.core.config.mode {
+                Mode::Sample => sample(log_probs, self.core.rng.random::<f32>()),
                 Mode::Deterministic => argmax(log_probs),
             };
             *action = chosen as u32;
             *log_prob = log_probs[chosen];
         }
-        self.values_of(x).copy_into(out.values);
+        critic_values(&self.core.net.critic, x).copy_into(out.values);
         Ok(())
     }
 }
@@ -393,13 +339,9 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
         states: &[()],
         values: &mut [f32],
     ) -> Result<(), PolicyError> {
-        let rows = states.len();
-        check_len("observations", rows * OBS, obs.len())?;
-        check_len("value output", rows, values.len())?;
-        if rows > 0 {
-            self.values_of(self.input(obs, rows)?).copy_into(values);
-        }
-        Ok(())
+        Ok(self
+            .core
+            .write_values(&self.core.net.critic, obs, states.len(), values)?)
     }
 }
 
@@ -421,44 +363,10 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
         }
     }
 
-    fn net(&self) -> &Self::Net {
-        &self.net
-    }
-
-    fn net_mut(&mut self) -> &mut Self::Net {
-        &mut self.net
-    }
-
-    fn device(&self) -> &Cpu {
-        &self.dev
-    }
+    delegate_to_core!();
 
     fn architecture() -> String {
         format!("categorical {OBS}-{HIDDEN}-{HIDDEN}-{ACTIONS} {}", A::NAME)
-    }
-
-    fn sampling_state(&self) -> Xoshiro256PlusPlus {
-        self.rng.clone()
-    }
-
-    fn set_sampling_state(&mut self, state: Xoshiro256PlusPlus) {
-        self.rng = state;
-    }
-
-    fn obs_normalizer(&self) -> Option<&ObsNormalizer> {
-        self.obs_norm.as_ref()
-    }
-
-    fn obs_normalizer_mut(&mut self) -> Option<&mut ObsNormalizer> {
-        self.obs_norm.as_mut()
-    }
-
-    fn set_obs_normalizer(&mut self, normalizer: Option<ObsNormalizer>) -> Result<()> {
-        if let Some(n) = &normalizer {
-            n.check(OBS)?;
-        }
-        self.obs_norm = normalizer;
-        Ok(())
     }
 
     fn log_probs_and_values(
@@ -474,11 +382,11 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
             return Ok(());
         }
         let indices = self.indices(actions)?;
-        let x = self.input(obs, rows)?;
+        let x = self.core.input(obs, rows)?;
         self.log_softmax::<NoneTape>(x.clone())
             .select(indices)
             .copy_into(log_probs);
-        self.values_of(x).copy_into(values);
+        critic_values(&self.core.net.critic, x).copy_into(values);
         Ok(())
     }
 
@@ -491,9 +399,9 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
         let rows = actions.len();
         check_len("observations", rows * OBS, obs.len())?;
         let indices = self.indices(actions)?;
-        let x = self.input(obs, rows)?.traced(grads);
+        let x = self.core.input(obs, rows)?.traced(grads);
         // The critic's branch starts with an empty tape; the actor's keeps `grads`.
-        let values = self.values_of(x.with_empty_tape());
+        let values = critic_values(&self.core.net.critic, x.with_empty_tape());
         let log_softmax = self.log_softmax(x);
         // Entropy `-sum(p log p)` from two copies of the log-softmax with empty tapes: its
         // gradient reaches the actor through `log_probs`' tape (see `Evaluation`).

@@ -7,17 +7,14 @@ use dfdx::prelude::{
     NoneTape, Rank0, Rank1, Storage, SumTo, Tape, Tensor, TensorCollection, TensorFromVec,
     TensorOptions, Trace, WithEmptyTape,
 };
-use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
-use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, Policy, PolicyError, ValuePolicy};
 use rl_core::{Env, Space};
 use rl_storage::Actions;
 
 use super::mlp::{Activation, Mlp, Relu};
-use super::{
-    ActorCritic, Evaluation, Mode, ObsNormalizer, PolicyConfig, check_box, check_len, check_rows,
-};
+use super::shared::{PolicyCore, critic_values, delegate_to_core};
+use super::{ActorCritic, Evaluation, Mode, PolicyConfig, check_box, check_len, check_rows};
 use crate::error::{Error, Result};
 
 /// `ln(2 pi) / 2`.
@@ -135,48 +132,22 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation, D: 
 /// assert!((log_probs[0] + 0.918_938_5).abs() < 0.01);
 /// # Ok::<(), rl_algos::Error>(())
 /// ```
+#[derive(Clone)]
 pub struct GaussianPolicy<
     const OBS: usize,
     const HIDDEN: usize,
     const ACT: usize,
     A: Activation = Relu,
 > {
-    net: GaussianNet<OBS, HIDDEN, ACT, A, f32, Cpu>,
-    dev: Cpu,
-    rng: Xoshiro256PlusPlus,
-    config: PolicyConfig,
-    /// Normalises inputs when set (see [`ObsNormalizer`]).
-    obs_norm: Option<ObsNormalizer>,
-    /// `rows x ACT` means of the last `act`, reused between calls.
-    scratch: Vec<f32>,
-}
-
-/// See `categorical.rs`.
-const SAMPLING_SEED_OFFSET: u64 = 0x9E37_79B9_7F4A_7C15;
-
-impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation> Clone
-    for GaussianPolicy<OBS, HIDDEN, ACT, A>
-{
-    fn clone(&self) -> Self {
-        Self {
-            net: self.net.clone(),
-            dev: self.dev.clone(),
-            rng: self.rng.clone(),
-            config: self.config,
-            obs_norm: self.obs_norm.clone(),
-            scratch: Vec::new(),
-        }
-    }
+    /// Its `scratch` holds the `rows x ACT` means of the last `act`.
+    core: PolicyCore<GaussianNet<OBS, HIDDEN, ACT, A, f32, Cpu>, OBS>,
 }
 
 impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation> fmt::Debug
     for GaussianPolicy<OBS, HIDDEN, ACT, A>
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GaussianPolicy")
-            .field("net", &self.net)
-            .field("config", &self.config)
-            .finish_non_exhaustive()
+        self.core.debug_as("GaussianPolicy", f)
     }
 }
 
@@ -195,19 +166,14 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation>
                 format!("has layer sizes {OBS}-{HIDDEN}-{ACT}: every size must be at least 1"),
             ));
         }
-        let dev = Cpu::seed_from_u64(seed);
-        let mut net = GaussianNet::<OBS, HIDDEN, ACT, A, f32, Cpu>::try_build(&dev)?;
-        net.mean.rescale_output(config.actor_head_scale);
-        net.critic.rescale_output(config.critic_head_scale);
-        net.log_std.copy_from(&[config.log_std_init; ACT]);
-        Ok(Self {
-            net,
-            dev,
-            rng: Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_add(SAMPLING_SEED_OFFSET)),
-            config,
-            obs_norm: None,
-            scratch: Vec::new(),
-        })
+        let core = PolicyCore::new(config, seed, |dev| {
+            let mut net = GaussianNet::try_build(dev)?;
+            net.mean.rescale_output(config.actor_head_scale);
+            net.critic.rescale_output(config.critic_head_scale);
+            net.log_std.copy_from(&[config.log_std_init; ACT]);
+            Ok(net)
+        })?;
+        Ok(Self { core })
     }
 
     /// A policy for `env`, after checking its spaces ([`Self::check_space`],
@@ -244,28 +210,28 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation>
 
     /// The configuration it was built with (with the current mode).
     pub fn config(&self) -> &PolicyConfig {
-        &self.config
+        &self.core.config
     }
 
     /// How `act` chooses actions.
     pub fn mode(&self) -> Mode {
-        self.config.mode
+        self.core.config.mode
     }
 
     /// Switches between sampling and the mean.
     pub fn set_mode(&mut self, mode: Mode) {
-        self.config.mode = mode;
+        self.core.config.mode = mode;
     }
 
     /// Restarts the sampling generator from `seed` (the weights stay).
     pub fn reseed(&mut self, seed: u64) {
-        self.rng = Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_add(SAMPLING_SEED_OFFSET));
+        self.core.reseed(seed);
     }
 
     /// The current log standard deviations.
     pub fn log_std(&self) -> [f32; ACT] {
         let mut log_std = [0.0; ACT];
-        self.net.log_std.copy_into(&mut log_std);
+        self.core.net.log_std.copy_into(&mut log_std);
         log_std
     }
 
@@ -277,41 +243,26 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation>
         let rows = super::rows_of(obs, OBS)?;
         check_len("mean output", rows * ACT, means.len())?;
         if rows > 0 {
-            self.net
+            self.core
+                .net
                 .mean
-                .forward_rows(self.input(obs, rows)?)
+                .forward_rows(self.core.input(obs, rows)?)
                 .copy_into(means);
         }
         Ok(())
     }
 
-    fn input(&self, obs: &[f32], rows: usize) -> Result<Tensor<(usize, Const<OBS>), f32, Cpu>> {
-        Ok(self
-            .dev
-            .try_tensor_from_vec(self.normalized(obs), (rows, Const::<OBS>))?)
-    }
-
-    /// `obs`, through the normaliser if there is one.
-    fn normalized(&self, obs: &[f32]) -> Vec<f32> {
-        match &self.obs_norm {
-            None => obs.to_vec(),
-            Some(normalizer) => {
-                let mut out = Vec::with_capacity(obs.len());
-                normalizer.normalize_into(obs, &mut out);
-                out
-            }
-        }
-    }
-
     fn actions(&self, actions: &[f32]) -> Result<Tensor<(usize, Const<ACT>), f32, Cpu>> {
         Ok(self
+            .core
             .dev
             .try_tensor_from_vec(actions.to_vec(), (actions.len() / ACT, Const::<ACT>))?)
     }
 
     /// `sum_i log_std_i`, broadcast to `rows`, on a tape of its own.
     fn log_std_sum<T: Tape<f32, Cpu>>(&self, rows: usize) -> Tensor<(usize,), f32, Cpu, T> {
-        self.net
+        self.core
+            .net
             .log_std
             .retaped::<T>()
             .sum::<Rank0, Axis<0>>()
@@ -324,8 +275,9 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation>
         actions: Tensor<(usize, Const<ACT>), f32, Cpu>,
     ) -> Tensor<(usize,), f32, Cpu, T> {
         let rows = actions.shape().0;
-        let mean = self.net.mean.forward_rows(x);
+        let mean = self.core.net.mean.forward_rows(x);
         let inv_std = self
+            .core
             .net
             .log_std
             .retaped::<T>()
@@ -338,13 +290,6 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation>
         ((squares * -0.5) - self.log_std_sum::<T>(rows)) - ACT as f32 * HALF_LN_2PI
     }
 
-    fn values_of<T: Tape<f32, Cpu>>(
-        &self,
-        x: Tensor<(usize, Const<OBS>), f32, Cpu, T>,
-    ) -> Tensor<(usize,), f32, Cpu, T> {
-        self.net.critic.forward_rows(x).sum::<(usize,), Axis<1>>()
-    }
-
     fn act_rows(&mut self, obs: &[f32], rows: usize, out: ActOutput<'_, f32>) -> Result<()> {
         check_len("observations", rows * OBS, obs.len())?;
         check_len("action output", rows * ACT, out.actions.len())?;
@@ -353,17 +298,19 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation>
         if rows == 0 {
             return Ok(());
         }
-        let x = self.input(obs, rows)?;
-        self.scratch.resize(rows * ACT, 0.0);
-        self.net
+        let x = self.core.input(obs, rows)?;
+        self.core.scratch.resize(rows * ACT, 0.0);
+        self.core
+            .net
             .mean
             .forward_rows(x.clone())
-            .copy_into(&mut self.scratch);
+            .copy_into(&mut self.core.scratch);
         let log_std = self.log_std();
         // The same operations, in the same order, as `log_probs_of`, so that the log-prob
         // recorded here matches a later evaluation of the stored action.
         let log_std_sum = log_std.iter().fold(0.0f32, |sum, &l| sum + l);
         let rows_iter = self
+            .core
             .scratch
             .chunks_exact(ACT)
             .zip(out.actions.chunks_exact_mut(ACT))
@@ -371,9 +318,9 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation>
         for ((means, actions), log_prob) in rows_iter {
             let mut squares = 0.0f32;
             for ((&mean, action), &log_std) in means.iter().zip(actions.iter_mut()).zip(&log_std) {
-                *action = match self.config.mode {
+                *action = match self.core.config.mode {
                     Mode::Sample => {
-                        let noise: f32 = StandardNormal.sample(&mut self.rng);
+                        let noise: f32 = StandardNormal.sample(&mut self.core.rng);
                         mean + log_std.exp() * noise
                     }
                     Mode::Deterministic => mean,
@@ -383,7 +330,7 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation>
             }
             *log_prob = squares * -0.5 - log_std_sum - ACT as f32 * HALF_LN_2PI;
         }
-        self.values_of(x).copy_into(out.values);
+        critic_values(&self.core.net.critic, x).copy_into(out.values);
         Ok(())
     }
 }
@@ -414,13 +361,9 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation> Val
         states: &[()],
         values: &mut [f32],
     ) -> Result<(), PolicyError> {
-        let rows = states.len();
-        check_len("observations", rows * OBS, obs.len())?;
-        check_len("value output", rows, values.len())?;
-        if rows > 0 {
-            self.values_of(self.input(obs, rows)?).copy_into(values);
-        }
-        Ok(())
+        Ok(self
+            .core
+            .write_values(&self.core.net.critic, obs, states.len(), values)?)
     }
 }
 
@@ -442,44 +385,10 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation> Act
         }
     }
 
-    fn net(&self) -> &Self::Net {
-        &self.net
-    }
-
-    fn net_mut(&mut self) -> &mut Self::Net {
-        &mut self.net
-    }
-
-    fn device(&self) -> &Cpu {
-        &self.dev
-    }
+    delegate_to_core!();
 
     fn architecture() -> String {
         format!("gaussian {OBS}-{HIDDEN}-{HIDDEN}-{ACT} {}", A::NAME)
-    }
-
-    fn sampling_state(&self) -> Xoshiro256PlusPlus {
-        self.rng.clone()
-    }
-
-    fn set_sampling_state(&mut self, state: Xoshiro256PlusPlus) {
-        self.rng = state;
-    }
-
-    fn obs_normalizer(&self) -> Option<&ObsNormalizer> {
-        self.obs_norm.as_ref()
-    }
-
-    fn obs_normalizer_mut(&mut self) -> Option<&mut ObsNormalizer> {
-        self.obs_norm.as_mut()
-    }
-
-    fn set_obs_normalizer(&mut self, normalizer: Option<ObsNormalizer>) -> Result<()> {
-        if let Some(n) = &normalizer {
-            n.check(OBS)?;
-        }
-        self.obs_norm = normalizer;
-        Ok(())
     }
 
     fn log_probs_and_values(
@@ -494,10 +403,10 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation> Act
         if rows == 0 {
             return Ok(());
         }
-        let x = self.input(obs, rows)?;
+        let x = self.core.input(obs, rows)?;
         self.log_probs_of::<NoneTape>(x.clone(), self.actions(actions)?)
             .copy_into(log_probs);
-        self.values_of(x).copy_into(values);
+        critic_values(&self.core.net.critic, x).copy_into(values);
         Ok(())
     }
 
@@ -511,8 +420,8 @@ impl<const OBS: usize, const HIDDEN: usize, const ACT: usize, A: Activation> Act
         check_len("actions", rows * ACT, actions.len())?;
         check_len("observations", rows * OBS, obs.len())?;
         let actions = self.actions(actions)?;
-        let x = self.input(obs, rows)?.traced(grads);
-        let values = self.values_of(x.with_empty_tape());
+        let x = self.core.input(obs, rows)?.traced(grads);
+        let values = critic_values(&self.core.net.critic, x.with_empty_tape());
         let log_probs = self.log_probs_of(x, actions);
         // State-independent: a function of `log_std` only, on a tape of its own.
         let entropy = self.log_std_sum(rows) + ACT as f32 * (0.5 + HALF_LN_2PI);
