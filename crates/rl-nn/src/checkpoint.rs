@@ -1,0 +1,531 @@
+//! One checkpoint layout for every trainer, stored as a safetensors file.
+//!
+//! A [`Checkpoint`] is a list of named networks ([`NetworkState`]: architecture, named
+//! tensors, weights and, for trained networks, Adam's state) plus the trainer's own
+//! typed state. [`Checkpoint::save`] writes it as one safetensors file:
+//!
+//! - every network's weights as `f32` tensors named `<network>.<tensor>`, the tensor
+//!   names PyTorch gives the equivalent module (`actor.0.weight`, `actor.0.bias`,
+//!   `actor.2.weight` ... for an `nn.Sequential` of `Linear` and activation modules), so
+//!   `safetensors.torch.load_file` and a prefix filter give a `state_dict`;
+//! - Adam's moments as `exp_avg/<network>.<tensor>` and `exp_avg_sq/<network>.<tensor>`
+//!   (PyTorch's names for them), outside every network's prefix;
+//! - in the header's metadata: `format` (`rl/checkpoint`), `version`, `kind` (the
+//!   trainer, e.g. `ppo`), `networks` (JSON: names, typed architectures, tensor layout,
+//!   Adam's step counter and configuration), `state` (the trainer's state as JSON) and
+//!   one `torch.<network>` line describing the PyTorch module the weights fit.
+//!
+//! Files are written atomically (a temporary file in the same directory, flushed, then
+//! renamed): a crash leaves the previous file or the new one. Loading checks the format,
+//! version and kind first, then every tensor's presence, type and shape, before anything
+//! is handed back; restoring into a network checks its architecture before writing.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::{Adam, AdamConfig, AdamState, Architecture, TensorSpec, Weights};
+
+/// One named network in a [`Checkpoint`]: what it is, its weights and (when it is
+/// trained) its optimiser's state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetworkState {
+    /// Its name in the checkpoint (`"actor"`, `"critic"`, `"q1_target"` ...).
+    pub name: String,
+    /// What it is; restoring into a network of another architecture is refused.
+    pub architecture: Architecture,
+    /// The named tensors its parameters are made of.
+    pub tensors: Vec<TensorSpec>,
+    /// Its parameters, flat.
+    pub params: Vec<f32>,
+    /// Its Adam's state, for a network that is trained (`None` for targets).
+    pub optimizer: Option<AdamState>,
+}
+
+impl NetworkState {
+    /// A copy of `net`'s weights and, if given, `optimizer`'s state, under `name`.
+    pub fn capture(name: impl Into<String>, net: &dyn Weights, optimizer: Option<&Adam>) -> Self {
+        Self {
+            name: name.into(),
+            architecture: net.architecture(),
+            tensors: net.tensors(),
+            params: net.params().to_vec(),
+            optimizer: optimizer.map(Adam::state),
+        }
+    }
+
+    /// Checks that the state fits `net` (same architecture) and `optimizer` (a state is
+    /// present exactly when an optimiser is given, and fits it), changing nothing.
+    ///
+    /// # Errors
+    /// [`Error::ArchitectureMismatch`], [`Error::StateMismatch`] or [`Error::Config`].
+    pub fn check_fits(&self, net: &dyn Weights, optimizer: Option<&Adam>) -> Result<()> {
+        let expected = net.architecture();
+        if self.architecture != expected || self.params.len() != net.num_params() {
+            return Err(Error::ArchitectureMismatch {
+                what: format!("checkpoint network {:?}", self.name),
+                expected,
+                found: self.architecture.clone(),
+            });
+        }
+        match (&self.optimizer, optimizer) {
+            (Some(state), Some(adam)) => adam.check_state(state),
+            (None, None) => Ok(()),
+            (None, Some(_)) => Err(Error::StateMismatch {
+                what: format!("for network {:?} is missing from the checkpoint", self.name),
+            }),
+            (Some(_), None) => Err(Error::StateMismatch {
+                what: format!(
+                    "for network {:?} is in the checkpoint but the network is not trained here",
+                    self.name
+                ),
+            }),
+        }
+    }
+
+    /// Puts the weights into `net` and the state into `optimizer` after
+    /// [`NetworkState::check_fits`]: on error neither changes.
+    ///
+    /// # Errors
+    /// As [`NetworkState::check_fits`].
+    pub fn restore_into(&self, net: &mut dyn Weights, optimizer: Option<&mut Adam>) -> Result<()> {
+        self.check_fits(net, optimizer.as_deref())?;
+        net.params_mut().copy_from_slice(&self.params);
+        if let (Some(state), Some(adam)) = (&self.optimizer, optimizer) {
+            adam.load_state(state)?;
+        }
+        Ok(())
+    }
+}
+
+/// What the header says of one network.
+#[derive(Serialize, Deserialize)]
+struct NetworkHeader {
+    name: String,
+    architecture: Architecture,
+    tensors: Vec<TensorSpec>,
+    optimizer: Option<OptimizerHeader>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct OptimizerHeader {
+    t: u64,
+    config: AdamConfig,
+}
+
+/// Named networks plus a trainer's typed state `S`: the one checkpoint layout of every
+/// trainer (see the module documentation for the file).
+///
+/// ```
+/// use rl_nn::{Activation, Adam, AdamConfig, Checkpoint, Init, Mlp, MlpSpec, NetworkState, Weights};
+/// use rand::SeedableRng;
+///
+/// # fn main() -> rl_nn::Result<()> {
+/// let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(0);
+/// let net = Mlp::new(MlpSpec::new(4, &[16], 2, Activation::Relu), Init::Uniform, &mut rng)?;
+/// let adam = Adam::new(net.num_params(), AdamConfig::default())?;
+/// let dir = tempfile::tempdir().expect("a temporary directory");
+/// let path = dir.path().join("run.safetensors");
+///
+/// let checkpoint = Checkpoint {
+///     kind: "example".to_owned(),
+///     networks: vec![NetworkState::capture("actor", &net, Some(&adam))],
+///     state: 12_345u64, // anything serde writes: counters, RNG states, configs
+/// };
+/// checkpoint.save(&path)?;
+///
+/// let mut fresh = Mlp::zeros(net.spec().clone())?;
+/// let mut fresh_adam = Adam::new(fresh.num_params(), AdamConfig::default())?;
+/// let loaded = Checkpoint::<u64>::load(&path, "example")?;
+/// loaded.network("actor")?.restore_into(&mut fresh, Some(&mut fresh_adam))?;
+/// assert_eq!(fresh, net);
+/// assert_eq!(loaded.state, 12_345);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checkpoint<S> {
+    /// Which trainer wrote it (`"ppo"`, `"sac"` ...); [`Checkpoint::load`] refuses
+    /// another kind with [`Error::CheckpointKind`].
+    pub kind: String,
+    /// The networks, in the order the trainer saved them.
+    pub networks: Vec<NetworkState>,
+    /// The trainer's own state.
+    pub state: S,
+}
+
+/// The format name in every checkpoint's metadata.
+pub const FORMAT: &str = "rl/checkpoint";
+/// The format version this build writes and reads.
+pub const VERSION: u32 = 2;
+
+impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
+    /// The network named `name`.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointCorrupt`] if there is none.
+    pub fn network(&self, name: &str) -> Result<&NetworkState> {
+        self.networks
+            .iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| Error::CheckpointCorrupt {
+                what: format!("{} checkpoint", self.kind),
+                problem: format!(
+                    "it has no network named {name:?} (it has {:?})",
+                    self.networks
+                        .iter()
+                        .map(|n| n.name.as_str())
+                        .collect::<Vec<_>>()
+                ),
+            })
+    }
+
+    /// The checkpoint as safetensors bytes.
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] if a weight or moment is NaN or infinite (training
+    /// diverged), [`Error::CheckpointCorrupt`] if a network is inconsistent (tensors that
+    /// do not tile its parameters, moments of another length) or `state` cannot be
+    /// written.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let corrupt = |problem: String| Error::CheckpointCorrupt {
+            what: "checkpoint to save".to_owned(),
+            problem,
+        };
+        let mut buffers: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
+        let mut headers = Vec::with_capacity(self.networks.len());
+        let mut metadata = HashMap::new();
+        for net in &self.networks {
+            check_layout(net).map_err(corrupt)?;
+            let mut parts: Vec<(&str, &[f32])> = vec![("", &net.params)];
+            if let Some(adam) = &net.optimizer {
+                if adam.first.len() != net.params.len() || adam.second.len() != net.params.len() {
+                    return Err(corrupt(format!(
+                        "network {:?}: Adam's moments do not match its parameters",
+                        net.name
+                    )));
+                }
+                parts.push(("exp_avg/", &adam.first));
+                parts.push(("exp_avg_sq/", &adam.second));
+            }
+            for (prefix, values) in parts {
+                for tensor in &net.tensors {
+                    let slice = &values[tensor.range()];
+                    let name = format!("{prefix}{}.{}", net.name, tensor.name);
+                    if let Some((element, &value)) =
+                        slice.iter().enumerate().find(|(_, v)| !v.is_finite())
+                    {
+                        return Err(Error::NonFinite {
+                            what: format!("network {:?}", net.name),
+                            tensor: name,
+                            element,
+                            value,
+                        });
+                    }
+                    let bytes = slice.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    buffers.push((name, bytes, tensor.shape.clone()));
+                }
+            }
+            if let Some(torch) = torch_description(&net.architecture) {
+                metadata.insert(format!("torch.{}", net.name), torch);
+            }
+            headers.push(NetworkHeader {
+                name: net.name.clone(),
+                architecture: net.architecture.clone(),
+                tensors: net.tensors.clone(),
+                optimizer: net.optimizer.as_ref().map(|a| OptimizerHeader {
+                    t: a.t,
+                    config: a.config,
+                }),
+            });
+        }
+        let json = |what: &str, value: &dyn erased::Json| {
+            value
+                .to_json()
+                .map_err(|e| corrupt(format!("its {what} cannot be written ({e})")))
+        };
+        metadata.insert("format".to_owned(), FORMAT.to_owned());
+        metadata.insert("version".to_owned(), VERSION.to_string());
+        metadata.insert("kind".to_owned(), self.kind.clone());
+        metadata.insert("networks".to_owned(), json("networks", &headers)?);
+        metadata.insert("state".to_owned(), json("state", &self.state)?);
+        let views = buffers
+            .iter()
+            .map(|(name, bytes, shape)| {
+                TensorView::new(Dtype::F32, shape.clone(), bytes).map(|view| (name.as_str(), view))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| corrupt(e.to_string()))?;
+        safetensors::tensor::serialize(views, Some(metadata)).map_err(|e| corrupt(e.to_string()))
+    }
+
+    /// Writes the checkpoint to `path` atomically: into a temporary file in the same
+    /// directory, flushed to disk, then renamed over `path`. On error `path` is as it was.
+    ///
+    /// # Errors
+    /// As [`Checkpoint::to_bytes`], and [`Error::CheckpointIo`] if writing fails.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        write_atomically(path.as_ref(), &self.to_bytes()?)
+    }
+
+    /// Parses a checkpoint of kind `kind` from bytes; `what` names the source in errors.
+    ///
+    /// # Errors
+    /// As [`Checkpoint::load`].
+    pub fn from_bytes(bytes: &[u8], kind: &str, what: &Path) -> Result<Self> {
+        let corrupt = |problem: String| Error::CheckpointCorrupt {
+            what: what.display().to_string(),
+            problem,
+        };
+        let (_, header) = SafeTensors::read_metadata(bytes)
+            .map_err(|e| corrupt(format!("not a safetensors file ({e})")))?;
+        let meta = header.metadata().clone().unwrap_or_default();
+        let field = |key: &str| {
+            meta.get(key)
+                .ok_or_else(|| corrupt(format!("its metadata has no {key:?}")))
+        };
+        let format = field("format")?;
+        if format != FORMAT {
+            return Err(corrupt(format!("its format is {format:?}, not {FORMAT:?}")));
+        }
+        let version: u32 = field("version")?
+            .parse()
+            .map_err(|_| corrupt("its version is not a number".to_owned()))?;
+        if version != VERSION {
+            return Err(Error::CheckpointVersion {
+                path: what.to_owned(),
+                found: version,
+                supported: VERSION,
+            });
+        }
+        let found_kind = field("kind")?;
+        if found_kind != kind {
+            return Err(Error::CheckpointKind {
+                path: what.to_owned(),
+                expected: kind.to_owned(),
+                found: found_kind.clone(),
+            });
+        }
+        let headers: Vec<NetworkHeader> = serde_json::from_str(field("networks")?)
+            .map_err(|e| corrupt(format!("its network list does not parse ({e})")))?;
+        let state: S = serde_json::from_str(field("state")?)
+            .map_err(|e| corrupt(format!("its trainer state does not parse ({e})")))?;
+        let tensors = SafeTensors::deserialize(bytes)
+            .map_err(|e| corrupt(format!("damaged or truncated ({e})")))?;
+        let mut networks = Vec::with_capacity(headers.len());
+        for header in headers {
+            let len = header.tensors.iter().map(TensorSpec::len).sum();
+            let read = |prefix: &str| -> Result<Vec<f32>> {
+                let mut values = vec![0.0; len];
+                for spec in &header.tensors {
+                    let name = format!("{prefix}{}.{}", header.name, spec.name);
+                    let view = tensors
+                        .tensor(&name)
+                        .map_err(|_| corrupt(format!("tensor {name:?} is missing")))?;
+                    if view.dtype() != Dtype::F32 || view.shape() != spec.shape.as_slice() {
+                        return Err(corrupt(format!(
+                            "tensor {name:?} is {:?} {:?}, not F32 {:?}",
+                            view.dtype(),
+                            view.shape(),
+                            spec.shape
+                        )));
+                    }
+                    let out = values.get_mut(spec.range()).ok_or_else(|| {
+                        corrupt(format!("tensor {name:?} lies outside its network"))
+                    })?;
+                    for (v, b) in out.iter_mut().zip(view.data().chunks_exact(4)) {
+                        *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    }
+                }
+                Ok(values)
+            };
+            let params = read("")?;
+            let optimizer = match &header.optimizer {
+                Some(o) => Some(AdamState {
+                    t: o.t,
+                    first: read("exp_avg/")?,
+                    second: read("exp_avg_sq/")?,
+                    config: o.config,
+                }),
+                None => None,
+            };
+            let net = NetworkState {
+                name: header.name,
+                architecture: header.architecture,
+                tensors: header.tensors,
+                params,
+                optimizer,
+            };
+            check_layout(&net).map_err(corrupt)?;
+            networks.push(net);
+        }
+        Ok(Self {
+            kind: kind.to_owned(),
+            networks,
+            state,
+        })
+    }
+
+    /// Reads a checkpoint of kind `kind` written by [`Checkpoint::save`].
+    ///
+    /// # Errors
+    /// [`Error::CheckpointNotFound`] if there is no file, [`Error::CheckpointIo`] if it
+    /// cannot be read, [`Error::CheckpointVersion`] for another format version,
+    /// [`Error::CheckpointKind`] for a checkpoint of another trainer,
+    /// [`Error::CheckpointCorrupt`] for anything else (not safetensors, truncated, a
+    /// missing or misshapen tensor, a state of another type).
+    pub fn load(path: impl AsRef<Path>, kind: &str) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = fs::read(path).map_err(|source| match source.kind() {
+            io::ErrorKind::NotFound => Error::CheckpointNotFound {
+                path: path.to_owned(),
+            },
+            _ => Error::CheckpointIo {
+                action: "read",
+                path: path.to_owned(),
+                source,
+            },
+        })?;
+        Self::from_bytes(&bytes, kind, path)
+    }
+}
+
+/// Exports networks' weights alone (no optimiser state) as a safetensors file of kind
+/// `weights`, tensors named `<network>.<tensor>` as in PyTorch.
+///
+/// # Errors
+/// As [`Checkpoint::save`].
+pub fn save_weights(path: impl AsRef<Path>, networks: &[(&str, &dyn Weights)]) -> Result<()> {
+    Checkpoint {
+        kind: "weights".to_owned(),
+        networks: networks
+            .iter()
+            .map(|(name, net)| NetworkState::capture(*name, *net, None))
+            .collect(),
+        state: (),
+    }
+    .save(path)
+}
+
+/// Loads the network `name` of a file written by [`save_weights`] (or any checkpoint's
+/// weights, with `kind`) into `net`, after checking its architecture: on error `net` is
+/// unchanged.
+///
+/// # Errors
+/// As [`Checkpoint::load`], and [`Error::ArchitectureMismatch`] for weights of another
+/// architecture.
+pub fn load_weights(path: impl AsRef<Path>, name: &str, net: &mut dyn Weights) -> Result<()> {
+    let path = path.as_ref();
+    let bytes = fs::read(path).map_err(|source| match source.kind() {
+        io::ErrorKind::NotFound => Error::CheckpointNotFound {
+            path: path.to_owned(),
+        },
+        _ => Error::CheckpointIo {
+            action: "read",
+            path: path.to_owned(),
+            source,
+        },
+    })?;
+    let checkpoint = Checkpoint::<serde_json::Value>::from_bytes(&bytes, "weights", path)?;
+    let state = checkpoint.network(name)?;
+    let expected = net.architecture();
+    if state.architecture != expected {
+        return Err(Error::ArchitectureMismatch {
+            what: format!("weights file {}, network {name:?}", path.display()),
+            expected,
+            found: state.architecture.clone(),
+        });
+    }
+    let mut without_optimizer = state.clone();
+    without_optimizer.optimizer = None;
+    without_optimizer.restore_into(net, None)
+}
+
+/// Checks that a network's tensors tile its parameters exactly, in order.
+fn check_layout(net: &NetworkState) -> std::result::Result<(), String> {
+    let mut next = 0;
+    for t in &net.tensors {
+        if t.offset != next {
+            return Err(format!(
+                "network {:?}: tensor {:?} starts at {} instead of {next}",
+                net.name, t.name, t.offset
+            ));
+        }
+        next += t.len();
+    }
+    if next != net.params.len() {
+        return Err(format!(
+            "network {:?}: its tensors hold {next} values but it has {} parameters",
+            net.name,
+            net.params.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The PyTorch module these weights load into, e.g.
+/// `nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 2))`.
+fn torch_description(architecture: &Architecture) -> Option<String> {
+    match architecture {
+        Architecture::Mlp { sizes, activation } => {
+            let layers: Vec<String> = sizes
+                .windows(2)
+                .map(|p| format!("nn.Linear({}, {})", p[0], p[1]))
+                .collect();
+            Some(format!(
+                "nn.Sequential({})",
+                layers.join(&format!(", nn.{}(), ", activation.torch_name()))
+            ))
+        }
+        Architecture::Tensor { shape } => Some(format!("nn.Parameter(torch.zeros({shape:?}))")),
+    }
+}
+
+/// Writes `bytes` to `path` atomically (temporary file, fsync, rename).
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io = |action: &'static str| {
+        move |source: io::Error| Error::CheckpointIo {
+            action,
+            path: path.to_owned(),
+            source,
+        }
+    };
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".checkpoint-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(io("create a temporary file for"))?;
+    tmp.write_all(bytes).map_err(io("write"))?;
+    tmp.as_file().sync_all().map_err(io("flush"))?;
+    tmp.persist(path).map_err(|e| io("rename into")(e.error))?;
+    // Make the rename durable; not every platform can open a directory.
+    if let Ok(dir) = fs::File::open(dir) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+/// JSON writing behind a trait object, so one closure serves every type.
+mod erased {
+    pub(super) trait Json {
+        fn to_json(&self) -> serde_json::Result<String>;
+    }
+
+    impl<T: serde::Serialize> Json for T {
+        fn to_json(&self) -> serde_json::Result<String> {
+            serde_json::to_string(self)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

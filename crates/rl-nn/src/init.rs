@@ -1,0 +1,130 @@
+//! How a network's parameters start.
+
+use rand::Rng;
+use rand_distr::{Distribution, StandardNormal};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Initial values of a network's weights and biases.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Init {
+    /// PyTorch's default for `nn.Linear`: weights and biases uniform in
+    /// `[-1/sqrt(fan_in), 1/sqrt(fan_in)]`.
+    Uniform,
+    /// Orthogonal weights scaled by a gain and zero biases, as Stable-Baselines3 and
+    /// CleanRL initialise PPO (`torch.nn.init.orthogonal_`): every hidden layer with
+    /// `hidden_gain` (`sqrt(2)` there), the output layer with `output_gain` (0.01 for a
+    /// policy head, 1 for a value head).
+    Orthogonal {
+        /// Gain of every layer but the last.
+        hidden_gain: f32,
+        /// Gain of the output layer.
+        output_gain: f32,
+    },
+}
+
+impl Default for Init {
+    fn default() -> Self {
+        Self::Uniform
+    }
+}
+
+impl Init {
+    /// Checks the gains: finite and at least 0.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the gain.
+    pub fn validate(&self) -> Result<()> {
+        if let Self::Orthogonal {
+            hidden_gain,
+            output_gain,
+        } = *self
+        {
+            for (what, gain) in [("hidden_gain", hidden_gain), ("output_gain", output_gain)] {
+                if !(gain.is_finite() && gain >= 0.0) {
+                    return Err(Error::config(
+                        format!("init.{what}"),
+                        format!(
+                            "is {gain}: use a finite gain of at least 0 (sqrt(2) hidden, 0.01 or 1 output)"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Fills a row-major `outputs x inputs` weight and its bias.
+pub(crate) fn fill_layer<R: Rng + ?Sized>(
+    init: Init,
+    output_layer: bool,
+    weight: &mut [f32],
+    bias: &mut [f32],
+    inputs: usize,
+    rng: &mut R,
+) {
+    match init {
+        Init::Uniform => {
+            let bound = 1.0 / (inputs as f32).sqrt();
+            for p in weight.iter_mut().chain(bias.iter_mut()) {
+                *p = rng.random_range(-bound..=bound);
+            }
+        }
+        Init::Orthogonal {
+            hidden_gain,
+            output_gain,
+        } => {
+            let gain = if output_layer {
+                output_gain
+            } else {
+                hidden_gain
+            };
+            orthogonal(weight, bias.len(), inputs, gain, rng);
+            bias.fill(0.0);
+        }
+    }
+}
+
+/// `torch.nn.init.orthogonal_` on a row-major `rows x cols` matrix: a Gaussian matrix
+/// made orthonormal along its shorter side (modified Gram-Schmidt in f64, which gives
+/// the QR factor with a positive diagonal, as PyTorch's sign correction does), times
+/// `gain`.
+pub(crate) fn orthogonal<R: Rng + ?Sized>(
+    weight: &mut [f32],
+    rows: usize,
+    cols: usize,
+    gain: f32,
+    rng: &mut R,
+) {
+    // Work on `tall` (long x short, column-major vectors of length `long`).
+    let (long, short) = (rows.max(cols), rows.min(cols));
+    let mut vectors: Vec<Vec<f64>> = (0..short)
+        .map(|_| (0..long).map(|_| StandardNormal.sample(rng)).collect())
+        .collect();
+    for j in 0..short {
+        let (done, rest) = vectors.split_at_mut(j);
+        let v = &mut rest[0];
+        for q in done.iter() {
+            let dot: f64 = q.iter().zip(v.iter()).map(|(a, b)| a * b).sum();
+            v.iter_mut().zip(q).for_each(|(x, &qq)| *x -= dot * qq);
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        // A Gaussian vector in the span of the others has probability 0.
+        let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+        v.iter_mut().for_each(|x| *x *= scale);
+    }
+    for r in 0..rows {
+        for c in 0..cols {
+            // rows >= cols: column c of the matrix is vector c; else row r is vector r.
+            let value = if rows >= cols {
+                vectors[c][r]
+            } else {
+                vectors[r][c]
+            };
+            weight[r * cols + c] = (value * f64::from(gain)) as f32;
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The dense matrix product every layer is built on.
+//!
+//! One function, [`matmul`], over strided read-only views ([`MatRef`]) so that layers
+//! multiply by transposes without copying. It runs on one thread on the `gemm` crate,
+//! which picks its AVX-512, AVX2 or scalar kernels at run time from the CPU it finds
+//! (the repository sets no `target-cpu`).
+
+#![allow(
+    unsafe_code,
+    reason = "one call into gemm's raw-pointer API, bounds-checked before the call"
+)]
+
+/// A read-only strided matrix view: element `(i, j)` is
+/// `data[i * row_stride + j * col_stride]`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl<'a> MatRef<'a> {
+    /// A row-major `rows x cols` matrix.
+    pub fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            row_stride: cols,
+            col_stride: 1,
+        }
+    }
+
+    /// The `rows x cols` transpose of a row-major `cols x rows` matrix, without copying.
+    pub fn transposed(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            row_stride: 1,
+            col_stride: rows,
+        }
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Whether every element lies inside the slice.
+    fn in_bounds(&self) -> bool {
+        self.rows == 0
+            || self.cols == 0
+            || (self.rows - 1)
+                .checked_mul(self.row_stride)
+                .zip((self.cols - 1).checked_mul(self.col_stride))
+                .and_then(|(a, b)| a.checked_add(b))
+                .is_some_and(|last| last < self.data.len())
+    }
+}
+
+/// Whether [`matmul`] overwrites its destination or adds to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accumulate {
+    /// `dst = lhs * rhs`.
+    Overwrite,
+    /// `dst += lhs * rhs`.
+    Add,
+}
+
+/// `dst (m x n, row-major) = lhs (m x k) * rhs (k x n)`, or `+=` with [`Accumulate::Add`],
+/// on the calling thread. Allocates nothing that outlives the call (gemm packs operands
+/// into short-lived scratch of a few KiB).
+///
+/// # Panics
+/// If the shapes do not agree or a view leaves its slice. Layers pass shapes they
+/// computed themselves, so this is a bug check, never a user error.
+pub fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Accumulate) {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    assert!(
+        rhs.rows == k && dst.len() == m * n && lhs.in_bounds() && rhs.in_bounds(),
+        "matmul shapes: dst {} for {m}x{k} * {}x{n}",
+        dst.len(),
+        rhs.rows
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if accumulate == Accumulate::Overwrite {
+            dst.fill(0.0);
+        }
+        return;
+    }
+    // SAFETY:
+    // - the assert above checks that every element gemm reads ((m-1, k-1) of lhs and
+    //   (k-1, n-1) of rhs at their strides) lies inside its slice, without overflow;
+    // - dst holds exactly m x n row-major elements and is borrowed mutably for the whole
+    //   call, so nothing aliases it;
+    // - every stride fits in isize because the indices it produces fit in a slice length.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate == Accumulate::Add,
+            lhs.data.as_ptr(),
+            lhs.col_stride as isize,
+            lhs.row_stride as isize,
+            rhs.data.as_ptr(),
+            rhs.col_stride as isize,
+            rhs.row_stride as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;
