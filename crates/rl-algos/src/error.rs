@@ -235,6 +235,15 @@ pub enum Error {
         source: rl_storage::Error,
     },
 
+    /// A network operation failed (`rl-nn`: a shape or architecture mismatch, an
+    /// optimiser state of another network, a checkpoint file that cannot be used ...).
+    #[error("{source}")]
+    Nn {
+        /// The error.
+        #[from]
+        source: rl_nn::Error,
+    },
+
     /// An `rl-core` or `rl-actions` operation failed (action scoring over a table, a
     /// space check ...).
     #[error("{source}")]

@@ -6,5 +6,5 @@
 //!   into the input of a policy.
 //! - Identity (the last observation) and stacking of the last `k` observations, rebuilt
 //!   from indices at sample time so nothing is stored twice.
-//! - An LSTM summarizer (composed from dfdx layers) whose history is a **bounded window**
+//! - An LSTM summarizer (a cell on `rl-nn`) whose history is a **bounded window**
 //!   of a configured length: memory per environment is fixed, never the whole episode.
