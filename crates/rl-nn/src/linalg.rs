@@ -54,6 +54,33 @@ impl<'a> MatRef<'a> {
         self.cols
     }
 
+    /// The slice the view reads.
+    #[allow(
+        dead_code,
+        reason = "the allocation-free kernel reads views through it"
+    )]
+    pub(crate) fn data(&self) -> &'a [f32] {
+        self.data
+    }
+
+    /// Distance between rows, in elements.
+    #[allow(
+        dead_code,
+        reason = "the allocation-free kernel reads views through it"
+    )]
+    pub(crate) fn row_stride(&self) -> usize {
+        self.row_stride
+    }
+
+    /// Distance between columns, in elements.
+    #[allow(
+        dead_code,
+        reason = "the allocation-free kernel reads views through it"
+    )]
+    pub(crate) fn col_stride(&self) -> usize {
+        self.col_stride
+    }
+
     /// Whether every element lies inside the slice.
     fn in_bounds(&self) -> bool {
         self.rows == 0
