@@ -1,1 +1,248 @@
+#![allow(clippy::unwrap_used, reason = "tests")]
 
+use std::path::Path;
+
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::{Deserialize, Serialize};
+use tempfile::tempdir;
+
+use super::*;
+use crate::{Activation, Init, Mlp, MlpSpec, Module, Parameters};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct State {
+    steps: u64,
+    note: String,
+}
+
+fn net(hidden: usize, activation: Activation, seed: u64) -> Mlp {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    Mlp::new(
+        MlpSpec::new(4, &[hidden, hidden], 2, activation),
+        Init::Uniform,
+        &mut rng,
+    )
+    .unwrap()
+}
+
+/// A trained actor (with Adam after a few steps), an untrained target and a tensor.
+fn checkpoint() -> (Checkpoint<State>, Mlp, Adam) {
+    let mut actor = net(8, Activation::Tanh, 1);
+    let mut adam = Adam::new(actor.num_params(), AdamConfig::default()).unwrap();
+    let mut ws = actor.workspace(3);
+    for _ in 0..3 {
+        actor.forward(&[0.1; 12], 3, &mut ws).unwrap();
+        let mut grads = vec![0.0; actor.num_params()];
+        actor
+            .backward(&mut ws, &[1.0; 6], Some(&mut grads), None)
+            .unwrap();
+        adam.update(actor.params_mut(), &grads).unwrap();
+    }
+    let target = net(8, Activation::Tanh, 2);
+    let log_std = Parameters::filled(vec![2], -0.5).unwrap();
+    let checkpoint = Checkpoint {
+        kind: "test".to_owned(),
+        networks: vec![
+            NetworkState::capture("actor", &actor, Some(&adam)),
+            NetworkState::capture("actor_target", &target, None),
+            NetworkState::capture("log_std", &log_std, None),
+        ],
+        state: State {
+            steps: 42,
+            note: "hello".to_owned(),
+        },
+    };
+    (checkpoint, actor, adam)
+}
+
+#[test]
+fn round_trip_through_a_file_is_exact() {
+    let (checkpoint, actor, adam) = checkpoint();
+    let dir = tempdir().unwrap();
+    let path = dir.path().join("c.safetensors");
+    checkpoint.save(&path).unwrap();
+    let loaded = Checkpoint::<State>::load(&path, "test").unwrap();
+    assert_eq!(loaded, checkpoint);
+    let mut fresh = Mlp::zeros(actor.spec().clone()).unwrap();
+    let mut fresh_adam = Adam::new(
+        fresh.num_params(),
+        AdamConfig {
+            lr: 1.0,
+            ..AdamConfig::default()
+        },
+    )
+    .unwrap();
+    loaded
+        .network("actor")
+        .unwrap()
+        .restore_into(&mut fresh, Some(&mut fresh_adam))
+        .unwrap();
+    assert_eq!(fresh, actor);
+    assert_eq!(fresh_adam.state(), adam.state());
+    assert!(loaded.network("critic").is_err());
+}
+
+#[test]
+fn tensors_carry_pytorch_names_and_shapes() {
+    let (checkpoint, _, _) = checkpoint();
+    let bytes = checkpoint.to_bytes().unwrap();
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let weight = file.tensor("actor.0.weight").unwrap();
+    assert_eq!(weight.shape(), [8, 4]);
+    assert_eq!(weight.dtype(), Dtype::F32);
+    assert_eq!(file.tensor("actor.4.bias").unwrap().shape(), [2]);
+    assert_eq!(file.tensor("log_std.value").unwrap().shape(), [2]);
+    assert!(file.tensor("exp_avg/actor.2.weight").is_ok());
+    assert!(
+        file.tensor("exp_avg/actor_target.2.weight").is_err(),
+        "targets have no optimiser"
+    );
+    // The first weight's values, as PyTorch would read them (little-endian f32).
+    let first = f32::from_le_bytes(weight.data()[..4].try_into().unwrap());
+    assert_eq!(first, checkpoint.networks[0].params[0]);
+    let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
+    let meta = meta.metadata().clone().unwrap();
+    assert_eq!(
+        meta["torch.actor"],
+        "nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))"
+    );
+}
+
+#[test]
+fn another_architecture_is_refused_and_the_network_is_untouched() {
+    let (checkpoint, _, _) = checkpoint();
+    for mut other in [net(8, Activation::Relu, 5), net(16, Activation::Tanh, 5)] {
+        let before = other.clone();
+        let mut adam = Adam::new(other.num_params(), AdamConfig::default()).unwrap();
+        let err = checkpoint
+            .network("actor")
+            .unwrap()
+            .restore_into(&mut other, Some(&mut adam))
+            .unwrap_err();
+        assert!(matches!(err, Error::ArchitectureMismatch { .. }), "{err}");
+        assert_eq!(other, before);
+        assert_eq!(adam.steps(), 0);
+    }
+    // An optimiser where the checkpoint has none, and the reverse.
+    let mut target = net(8, Activation::Tanh, 6);
+    let before = target.clone();
+    let mut adam = Adam::new(target.num_params(), AdamConfig::default()).unwrap();
+    assert!(
+        checkpoint
+            .network("actor_target")
+            .unwrap()
+            .restore_into(&mut target, Some(&mut adam))
+            .is_err()
+    );
+    assert!(
+        checkpoint
+            .network("actor")
+            .unwrap()
+            .restore_into(&mut target, None)
+            .is_err()
+    );
+    assert_eq!(target, before);
+}
+
+#[test]
+fn weights_files_load_by_name_and_refuse_other_architectures() {
+    let dir = tempdir().unwrap();
+    let path = dir.path().join("policy.safetensors");
+    let (actor, critic) = (net(8, Activation::Relu, 1), net(8, Activation::Relu, 2));
+    save_weights(&path, &[("actor", &actor), ("critic", &critic)]).unwrap();
+    let mut fresh = net(8, Activation::Relu, 3);
+    load_weights(&path, "critic", &mut fresh).unwrap();
+    assert_eq!(fresh, critic);
+    let mut tanh = net(8, Activation::Tanh, 3);
+    let before = tanh.clone();
+    let err = load_weights(&path, "actor", &mut tanh).unwrap_err();
+    assert!(matches!(err, Error::ArchitectureMismatch { .. }), "{err}");
+    assert_eq!(tanh, before);
+    assert!(matches!(
+        load_weights(dir.path().join("none"), "actor", &mut tanh),
+        Err(Error::CheckpointNotFound { .. })
+    ));
+}
+
+fn load_err(path: &Path, kind: &str) -> Error {
+    Checkpoint::<State>::load(path, kind).unwrap_err()
+}
+
+#[test]
+fn damaged_truncated_or_foreign_files_are_typed_errors() {
+    let (checkpoint, _, _) = checkpoint();
+    let dir = tempdir().unwrap();
+    let path = dir.path().join("c.safetensors");
+    checkpoint.save(&path).unwrap();
+    assert!(matches!(
+        load_err(&path, "ppo"),
+        Error::CheckpointKind { .. }
+    ));
+    let bytes = std::fs::read(&path).unwrap();
+    for cut in [0, 7, 100, bytes.len() / 2, bytes.len() - 1] {
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        assert!(
+            matches!(load_err(&path, "test"), Error::CheckpointCorrupt { .. }),
+            "cut at {cut}"
+        );
+    }
+    // A damaged header length (the first 8 bytes) and damaged JSON.
+    let mut damaged = bytes.clone();
+    damaged[7] = 0xff;
+    std::fs::write(&path, &damaged).unwrap();
+    assert!(matches!(
+        load_err(&path, "test"),
+        Error::CheckpointCorrupt { .. }
+    ));
+    let mut damaged = bytes.clone();
+    damaged[12] = b'!';
+    std::fs::write(&path, &damaged).unwrap();
+    assert!(matches!(
+        load_err(&path, "test"),
+        Error::CheckpointCorrupt { .. }
+    ));
+    // Another version.
+    let needle = b"\"version\":\"2\"";
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap();
+    let mut other = bytes.clone();
+    other[at + needle.len() - 2] = b'9';
+    std::fs::write(&path, &other).unwrap();
+    assert!(matches!(
+        load_err(&path, "test"),
+        Error::CheckpointVersion { found: 9, .. }
+    ));
+    assert!(matches!(
+        load_err(&dir.path().join("missing"), "test"),
+        Error::CheckpointNotFound { .. }
+    ));
+}
+
+#[test]
+fn non_finite_values_are_refused_and_the_old_file_stays() {
+    let (good, _, _) = checkpoint();
+    let dir = tempdir().unwrap();
+    let path = dir.path().join("c.safetensors");
+    good.save(&path).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let mut bad = good.clone();
+    bad.networks[0].params[5] = f32::NAN;
+    assert!(matches!(
+        bad.save(&path),
+        Err(Error::NonFinite { element: 5, .. })
+    ));
+    let mut bad = good;
+    if let Some(adam) = &mut bad.networks[0].optimizer {
+        adam.second[0] = f32::INFINITY;
+    }
+    assert!(matches!(bad.save(&path), Err(Error::NonFinite { .. })));
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporary file left behind"
+    );
+}
