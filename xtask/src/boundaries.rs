@@ -18,6 +18,8 @@ const NO_DFDX: &[&str] = &[
     "rl-envs",
     "rl-storage",
     "rl-actions",
+    "rl-nn",
+    "rl-history",
     "rl-collect",
 ];
 
@@ -32,7 +34,8 @@ const DESIGN: &[(&str, &[&str])] = &[
     ("rl-storage", &["rl-core"]),
     ("rl-collect", &["rl-core", "rl-storage"]),
     ("rl-actions", &["rl-core"]),
-    ("rl-history", &["rl-core"]),
+    ("rl-nn", &["rl-core"]),
+    ("rl-history", &["rl-core", "rl-nn"]),
     (
         "rl-algos",
         &[
@@ -40,6 +43,7 @@ const DESIGN: &[(&str, &[&str])] = &[
             "rl-envs",
             "rl-storage",
             "rl-actions",
+            "rl-nn",
             "rl-history",
             "rl-collect",
         ],
