@@ -10,6 +10,7 @@
 //! | `envs` | `rl-envs` | CartPole, Pendulum (Gymnasium bit for bit), masked CartPole, a 100k-action task |
 //! | `storage` | `rl-storage` | columnar replay and rollout storage in RAM, memmap files and on the GPU |
 //! | `actions` | `rl-actions` | index, lazy one-hot, binary and embedding action representations |
+//! | `nn` | `rl-nn` | the one network layer: MLPs with runtime sizes, Adam, safetensors checkpoints |
 //! | `history` | `rl-history` | history summarizers with bounded windows |
 //! | `algos` | `rl-algos` | PPO and SAC |
 //! | `collect` | `rl-collect` | synchronous and asynchronous collectors |
@@ -36,6 +37,9 @@ pub use rl_envs as envs;
 #[cfg(feature = "history")]
 #[cfg_attr(docsrs, doc(cfg(feature = "history")))]
 pub use rl_history as history;
+#[cfg(feature = "nn")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nn")))]
+pub use rl_nn as nn;
 #[cfg(feature = "storage")]
 #[cfg_attr(docsrs, doc(cfg(feature = "storage")))]
 pub use rl_storage as storage;
