@@ -9,8 +9,9 @@
 //! `{"solved", "env_steps", "wall_s", "mean_return", "window", "peak_rss_bytes", "seed"}`
 //! (`env_steps` and `wall_s` at the solve point, or at the end of the budget).
 //!
-//! Flags: `--seed N` (default 0), `--threads N` (default 1: dfdx's matmul runs on rayon's
-//! global pool, which gets exactly `N` threads), `--max-steps N` (budget, default
+//! Flags: `--seed N` (default 0), `--threads N` (default 1; the networks run on one
+//! thread, so more is accepted and noted), `--hidden W,W,...` (hidden layer widths of the
+//! actor and of the critic, default `64,64`), `--activation relu|tanh` (default relu), `--max-steps N` (budget, default
 //! 100_000), and for tuning `--n-steps`, `--n-envs`, `--batch`, `--epochs`, `--lr`,
 //! `--schedule` (env steps of the linear decay), `--normalize-obs true` (running
 //! observation normalisation, off by default; see `PpoConfig::normalize_obs`),
@@ -29,7 +30,7 @@
 //! Architecture and hyperparameters (from rl-zoo's tuned CartPole-v1 PPO, with ReLU,
 //! smaller minibatches, fewer epochs and a higher learning rate: the same number of
 //! gradient steps per environment step at a quarter of the arithmetic): separate actor
-//! and critic MLPs 4-64-64 with ReLU (actor head scaled by 0.01, dfdx's initialisation
+//! and critic MLPs 4-64-64 with ReLU (actor head scaled by 0.01, PyTorch's uniform initialisation
 //! otherwise), 8 environments x 32 steps per rollout (256 rows), minibatch 64, 5 epochs
 //! (20 gradient steps per rollout), gamma 0.98, GAE lambda 0.8, learning rate 2e-3 and
 //! clip range 0.2 both decaying linearly to 0 over 100_000 env steps (`--schedule`), no
@@ -43,7 +44,7 @@ use std::time::Instant;
 mod common;
 
 use anyhow::{Context, bail};
-use rl::algos::{ActorCritic, CategoricalPolicy, PolicyConfig, Ppo, PpoConfig};
+use rl::algos::{CategoricalPolicy, PolicyNetworks, Ppo, PpoConfig};
 use rl::collect::{CollectorConfig, SyncCollector};
 use rl::envs::CartPole;
 use rl::storage::RolloutBuffer;
@@ -54,6 +55,8 @@ const SOLVED_AT: f32 = 475.0;
 struct Args {
     seed: u64,
     threads: usize,
+    hidden: String,
+    activation: String,
     max_steps: u64,
     n_steps: usize,
     n_envs: usize,
@@ -71,6 +74,8 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
         seed: 0,
         threads: 1,
+        hidden: "64,64".to_owned(),
+        activation: "relu".to_owned(),
         max_steps: 100_000,
         n_steps: 32,
         n_envs: 8,
@@ -89,6 +94,8 @@ fn parse_args() -> anyhow::Result<Args> {
         let bad = || format!("{flag} {value}: not a valid number");
         match flag.as_str() {
             "--seed" => args.seed = value.parse().with_context(bad)?,
+            "--hidden" => args.hidden = value,
+            "--activation" => args.activation = value,
             "--threads" => args.threads = value.parse().with_context(bad)?,
             "--max-steps" => args.max_steps = value.parse().with_context(bad)?,
             "--n-steps" => args.n_steps = value.parse().with_context(bad)?,
@@ -102,18 +109,18 @@ fn parse_args() -> anyhow::Result<Args> {
             "--normalize-obs" => args.normalize_obs = value.parse().with_context(bad)?,
             "--normalize-reward" => args.normalize_reward = value.parse().with_context(bad)?,
             _ => bail!(
-                "unknown flag {flag}: use --seed, --threads, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr, --schedule, --normalize-obs, --normalize-reward, --checkpoint or --resume"
+                "unknown flag {flag}: use --seed, --threads, --hidden, --activation, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr, --schedule, --normalize-obs, --normalize-reward, --checkpoint or --resume"
             ),
         }
     }
     Ok(args)
 }
 
-type Policy = CategoricalPolicy<4, 64, 2>;
+type Policy = CategoricalPolicy;
 
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
-    common::thread_pool(args.threads)?;
+    common::check_threads(args.threads)?;
     let start = Instant::now();
 
     let config = PpoConfig {
@@ -139,7 +146,11 @@ fn main() -> anyhow::Result<()> {
     let envs: Vec<CartPole> = (0..args.n_envs as u64)
         .map(|i| CartPole::new(args.seed.wrapping_mul(1000).wrapping_add(i)))
         .collect();
-    let policy = Policy::for_env(&envs[0], PolicyConfig::new(), args.seed)?;
+    let policy = Policy::for_env(
+        &envs[0],
+        common::policy_config(&args.hidden, &args.activation)?,
+        args.seed,
+    )?;
     let mut collector = SyncCollector::new(
         envs,
         policy.clone(),

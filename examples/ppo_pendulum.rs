@@ -9,8 +9,9 @@
 //! `{"solved", "env_steps", "wall_s", "mean_return", "window", "peak_rss_bytes", "seed"}`
 //! (`env_steps` and `wall_s` at the solve point, or at the end of the budget).
 //!
-//! Flags: `--seed N` (default 0), `--threads N` (default 1: dfdx's matmul runs on rayon's
-//! global pool, which gets exactly `N` threads), `--max-steps N` (budget, default
+//! Flags: `--seed N` (default 0), `--threads N` (default 1; the networks run on one
+//! thread, so more is accepted and noted), `--hidden W,W,...` (hidden layer widths of the
+//! actor and of the critic, default `64,64`), `--activation relu|tanh` (default relu), `--max-steps N` (budget, default
 //! 300_000), and for tuning `--n-steps`, `--n-envs`, `--batch`, `--epochs`, `--lr`,
 //! `--schedule` (env steps of a linear decay of learning rate and clip range to 0; 0, the
 //! default, keeps both constant), `--log-std` (initial log standard deviation),
@@ -43,6 +44,8 @@ const SOLVED_AT: f32 = -500.0;
 struct Args {
     seed: u64,
     threads: usize,
+    hidden: String,
+    activation: String,
     max_steps: u64,
     n_steps: usize,
     n_envs: usize,
@@ -58,6 +61,8 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
         seed: 0,
         threads: 1,
+        hidden: "64,64".to_owned(),
+        activation: "relu".to_owned(),
         max_steps: 300_000,
         n_steps: 1024,
         n_envs: 4,
@@ -74,6 +79,8 @@ fn parse_args() -> anyhow::Result<Args> {
         let bad = || format!("{flag} {value}: not a valid number");
         match flag.as_str() {
             "--seed" => args.seed = value.parse().with_context(bad)?,
+            "--hidden" => args.hidden = value,
+            "--activation" => args.activation = value,
             "--threads" => args.threads = value.parse().with_context(bad)?,
             "--max-steps" => args.max_steps = value.parse().with_context(bad)?,
             "--n-steps" => args.n_steps = value.parse().with_context(bad)?,
@@ -85,18 +92,18 @@ fn parse_args() -> anyhow::Result<Args> {
             "--log-std" => args.log_std = value.parse().with_context(bad)?,
             "--normalize-reward" => args.normalize_reward = value.parse().with_context(bad)?,
             _ => bail!(
-                "unknown flag {flag}: use --seed, --threads, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr, --schedule, --log-std or --normalize-reward"
+                "unknown flag {flag}: use --seed, --threads, --hidden, --activation, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr, --schedule, --log-std or --normalize-reward"
             ),
         }
     }
     Ok(args)
 }
 
-type Policy = GaussianPolicy<3, 64, 1>;
+type Policy = GaussianPolicy;
 
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
-    common::thread_pool(args.threads)?;
+    common::check_threads(args.threads)?;
     let start = Instant::now();
 
     let scheduled = args.schedule > 0;
@@ -126,7 +133,7 @@ fn main() -> anyhow::Result<()> {
         &envs[0],
         PolicyConfig {
             log_std_init: args.log_std,
-            ..PolicyConfig::new()
+            ..common::policy_config(&args.hidden, &args.activation)?
         },
         args.seed,
     )?;

@@ -1,10 +1,9 @@
-//! The PPO training loop shared by the `ppo_*` examples: thread pool, memory plan,
-//! collect-update loop with progress lines, and the final JSON line.
+//! The PPO training loop shared by the `ppo_*` examples: flags shared by both, memory
+//! plan, collect-update loop with progress lines, and the final JSON line.
 
 use std::time::Instant;
 
-use anyhow::Context;
-use rl::algos::{ActorCritic, Ppo};
+use rl::algos::{ActorCritic, PolicyConfig, Ppo};
 use rl::collect::{RandomAction, SyncCollector};
 use rl::core::{Env, Location, MemoryPlan, ProcessMemory};
 use rl::storage::RolloutBuffer;
@@ -12,13 +11,33 @@ use rl::storage::RolloutBuffer;
 /// Episodes averaged for the solve criterion.
 pub(crate) const WINDOW: usize = 20;
 
-/// Gives rayon's global pool (where dfdx's matmul runs) exactly `threads` threads.
-pub(crate) fn thread_pool(threads: usize) -> anyhow::Result<()> {
+/// Checks `--threads`: the networks (rl-nn) run on the calling thread, so the run uses
+/// one thread whatever the flag says; above 1 it is accepted with a note.
+pub(crate) fn check_threads(threads: usize) -> anyhow::Result<()> {
     anyhow::ensure!(threads > 0, "--threads 0: use at least one thread");
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build_global()
-        .context("building rayon's global pool")
+    if threads > 1 {
+        eprintln!("note: --threads {threads}: PPO's networks run on one thread; the run uses one");
+    }
+    Ok(())
+}
+
+/// The policy settings from `--hidden W,W,...` and `--activation relu|tanh`.
+pub(crate) fn policy_config(hidden: &str, activation: &str) -> anyhow::Result<PolicyConfig> {
+    let hidden = hidden
+        .split(',')
+        .map(|w| w.trim().parse::<usize>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("--hidden {hidden:?}: give widths like 64,64 ({e})"))?;
+    let activation = activation
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--activation {activation:?}: {e}"))?;
+    let config = PolicyConfig {
+        hidden,
+        activation,
+        ..PolicyConfig::new()
+    };
+    config.validate()?;
+    Ok(config)
 }
 
 /// When a run counts as solved: the mean return over [`WINDOW`] episodes passes a bar.
@@ -63,12 +82,11 @@ pub(crate) fn print_plan<E, P>(
     plan.nest("rollout", &rollout.memory_plan());
     plan.nest("collector", &collector.memory_plan());
     plan.nest("optimiser", &ppo.memory_plan());
-    let weight_bytes = (ppo.adam().num_params() * size_of::<f32>()) as u64;
-    plan.add("policy/weights (learner)", Location::Ram, weight_bytes);
+    let params: usize = ppo.adams().iter().map(|a| a.num_params()).sum();
     plan.add(
         "policy/weights (collector copy)",
         Location::Ram,
-        weight_bytes,
+        (params * size_of::<f32>()) as u64,
     );
     eprintln!("{name}: seed {seed}, {threads} thread(s)");
     eprintln!("memory plan\n{plan}");
@@ -88,7 +106,6 @@ where
     E: Env<Obs = f32>,
     E::Act: RandomAction,
     P: ActorCritic<Act = E::Act>,
-    P::Net: Clone,
 {
     let mut solved = false;
     let mut last_print = Instant::now();

@@ -55,10 +55,13 @@ pub use error::{Error, Result};
 pub use nn::{DenseMlp, Workspace};
 pub use optim::{Adam, AdamConfig, AdamState, FlatAdam, clip_grad_norm};
 pub use policy::{
-    Activation, ActorCritic, CategoricalNet, CategoricalPolicy, Evaluation, GaussianNet,
-    GaussianPolicy, Mlp, Mode, ObsNormalizer, PolicyConfig, Relu, Tanh, TracedRows,
+    ActorCritic, CategoricalPolicy, GaussianPolicy, Mode, ObsNormalizer, PolicyArchitecture,
+    PolicyConfig, PolicyGradients, PolicyInit, PolicyKind, PolicyNetworks, PolicyWorkspace,
 };
-pub use ppo::{Ppo, PpoConfig, PpoState, RewardNormalizer, UpdateStats, clipped_surrogate};
+pub use ppo::{
+    CHECKPOINT_KIND as PPO_CHECKPOINT_KIND, Ppo, PpoConfig, PpoState, RewardNormalizer,
+    UpdateStats, clipped_surrogate, value_loss,
+};
 pub use sac::{
     ActionMaskFn, Core as SacCore, DiscreteSac, EntropyCoef, LearnedTable, Sac, SacConfig,
     SacState, SacStats, SacTrainer,

@@ -1,37 +1,36 @@
-//! Actor-critic policies on dfdx: a categorical one for discrete actions and a diagonal
-//! Gaussian one for continuous actions, each with a separate value network.
+//! Actor-critic policies on `rl-nn`: a categorical one for discrete actions and a
+//! diagonal Gaussian one for continuous actions, each an actor MLP and a separate critic
+//! MLP whose sizes and activation are chosen at run time.
 //!
-//! Both own their dfdx [`Cpu`] device (seeded) and a seeded generator for sampling
-//! actions, implement `rl-collect`'s [`Policy`](rl_collect::Policy) and
-//! [`ValuePolicy`](rl_collect::ValuePolicy) (so collectors drive them), and
-//! [`ActorCritic`], which is what a learner needs: log-probabilities and values of stored
-//! actions without a tape, in minibatches of a chosen size (memory does not grow with the
-//! rollout), and a traced pass returning log-probs, entropy and values on the tape.
-//!
-//! Either may hold an [`ObsNormalizer`] (none by default) that normalises every input,
-//! and exposes its sampling generator ([`ActorCritic::sampling_state`]) so that
-//! checkpoints resume the actions drawn exactly.
+//! Three small traits, each with one job:
+//! - acting: `rl-collect`'s [`Policy`](rl_collect::Policy) and
+//!   [`ValuePolicy`](rl_collect::ValuePolicy), so collectors drive them;
+//! - [`PolicyNetworks`]: the named networks (for optimisers, checkpoints and weight files),
+//!   the sampling generator and the observation normaliser;
+//! - [`ActorCritic`]: what PPO needs: log-probabilities and values of stored actions
+//!   without gradients (in minibatches, bit for bit those of one pass), and a training
+//!   pass (log-probs, entropies, values) with its backward pass, both through a
+//!   [`PolicyWorkspace`] allocated once.
 
 mod categorical;
+mod core;
 mod gaussian;
-mod mlp;
 mod normalize;
-mod shared;
 
 #[cfg(test)]
 mod tests;
 
-use dfdx::prelude::{Cpu, Gradients, OwnedTape, Tensor, TensorCollection};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::ValuePolicy;
+use rl_nn::{Activation, Architecture, Init, Weights};
 use rl_storage::Actions;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-pub use categorical::{CategoricalNet, CategoricalPolicy};
-pub use gaussian::{GaussianNet, GaussianPolicy};
-pub use mlp::{Activation, Mlp, Relu, Tanh};
+pub use self::core::{PolicyGradients, PolicyWorkspace};
+pub use categorical::CategoricalPolicy;
+pub use gaussian::GaussianPolicy;
 pub use normalize::ObsNormalizer;
 
 /// How a policy chooses actions when a collector calls it.
@@ -45,19 +44,40 @@ pub enum Mode {
     Deterministic,
 }
 
+/// How the actor and critic start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyInit {
+    /// PyTorch's default uniform initialisation, then the output layers scaled by
+    /// [`PolicyConfig::actor_head_scale`] and [`PolicyConfig::critic_head_scale`] with
+    /// zero biases. The default (the examples' settings were tuned with it).
+    #[default]
+    ScaledUniform,
+    /// Stable-Baselines3's and CleanRL's: orthogonal weights with gain `sqrt(2)` in the
+    /// hidden layers and [`PolicyConfig::actor_head_scale`] (0.01) or
+    /// [`PolicyConfig::critic_head_scale`] (1) in the output layers, zero biases.
+    Orthogonal,
+}
+
 /// Construction settings shared by both policies. Start from [`PolicyConfig::new`] and
 /// change fields with struct update syntax.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PolicyConfig {
+    /// Hidden layer widths of the actor and of the critic (default `[64, 64]`), chosen at
+    /// run time: at least one layer, every width at least 1.
+    pub hidden: Vec<usize>,
+    /// The nonlinearity between layers (default ReLU, cheaper than tanh).
+    pub activation: Activation,
+    /// How the networks start (default [`PolicyInit::ScaledUniform`]).
+    #[serde(default)]
+    pub init: PolicyInit,
     /// How actions are chosen (default [`Mode::Sample`]); also settable later.
     pub mode: Mode,
-    /// The actor's output layer is built with dfdx's initialisation, then its weights are
-    /// multiplied by this and its bias set to 0 (default 0.01, as Stable-Baselines3's
-    /// orthogonal gain for the policy head): the first policy is close to uniform
-    /// (categorical) or has means close to 0 (Gaussian). Positive and finite.
+    /// The actor's output-layer scale or gain (default 0.01, Stable-Baselines3's gain
+    /// for the policy head): the first policy is close to uniform (categorical) or has
+    /// means close to 0 (Gaussian). Positive and finite.
     pub actor_head_scale: f32,
-    /// The same for the critic's output layer (default 1.0: dfdx's initialisation as is,
-    /// bias set to 0). Positive and finite.
+    /// The critic's output-layer scale or gain (default 1.0). Positive and finite.
     pub critic_head_scale: f32,
     /// Gaussian policies only: the initial log standard deviation of every action
     /// dimension (default 0.0, a standard deviation of 1). Finite.
@@ -65,10 +85,13 @@ pub struct PolicyConfig {
 }
 
 impl PolicyConfig {
-    /// The defaults: [`Mode::Sample`], actor head scale 0.01, critic head scale 1.0,
-    /// initial log-std 0.0.
-    pub const fn new() -> Self {
+    /// The defaults: hidden `[64, 64]`, ReLU, scaled uniform initialisation,
+    /// [`Mode::Sample`], actor head scale 0.01, critic head scale 1.0, log-std 0.0.
+    pub fn new() -> Self {
         Self {
+            hidden: vec![64, 64],
+            activation: Activation::Relu,
+            init: PolicyInit::ScaledUniform,
             mode: Mode::Sample,
             actor_head_scale: 0.01,
             critic_head_scale: 1.0,
@@ -81,6 +104,15 @@ impl PolicyConfig {
     /// # Errors
     /// [`Error::Config`] naming the first invalid field.
     pub fn validate(&self) -> Result<()> {
+        if self.hidden.is_empty() || self.hidden.contains(&0) {
+            return Err(Error::config(
+                "policy.hidden",
+                format!(
+                    "is {:?}: give at least one hidden layer width, each at least 1 (64,64 is usual)",
+                    self.hidden
+                ),
+            ));
+        }
         for (what, scale) in [
             ("policy.actor_head_scale", self.actor_head_scale),
             ("policy.critic_head_scale", self.critic_head_scale),
@@ -105,6 +137,17 @@ impl PolicyConfig {
         }
         Ok(())
     }
+
+    /// The initialisation of a network whose output layer has scale or gain `head`.
+    fn init_of(&self, head: f32) -> Init {
+        match self.init {
+            PolicyInit::ScaledUniform => Init::Uniform,
+            PolicyInit::Orthogonal => Init::Orthogonal {
+                hidden_gain: std::f32::consts::SQRT_2,
+                output_gain: head,
+            },
+        }
+    }
 }
 
 impl Default for PolicyConfig {
@@ -113,78 +156,60 @@ impl Default for PolicyConfig {
     }
 }
 
-/// One row value per batch row, on the tape.
-pub type TracedRows = Tensor<(usize,), f32, Cpu, OwnedTape<f32, Cpu>>;
-
-/// What a traced pass returns, one value per row, for a learner's loss.
-///
-/// **Tape layout** (dfdx 0.13 keeps one tape per tensor and merges tapes only in binary
-/// operations):
-/// - `log_probs` carries the actor's operations (for the Gaussian also the log-std's)
-///   and the gradient store given to [`ActorCritic::evaluate_traced`], so the gradients
-///   `backward` returns hold every parameter of the network only if the loss uses
-///   `log_probs` (every policy-gradient loss does).
-/// - `values` carries the critic's operations.
-/// - `entropy` carries only its own operations: for the categorical policy, those after
-///   the actor's log-softmax, which reach the actor's weights through `log_probs`' tape;
-///   for the Gaussian, the log-std's (complete on its own: the entropy does not depend
-///   on the mean).
-///
-/// A loss made of the categorical `entropy` alone would give the actor exactly zero
-/// gradients, with no error (see `STACK-NOTES.md`): add `0 * log_probs` to such a loss.
-#[derive(Debug)]
-pub struct Evaluation {
-    /// `log pi(a | s)` of the given actions (summed over dimensions for the Gaussian).
-    pub log_probs: TracedRows,
-    /// Entropy of the action distribution at each observation.
-    pub entropy: TracedRows,
-    /// `V(s)`.
-    pub values: TracedRows,
+/// Which distribution a policy's actor parameterises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    /// Logits of a categorical distribution over discrete actions.
+    Categorical,
+    /// Means of a diagonal Gaussian with a state-independent log standard deviation.
+    Gaussian,
 }
 
-/// An actor-critic policy a learner can train: the network as a dfdx tensor collection,
-/// evaluation of stored actions without a tape (whole or in minibatches), and a traced
-/// pass for the loss.
-///
-/// Observations are `f32` rows of [`ActorCritic::OBS_LEN`] elements; actions rows of
-/// [`ActorCritic::ACT_LEN`] elements (one `u32` index for discrete policies).
-pub trait ActorCritic: ValuePolicy<Obs = f32, State = ()> {
-    /// The dfdx module holding every trainable tensor (give it to an optimiser,
-    /// `alloc_grads`, save/load).
-    type Net: TensorCollection<f32, Cpu>;
+/// What a policy is, as a comparable value: its kind and each named network's
+/// architecture (sizes and activation). Checkpoints record it, and a trainer refuses a
+/// checkpoint of another architecture even where tensor shapes agree.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PolicyArchitecture {
+    /// The distribution.
+    pub kind: PolicyKind,
+    /// `(name, architecture)` of every network, in [`PolicyNetworks::network_names`]'
+    /// order.
+    pub networks: Vec<(String, Architecture)>,
+}
 
-    /// Elements of one observation.
-    const OBS_LEN: usize;
-    /// Elements of one action (1 for a discrete index).
-    const ACT_LEN: usize;
+impl std::fmt::Display for PolicyArchitecture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.kind)?;
+        for (name, architecture) in &self.networks {
+            write!(f, "; {name}: {architecture}")?;
+        }
+        Ok(())
+    }
+}
 
-    /// The actions of a rollout (or rollout batch) as this policy's action slice.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for actions of the other kind (continuous actions for a
-    /// discrete policy, or the reverse).
-    fn stored_actions(actions: Actions<'_>) -> Result<&[Self::Act]>;
+/// A policy's trainable parts by name (what optimisers, checkpoints and weight files
+/// see), and the state acting depends on besides weights: the sampling generator and
+/// the observation normaliser.
+pub trait PolicyNetworks {
+    /// The networks' names, in order (`["actor", "critic"]`, and `"log_std"` for a
+    /// Gaussian policy).
+    fn network_names(&self) -> &'static [&'static str];
 
-    /// The network.
-    fn net(&self) -> &Self::Net;
+    /// The network at `index` of [`PolicyNetworks::network_names`]; `None` past the end.
+    fn network(&self, index: usize) -> Option<&dyn Weights>;
 
-    /// The network, mutably (for an optimiser step).
-    fn net_mut(&mut self) -> &mut Self::Net;
+    /// The network at `index`, mutably; `None` past the end.
+    fn network_mut(&mut self, index: usize) -> Option<&mut dyn Weights>;
 
-    /// The dfdx device the network lives on.
-    fn device(&self) -> &Cpu;
-
-    /// Names the architecture: the policy kind, layer sizes and activation, e.g.
-    /// `"categorical 4-64-64-2 relu"`. Checkpoints record it, and a checkpoint of another
-    /// architecture is refused even where tensor shapes agree (ReLU against tanh).
-    fn architecture() -> String;
+    /// What the policy is.
+    fn architecture(&self) -> PolicyArchitecture;
 
     /// A copy of the generator that samples actions (its exact state: a policy given it
-    /// with [`ActorCritic::set_sampling_state`] draws the same actions from then on).
+    /// with [`PolicyNetworks::set_sampling_state`] draws the same actions from then on).
     fn sampling_state(&self) -> Xoshiro256PlusPlus;
 
-    /// Replaces the generator that samples actions (from
-    /// [`ActorCritic::sampling_state`], possibly through a checkpoint).
+    /// Replaces the generator that samples actions.
     fn set_sampling_state(&mut self, state: Xoshiro256PlusPlus);
 
     /// The observation normaliser every input goes through, if any (none by default).
@@ -197,71 +222,95 @@ pub trait ActorCritic: ValuePolicy<Obs = f32, State = ()> {
     ///
     /// # Errors
     /// [`Error::Config`] for a normaliser of another observation length or with
-    /// non-finite statistics ([`ObsNormalizer::check`]); the policy is then unchanged.
+    /// non-finite statistics; the policy is then unchanged.
     fn set_obs_normalizer(&mut self, normalizer: Option<ObsNormalizer>) -> Result<()>;
+}
 
-    /// Writes `log pi(a | s)` of `actions` and `V(s)` for every row of `obs`, in one pass
-    /// without a tape. Memory grows with the number of rows: use
-    /// [`ActorCritic::evaluate_minibatched`] for a whole rollout.
+/// What PPO needs of an actor-critic policy: evaluation of stored actions without
+/// gradients, and a training pass with its backward pass, each through a
+/// [`PolicyWorkspace`] made once ([`ActorCritic::workspace`]).
+///
+/// Observations are `f32` rows of [`ActorCritic::obs_len`] elements; actions rows of
+/// [`ActorCritic::act_len`] elements (one `u32` index for a categorical policy).
+pub trait ActorCritic: ValuePolicy<Obs = f32, State = ()> + PolicyNetworks {
+    /// Elements of one observation.
+    fn obs_len(&self) -> usize;
+
+    /// Elements of one action (1 for a discrete index).
+    fn act_len(&self) -> usize;
+
+    /// The actions of a rollout (or rollout batch) as this policy's action slice.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for actions of the other kind.
+    fn stored_actions(actions: Actions<'_>) -> Result<&[Self::Act]>;
+
+    /// Scratch for passes over up to `max_rows` rows (at least 1): allocated here,
+    /// reused by every pass after.
+    fn workspace(&self, max_rows: usize) -> PolicyWorkspace;
+
+    /// Writes `log pi(a | s)` of `actions` and `V(s)` for every row of `obs`, through
+    /// `ws`, `ws.max_rows()` rows at a time: live memory is bounded by the workspace
+    /// whatever the number of rows, and the numbers equal those of one pass over all
+    /// rows, bit for bit (rows are independent). Allocates nothing.
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] if the slices do not hold the same number of rows;
-    /// [`Error::ActionOutOfRange`] for a discrete action not below the action count.
+    /// [`Error::ActionOutOfRange`] for a discrete action not below the action count;
+    /// [`Error::Config`] for a workspace of another policy.
+    fn evaluate_minibatched(
+        &self,
+        obs: &[f32],
+        actions: &[Self::Act],
+        log_probs: &mut [f32],
+        values: &mut [f32],
+        ws: &mut PolicyWorkspace,
+    ) -> Result<()>;
+
+    /// As [`ActorCritic::evaluate_minibatched`] with a workspace made for all the rows
+    /// (allocated by the call: for tests and one-off evaluations).
+    ///
+    /// # Errors
+    /// As [`ActorCritic::evaluate_minibatched`].
     fn log_probs_and_values(
         &self,
         obs: &[f32],
         actions: &[Self::Act],
         log_probs: &mut [f32],
         values: &mut [f32],
-    ) -> Result<()>;
-
-    /// As [`ActorCritic::log_probs_and_values`], `minibatch` rows at a time: live memory
-    /// is bounded by the minibatch (plus the caller's outputs), whatever the number of
-    /// rows. Gives the same numbers as the one-pass version (the tests check it
-    /// bit for bit).
-    ///
-    /// # Errors
-    /// As [`ActorCritic::log_probs_and_values`], and [`Error::Config`] for a `minibatch`
-    /// of 0.
-    fn evaluate_minibatched(
-        &self,
-        obs: &[f32],
-        actions: &[Self::Act],
-        minibatch: usize,
-        log_probs: &mut [f32],
-        values: &mut [f32],
     ) -> Result<()> {
-        if minibatch == 0 {
-            return Err(Error::config(
-                "evaluation minibatch",
-                "is 0: use at least one row per minibatch",
-            ));
-        }
-        let rows = log_probs.len();
-        check_rows::<Self::Act>(rows, Self::OBS_LEN, Self::ACT_LEN, obs, actions, values)?;
-        let chunks = obs
-            .chunks(minibatch * Self::OBS_LEN)
-            .zip(actions.chunks(minibatch * Self::ACT_LEN))
-            .zip(log_probs.chunks_mut(minibatch))
-            .zip(values.chunks_mut(minibatch));
-        for (((obs, actions), log_probs), values) in chunks {
-            self.log_probs_and_values(obs, actions, log_probs, values)?;
-        }
-        Ok(())
+        let mut ws = self.workspace(log_probs.len().max(1));
+        self.evaluate_minibatched(obs, actions, log_probs, values, &mut ws)
     }
 
-    /// The pass a loss is built from: log-probs of `actions`, entropies and values, on a
-    /// tape that accumulates into `grads` (from `net().alloc_grads()`). See
-    /// [`Evaluation`] for which tensor carries which part of the tape.
+    /// The training pass over at most `ws.max_rows()` rows: log-probs of `actions`,
+    /// entropies and values, left in `ws` ([`PolicyWorkspace::log_probs`],
+    /// [`PolicyWorkspace::entropies`], [`PolicyWorkspace::values`]) with what
+    /// [`ActorCritic::backward`] needs. Allocates nothing.
     ///
     /// # Errors
-    /// As [`ActorCritic::log_probs_and_values`] (without output buffers).
-    fn evaluate_traced(
+    /// As [`ActorCritic::evaluate_minibatched`], and [`Error::ShapeMismatch`] for more
+    /// rows than the workspace holds.
+    fn evaluate(&self, obs: &[f32], actions: &[Self::Act], ws: &mut PolicyWorkspace)
+    -> Result<()>;
+
+    /// The backward pass of the last [`ActorCritic::evaluate`] through `ws`, given the
+    /// gradient of a loss with respect to each row's log-prob, entropy and value: adds
+    /// the parameter gradients into `grads` (one buffer per network, from
+    /// [`PolicyGradients::new`]). Allocates nothing.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] for per-row slices or gradient buffers of the wrong
+    /// length, or actions other than those evaluated.
+    fn backward(
         &self,
-        obs: &[f32],
         actions: &[Self::Act],
-        grads: Gradients<f32, Cpu>,
-    ) -> Result<Evaluation>;
+        d_log_probs: &[f32],
+        d_entropies: &[f32],
+        d_values: &[f32],
+        ws: &mut PolicyWorkspace,
+        grads: &mut PolicyGradients,
+    ) -> Result<()>;
 }
 
 /// Checks that `obs`, `actions` and the per-row output hold `rows` rows.

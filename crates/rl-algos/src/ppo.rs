@@ -76,23 +76,24 @@
 use std::fmt;
 use std::path::Path;
 
-use dfdx::prelude::{
-    Backward, Cpu, Gradients, HasShape, MeanTo, OwnedTape, Tensor, TensorFromVec, WithEmptyTape,
-    ZeroGrads,
-};
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{DType, Element, Location, MemoryPlan};
+use rl_nn::{Adam, AdamConfig, Checkpoint, NetworkState};
 use rl_storage::{ActionShape, RolloutBatch, RolloutBuffer, RolloutConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
-use crate::optim::{Adam, AdamConfig, clip_grad_norm};
-use crate::policy::{ActorCritic, ObsNormalizer, TracedRows};
+use crate::policy::{
+    ActorCritic, ObsNormalizer, PolicyArchitecture, PolicyGradients, PolicyWorkspace,
+};
 
-/// A scalar on the tape.
-type TracedScalar = Tensor<(), f32, Cpu, OwnedTape<f32, Cpu>>;
+mod loss;
+
+pub use loss::{clipped_surrogate, value_loss};
+
+/// The `kind` of PPO checkpoints.
+pub const CHECKPOINT_KIND: &str = "ppo";
 
 /// Hyperparameters of [`Ppo`]: a plain struct, validated by [`PpoConfig::validate`] (and
 /// by [`Ppo::new`]). Start from [`PpoConfig::new`] or `default()` and change fields with
@@ -358,7 +359,7 @@ impl PpoConfig {
             }
             _ => {}
         }
-        self.adam().validate()
+        Ok(self.adam().validate()?)
     }
 
     /// The learning rate and clip range after `env_steps` environment steps.
@@ -470,44 +471,6 @@ pub struct UpdateStats {
     pub early_stopped: bool,
 }
 
-/// The clipped surrogate loss `-mean(min(r A, clamp(r, 1 - clip, 1 + clip) A))` with
-/// `r = exp(log_probs - old_log_probs)`, on `log_probs`' tape.
-///
-/// Where both terms are equal (the ratio inside the clip range) dfdx's `minimum` sends
-/// half the gradient each way and the clamp passes its half: the gradient is `r A` as it
-/// should be. Outside the range, on the side where clipping binds, it is 0.
-///
-/// # Errors
-/// [`Error::ShapeMismatch`] when the three do not have the same number of rows;
-/// [`Error::Device`] when a tensor cannot be allocated.
-pub fn clipped_surrogate(
-    log_probs: TracedRows,
-    old_log_probs: &[f32],
-    advantages: &[f32],
-    clip: f32,
-) -> Result<TracedScalar> {
-    let rows = log_probs.shape().0;
-    for (what, len) in [
-        ("old log-probs", old_log_probs.len()),
-        ("advantages", advantages.len()),
-    ] {
-        if len != rows {
-            return Err(Error::ShapeMismatch {
-                what,
-                expected: rows,
-                actual: len,
-            });
-        }
-    }
-    let dev = log_probs.device().clone();
-    let old = dev.try_tensor_from_vec(old_log_probs.to_vec(), (rows,))?;
-    let adv = dev.try_tensor_from_vec(advantages.to_vec(), (rows,))?;
-    let ratio = (log_probs - old).exp();
-    let clipped = ratio.with_empty_tape().clamp(1.0 - clip, 1.0 + clip) * adv.clone();
-    let unclipped = ratio * adv;
-    Ok(unclipped.minimum(clipped).mean().negate())
-}
-
 /// Per-minibatch numbers, summed over an update.
 #[derive(Clone, Copy, Debug, Default)]
 struct Sums {
@@ -520,16 +483,22 @@ struct Sums {
     steps: usize,
 }
 
-/// The part of [`Ppo`] one gradient step needs.
+/// The part of [`Ppo`] one gradient step needs, all allocated by [`Ppo::new`].
 struct Learner<P: ActorCritic> {
     policy: P,
-    adam: Adam<P::Net>,
-    /// Reused between steps; `None` after a step that did not finish.
-    grads: Option<Gradients<f32, Cpu>>,
-    /// `minibatch_size` each: old log-probs, normalised advantages, new log-probs.
+    /// One Adam per network of the policy (Adam is element-wise: the same steps as one
+    /// Adam over all of them).
+    adams: Vec<Adam>,
+    grads: PolicyGradients,
+    ws: PolicyWorkspace,
+    /// `minibatch_size` each: old log-probs, normalised advantages, new log-probs, and
+    /// the loss's gradients with respect to log-probs, entropies and values.
     old_log_probs: Vec<f32>,
     advantages: Vec<f32>,
     new_log_probs: Vec<f32>,
+    d_log_probs: Vec<f32>,
+    d_entropies: Vec<f32>,
+    d_values: Vec<f32>,
 }
 
 /// Settings of one update, after the schedules.
@@ -541,7 +510,7 @@ struct StepSettings {
 
 impl<P: ActorCritic> Learner<P> {
     /// One gradient step on `batch`, whose old log-probs are in `self.old_log_probs`.
-    /// `Ok(false)`: the target-KL rule stopped before stepping.
+    /// `Ok(false)`: the target-KL rule stopped before stepping. Allocates nothing.
     fn step(
         &mut self,
         batch: &RolloutBatch,
@@ -556,17 +525,12 @@ impl<P: ActorCritic> Learner<P> {
         if config.normalize_advantage && rows > 1 {
             normalize(advantages);
         }
-
-        let grads = match self.grads.take() {
-            Some(grads) => grads,
-            None => self.policy.net().try_alloc_grads()?,
-        };
         let actions = P::stored_actions(batch.actions())?;
-        let eval = self.policy.evaluate_traced(batch.obs(), actions, grads)?;
+        self.policy.evaluate(batch.obs(), actions, &mut self.ws)?;
 
         // Diagnostics before the step: approximate KL and clip fraction.
         let new = &mut self.new_log_probs[..rows];
-        eval.log_probs.copy_into(new);
+        new.copy_from_slice(self.ws.log_probs());
         let (mut kl, mut clipped) = (0.0f64, 0usize);
         for (&new, &old) in new.iter().zip(old) {
             let log_ratio = f64::from(new - old);
@@ -581,61 +545,57 @@ impl<P: ActorCritic> Learner<P> {
             return Ok(false);
         }
 
-        let dev = self.policy.device().clone();
-        let policy_loss = clipped_surrogate(eval.log_probs, old, advantages, settings.clip)?;
-        let returns = dev.try_tensor_from_vec(batch.returns().to_vec(), (rows,))?;
-        let value_loss: TracedScalar = match config.clip_range_vf {
-            None => (eval.values - returns).square().mean(),
-            Some(limit) => {
-                let old_values = dev.try_tensor_from_vec(batch.values().to_vec(), (rows,))?;
-                let unclipped = (eval.values.with_empty_tape() - returns.clone()).square();
-                let clipped = ((eval.values - old_values.clone()).clamp(-limit, limit)
-                    + old_values
-                    - returns)
-                    .square();
-                unclipped.maximum(clipped).mean()
-            }
-        };
-        let entropy: TracedScalar = eval.entropy.mean();
-        let (policy_value, value_value, entropy_value) =
-            (scalar(&policy_loss), scalar(&value_loss), scalar(&entropy));
+        let d_log_probs = &mut self.d_log_probs[..rows];
+        let policy_loss = clipped_surrogate(new, old, advantages, settings.clip, d_log_probs)?;
+        let d_values = &mut self.d_values[..rows];
+        let old_values = config.clip_range_vf.map(|limit| (batch.values(), limit));
+        let value_loss = value_loss(self.ws.values(), batch.returns(), old_values, d_values)?;
+        let entropies = self.ws.entropies();
+        let entropy = (entropies.iter().map(|&h| f64::from(h)).sum::<f64>() / rows as f64) as f32;
         for (what, value) in [
-            ("policy loss", policy_value),
-            ("value loss", value_value),
-            ("entropy", entropy_value),
+            ("policy loss", policy_loss),
+            ("value loss", value_loss),
+            ("entropy", entropy),
         ] {
             if !value.is_finite() {
                 return Err(Error::Diverged { what, value });
             }
         }
-        let loss = policy_loss + value_loss * config.vf_coef - entropy * config.ent_coef;
-        let mut grads = loss.backward();
-        let norm = clip_grad_norm(self.policy.net(), &mut grads, config.max_grad_norm)?;
+        // loss = policy + vf_coef * value - ent_coef * mean(entropy)
+        d_values.iter_mut().for_each(|g| *g *= config.vf_coef);
+        let d_entropies = &mut self.d_entropies[..rows];
+        d_entropies.fill(-config.ent_coef / rows as f32);
+        self.grads.zero();
+        self.policy.backward(
+            actions,
+            d_log_probs,
+            d_entropies,
+            d_values,
+            &mut self.ws,
+            &mut self.grads,
+        )?;
+        let norm = self.grads.clip_norm(config.max_grad_norm)?;
         if !norm.is_finite() {
             return Err(Error::Diverged {
                 what: "gradient norm",
                 value: norm,
             });
         }
-        self.adam.update(self.policy.net_mut(), &grads)?;
-        self.policy.net().zero_grads(&mut grads);
-        self.grads = Some(grads);
+        for (i, adam) in self.adams.iter_mut().enumerate() {
+            if let (Some(net), Some(grads)) = (self.policy.network_mut(i), self.grads.get(i)) {
+                adam.update(net.params_mut(), grads)?;
+            }
+        }
 
-        sums.policy_loss += f64::from(policy_value);
-        sums.value_loss += f64::from(value_value);
-        sums.entropy += f64::from(entropy_value);
+        sums.policy_loss += f64::from(policy_loss);
+        sums.value_loss += f64::from(value_loss);
+        sums.entropy += f64::from(entropy);
         sums.approx_kl += kl;
         sums.clip_fraction += clipped as f64 / rows as f64;
         sums.grad_norm += f64::from(norm);
         sums.steps += 1;
         Ok(true)
     }
-}
-
-fn scalar(t: &TracedScalar) -> f32 {
-    let mut value = [0.0f32];
-    t.copy_into(&mut value);
-    value[0]
 }
 
 /// Normalises to zero mean and unit (sample) standard deviation, `+ 1e-8` in the
@@ -685,15 +645,16 @@ fn explained_variance(values: &[f32], returns: &[f32]) -> f32 {
 /// It does not hold what lives outside the trainer: the environments' states, the
 /// collector's episode statistics and frame counter, and the collector's copy of the
 /// policy. Put the collector policy's sampling generator into the trainer's policy with
-/// [`ActorCritic::set_sampling_state`] before [`Ppo::checkpoint`] to carry it along (the
-/// `ppo_cartpole` example does).
+/// [`PolicyNetworks::set_sampling_state`](crate::PolicyNetworks::set_sampling_state) before
+/// [`Ppo::checkpoint`] to carry it along (the `ppo_cartpole` example does).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PpoState {
     /// The configuration. [`Ppo::restore`] refuses a checkpoint whose configuration
     /// differs from the trainer's in any field but `seed`.
     pub config: PpoConfig,
-    /// [`ActorCritic::architecture`] of the policy; must match on restore.
-    pub architecture: String,
+    /// The policy's architecture ([`PolicyNetworks::architecture`](crate::PolicyNetworks::architecture));
+    /// must match on restore.
+    pub architecture: PolicyArchitecture,
     /// Environment steps trained on ([`Ppo::env_steps`]; drives the schedules).
     pub env_steps: u64,
     /// Updates completed ([`Ppo::updates`]).
@@ -701,9 +662,10 @@ pub struct PpoState {
     /// The generator that shuffles minibatches.
     pub shuffle_rng: Xoshiro256PlusPlus,
     /// The trainer's policy's action-sampling generator
-    /// ([`ActorCritic::sampling_state`]).
+    /// ([`PolicyNetworks::sampling_state`](crate::PolicyNetworks::sampling_state)).
     pub sampling_rng: Xoshiro256PlusPlus,
-    /// The trainer's policy's observation normaliser ([`ActorCritic::obs_normalizer`]),
+    /// The trainer's policy's observation normaliser
+    /// ([`PolicyNetworks::obs_normalizer`](crate::PolicyNetworks::obs_normalizer)),
     /// if it has one ([`PpoConfig::normalize_obs`]).
     #[serde(default)]
     pub obs_normalizer: Option<ObsNormalizer>,
@@ -713,19 +675,19 @@ pub struct PpoState {
     pub reward_normalizer: Option<RewardNormalizer>,
 }
 
-/// PPO over an [`ActorCritic`] policy it owns, with an [`Adam`] whose state it owns.
+/// PPO over an [`ActorCritic`] policy it owns, with one [`Adam`] per network whose state
+/// it owns.
 ///
 /// Everything an update uses is allocated by [`Ppo::new`] ([`Ppo::memory_plan`]): Adam's
-/// state, the gradients (reused by every step; reallocated only after a step that did
-/// not finish, such as a target-KL stop), the minibatch order (one `u32` per rollout
-/// row), one [`RolloutBatch`] of `minibatch_size` rows, three `f32` scratch rows of that
-/// size, and, with
-/// [`PpoConfig::recompute_old_log_probs`], two `f32` per rollout row. Each gradient step
-/// also allocates dfdx's transient tensors for one minibatch (a few times
-/// `minibatch_size * hidden` floats), freed when the step ends.
+/// moments, one gradient buffer per network, a policy workspace of `minibatch_size` rows
+/// (and one of `eval_minibatch` rows with
+/// [`PpoConfig::recompute_old_log_probs`], plus two `f32` per rollout row), the
+/// minibatch order (one `u32` per rollout row), one [`RolloutBatch`] of
+/// `minibatch_size` rows and six `f32` scratch rows of that size. An update allocates
+/// nothing (tested with a counting allocator).
 ///
 /// ```no_run
-/// use rl_algos::{ActorCritic, CategoricalPolicy, PolicyConfig, Ppo, PpoConfig};
+/// use rl_algos::{CategoricalPolicy, PolicyConfig, Ppo, PpoConfig};
 /// use rl_collect::{CollectorConfig, SyncCollector};
 /// use rl_envs::CartPole;
 /// use rl_storage::RolloutBuffer;
@@ -733,7 +695,7 @@ pub struct PpoState {
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let config = PpoConfig { n_steps: 32, n_envs: 8, minibatch_size: 256, ..PpoConfig::new() };
 /// let envs: Vec<CartPole> = (0..8).map(CartPole::new).collect();
-/// let policy = CategoricalPolicy::<4, 64, 2>::for_env(&envs[0], PolicyConfig::new(), 0)?;
+/// let policy = CategoricalPolicy::for_env(&envs[0], PolicyConfig::new(), 0)?;
 /// let mut collector = SyncCollector::new(envs, policy.clone(), CollectorConfig::new(8))?;
 /// let mut ppo = Ppo::new(policy, config)?;
 /// let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
@@ -741,7 +703,7 @@ pub struct PpoState {
 ///     rollout.clear();
 ///     collector.collect_rollout(&mut rollout)?;
 ///     let stats = ppo.update(&rollout)?;
-///     *collector.policy_mut().net_mut() = ppo.policy().net().clone();
+///     ppo.copy_policy_into(collector.policy_mut())?;
 ///     println!("{stats:?}");
 /// }
 /// # Ok(()) }
@@ -756,6 +718,8 @@ pub struct Ppo<P: ActorCritic> {
     /// `recompute_old_log_probs`).
     recomputed_log_probs: Vec<f32>,
     recomputed_values: Vec<f32>,
+    /// With `recompute_old_log_probs`: a workspace of `eval_minibatch` rows.
+    eval_ws: Option<PolicyWorkspace>,
     rng: Xoshiro256PlusPlus,
     /// With `normalize_reward`: the running return statistics.
     reward_normalizer: Option<RewardNormalizer>,
@@ -767,7 +731,7 @@ impl<P: ActorCritic> fmt::Debug for Ppo<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ppo")
             .field("config", &self.config)
-            .field("adam", &self.learner.adam)
+            .field("adams", &self.learner.adams)
             .field("env_steps", &self.env_steps)
             .field("updates", &self.updates)
             .finish_non_exhaustive()
@@ -778,24 +742,26 @@ impl<P: ActorCritic> Ppo<P> {
     /// A learner for `policy`, allocating everything an update uses.
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid `config`; [`Error::Device`] when dfdx cannot
-    /// allocate the gradients.
+    /// [`Error::Config`] for an invalid `config`.
     pub fn new(mut policy: P, config: PpoConfig) -> Result<Self> {
         config.validate()?;
         if config.normalize_obs && policy.obs_normalizer().is_none() {
-            policy.set_obs_normalizer(Some(ObsNormalizer::new(P::OBS_LEN, config.obs_clip)?))?;
+            policy.set_obs_normalizer(Some(ObsNormalizer::new(policy.obs_len(), config.obs_clip)?))?;
         }
-        let rollout = Self::rollout_config_of(&config);
+        let rollout = rollout_config_of(&config, &policy);
         let batch = RolloutBatch::new(&rollout, config.minibatch_size)?;
-        let adam = Adam::new(policy.net(), config.adam())?;
+        let adams = (0..policy.network_names().len())
+            .filter_map(|i| policy.network(i).map(|n| Adam::new(n.num_params(), config.adam())))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         let rows = config.rollout_rows();
-        let recompute = if config.recompute_old_log_probs {
-            rows
+        let (recompute, eval_ws) = if config.recompute_old_log_probs {
+            (rows, Some(policy.workspace(config.eval_minibatch.min(rows))))
         } else {
-            0
+            (0, None)
         };
         let mb = config.minibatch_size;
-        let grads = policy.net().try_alloc_grads()?;
+        let grads = PolicyGradients::new(&policy);
+        let ws = policy.workspace(mb);
         let reward_normalizer = if config.normalize_reward {
             Some(RewardNormalizer::new(
                 config.n_envs,
@@ -807,16 +773,21 @@ impl<P: ActorCritic> Ppo<P> {
         Ok(Self {
             learner: Learner {
                 policy,
-                adam,
-                grads: Some(grads),
+                adams,
+                grads,
+                ws,
                 old_log_probs: vec![0.0; mb],
                 advantages: vec![0.0; mb],
                 new_log_probs: vec![0.0; mb],
+                d_log_probs: vec![0.0; mb],
+                d_entropies: vec![0.0; mb],
+                d_values: vec![0.0; mb],
             },
             batch,
             order: (0..).take(rows).collect(),
             recomputed_log_probs: vec![0.0; recompute],
             recomputed_values: vec![0.0; recompute],
+            eval_ws,
             rng: Xoshiro256PlusPlus::seed_from_u64(config.seed),
             reward_normalizer,
             env_steps: 0,
@@ -825,24 +796,11 @@ impl<P: ActorCritic> Ppo<P> {
         })
     }
 
-    fn rollout_config_of(config: &PpoConfig) -> RolloutConfig {
-        let action = if <P::Act as Element>::DTYPE == DType::U32 {
-            ActionShape::Discrete
-        } else {
-            ActionShape::Continuous(P::ACT_LEN)
-        };
-        RolloutConfig {
-            gamma: config.gamma,
-            gae_lambda: config.gae_lambda,
-            ..RolloutConfig::new(config.n_steps, config.n_envs, P::OBS_LEN, action)
-        }
-    }
-
     /// The configuration of the rollout buffers [`Ppo::update`] accepts: `n_steps` x
     /// `n_envs` rows of this policy's observations and actions, with this `gamma` and
     /// `gae_lambda`.
     pub fn rollout_config(&self) -> RolloutConfig {
-        Self::rollout_config_of(&self.config)
+        rollout_config_of(&self.config, &self.learner.policy)
     }
 
     /// The configuration.
@@ -865,14 +823,11 @@ impl<P: ActorCritic> Ppo<P> {
         self.learner.policy
     }
 
-    /// The optimiser (its state goes into checkpoints).
-    pub fn adam(&self) -> &Adam<P::Net> {
-        &self.learner.adam
-    }
-
-    /// The optimiser, mutably (to restore its state).
-    pub fn adam_mut(&mut self) -> &mut Adam<P::Net> {
-        &mut self.learner.adam
+    /// The optimisers, one per network of the policy in
+    /// [`PolicyNetworks::network_names`](crate::PolicyNetworks::network_names)' order
+    /// (their states go into checkpoints).
+    pub fn adams(&self) -> &[Adam] {
+        &self.learner.adams
     }
 
     /// Environment steps trained on so far (rows of the rollouts given to
@@ -892,7 +847,30 @@ impl<P: ActorCritic> Ppo<P> {
     pub fn memory_plan(&self) -> MemoryPlan {
         let f32s = |n: usize| (n * size_of::<f32>()) as u64;
         let mut plan = MemoryPlan::new();
-        plan.nest("ppo", &self.learner.adam.memory_plan());
+        let policy = &self.learner.policy;
+        for (i, name) in policy.network_names().iter().enumerate() {
+            if let (Some(net), Some(adam)) = (policy.network(i), self.learner.adams.get(i)) {
+                plan.add(
+                    format!("ppo/{name}/parameters"),
+                    Location::Ram,
+                    f32s(net.num_params()),
+                );
+                plan.nest(&format!("ppo/{name}"), &adam.memory_plan("optimizer"));
+            }
+        }
+        plan.nest("ppo", &self.learner.grads.memory_plan("policy"));
+        plan.add(
+            format!("ppo/policy workspace ({} rows)", self.learner.ws.max_rows()),
+            Location::Ram,
+            self.learner.ws.memory_bytes(),
+        );
+        if let Some(ws) = &self.eval_ws {
+            plan.add(
+                format!("ppo/evaluation workspace ({} rows)", ws.max_rows()),
+                Location::Ram,
+                ws.memory_bytes(),
+            );
+        }
         plan.nest("ppo/minibatch", &self.batch.memory_plan());
         plan.add(
             "ppo/minibatch_order",
@@ -902,12 +880,7 @@ impl<P: ActorCritic> Ppo<P> {
         plan.add(
             "ppo/scratch_rows",
             Location::Ram,
-            f32s(3 * self.config.minibatch_size),
-        );
-        plan.add(
-            "ppo/gradients",
-            Location::Ram,
-            f32s(self.learner.adam.num_params()),
+            f32s(6 * self.config.minibatch_size),
         );
         if self.config.recompute_old_log_probs {
             plan.add(
@@ -919,27 +892,35 @@ impl<P: ActorCritic> Ppo<P> {
         plan
     }
 
-    /// Everything needed to resume training exactly: the policy's weights, Adam's
-    /// moments and step counter, and a [`PpoState`] (configuration, architecture,
-    /// counters, the shuffling and sampling generators).
-    ///
-    /// # Errors
-    /// As [`NetWeights::from_net`](crate::NetWeights::from_net).
-    pub fn checkpoint(&self) -> Result<Checkpoint<PpoState>> {
-        Checkpoint::capture(
-            self.learner.policy.net(),
-            &self.learner.adam,
-            PpoState {
+    /// Everything needed to resume training exactly: every network's weights with its
+    /// Adam's moments and step counter (kind [`CHECKPOINT_KIND`]), and a [`PpoState`]
+    /// (configuration, architecture, counters, the shuffling and sampling generators,
+    /// normalisers).
+    pub fn checkpoint(&self) -> Checkpoint<PpoState> {
+        let policy = &self.learner.policy;
+        let networks = policy
+            .network_names()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, name)| {
+                let net = policy.network(i)?;
+                Some(NetworkState::capture(*name, net, self.learner.adams.get(i)))
+            })
+            .collect();
+        Checkpoint {
+            kind: CHECKPOINT_KIND.to_owned(),
+            networks,
+            state: PpoState {
                 config: self.config,
-                architecture: P::architecture(),
+                architecture: policy.architecture(),
                 env_steps: self.env_steps,
                 updates: self.updates,
                 shuffle_rng: self.rng.clone(),
-                sampling_rng: self.learner.policy.sampling_state(),
-                obs_normalizer: self.learner.policy.obs_normalizer().cloned(),
+                sampling_rng: policy.sampling_state(),
+                obs_normalizer: policy.obs_normalizer().cloned(),
                 reward_normalizer: self.reward_normalizer.clone(),
             },
-        )
+        }
     }
 
     /// Puts a checkpoint from [`Ppo::checkpoint`] back: weights, Adam's state, counters
@@ -957,18 +938,19 @@ impl<P: ActorCritic> Ppo<P> {
     /// [`Error::Config`] for an invalid optimiser configuration or observation
     /// normaliser.
     pub fn restore(&mut self, checkpoint: &Checkpoint<PpoState>) -> Result<()> {
-        let state = &checkpoint.extra;
-        let architecture = P::architecture();
+        let state = &checkpoint.state;
+        let policy = &self.learner.policy;
+        let architecture = policy.architecture();
         if state.architecture != architecture {
             return Err(Error::CheckpointMismatch {
                 what: "policy architecture".to_owned(),
-                expected: architecture,
-                actual: state.architecture.clone(),
+                expected: architecture.to_string(),
+                actual: state.architecture.to_string(),
             });
         }
         config_difference(&self.config, &state.config)?;
         if let Some(normalizer) = &state.obs_normalizer {
-            normalizer.check(P::OBS_LEN)?;
+            normalizer.check(policy.obs_len())?;
         }
         match (&state.reward_normalizer, self.config.normalize_reward) {
             (Some(normalizer), true) => {
@@ -982,34 +964,67 @@ impl<P: ActorCritic> Ppo<P> {
                 ));
             }
         }
-        // Checks weights and moments before writing either.
-        checkpoint.restore_into(self.learner.policy.net_mut(), &mut self.learner.adam)?;
+        // Every network and optimiser state is checked before anything is written.
+        let names = policy.network_names();
+        for (i, name) in names.iter().enumerate() {
+            let saved = checkpoint.network(name)?;
+            if let Some(net) = policy.network(i) {
+                saved.check_fits(net, self.learner.adams.get(i))?;
+            }
+        }
+        if checkpoint.networks.len() != names.len() {
+            return Err(Error::CheckpointMismatch {
+                what: "networks".to_owned(),
+                expected: format!("{names:?}"),
+                actual: format!(
+                    "{:?}",
+                    checkpoint.networks.iter().map(|n| n.name.as_str()).collect::<Vec<_>>()
+                ),
+            });
+        }
+        let learner = &mut self.learner;
+        for (i, name) in names.iter().enumerate() {
+            if let Some(net) = learner.policy.network_mut(i) {
+                checkpoint.network(name)?.restore_into(net, learner.adams.get_mut(i))?;
+            }
+        }
         self.env_steps = state.env_steps;
         self.updates = state.updates;
         self.rng = state.shuffle_rng.clone();
         self.config.seed = state.config.seed;
         self.reward_normalizer = state.reward_normalizer.clone();
-        self.learner
-            .policy
-            .set_sampling_state(state.sampling_rng.clone());
+        learner.policy.set_sampling_state(state.sampling_rng.clone());
         // Checked above: cannot fail.
-        self.learner
-            .policy
-            .set_obs_normalizer(state.obs_normalizer.clone())
+        learner.policy.set_obs_normalizer(state.obs_normalizer.clone())
     }
 
     /// Copies what acting depends on into `target` (the collector's copy of the policy):
-    /// the weights and the observation normaliser. The sampling generator stays.
+    /// every network's weights and the observation normaliser. The sampling generator
+    /// stays. Allocates nothing beyond the normaliser's copy.
     ///
     /// # Errors
-    /// As [`ActorCritic::set_obs_normalizer`] (not for a policy of this type).
-    pub fn copy_policy_into(&self, target: &mut P) -> Result<()>
-    where
-        P::Net: Clone,
-    {
-        let normalizer = self.learner.policy.obs_normalizer().cloned();
-        target.set_obs_normalizer(normalizer)?;
-        *target.net_mut() = self.learner.policy.net().clone();
+    /// [`Error::CheckpointMismatch`] for a target of another architecture; nothing
+    /// changes then.
+    pub fn copy_policy_into(&self, target: &mut P) -> Result<()> {
+        let source = &self.learner.policy;
+        for i in 0..source.network_names().len() {
+            let (Some(from), Some(to)) = (source.network(i), target.network(i)) else {
+                continue;
+            };
+            if from.architecture() != to.architecture() {
+                return Err(Error::CheckpointMismatch {
+                    what: "policy architecture".to_owned(),
+                    expected: from.architecture().to_string(),
+                    actual: to.architecture().to_string(),
+                });
+            }
+        }
+        target.set_obs_normalizer(source.obs_normalizer().cloned())?;
+        for i in 0..source.network_names().len() {
+            if let (Some(from), Some(to)) = (source.network(i), target.network_mut(i)) {
+                to.params_mut().copy_from_slice(from.params());
+            }
+        }
         Ok(())
     }
 
@@ -1018,7 +1033,7 @@ impl<P: ActorCritic> Ppo<P> {
     /// # Errors
     /// As [`Ppo::checkpoint`] and [`Checkpoint::save`].
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        self.checkpoint()?.save(path)
+        Ok(self.checkpoint().save(path)?)
     }
 
     /// Reads the checkpoint at `path` ([`Checkpoint::load`]) and [`Ppo::restore`]s it; on
@@ -1027,7 +1042,7 @@ impl<P: ActorCritic> Ppo<P> {
     /// # Errors
     /// As [`Checkpoint::load`] and [`Ppo::restore`].
     pub fn load(&mut self, path: impl AsRef<Path>) -> Result<()> {
-        self.restore(&Checkpoint::load(path)?)
+        self.restore(&Checkpoint::load(path, CHECKPOINT_KIND)?)
     }
 
     /// The reward-normalisation statistics ([`PpoConfig::normalize_reward`]; `None`
@@ -1117,15 +1132,17 @@ impl<P: ActorCritic> Ppo<P> {
 
         let env_steps = self.env_steps + rollout.rows() as u64;
         let (lr, clip) = self.config.scheduled(env_steps);
-        self.learner.adam.set_lr(lr)?;
-        if self.config.recompute_old_log_probs {
+        for adam in &mut self.learner.adams {
+            adam.set_lr(lr)?;
+        }
+        if let Some(ws) = &mut self.eval_ws {
             let actions = P::stored_actions(rollout.actions())?;
             self.learner.policy.evaluate_minibatched(
                 rollout.obs(),
                 actions,
-                self.config.eval_minibatch,
                 &mut self.recomputed_log_probs,
                 &mut self.recomputed_values,
+                ws,
             )?;
         }
         let settings = StepSettings {
@@ -1376,6 +1393,22 @@ fn shuffle(order: &mut [u32], rng: &mut Xoshiro256PlusPlus) {
     for i in (1..order.len()).rev() {
         let j = rng.random_range(0..=i);
         order.swap(i, j);
+    }
+}
+
+
+/// The rollout buffers a PPO over `policy` trains on: `n_steps` x `n_envs` rows of its
+/// observations and actions, with `gamma` and `gae_lambda`.
+fn rollout_config_of<P: ActorCritic>(config: &PpoConfig, policy: &P) -> RolloutConfig {
+    let action = if <P::Act as Element>::DTYPE == DType::U32 {
+        ActionShape::Discrete
+    } else {
+        ActionShape::Continuous(policy.act_len())
+    };
+    RolloutConfig {
+        gamma: config.gamma,
+        gae_lambda: config.gae_lambda,
+        ..RolloutConfig::new(config.n_steps, config.n_envs, policy.obs_len(), action)
     }
 }
 

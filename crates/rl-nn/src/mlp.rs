@@ -446,6 +446,14 @@ impl MlpWorkspace {
     pub fn max_rows(&self) -> usize {
         self.max_rows
     }
+
+    /// Bytes held by its buffers ([`Module::workspace_bytes`] of its network).
+    pub fn memory_bytes(&self) -> u64 {
+        let floats = self.activations.iter().map(Vec::len).sum::<usize>()
+            + self.delta.len()
+            + self.next_delta.len();
+        (floats * size_of::<f32>()) as u64
+    }
 }
 
 /// One free trainable tensor (a Gaussian policy's log standard deviations, a learned

@@ -2,101 +2,29 @@
 
 use std::fmt;
 
-use dfdx::prelude::{
-    Axis, BuildModule, Const, Cpu, Device, Dtype, Gradients, ModuleVisitor, NoneTape, Storage,
-    SumTo, Tape, Tensor, TensorCollection, TensorFromVec, Trace, WithEmptyTape,
-};
-use dfdx::tensor_ops::SelectTo;
 use rand::Rng;
 use rl_collect::{ActOutput, Policy, PolicyError, ValuePolicy};
 use rl_core::{Env, Space};
+use rl_nn::Weights;
 use rl_storage::Actions;
 
-use super::mlp::{Activation, Mlp, Relu};
-use super::shared::{PolicyCore, critic_values, delegate_to_core};
+use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace};
 use super::{
-    ActorCritic, Evaluation, Mode, PolicyConfig, check_len, check_rows, describe, rows_of,
+    ActorCritic, Mode, ObsNormalizer, PolicyArchitecture, PolicyConfig, PolicyKind,
+    PolicyNetworks, check_len, check_rows, describe, rows_of,
 };
 use crate::error::{Error, Result};
 
-/// The network of a [`CategoricalPolicy`]: an actor `OBS-HIDDEN-HIDDEN-ACTIONS` whose
-/// outputs are the logits of a categorical distribution, and a separate critic
-/// `OBS-HIDDEN-HIDDEN-1`. No shared trunk: actor and critic gradients never mix.
+/// A categorical policy over `actions` discrete actions with a value function, for
+/// observations of `obs_len` `f32` elements; sizes are chosen at run time.
 ///
-/// A dfdx [`TensorCollection`] visiting `actor` then `critic`.
-pub struct CategoricalNet<
-    const OBS: usize,
-    const HIDDEN: usize,
-    const ACTIONS: usize,
-    A,
-    E: Dtype,
-    D: Storage<E>,
-> {
-    /// Observation to logits.
-    pub actor: Mlp<OBS, HIDDEN, ACTIONS, A, E, D>,
-    /// Observation to value.
-    pub critic: Mlp<OBS, HIDDEN, 1, A, E, D>,
-}
-
-impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A, E: Dtype, D: Storage<E>> Clone
-    for CategoricalNet<OBS, HIDDEN, ACTIONS, A, E, D>
-{
-    fn clone(&self) -> Self {
-        Self {
-            actor: self.actor.clone(),
-            critic: self.critic.clone(),
-        }
-    }
-}
-
-impl<
-    const OBS: usize,
-    const HIDDEN: usize,
-    const ACTIONS: usize,
-    A: Activation,
-    E: Dtype,
-    D: Storage<E>,
-> fmt::Debug for CategoricalNet<OBS, HIDDEN, ACTIONS, A, E, D>
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CategoricalNet")
-            .field("actor", &self.actor)
-            .field("critic", &self.critic)
-            .finish()
-    }
-}
-
-impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation, D: Device<f32>>
-    TensorCollection<f32, D> for CategoricalNet<OBS, HIDDEN, ACTIONS, A, f32, D>
-{
-    type To<E2: Dtype, D2: Device<E2>> = CategoricalNet<OBS, HIDDEN, ACTIONS, A, E2, D2>;
-
-    fn iter_tensors<V: ModuleVisitor<Self, f32, D>>(
-        visitor: &mut V,
-    ) -> Result<Option<Self::To<V::E2, V::D2>>, V::Err> {
-        visitor.visit_fields(
-            (
-                Self::module("actor", |s| &s.actor, |s| &mut s.actor),
-                Self::module("critic", |s| &s.critic, |s| &mut s.critic),
-            ),
-            |(actor, critic)| CategoricalNet { actor, critic },
-        )
-    }
-}
-
-/// A categorical policy over `ACTIONS` discrete actions with a value function, for
-/// observations of `OBS` `f32` elements.
-///
-/// - Actor `OBS-HIDDEN-HIDDEN-ACTIONS` (logits) and critic `OBS-HIDDEN-HIDDEN-1`, both
-///   [`Mlp`]s with activation `A` ([`Relu`] by default, [`Tanh`](super::Tanh) on request).
-///   dfdx's initialisation (uniform in `±1/sqrt(fan_in)`), then the output layers scaled
-///   as [`PolicyConfig`] says (the actor's by 0.01 by default: a near-uniform first
-///   policy) with zero biases.
-/// - Owns its dfdx [`Cpu`] device, seeded with the construction seed (which fixes the
-///   initial weights), and a separate seeded generator for sampling actions.
-/// - [`Mode::Sample`] draws from `softmax(logits)`; [`Mode::Deterministic`] takes the
-///   argmax (the lowest index among ties). Either way the log-prob written is that of the
-///   chosen action under the current policy.
+/// - Actor `obs_len -> hidden -> actions` (logits) and critic `obs_len -> hidden -> 1`,
+///   separate `rl_nn::Mlp`s (no shared trunk) with the configured activation and
+///   initialisation ([`PolicyConfig`]): by default PyTorch's uniform initialisation with
+///   the actor's output layer scaled by 0.01, so the first policy is close to uniform.
+/// - [`Mode::Sample`] draws from `softmax(logits)` (inverse CDF with a seeded
+///   generator); [`Mode::Deterministic`] takes the argmax (the lowest index among ties).
+///   Either way the log-prob written is that of the chosen action.
 ///
 /// Cloning copies the weights and the sampling generator's state: reseed a clone with
 /// [`CategoricalPolicy::reseed`] so that copies do not draw the same actions.
@@ -105,7 +33,8 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation,
 /// use rl_algos::{ActorCritic, CategoricalPolicy, PolicyConfig};
 /// use rl_envs::CartPole;
 ///
-/// let policy = CategoricalPolicy::<4, 64, 2>::for_env(&CartPole::new(0), PolicyConfig::new(), 7)?;
+/// let config = PolicyConfig { hidden: vec![32, 32], ..PolicyConfig::new() };
+/// let policy = CategoricalPolicy::for_env(&CartPole::new(0), config, 7)?;
 /// let obs = [0.01f32, 0.0, -0.02, 0.0, 0.1, 0.2, 0.0, -0.1];
 /// let (mut log_probs, mut values) = ([0.0f32; 2], [0.0f32; 2]);
 /// policy.log_probs_and_values(&obs, &[0, 1], &mut log_probs, &mut values)?;
@@ -113,84 +42,84 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation,
 /// # Ok::<(), rl_algos::Error>(())
 /// ```
 #[derive(Clone)]
-pub struct CategoricalPolicy<
-    const OBS: usize,
-    const HIDDEN: usize,
-    const ACTIONS: usize,
-    A: Activation = Relu,
-> {
-    /// Its `scratch` holds the `rows x ACTIONS` log-probabilities of the last `act`.
-    core: PolicyCore<CategoricalNet<OBS, HIDDEN, ACTIONS, A, f32, Cpu>, OBS>,
+pub struct CategoricalPolicy {
+    core: PolicyCore,
 }
 
-impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation> fmt::Debug
-    for CategoricalPolicy<OBS, HIDDEN, ACTIONS, A>
-{
+impl fmt::Debug for CategoricalPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.core.debug_as("CategoricalPolicy", f)
     }
 }
 
-impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
-    CategoricalPolicy<OBS, HIDDEN, ACTIONS, A>
-{
-    /// A policy whose weights come from a device seeded with `seed`.
+impl CategoricalPolicy {
+    /// A policy over `actions` actions for observations of `obs_len` elements, its
+    /// weights drawn from `seed`.
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid `config` or a zero layer size.
-    pub fn new(config: PolicyConfig, seed: u64) -> Result<Self> {
-        config.validate()?;
-        if OBS == 0 || HIDDEN == 0 || ACTIONS == 0 {
-            return Err(Error::config(
-                "categorical policy",
-                format!("has layer sizes {OBS}-{HIDDEN}-{ACTIONS}: every size must be at least 1"),
-            ));
-        }
-        let core = PolicyCore::new(config, seed, |dev| {
-            let mut net = CategoricalNet::try_build(dev)?;
-            net.actor.rescale_output(config.actor_head_scale);
-            net.critic.rescale_output(config.critic_head_scale);
-            Ok(net)
-        })?;
-        Ok(Self { core })
+    /// [`Error::Config`] for an invalid `config` or a size of 0.
+    pub fn new(obs_len: usize, actions: usize, config: PolicyConfig, seed: u64) -> Result<Self> {
+        Ok(Self {
+            core: PolicyCore::new(obs_len, actions, config, seed, false)?,
+        })
     }
 
-    /// A policy for `env`, after checking its spaces ([`Self::check_space`],
-    /// [`Self::check_observation_space`]).
+    /// A policy for `env`'s spaces (an `f32` box of observations, discrete actions).
     ///
     /// # Errors
-    /// [`Error::SpaceMismatch`], or as [`Self::new`].
-    pub fn for_env<E: Env<Obs = f32, Act = u32>>(
-        env: &E,
-        config: PolicyConfig,
-        seed: u64,
-    ) -> Result<Self> {
-        Self::check_observation_space(env.observation_space())?;
-        Self::check_space(env.action_space())?;
-        Self::new(config, seed)
+    /// [`Error::SpaceMismatch`] for other spaces, or as [`Self::new`].
+    pub fn for_env<E: Env<Obs = f32, Act = u32>>(env: &E, config: PolicyConfig, seed: u64) -> Result<Self> {
+        let obs_len = match env.observation_space() {
+            Space::Box(b) if b.dtype() == rl_core::DType::F32 => b.flat_len(),
+            other => {
+                return Err(Error::SpaceMismatch {
+                    what: "observation space",
+                    expected: "a box of f32 elements".to_owned(),
+                    actual: describe(other),
+                });
+            }
+        };
+        let actions = match env.action_space() {
+            Space::Discrete { n } => *n as usize,
+            other => {
+                return Err(Error::SpaceMismatch {
+                    what: "action space",
+                    expected: "a discrete space".to_owned(),
+                    actual: describe(other),
+                });
+            }
+        };
+        Self::new(obs_len, actions, config, seed)
     }
 
-    /// Checks that an environment's action space is discrete with `ACTIONS` actions.
+    /// Checks that an environment's action space is discrete with this policy's number
+    /// of actions.
     ///
     /// # Errors
     /// [`Error::SpaceMismatch`] otherwise.
-    pub fn check_space(space: &Space) -> Result<()> {
+    pub fn check_space(&self, space: &Space) -> Result<()> {
         match space {
-            Space::Discrete { n } if *n as usize == ACTIONS => Ok(()),
+            Space::Discrete { n } if *n as usize == self.actions() => Ok(()),
             _ => Err(Error::SpaceMismatch {
                 what: "action space",
-                expected: format!("a discrete space of {ACTIONS} actions"),
+                expected: format!("a discrete space of {} actions", self.actions()),
                 actual: describe(space),
             }),
         }
     }
 
-    /// Checks that an environment's observation space is an `f32` box of `OBS` elements.
+    /// Checks that an environment's observation space is an `f32` box of this policy's
+    /// observation length.
     ///
     /// # Errors
     /// [`Error::SpaceMismatch`] otherwise.
-    pub fn check_observation_space(space: &Space) -> Result<()> {
-        super::check_box("observation space", space, OBS)
+    pub fn check_observation_space(&self, space: &Space) -> Result<()> {
+        super::check_box("observation space", space, self.core.obs_len)
+    }
+
+    /// Number of actions.
+    pub fn actions(&self) -> usize {
+        self.core.out()
     }
 
     /// The configuration it was built with (with the current mode).
@@ -213,74 +142,120 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
         self.core.reseed(seed);
     }
 
-    /// Writes the log-probabilities of every action, `rows x ACTIONS`, for the `rows`
+    /// Copies the weights and observation normaliser of `other` (a policy of the same
+    /// architecture, such as the learner's) into this one; its sampling generator stays.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointMismatch`] for another architecture; nothing changes then.
+    pub fn copy_weights_from(&mut self, other: &Self) -> Result<()> {
+        copy_weights(&mut self.core, &other.core)
+    }
+
+    /// Writes the log-probabilities of every action, `rows x actions`, for the `rows`
     /// observations in `obs`.
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] for slices of different row counts.
     pub fn all_log_probs(&self, obs: &[f32], log_probs: &mut [f32]) -> Result<()> {
-        let rows = rows_of(obs, OBS)?;
-        check_len("log-prob output", rows * ACTIONS, log_probs.len())?;
-        if rows > 0 {
-            self.log_softmax(self.core.input(obs, rows)?)
-                .copy_into(log_probs);
+        let rows = rows_of(obs, self.core.obs_len)?;
+        let n = self.actions();
+        check_len("log-prob output", rows * n, log_probs.len())?;
+        let mut ws = self.core.workspace(rows);
+        self.core.forward(obs, rows, &mut ws)?;
+        for (logits, out) in ws.actor.output().chunks_exact(n).zip(log_probs.chunks_exact_mut(n)) {
+            log_softmax(logits, out);
         }
         Ok(())
     }
 
-    fn indices(&self, actions: &[u32]) -> Result<Tensor<(usize,), usize, Cpu>> {
-        let mut indices = Vec::with_capacity(actions.len());
-        for (row, &action) in actions.iter().enumerate() {
-            if action as usize >= ACTIONS {
-                return Err(Error::ActionOutOfRange {
-                    row,
-                    action,
-                    actions: ACTIONS,
-                });
-            }
-            indices.push(action as usize);
+    fn check_actions(&self, actions: &[u32]) -> Result<()> {
+        let n = self.actions();
+        match actions.iter().position(|&a| a as usize >= n) {
+            Some(row) => Err(Error::ActionOutOfRange {
+                row,
+                action: actions[row],
+                actions: n,
+            }),
+            None => Ok(()),
         }
-        Ok(self
-            .core
-            .dev
-            .try_tensor_from_vec(indices, (actions.len(),))?)
     }
 
-    fn log_softmax<T: Tape<f32, Cpu>>(
-        &self,
-        x: Tensor<(usize, Const<OBS>), f32, Cpu, T>,
-    ) -> Tensor<(usize, Const<ACTIONS>), f32, Cpu, T> {
-        self.core.net.actor.forward_rows(x).log_softmax::<Axis<1>>()
+    /// Log-softmax of every row into `ws.head`, and the log-probs of `actions` (and
+    /// entropies when asked) into `ws`.
+    fn head(&self, actions: &[u32], ws: &mut PolicyWorkspace, entropies: bool) {
+        let n = self.actions();
+        let rows = ws.rows;
+        let PolicyWorkspace { actor, head, log_probs, entropies: ent, .. } = ws;
+        let rows_iter = actor.output().chunks_exact(n).zip(head.chunks_exact_mut(n)).take(rows);
+        for (r, (logits, l)) in rows_iter.enumerate() {
+            log_softmax(logits, l);
+            log_probs[r] = l[actions[r] as usize];
+            if entropies {
+                ent[r] = -l.iter().map(|&x| x.exp() * x).sum::<f32>();
+            }
+        }
     }
 
     fn act_rows(&mut self, obs: &[f32], rows: usize, out: ActOutput<'_, u32>) -> Result<()> {
-        check_len("observations", rows * OBS, obs.len())?;
         check_len("action output", rows, out.actions.len())?;
         check_len("log-prob output", rows, out.log_probs.len())?;
         check_len("value output", rows, out.values.len())?;
-        if rows == 0 {
-            return Ok(());
+        let mut ws = self.core.take_act_ws(rows);
+        let result = self.core.forward(obs, rows, &mut ws);
+        if result.is_ok() {
+            let n = self.actions();
+            let rows_iter = ws
+                .actor
+                .output()
+                .chunks_exact(n)
+                .zip(ws.head.chunks_exact_mut(n))
+                .zip(out.actions.iter_mut().zip(out.log_probs.iter_mut()));
+            for ((logits, l), (action, log_prob)) in rows_iter {
+                log_softmax(logits, l);
+                let chosen = match self.core.config.mode {
+                    Mode::Sample => sample(l, self.core.rng.random::<f32>()),
+                    Mode::Deterministic => argmax(l),
+                };
+                *action = chosen as u32;
+                *log_prob = l[chosen];
+            }
+            out.values.copy_from_slice(ws.values());
         }
-        let x = self.core.input(obs, rows)?;
-        self.core.scratch.resize(rows * ACTIONS, 0.0);
-        self.log_softmax(x.clone())
-            .copy_into(&mut self.core.scratch);
-        let rows_iter = self
-            .core
-            .scratch
-            .chunks_exact(ACTIONS)
-            .zip(out.actions.iter_mut())
-            .zip(out.log_probs.iter_mut());
-        for ((log_probs, action), log_prob) in rows_iter {
-            let chosen = match self.core.config.mode {
-                Mode::Sample => sample(log_probs, self.core.rng.random::<f32>()),
-                Mode::Deterministic => argmax(log_probs),
-            };
-            *action = chosen as u32;
-            *log_prob = log_probs[chosen];
+        self.core.act_ws = Some(ws);
+        result
+    }
+}
+
+/// Copies weights and normaliser between two policies of one architecture.
+pub(super) fn copy_weights(to: &mut PolicyCore, from: &PolicyCore) -> Result<()> {
+    for (ours, theirs) in [(&to.actor, &from.actor), (&to.critic, &from.critic)] {
+        if ours.architecture() != theirs.architecture() {
+            return Err(Error::CheckpointMismatch {
+                what: "policy architecture".to_owned(),
+                expected: ours.architecture().to_string(),
+                actual: theirs.architecture().to_string(),
+            });
         }
-        critic_values(&self.core.net.critic, x).copy_into(out.values);
-        Ok(())
+    }
+    if to.log_std.as_ref().map(Weights::architecture) != from.log_std.as_ref().map(Weights::architecture) {
+        return Err(Error::config("policy copy", "mixes a Gaussian and a categorical policy"));
+    }
+    to.actor.params_mut().copy_from_slice(from.actor.params());
+    to.critic.params_mut().copy_from_slice(from.critic.params());
+    if let (Some(a), Some(b)) = (&mut to.log_std, &from.log_std) {
+        a.params_mut().copy_from_slice(b.params());
+    }
+    to.obs_norm.clone_from(&from.obs_norm);
+    Ok(())
+}
+
+/// `out = logits - logsumexp(logits)`, in `f32` with the maximum subtracted first.
+fn log_softmax(logits: &[f32], out: &mut [f32]) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|&z| (z - max).exp()).sum();
+    let lse = max + sum.ln();
+    for (o, &z) in out.iter_mut().zip(logits) {
+        *o = z - lse;
     }
 }
 
@@ -313,45 +288,74 @@ fn argmax(values: &[f32]) -> usize {
     best
 }
 
-impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation> Policy
-    for CategoricalPolicy<OBS, HIDDEN, ACTIONS, A>
-{
+impl Policy for CategoricalPolicy {
     type Obs = f32;
     type Act = u32;
     type State = ();
 
-    fn act(
-        &mut self,
-        obs: &[f32],
-        states: &mut [()],
-        out: ActOutput<'_, u32>,
-    ) -> Result<(), PolicyError> {
+    fn act(&mut self, obs: &[f32], states: &mut [()], out: ActOutput<'_, u32>) -> Result<(), PolicyError> {
         Ok(self.act_rows(obs, states.len(), out)?)
     }
 }
 
-impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation> ValuePolicy
-    for CategoricalPolicy<OBS, HIDDEN, ACTIONS, A>
-{
-    fn values(
-        &mut self,
-        obs: &[f32],
-        states: &[()],
-        values: &mut [f32],
-    ) -> Result<(), PolicyError> {
-        Ok(self
-            .core
-            .write_values(&self.core.net.critic, obs, states.len(), values)?)
+impl ValuePolicy for CategoricalPolicy {
+    fn values(&mut self, obs: &[f32], states: &[()], values: &mut [f32]) -> Result<(), PolicyError> {
+        Ok(self.core.write_values(obs, states.len(), values)?)
     }
 }
 
-impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation> ActorCritic
-    for CategoricalPolicy<OBS, HIDDEN, ACTIONS, A>
-{
-    type Net = CategoricalNet<OBS, HIDDEN, ACTIONS, A, f32, Cpu>;
+impl PolicyNetworks for CategoricalPolicy {
+    fn network_names(&self) -> &'static [&'static str] {
+        &["actor", "critic"]
+    }
 
-    const OBS_LEN: usize = OBS;
-    const ACT_LEN: usize = 1;
+    fn network(&self, index: usize) -> Option<&dyn Weights> {
+        self.core.network(index)
+    }
+
+    fn network_mut(&mut self, index: usize) -> Option<&mut dyn Weights> {
+        self.core.network_mut(index)
+    }
+
+    fn architecture(&self) -> PolicyArchitecture {
+        PolicyArchitecture {
+            kind: PolicyKind::Categorical,
+            networks: vec![
+                ("actor".to_owned(), self.core.actor.architecture()),
+                ("critic".to_owned(), self.core.critic.architecture()),
+            ],
+        }
+    }
+
+    fn sampling_state(&self) -> rand_xoshiro::Xoshiro256PlusPlus {
+        self.core.rng.clone()
+    }
+
+    fn set_sampling_state(&mut self, state: rand_xoshiro::Xoshiro256PlusPlus) {
+        self.core.rng = state;
+    }
+
+    fn obs_normalizer(&self) -> Option<&ObsNormalizer> {
+        self.core.obs_norm.as_ref()
+    }
+
+    fn obs_normalizer_mut(&mut self) -> Option<&mut ObsNormalizer> {
+        self.core.obs_norm.as_mut()
+    }
+
+    fn set_obs_normalizer(&mut self, normalizer: Option<ObsNormalizer>) -> Result<()> {
+        self.core.set_obs_normalizer(normalizer)
+    }
+}
+
+impl ActorCritic for CategoricalPolicy {
+    fn obs_len(&self) -> usize {
+        self.core.obs_len
+    }
+
+    fn act_len(&self) -> usize {
+        1
+    }
 
     fn stored_actions(actions: Actions<'_>) -> Result<&[u32]> {
         match actions {
@@ -363,57 +367,77 @@ impl<const OBS: usize, const HIDDEN: usize, const ACTIONS: usize, A: Activation>
         }
     }
 
-    delegate_to_core!();
-
-    fn architecture() -> String {
-        format!("categorical {OBS}-{HIDDEN}-{HIDDEN}-{ACTIONS} {}", A::NAME)
+    fn workspace(&self, max_rows: usize) -> PolicyWorkspace {
+        self.core.workspace(max_rows)
     }
 
-    fn log_probs_and_values(
+    fn evaluate_minibatched(
         &self,
         obs: &[f32],
         actions: &[u32],
         log_probs: &mut [f32],
         values: &mut [f32],
+        ws: &mut PolicyWorkspace,
     ) -> Result<()> {
         let rows = log_probs.len();
-        check_rows(rows, OBS, 1, obs, actions, values)?;
-        if rows == 0 {
-            return Ok(());
+        check_rows(rows, self.core.obs_len, 1, obs, actions, values)?;
+        self.check_actions(actions)?;
+        let mb = ws.max_rows();
+        let chunks = obs
+            .chunks(mb * self.core.obs_len)
+            .zip(actions.chunks(mb))
+            .zip(log_probs.chunks_mut(mb).zip(values.chunks_mut(mb)));
+        for ((obs, actions), (log_probs, values)) in chunks {
+            self.core.forward(obs, actions.len(), ws)?;
+            self.head(actions, ws, false);
+            log_probs.copy_from_slice(ws.log_probs());
+            values.copy_from_slice(ws.values());
         }
-        let indices = self.indices(actions)?;
-        let x = self.core.input(obs, rows)?;
-        self.log_softmax::<NoneTape>(x.clone())
-            .select(indices)
-            .copy_into(log_probs);
-        critic_values(&self.core.net.critic, x).copy_into(values);
         Ok(())
     }
 
-    fn evaluate_traced(
+    fn evaluate(&self, obs: &[f32], actions: &[u32], ws: &mut PolicyWorkspace) -> Result<()> {
+        check_len("observations", actions.len() * self.core.obs_len, obs.len())?;
+        self.check_actions(actions)?;
+        self.core.forward(obs, actions.len(), ws)?;
+        self.head(actions, ws, true);
+        Ok(())
+    }
+
+    fn backward(
         &self,
-        obs: &[f32],
         actions: &[u32],
-        grads: Gradients<f32, Cpu>,
-    ) -> Result<Evaluation> {
-        let rows = actions.len();
-        check_len("observations", rows * OBS, obs.len())?;
-        let indices = self.indices(actions)?;
-        let x = self.core.input(obs, rows)?.traced(grads);
-        // The critic's branch starts with an empty tape; the actor's keeps `grads`.
-        let values = critic_values(&self.core.net.critic, x.with_empty_tape());
-        let log_softmax = self.log_softmax(x);
-        // Entropy `-sum(p log p)` from two copies of the log-softmax with empty tapes: its
-        // gradient reaches the actor through `log_probs`' tape (see `Evaluation`).
-        let probs = log_softmax.with_empty_tape().exp();
-        let entropy = (probs * log_softmax.with_empty_tape())
-            .sum::<(usize,), Axis<1>>()
-            .negate();
-        let log_probs = log_softmax.select(indices);
-        Ok(Evaluation {
-            log_probs,
-            entropy,
-            values,
-        })
+        d_log_probs: &[f32],
+        d_entropies: &[f32],
+        d_values: &[f32],
+        ws: &mut PolicyWorkspace,
+        grads: &mut PolicyGradients,
+    ) -> Result<()> {
+        let rows = ws.rows;
+        for (what, len) in [
+            ("actions", actions.len()),
+            ("log-prob gradients", d_log_probs.len()),
+            ("entropy gradients", d_entropies.len()),
+            ("value gradients", d_values.len()),
+        ] {
+            check_len(what, rows, len)?;
+        }
+        grads.check(&self.core)?;
+        self.check_actions(actions)?;
+        let n = self.actions();
+        let PolicyWorkspace { head, entropies, d_out, d_value, .. } = ws;
+        // d l_a / d z_j = [j = a] - p_j;  d H / d z_j = -p_j (l_j + H).
+        let rows_iter = head.chunks_exact(n).zip(d_out.chunks_exact_mut(n)).take(rows);
+        for (r, (l, dz)) in rows_iter.enumerate() {
+            let (g_lp, g_h, h) = (d_log_probs[r], d_entropies[r], entropies[r]);
+            for (j, (d, &lj)) in dz.iter_mut().zip(l).enumerate() {
+                let p = lj.exp();
+                let onehot = if j == actions[r] as usize { 1.0 } else { 0.0 };
+                *d = g_lp * (onehot - p) - g_h * p * (lj + h);
+            }
+        }
+        d_value[..rows].copy_from_slice(d_values);
+        self.core.backward_networks(ws, grads)
     }
 }
+

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 /// mean and variance (Chan et al.'s parallel formula), in `f64`.
 ///
 /// A policy holding one (see
-/// [`ActorCritic::set_obs_normalizer`](crate::ActorCritic::set_obs_normalizer))
+/// [`PolicyNetworks::set_obs_normalizer`](crate::PolicyNetworks::set_obs_normalizer))
 /// normalises every input with it, in acting and in evaluation alike; PPO with
 /// [`PpoConfig::normalize_obs`](crate::PpoConfig::normalize_obs) updates it after each
 /// update (see there).
@@ -91,6 +91,18 @@ impl ObsNormalizer {
         }
         self.count = total;
         Ok(())
+    }
+
+    /// Writes the normalised rows of `obs` into `out` (as long as `obs`). Allocates
+    /// nothing.
+    pub fn normalize_to(&self, obs: &[f32], out: &mut [f32]) {
+        let len = self.len().max(1);
+        let clip = f64::from(self.clip);
+        for (i, (o, &x)) in out.iter_mut().zip(obs).enumerate() {
+            let j = i % len;
+            *o = ((f64::from(x) - self.mean[j]) / (self.var[j] + 1e-8).sqrt()).clamp(-clip, clip)
+                as f32;
+        }
     }
 
     /// Writes the normalised rows of `obs` into `out` (cleared first).

@@ -1,0 +1,361 @@
+//! What [`CategoricalPolicy`](super::CategoricalPolicy) and
+//! [`GaussianPolicy`](super::GaussianPolicy) hold in common: the actor and critic on
+//! `rl-nn`, the sampling generator, the configuration, the observation normaliser, and
+//! the workspace and gradient buffers their passes run through.
+
+use std::fmt;
+
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rl_core::{Location, MemoryPlan};
+use rl_nn::{Mlp, MlpSpec, MlpWorkspace, Module, Parameters, Weights};
+
+use super::{ObsNormalizer, PolicyConfig, PolicyInit, PolicyNetworks, check_len};
+use crate::error::{Error, Result};
+
+/// Offsets the sampling generator's seed from the initialisation's, keeping the two
+/// streams apart.
+const SAMPLING_SEED_OFFSET: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The networks and state of a policy with `out` actor outputs per row.
+#[derive(Clone)]
+pub(super) struct PolicyCore {
+    pub(super) obs_len: usize,
+    pub(super) actor: Mlp,
+    pub(super) critic: Mlp,
+    /// A Gaussian policy's log standard deviations.
+    pub(super) log_std: Option<Parameters>,
+    pub(super) rng: Xoshiro256PlusPlus,
+    pub(super) config: PolicyConfig,
+    pub(super) obs_norm: Option<ObsNormalizer>,
+    /// Acting's workspace, grown to the largest batch acted on.
+    pub(super) act_ws: Option<PolicyWorkspace>,
+}
+
+impl PolicyCore {
+    /// Networks `obs_len -> hidden -> out` and `obs_len -> hidden -> 1`, initialised from
+    /// `seed`, with a separate sampling generator.
+    pub(super) fn new(
+        obs_len: usize,
+        out: usize,
+        config: PolicyConfig,
+        seed: u64,
+        log_std: bool,
+    ) -> Result<Self> {
+        config.validate()?;
+        if obs_len == 0 || out == 0 {
+            return Err(Error::config(
+                "policy sizes",
+                format!(
+                    "are {obs_len} observation elements and {out} actor outputs: both must be at least 1"
+                ),
+            ));
+        }
+        let mut init_rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        let mut build = |outputs: usize, head: f32| -> Result<Mlp> {
+            let spec = MlpSpec::new(obs_len, &config.hidden, outputs, config.activation);
+            let mut net = Mlp::new(spec, config.init_of(head), &mut init_rng)?;
+            if config.init == PolicyInit::ScaledUniform {
+                net.scale_output_layer(head);
+            }
+            Ok(net)
+        };
+        let actor = build(out, config.actor_head_scale)?;
+        let critic = build(1, config.critic_head_scale)?;
+        let log_std = if log_std {
+            Some(Parameters::filled(vec![out], config.log_std_init)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            obs_len,
+            actor,
+            critic,
+            log_std,
+            rng: sampling_rng(seed),
+            config,
+            obs_norm: None,
+            act_ws: None,
+        })
+    }
+
+    pub(super) fn reseed(&mut self, seed: u64) {
+        self.rng = sampling_rng(seed);
+    }
+
+    /// Actor outputs per row.
+    pub(super) fn out(&self) -> usize {
+        self.actor.output_dim()
+    }
+
+    pub(super) fn debug_as(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(name)
+            .field("actor", &self.actor.architecture())
+            .field("critic", &self.critic.architecture())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+
+    pub(super) fn set_obs_normalizer(&mut self, normalizer: Option<ObsNormalizer>) -> Result<()> {
+        if let Some(n) = &normalizer {
+            n.check(self.obs_len)?;
+        }
+        self.obs_norm = normalizer;
+        Ok(())
+    }
+
+    pub(super) fn workspace(&self, max_rows: usize) -> PolicyWorkspace {
+        let max_rows = max_rows.max(1);
+        let out = self.out();
+        PolicyWorkspace {
+            obs_len: self.obs_len,
+            out,
+            max_rows,
+            rows: 0,
+            input: vec![0.0; max_rows * self.obs_len],
+            actor: self.actor.workspace(max_rows),
+            critic: self.critic.workspace(max_rows),
+            head: vec![0.0; max_rows * out],
+            log_probs: vec![0.0; max_rows],
+            entropies: vec![0.0; max_rows],
+            values: vec![0.0; max_rows],
+            d_out: vec![0.0; max_rows * out],
+            d_value: vec![0.0; max_rows],
+        }
+    }
+
+    /// Takes `rows` observations into `ws` (normalised if the policy normalises) and runs
+    /// the actor and the critic on them: the actor's outputs are then
+    /// `ws.actor.output()`, the values `ws.values`.
+    pub(super) fn forward(&self, obs: &[f32], rows: usize, ws: &mut PolicyWorkspace) -> Result<()> {
+        if ws.obs_len != self.obs_len || ws.out != self.out() {
+            return Err(Error::config(
+                "policy workspace",
+                format!(
+                    "was made for {} observation elements and {} actor outputs but the policy has {} and {}: make it with the policy's workspace()",
+                    ws.obs_len,
+                    ws.out,
+                    self.obs_len,
+                    self.out()
+                ),
+            ));
+        }
+        if rows > ws.max_rows {
+            return Err(Error::shape(
+                "batch rows (at most the workspace's max_rows)",
+                ws.max_rows,
+                rows,
+            ));
+        }
+        check_len("observations", rows * self.obs_len, obs.len())?;
+        ws.rows = rows;
+        let input = &mut ws.input[..obs.len()];
+        match &self.obs_norm {
+            None => input.copy_from_slice(obs),
+            Some(normalizer) => normalizer.normalize_to(obs, input),
+        }
+        self.actor.forward(input, rows, &mut ws.actor)?;
+        let values = self.critic.forward(input, rows, &mut ws.critic)?;
+        ws.values[..rows].copy_from_slice(values);
+        Ok(())
+    }
+
+    /// The acting workspace, grown to hold `rows` rows.
+    pub(super) fn take_act_ws(&mut self, rows: usize) -> PolicyWorkspace {
+        match self.act_ws.take() {
+            Some(ws) if ws.max_rows >= rows && ws.out == self.out() => ws,
+            _ => self.workspace(rows),
+        }
+    }
+
+    /// `V(s)` of `rows` observations (`ValuePolicy::values`).
+    pub(super) fn write_values(&mut self, obs: &[f32], rows: usize, values: &mut [f32]) -> Result<()> {
+        check_len("value output", rows, values.len())?;
+        let mut ws = self.take_act_ws(rows);
+        let result = self.forward(obs, rows, &mut ws);
+        if result.is_ok() {
+            values.copy_from_slice(&ws.values[..rows]);
+        }
+        self.act_ws = Some(ws);
+        result
+    }
+
+    /// Backpropagates `ws.d_out` (actor outputs) and `ws.d_value` into the actor's and
+    /// critic's gradient buffers (checked by the caller with [`PolicyGradients::check`]).
+    pub(super) fn backward_networks(&self, ws: &mut PolicyWorkspace, grads: &mut PolicyGradients) -> Result<()> {
+        let rows = ws.rows;
+        let (actor, critic) = grads.buffers.split_at_mut(1);
+        self.actor
+            .backward(&mut ws.actor, &ws.d_out[..rows * ws.out], Some(&mut actor[0]), None)?;
+        self.critic
+            .backward(&mut ws.critic, &ws.d_value[..rows], Some(&mut critic[0]), None)?;
+        Ok(())
+    }
+
+    /// The networks in order: actor, critic, log-std.
+    pub(super) fn network(&self, index: usize) -> Option<&dyn Weights> {
+        match index {
+            0 => Some(&self.actor),
+            1 => Some(&self.critic),
+            2 => self.log_std.as_ref().map(|p| p as &dyn Weights),
+            _ => None,
+        }
+    }
+
+    pub(super) fn network_mut(&mut self, index: usize) -> Option<&mut dyn Weights> {
+        match index {
+            0 => Some(&mut self.actor),
+            1 => Some(&mut self.critic),
+            2 => self.log_std.as_mut().map(|p| p as &mut dyn Weights),
+            _ => None,
+        }
+    }
+}
+
+fn sampling_rng(seed: u64) -> Xoshiro256PlusPlus {
+    Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_add(SAMPLING_SEED_OFFSET))
+}
+
+/// Everything a policy's passes over up to `max_rows` rows need, allocated once
+/// ([`ActorCritic::workspace`](super::ActorCritic::workspace)): the (normalised) inputs,
+/// the actor's and critic's activations, and per-row outputs and gradients.
+#[derive(Clone, Debug)]
+pub struct PolicyWorkspace {
+    obs_len: usize,
+    out: usize,
+    max_rows: usize,
+    pub(super) rows: usize,
+    input: Vec<f32>,
+    pub(super) actor: MlpWorkspace,
+    critic: MlpWorkspace,
+    /// Per actor output: the log-softmax (categorical).
+    pub(super) head: Vec<f32>,
+    pub(super) log_probs: Vec<f32>,
+    pub(super) entropies: Vec<f32>,
+    values: Vec<f32>,
+    /// Gradients with respect to the actor's outputs and the values.
+    pub(super) d_out: Vec<f32>,
+    pub(super) d_value: Vec<f32>,
+}
+
+impl PolicyWorkspace {
+    /// Largest batch.
+    pub fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+
+    /// Rows of the last pass.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Log-probabilities of the last [`evaluate`](super::ActorCritic::evaluate).
+    pub fn log_probs(&self) -> &[f32] {
+        &self.log_probs[..self.rows]
+    }
+
+    /// Entropies of the last [`evaluate`](super::ActorCritic::evaluate).
+    pub fn entropies(&self) -> &[f32] {
+        &self.entropies[..self.rows]
+    }
+
+    /// Values of the last pass.
+    pub fn values(&self) -> &[f32] {
+        &self.values[..self.rows]
+    }
+
+    /// Bytes held by the workspace's buffers.
+    pub fn memory_bytes(&self) -> u64 {
+        let floats = self.input.len()
+            + self.head.len()
+            + self.log_probs.len()
+            + self.entropies.len()
+            + self.values.len()
+            + self.d_out.len()
+            + self.d_value.len();
+        (floats * size_of::<f32>()) as u64
+            + self.actor.memory_bytes()
+            + self.critic.memory_bytes()
+    }
+}
+
+/// One gradient buffer per network of a policy, in
+/// [`PolicyNetworks::network_names`]' order, allocated once and reused by every step.
+#[derive(Clone, Debug)]
+pub struct PolicyGradients {
+    buffers: Vec<Vec<f32>>,
+}
+
+impl PolicyGradients {
+    /// Zero gradients for every network of `policy`.
+    pub fn new<P: PolicyNetworks + ?Sized>(policy: &P) -> Self {
+        let buffers = (0..policy.network_names().len())
+            .filter_map(|i| policy.network(i).map(|n| vec![0.0; n.num_params()]))
+            .collect();
+        Self { buffers }
+    }
+
+    /// Sets every gradient to 0.
+    pub fn zero(&mut self) {
+        self.buffers.iter_mut().for_each(|b| b.fill(0.0));
+    }
+
+    /// The buffer of network `index`.
+    pub fn get(&self, index: usize) -> Option<&[f32]> {
+        self.buffers.get(index).map(Vec::as_slice)
+    }
+
+    /// Number of buffers (networks).
+    pub fn len(&self) -> usize {
+        self.buffers.len()
+    }
+
+    /// Whether there is no buffer.
+    pub fn is_empty(&self) -> bool {
+        self.buffers.is_empty()
+    }
+
+    /// Bytes held.
+    pub fn memory_plan(&self, name: &str) -> MemoryPlan {
+        let floats: usize = self.buffers.iter().map(Vec::len).sum();
+        MemoryPlan::new().with(
+            format!("{name}/gradients"),
+            Location::Ram,
+            (floats * size_of::<f32>()) as u64,
+        )
+    }
+
+    /// Scales every buffer so that the global L2 norm over all of them is at most
+    /// `max_norm` (`rl_nn::clip_grad_norm`), returning the norm before. Allocates nothing.
+    ///
+    /// # Errors
+    /// As `rl_nn::clip_grad_norm`.
+    pub fn clip_norm(&mut self, max_norm: f32) -> Result<f32> {
+        let norm = match self.buffers.as_mut_slice() {
+            [a] => rl_nn::clip_grad_norm(&mut [a], max_norm),
+            [a, b] => rl_nn::clip_grad_norm(&mut [a, b], max_norm),
+            [a, b, c] => rl_nn::clip_grad_norm(&mut [a, b, c], max_norm),
+            _ => {
+                let mut all: Vec<&mut [f32]> = self.buffers.iter_mut().map(Vec::as_mut_slice).collect();
+                rl_nn::clip_grad_norm(&mut all, max_norm)
+            }
+        }?;
+        Ok(norm)
+    }
+
+    /// Buffer `index`, mutably, for the policies' backward passes.
+    pub(super) fn buffer_mut(&mut self, index: usize) -> Option<&mut Vec<f32>> {
+        self.buffers.get_mut(index)
+    }
+
+    /// Checks that the buffers fit `core`'s networks.
+    pub(super) fn check(&self, core: &PolicyCore) -> Result<()> {
+        let networks = 2 + usize::from(core.log_std.is_some());
+        check_len("gradient buffers (one per network)", networks, self.buffers.len())?;
+        for (i, buffer) in self.buffers.iter().enumerate() {
+            let expected = core.network(i).map_or(0, |n| n.num_params());
+            check_len("network gradients", expected, buffer.len())?;
+        }
+        Ok(())
+    }
+}
