@@ -2,27 +2,21 @@
 //! schedules, the two sources of old log-probabilities, target-KL early stop, and a short
 //! CartPole run that must beat the random policy clearly.
 
-use dfdx::prelude::{Backward, Cpu, Tensor, TensorFromVec};
-use dfdx::tensor::Trace;
 use rl_collect::{CollectorConfig, SyncCollector};
 use rl_envs::CartPole;
 use rl_storage::{Actions, StepData};
 
 use super::*;
-use crate::policy::{CategoricalPolicy, PolicyConfig};
+use crate::policy::{ActorCritic, CategoricalPolicy, PolicyConfig, PolicyNetworks};
 
 /// Loss and gradient with respect to the log-probs of `clipped_surrogate` for ratios
 /// `ratios` (old log-probs 0).
 fn surrogate(ratios: &[f32], advantages: &[f32], clip: f32) -> (f32, Vec<f32>) {
-    let dev = Cpu::default();
-    let log_probs: Tensor<(usize,), f32, Cpu> =
-        dev.tensor_from_vec(ratios.iter().map(|r| r.ln()).collect(), (ratios.len(),));
+    let log_probs: Vec<f32> = ratios.iter().map(|r| r.ln()).collect();
     let old = vec![0.0; ratios.len()];
-    let loss =
-        clipped_surrogate(log_probs.leaky_trace(), &old, advantages, clip).expect("same rows");
-    let value = scalar(&loss);
-    let grads = loss.backward();
-    (value, grads.get(&log_probs).as_vec())
+    let mut grads = vec![f32::NAN; ratios.len()];
+    let loss = clipped_surrogate(&log_probs, &old, advantages, clip, &mut grads).expect("same rows");
+    (loss, grads)
 }
 
 fn close(a: f32, b: f32) -> bool {
@@ -64,9 +58,7 @@ fn clipped_surrogate_inside_the_range_is_the_plain_ratio_objective() {
 
 #[test]
 fn clipped_surrogate_checks_rows() {
-    let dev = Cpu::default();
-    let log_probs: Tensor<(usize,), f32, Cpu> = dev.tensor_from_vec(vec![0.0; 3], (3,));
-    let err = clipped_surrogate(log_probs.leaky_trace(), &[0.0; 2], &[0.0; 3], 0.2);
+    let err = clipped_surrogate(&[0.0; 3], &[0.0; 2], &[0.0; 3], 0.2, &mut [0.0; 3]);
     assert!(matches!(
         err,
         Err(Error::ShapeMismatch {
@@ -199,7 +191,7 @@ fn normalize_and_explained_variance() {
     assert_eq!(explained_variance(&[0.0; 3], &[5.0; 3]), 0.0);
 }
 
-type Cart = CategoricalPolicy<4, 64, 2>;
+type Cart = CategoricalPolicy;
 
 fn cartpole_setup(config: PpoConfig, seed: u64) -> (SyncCollector<CartPole, Cart>, Ppo<Cart>) {
     let envs: Vec<CartPole> = (0..config.n_envs as u64)
@@ -251,8 +243,9 @@ fn recorded_and_recomputed_old_log_probs_agree() -> Result<()> {
         let mut lp = vec![0.0; rollout.rows()];
         let mut v = vec![0.0; rollout.rows()];
         let actions = Cart::stored_actions(rollout.actions())?;
+        let mut ws = ppo.policy().workspace(100);
         ppo.policy()
-            .evaluate_minibatched(rollout.obs(), actions, 100, &mut lp, &mut v)?;
+            .evaluate_minibatched(rollout.obs(), actions, &mut lp, &mut v, &mut ws)?;
         for (a, b) in lp.iter().zip(rollout.log_probs()) {
             assert!((a - b).abs() < 1e-5, "{a} vs {b}");
         }
@@ -328,7 +321,7 @@ fn short_cartpole_run_beats_random_clearly() -> Result<()> {
         let stats = ppo.update(&rollout)?;
         assert!(stats.policy_loss.is_finite() && stats.value_loss.is_finite());
         assert_eq!(stats.minibatches, 20);
-        *collector.policy_mut().net_mut() = ppo.policy().net().clone();
+        ppo.copy_policy_into(collector.policy_mut())?;
     }
     assert!(
         best >= 150.0,
@@ -344,7 +337,7 @@ fn gaussian_updates_with_every_option_on() -> Result<()> {
     use crate::policy::GaussianPolicy;
     use rl_envs::Pendulum;
 
-    type Pend = GaussianPolicy<3, 32, 1>;
+    type Pend = GaussianPolicy;
     let config = PpoConfig {
         n_steps: 64,
         n_envs: 2,
@@ -361,8 +354,9 @@ fn gaussian_updates_with_every_option_on() -> Result<()> {
         ..PpoConfig::new()
     };
     let envs: Vec<Pendulum> = (0..2).map(Pendulum::new).collect();
-    let policy = Pend::for_env(&envs[0], PolicyConfig::new(), 4)?;
-    let before = policy.log_std();
+    let config32 = PolicyConfig { hidden: vec![32, 32], ..PolicyConfig::new() };
+    let policy = Pend::for_env(&envs[0], config32, 4)?;
+    let before = policy.log_std().to_vec();
     let mut collector =
         SyncCollector::new(envs, policy.clone(), CollectorConfig::new(2)).expect("collector");
     let mut ppo = Ppo::new(policy, config)?;
@@ -383,9 +377,9 @@ fn gaussian_updates_with_every_option_on() -> Result<()> {
         assert!(stats.minibatches >= 1);
         assert_eq!(ppo.env_steps(), update * 128);
         assert!(stats.clip_range < 0.2 && stats.learning_rate < 3e-4);
-        *collector.policy_mut().net_mut() = ppo.policy().net().clone();
+        ppo.copy_policy_into(collector.policy_mut())?;
     }
-    assert_ne!(ppo.policy().log_std(), before);
+    assert_ne!(ppo.policy().log_std(), before.as_slice());
     assert!(ppo.memory_plan().grand_total() > 0);
     Ok(())
 }
@@ -393,12 +387,10 @@ fn gaussian_updates_with_every_option_on() -> Result<()> {
 /// The weights and Adam moments as bits, for bit-identity checks (`f32`'s `==` would
 /// equate 0.0 and -0.0).
 fn bits(checkpoint: &Checkpoint<PpoState>) -> Vec<Vec<u32>> {
-    let tensors = checkpoint
-        .weights
-        .tensors
-        .iter()
-        .chain(&checkpoint.optimizer.first)
-        .chain(&checkpoint.optimizer.second);
+    let tensors = checkpoint.networks.iter().flat_map(|n| {
+        let adam = n.optimizer.as_ref().expect("trained networks have Adam states");
+        [&n.params, &adam.first, &adam.second]
+    });
     tensors
         .map(|t| t.iter().map(|v| v.to_bits()).collect())
         .collect()
@@ -483,16 +475,16 @@ fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
     ppo.policy_mut().set_sampling_state(sampling);
 
     let dir = tempfile::tempdir().expect("temporary directory");
-    let path = dir.path().join("ppo.ckpt.json");
+    let path = dir.path().join("ppo.safetensors");
     ppo.save(&path)?;
-    let saved = ppo.checkpoint()?;
-    assert_eq!(Checkpoint::<PpoState>::load(&path)?, saved);
-    assert_eq!(saved.extra.env_steps, 3 * 256);
-    assert_eq!(saved.extra.updates, 3);
-    assert_eq!(saved.extra.config.max_grad_norm, f32::INFINITY);
+    let saved = ppo.checkpoint();
+    assert_eq!(Checkpoint::<PpoState>::load(&path, CHECKPOINT_KIND)?, saved);
+    assert_eq!(saved.state.env_steps, 3 * 256);
+    assert_eq!(saved.state.updates, 3);
+    assert_eq!(saved.state.config.max_grad_norm, f32::INFINITY);
     if normalize_obs {
         let normalizer = saved
-            .extra
+            .state
             .obs_normalizer
             .as_ref()
             .expect("statistics saved");
@@ -504,11 +496,11 @@ fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
             ppo.policy().obs_normalizer()
         );
     } else {
-        assert!(saved.extra.obs_normalizer.is_none());
+        assert!(saved.state.obs_normalizer.is_none());
     }
     if normalize_reward {
         let normalizer = saved
-            .extra
+            .state
             .reward_normalizer
             .as_ref()
             .expect("reward statistics saved");
@@ -518,34 +510,35 @@ fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
         assert!(normalizer.returns.iter().any(|&r| r > 0.0));
         assert_eq!(normalizer.gamma, f64::from(config.gamma));
     } else {
-        assert!(saved.extra.reward_normalizer.is_none());
+        assert!(saved.state.reward_normalizer.is_none());
     }
 
     // A fresh trainer built with another seed (other weights, other generators).
     let (_, mut resumed) = cartpole_setup(PpoConfig { seed: 77, ..config }, 77);
-    assert_ne!(bits(&resumed.checkpoint()?), bits(&saved));
+    assert_ne!(bits(&resumed.checkpoint()), bits(&saved));
     assert_eq!(resumed.policy().obs_normalizer().is_some(), normalize_obs);
     if normalize_obs {
         assert_ne!(
             resumed.policy().obs_normalizer(),
-            saved.extra.obs_normalizer.as_ref()
+            saved.state.obs_normalizer.as_ref()
         );
     }
     assert_eq!(resumed.reward_normalizer().is_some(), normalize_reward);
     if normalize_reward {
         assert_ne!(
             resumed.reward_normalizer(),
-            saved.extra.reward_normalizer.as_ref()
+            saved.state.reward_normalizer.as_ref()
         );
     }
     resumed.load(&path)?;
     assert_eq!(resumed.reward_normalizer(), ppo.reward_normalizer());
-    let restored = resumed.checkpoint()?;
+    let restored = resumed.checkpoint();
     assert_eq!(bits(&restored), bits(&saved));
     assert_eq!(restored, saved);
     assert_eq!(resumed.env_steps(), ppo.env_steps());
     assert_eq!(resumed.updates(), ppo.updates());
-    assert_eq!(resumed.adam().steps(), ppo.adam().steps());
+    let steps = |p: &Ppo<Cart>| p.adams().iter().map(|a| a.steps()).collect::<Vec<_>>();
+    assert_eq!(steps(&resumed), steps(&ppo));
     assert_eq!(
         resumed.policy().sampling_state(),
         collector.policy().sampling_state()
@@ -565,7 +558,7 @@ fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
     let a = ppo.update(&rollout)?;
     let b = resumed.update(&copy)?;
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
-    let (after_a, after_b) = (ppo.checkpoint()?, resumed.checkpoint()?);
+    let (after_a, after_b) = (ppo.checkpoint(), resumed.checkpoint());
     assert_ne!(bits(&after_a), bits(&saved));
     assert_eq!(bits(&after_a), bits(&after_b));
     assert_eq!(after_a, after_b);
@@ -577,22 +570,22 @@ fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing()
     let (mut collector, mut ppo) = cartpole_setup(small_config(), 5);
     let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
     train_once(&mut collector, &mut ppo, &mut rollout)?;
-    let saved = ppo.checkpoint()?;
+    let saved = ppo.checkpoint();
 
     let (mut target_collector, mut target) = cartpole_setup(small_config(), 6);
     let mut target_rollout = RolloutBuffer::new(target.rollout_config())?;
     train_once(&mut target_collector, &mut target, &mut target_rollout)?;
     train_once(&mut target_collector, &mut target, &mut target_rollout)?;
-    let before = target.checkpoint()?;
+    let before = target.checkpoint();
     let unchanged = |target: &Ppo<Cart>| {
-        let now = target.checkpoint().expect("checkpoint");
+        let now = target.checkpoint();
         assert_eq!(bits(&now), bits(&before));
         assert_eq!(now, before);
     };
 
     // Another configuration: refused, naming the field.
     let mut other_config = saved.clone();
-    other_config.extra.config.epochs = 5;
+    other_config.state.config.epochs = 5;
     let err = target.restore(&other_config).unwrap_err();
     assert!(
         matches!(&err, Error::CheckpointMismatch { what, .. } if what == "ppo.epochs"),
@@ -601,10 +594,12 @@ fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing()
     unchanged(&target);
 
     // Another architecture: other sizes, or the same shapes with another activation.
-    let small = CategoricalPolicy::<4, 32, 2>::new(PolicyConfig::new(), 1)?;
-    let small_ckpt = Ppo::new(small, small_config())?.checkpoint()?;
-    let tanh = CategoricalPolicy::<4, 64, 2, crate::policy::Tanh>::new(PolicyConfig::new(), 1)?;
-    let tanh_ckpt = Ppo::new(tanh, small_config())?.checkpoint()?;
+    let config32 = PolicyConfig { hidden: vec![32, 32], ..PolicyConfig::new() };
+    let small = CategoricalPolicy::new(4, 2, config32, 1)?;
+    let small_ckpt = Ppo::new(small, small_config())?.checkpoint();
+    let tanh_config = PolicyConfig { activation: rl_nn::Activation::Tanh, ..PolicyConfig::new() };
+    let tanh = CategoricalPolicy::new(4, 2, tanh_config, 1)?;
+    let tanh_ckpt = Ppo::new(tanh, small_config())?.checkpoint();
     for other in [&small_ckpt, &tanh_ckpt] {
         let err = target.restore(other).unwrap_err();
         assert!(
@@ -617,30 +612,39 @@ fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing()
     // A checkpoint claiming the architecture but holding other weights or moments: the
     // shape checks refuse it before anything is written.
     let mut forged = small_ckpt.clone();
-    forged.extra.architecture = Cart::architecture();
+    forged.state.architecture = target.policy().architecture();
     let err = target.restore(&forged).unwrap_err();
-    assert!(matches!(err, Error::CheckpointShape { .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::Nn { source: rl_nn::Error::ArchitectureMismatch { .. } }),
+        "{err:?}"
+    );
     unchanged(&target);
     let mut forged = saved.clone();
-    forged.optimizer.second[3].pop();
+    if let Some(adam) = &mut forged.networks[1].optimizer {
+        adam.second.pop();
+    }
     let err = target.restore(&forged).unwrap_err();
-    assert!(matches!(err, Error::StateMismatch { .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::Nn { source: rl_nn::Error::StateMismatch { .. } }),
+        "{err:?}"
+    );
+    unchanged(&target);
+    // A checkpoint missing a network.
+    let mut forged = saved.clone();
+    forged.networks.pop();
+    assert!(target.restore(&forged).is_err());
     unchanged(&target);
 
     // The genuine checkpoint still restores afterwards.
     target.restore(&saved)?;
-    assert_eq!(target.checkpoint()?, saved);
+    assert_eq!(target.checkpoint(), saved);
     Ok(())
 }
 
-/// A short CartPole training loop as the example runs it, on a one-thread pool: the final
-/// weights and the JSON summary line.
+/// A short CartPole training loop as the example runs it: the final weights and the JSON
+/// summary line.
 fn short_training(seed: u64) -> (Vec<Vec<u32>>, String) {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .expect("one-thread pool");
-    pool.install(|| {
+    {
         let config = PpoConfig {
             learning_rate_end: Some(0.0),
             clip_range_end: Some(0.0),
@@ -661,8 +665,8 @@ fn short_training(seed: u64) -> (Vec<Vec<u32>>, String) {
             "updates": ppo.updates(),
         })
         .to_string();
-        (bits(&ppo.checkpoint().expect("checkpoint")), summary)
-    })
+        (bits(&ppo.checkpoint()), summary)
+    }
 }
 
 #[test]
@@ -721,7 +725,7 @@ fn obs_normalizer_statistics_and_clipping() -> Result<()> {
     assert!(hand.check(3).is_err());
 
     // A policy given a normaliser of another length refuses it and keeps its own.
-    let mut policy = Cart::new(PolicyConfig::new(), 1)?;
+    let mut policy = Cart::new(4, 2, PolicyConfig::new(), 1)?;
     assert!(policy.set_obs_normalizer(Some(hand)).is_err());
     assert!(policy.obs_normalizer().is_none());
     Ok(())
@@ -729,7 +733,7 @@ fn obs_normalizer_statistics_and_clipping() -> Result<()> {
 
 #[test]
 fn a_normalising_policy_equals_the_plain_one_on_normalised_inputs() -> Result<()> {
-    let plain = Cart::new(PolicyConfig::new(), 2)?;
+    let plain = Cart::new(4, 2, PolicyConfig::new(), 2)?;
     let mut normalizer = ObsNormalizer::new(4, 10.0)?;
     let obs: Vec<f32> = (0..64)
         .map(|i| (i as f32 * 0.37).sin() * 3.0 + 1.0)
@@ -833,5 +837,86 @@ fn short_cartpole_run_with_reward_normalisation() -> Result<()> {
     plain.normalize_rewards(&mut rollout)?;
     assert!(plain.reward_normalizer().is_none());
     assert!(rollout.rewards().iter().all(|&r| r == 1.0));
+    Ok(())
+}
+
+/// A full PPO update (minibatch gathers, training passes, losses, backward passes,
+/// clipping, Adam) allocates nothing after the first one, for both policies, with every
+/// option that adds work turned on.
+#[test]
+fn a_full_update_allocates_nothing_after_the_first() -> Result<()> {
+    let config = PpoConfig {
+        recompute_old_log_probs: true,
+        eval_minibatch: 100,
+        clip_range_vf: Some(1.0),
+        ent_coef: 0.01,
+        normalize_obs: true,
+        learning_rate_end: Some(0.0),
+        schedule_steps: Some(100_000),
+        ..small_config()
+    };
+    let (mut collector, mut ppo) = cartpole_setup(config, 9);
+    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+    train_once(&mut collector, &mut ppo, &mut rollout)?;
+    rollout.clear();
+    collector.collect_rollout(&mut rollout).expect("collect");
+    let (stats, alloc) = rl_testkit::measure(|| ppo.update(&rollout));
+    assert_eq!(stats?.minibatches, 16);
+    assert_eq!(alloc.allocations, 0, "{alloc:?}");
+
+    use crate::policy::GaussianPolicy;
+    use rl_envs::Pendulum;
+    let envs: Vec<Pendulum> = (0..2).map(Pendulum::new).collect();
+    let policy = GaussianPolicy::for_env(&envs[0], PolicyConfig::new(), 4)?;
+    let mut collector = SyncCollector::new(envs, policy.clone(), CollectorConfig::new(2)).expect("collector");
+    let config = PpoConfig { n_steps: 64, n_envs: 2, minibatch_size: 32, epochs: 2, ..config };
+    let mut ppo = Ppo::new(policy, config)?;
+    ppo.copy_policy_into(collector.policy_mut())?;
+    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+    collector.collect_rollout(&mut rollout).expect("collect");
+    ppo.update(&rollout)?;
+    let (stats, alloc) = rl_testkit::measure(|| ppo.update(&rollout));
+    assert_eq!(stats?.minibatches, 8);
+    assert_eq!(alloc.allocations, 0, "{alloc:?}");
+    Ok(())
+}
+
+/// A policy's weights written with `rl_nn::save_weights` read back into a fresh policy;
+/// a file of another architecture is refused with a typed error and changes nothing.
+#[test]
+fn policy_weights_round_trip_through_safetensors_and_other_architectures_are_refused() -> Result<()> {
+    let policy = Cart::new(4, 2, PolicyConfig::new(), 1)?;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("policy.safetensors");
+    let networks: Vec<(&str, &dyn rl_nn::Weights)> = policy
+        .network_names()
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (*name, policy.network(i).expect("network")))
+        .collect();
+    rl_nn::save_weights(&path, &networks)?;
+    let mut fresh = Cart::new(4, 2, PolicyConfig::new(), 2)?;
+    for (i, name) in ["actor", "critic"].into_iter().enumerate() {
+        assert_ne!(fresh.network(i).expect("network").params(), policy.network(i).expect("network").params());
+        rl_nn::load_weights(&path, name, fresh.network_mut(i).expect("network"))?;
+        assert_eq!(fresh.network(i).expect("network").params(), policy.network(i).expect("network").params());
+    }
+    let obs = [0.1f32, -0.2, 0.03, 0.4];
+    let (mut a, mut b) = ([0.0f32; 1], [0.0f32; 1]);
+    let (mut va, mut vb) = ([0.0f32; 1], [0.0f32; 1]);
+    policy.log_probs_and_values(&obs, &[1], &mut a, &mut va)?;
+    fresh.log_probs_and_values(&obs, &[1], &mut b, &mut vb)?;
+    assert_eq!((a, va), (b, vb));
+
+    for config in [
+        PolicyConfig { hidden: vec![32, 32], ..PolicyConfig::new() },
+        PolicyConfig { activation: rl_nn::Activation::Tanh, ..PolicyConfig::new() },
+    ] {
+        let mut other = Cart::new(4, 2, config, 3)?;
+        let before = other.network(0).expect("actor").params().to_vec();
+        let err = rl_nn::load_weights(&path, "actor", other.network_mut(0).expect("actor")).unwrap_err();
+        assert!(matches!(err, rl_nn::Error::ArchitectureMismatch { .. }), "{err}");
+        assert_eq!(other.network(0).expect("actor").params(), before.as_slice());
+    }
     Ok(())
 }
