@@ -7,11 +7,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 /// Initial values of a network's weights and biases.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Init {
     /// PyTorch's default for `nn.Linear`: weights and biases uniform in
-    /// `[-1/sqrt(fan_in), 1/sqrt(fan_in)]`.
+    /// `[-1/sqrt(fan_in), 1/sqrt(fan_in)]`. The default.
+    #[default]
     Uniform,
     /// Orthogonal weights scaled by a gain and zero biases, as Stable-Baselines3 and
     /// CleanRL initialise PPO (`torch.nn.init.orthogonal_`): every hidden layer with
@@ -23,12 +24,6 @@ pub enum Init {
         /// Gain of the output layer.
         output_gain: f32,
     },
-}
-
-impl Default for Init {
-    fn default() -> Self {
-        Self::Uniform
-    }
 }
 
 impl Init {

@@ -126,6 +126,10 @@ pub fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Acc
         }
         return;
     }
+    if kernel::preferred(m, k, n) {
+        kernel::matmul(dst, lhs, rhs, accumulate);
+        return;
+    }
     // SAFETY:
     // - the assert above checks that every element gemm reads ((m-1, k-1) of lhs and
     //   (k-1, n-1) of rhs at their strides) lies inside its slice, without overflow;
@@ -156,6 +160,8 @@ pub fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Acc
         );
     }
 }
+
+mod kernel;
 
 #[cfg(test)]
 mod tests;

@@ -54,6 +54,9 @@ fn weighted_sum(out: &[f64], weights: &[f32]) -> f64 {
         .sum()
 }
 
+/// Moves one parameter or input by the given step.
+type Perturb<'a> = dyn FnMut(&mut Vec<f64>, &mut Vec<f64>, f64) + 'a;
+
 /// Analytic gradients (f32 passes) against central finite differences of the f64
 /// reference, for parameters and inputs, with ReLU and tanh.
 fn check_gradients(activation: Activation, sizes: &[usize], rows: usize, seed: u64) {
@@ -87,16 +90,15 @@ fn check_gradients(activation: Activation, sizes: &[usize], rows: usize, seed: u
     if activation == Activation::Relu && pre.iter().any(|z| z.abs() < 1e-4) {
         return;
     }
-    let numeric =
-        |params: &[f64], x: &[f64], which: &mut dyn FnMut(&mut Vec<f64>, &mut Vec<f64>, f64)| {
-            let (mut p, mut xx) = (params.to_vec(), x.to_vec());
-            which(&mut p, &mut xx, h);
-            let up = weighted_sum(&reference(&net, &p, &xx, rows).0, &weights);
-            let (mut p, mut xx) = (params.to_vec(), x.to_vec());
-            which(&mut p, &mut xx, -h);
-            let down = weighted_sum(&reference(&net, &p, &xx, rows).0, &weights);
-            (up - down) / (2.0 * h)
-        };
+    let numeric = |params: &[f64], x: &[f64], which: &mut Perturb<'_>| {
+        let (mut p, mut xx) = (params.to_vec(), x.to_vec());
+        which(&mut p, &mut xx, h);
+        let up = weighted_sum(&reference(&net, &p, &xx, rows).0, &weights);
+        let (mut p, mut xx) = (params.to_vec(), x.to_vec());
+        which(&mut p, &mut xx, -h);
+        let down = weighted_sum(&reference(&net, &p, &xx, rows).0, &weights);
+        (up - down) / (2.0 * h)
+    };
     let close = |analytic: f32, numeric: f64| {
         (f64::from(analytic) - numeric).abs() <= 1e-4 + 1e-3 * numeric.abs()
     };
@@ -310,11 +312,8 @@ proptest! {
             let (rows, cols) = (layer.outputs(), layer.inputs());
             let at = |r: usize, c: usize| f64::from(w[r * cols + c]);
             // Gram matrix along the shorter side.
-            let (n, len, get): (usize, usize, Box<dyn Fn(usize, usize) -> f64>) = if rows <= cols {
-                (rows, cols, Box::new(|i, k| at(i, k)))
-            } else {
-                (cols, rows, Box::new(|i, k| at(k, i)))
-            };
+            let (n, len, transposed) = if rows <= cols { (rows, cols, false) } else { (cols, rows, true) };
+            let get = |i: usize, k: usize| if transposed { at(k, i) } else { at(i, k) };
             for i in 0..n {
                 for j in 0..n {
                     let dot: f64 = (0..len).map(|k| get(i, k) * get(j, k)).sum();

@@ -1,0 +1,712 @@
+//! An allocation-free single-threaded `sgemm`: `dst (+)= lhs * rhs` over strided views.
+//!
+//! # Design
+//!
+//! - **Microkernels.** A register-blocked outer-product kernel computes an `MR x NR` tile
+//!   of `dst` over `kc` steps of the inner dimension: per step it loads one row of `NR`
+//!   values of `rhs` and broadcasts `MR` values of `lhs`, then issues `MR * NR / lanes`
+//!   fused multiply-adds into accumulators that stay in registers. AVX-512: `MR = 12`,
+//!   `NR = 32` (24 `zmm` accumulators); AVX2+FMA: `MR = 6`, `NR = 16` (12 `ymm`); the
+//!   portable fallback: `MR = 4`, `NR = 8` in plain Rust that the compiler vectorises.
+//!   Column remainders use masked loads and stores (AVX-512 `k` masks, AVX2
+//!   `vmaskmovps`), row remainders a kernel instantiated for that many rows; the
+//!   destination is overwritten or added to in the store, so `dst` is read at most once.
+//! - **Operands in place when possible.** `lhs` is never packed: the kernel broadcasts
+//!   its elements from their strided positions (a kernel specialised for `lhs` row stride
+//!   1, the `dy^T` of a weight gradient, uses immediate offsets). `rhs` is read in place
+//!   when its rows are contiguous (column stride 1) and packed otherwise (the `W^T` of a
+//!   forward pass): into `kc x NR` panels, one after another, 64-byte aligned.
+//! - **Blocking.** `kc <= KC` (256) steps per kernel call keep the kernel's `MR x kc`
+//!   strip of `lhs` in L1 while it sweeps a `kc x nc` block of `rhs` (`nc <= NC`, 512
+//!   columns) held in L2; the first `kc` block applies the caller's [`Accumulate`], later
+//!   ones add.
+//! - **Matrix-vector shapes.** With one or two output columns and contiguous `lhs` rows
+//!   (a scalar head: `x * w^T`), the AVX-512 path runs dot products along the rows
+//!   instead, where a 32-column tile would waste 30 of every 32 lanes.
+//!
+//! # Allocation
+//!
+//! Packing scratch is a thread-local `Vec<f32>` that only grows: a call that needs more
+//! than any earlier call on this thread resizes it (one allocation), every other call
+//! reuses it. After one warm-up call per shape (or one call with the largest shape), a
+//! thread multiplies without touching the allocator. The buffer lives until its thread
+//! exits; its size is bounded by `KC * NC` floats plus alignment (512 KiB).
+//!
+//! # Paths
+//!
+//! [`Path::detect`] picks AVX-512, AVX2+FMA or the portable kernel once per process from
+//! the CPU (the repository never sets `target-cpu`); [`matmul_with`] takes the path
+//! explicitly so that tests can run every path the machine supports.
+
+#![allow(
+    unsafe_code,
+    reason = "SIMD intrinsics and raw-pointer microkernels; bounds are checked once up front"
+)]
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use super::{Accumulate, MatRef};
+
+/// Inner-dimension block: steps of `k` per microkernel call.
+const KC: usize = 256;
+/// Column block of `rhs` packed (or swept in place) per `kc` block.
+const NC: usize = 512;
+/// Packed panels start on this many floats (64 bytes).
+const ALIGN: usize = 16;
+
+/// Which set of kernels runs a product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// AVX-512F kernels (`zmm`, mask registers).
+    Avx512,
+    /// AVX2 and FMA kernels (`ymm`).
+    Avx2,
+    /// Plain Rust, vectorised by the compiler for the baseline target.
+    Portable,
+}
+
+/// The cached choice of [`Path::detect`]: 0 until detected, then `1 + ` the path's index.
+static DETECTED: AtomicU8 = AtomicU8::new(0);
+
+impl Path {
+    /// Every path, fastest first.
+    pub(crate) const ALL: [Path; 3] = [Path::Avx512, Path::Avx2, Path::Portable];
+
+    /// The fastest path this CPU runs, detected once per process.
+    pub(crate) fn detect() -> Self {
+        match DETECTED.load(Ordering::Relaxed) {
+            1 => Path::Avx512,
+            2 => Path::Avx2,
+            3 => Path::Portable,
+            _ => {
+                let path = Self::ALL
+                    .into_iter()
+                    .find(|path| path.available())
+                    .unwrap_or(Path::Portable);
+                let code = match path {
+                    Path::Avx512 => 1,
+                    Path::Avx2 => 2,
+                    Path::Portable => 3,
+                };
+                DETECTED.store(code, Ordering::Relaxed);
+                path
+            }
+        }
+    }
+
+    /// Whether this CPU can run the path.
+    pub(crate) fn available(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Path::Avx512 | Path::Avx2 => false,
+            Path::Portable => true,
+        }
+    }
+}
+
+thread_local! {
+    /// Packing scratch: grows to the largest size this thread ever needed, never shrinks.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether [`super::matmul`] runs an `m x k x n` product here rather than on gemm.
+pub(crate) fn preferred(_m: usize, _k: usize, _n: usize) -> bool {
+    true
+}
+
+/// `dst (m x n, row-major) = lhs * rhs` (or `+=`) on the fastest path of this CPU.
+///
+/// # Panics
+/// As [`matmul_with`].
+pub(crate) fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Accumulate) {
+    matmul_with(Path::detect(), dst, lhs, rhs, accumulate);
+}
+
+/// `dst (m x n, row-major) = lhs * rhs` (or `+=`) on the given path.
+///
+/// # Panics
+/// If the shapes do not agree, a view leaves its slice, or the CPU lacks `path`.
+pub(crate) fn matmul_with(
+    path: Path,
+    dst: &mut [f32],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    accumulate: Accumulate,
+) {
+    let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
+    assert!(
+        rhs.rows() == k && dst.len() == m * n && lhs.in_bounds() && rhs.in_bounds(),
+        "matmul shapes: dst {} for {m}x{k} * {}x{n}",
+        dst.len(),
+        rhs.rows()
+    );
+    assert!(path.available(), "this CPU cannot run the {path:?} kernels");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if accumulate == Accumulate::Overwrite {
+            dst.fill(0.0);
+        }
+        return;
+    }
+    let add = accumulate == Accumulate::Add;
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 => {
+            if n <= 2 && lhs.col_stride() == 1 {
+                dot_columns(dst, lhs, rhs, add);
+            } else {
+                drive::<Avx512>(dst, lhs, rhs, add);
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2 => drive::<Avx2>(dst, lhs, rhs, add),
+        #[cfg(not(target_arch = "x86_64"))]
+        Path::Avx512 | Path::Avx2 => unreachable!("checked by Path::available"),
+        Path::Portable => drive::<Portable>(dst, lhs, rhs, add),
+    }
+}
+
+/// One microkernel call: `c[i][j] (+)= sum_p a[i * ars + p * acs] * b[p * brs + j]` for
+/// `i < mr`, `j < nr`, `p < kc`, with `c[i][j]` at `c + i * ldc + j`.
+#[derive(Clone, Copy, Debug)]
+struct Tile {
+    /// Rows of the tile, `1..=MR`.
+    mr: usize,
+    /// Columns of the tile, `1..=NR`.
+    nr: usize,
+    /// Steps of the inner dimension, at least 1.
+    kc: usize,
+    /// `lhs` element `(0, 0)` of the tile.
+    a: *const f32,
+    /// `lhs` row stride.
+    ars: usize,
+    /// `lhs` column stride.
+    acs: usize,
+    /// `rhs` element `(0, 0)` of the tile; its rows are contiguous.
+    b: *const f32,
+    /// `rhs` row stride.
+    brs: usize,
+    /// `dst` element `(0, 0)` of the tile.
+    c: *mut f32,
+    /// `dst` row stride.
+    ldc: usize,
+    /// Add to `c` instead of overwriting it.
+    add: bool,
+}
+
+/// A microkernel and its tile shape.
+trait Micro {
+    /// Rows per tile.
+    const MR: usize;
+    /// Columns per tile.
+    const NR: usize;
+
+    /// Computes one tile.
+    ///
+    /// # Safety
+    /// - the CPU supports the kernel's instruction set;
+    /// - `1 <= t.mr <= MR`, `1 <= t.nr <= NR`, `t.kc >= 1`;
+    /// - every `a[i * ars + p * acs]` and `b[p * brs + j]` (`i < mr`, `j < nr`, `p < kc`)
+    ///   is readable, every `c[i * ldc + j]` readable and writable, and nothing else
+    ///   accesses `c`'s elements during the call.
+    unsafe fn tile(t: &Tile);
+}
+
+/// The blocked product: `rhs` in place or packed, then one [`Micro::tile`] per tile.
+fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
+    let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
+    let (ars, acs) = (lhs.row_stride(), lhs.col_stride());
+    let (brs, bcs) = (rhs.row_stride(), rhs.col_stride());
+    let pack = bcs != 1;
+    let c = dst.as_mut_ptr();
+    let a = lhs.data().as_ptr();
+    let b = rhs.data().as_ptr();
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let panels: &mut [f32] = if pack {
+            let need = k.min(KC) * n.min(NC).next_multiple_of(K::NR);
+            aligned(&mut scratch, need)
+        } else {
+            &mut []
+        };
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let (b_block, b_rs, panel_stride) = if pack {
+                    pack_panels(panels, rhs, pc, kc, jc, nc, K::NR);
+                    (panels.as_ptr(), K::NR, kc * K::NR)
+                } else {
+                    (b.wrapping_add(pc * brs + jc), brs, K::NR)
+                };
+                for ir in (0..m).step_by(K::MR) {
+                    let mr = K::MR.min(m - ir);
+                    for (q, jr) in (0..nc).step_by(K::NR).enumerate() {
+                        let tile = Tile {
+                            mr,
+                            nr: K::NR.min(nc - jr),
+                            kc,
+                            a: a.wrapping_add(ir * ars + pc * acs),
+                            ars,
+                            acs,
+                            b: b_block.wrapping_add(q * panel_stride),
+                            brs: b_rs,
+                            c: c.wrapping_add(ir * n + jc + jr),
+                            ldc: n,
+                            add: add || pc > 0,
+                        };
+                        // SAFETY:
+                        // - `K` is only instantiated by `matmul_with` for a path whose
+                        //   `available()` it asserted;
+                        // - `mr`, `nr` and `kc` are clamped to the tile and block sizes and
+                        //   are positive because `m`, `n` and `k` are;
+                        // - `lhs` reads are elements `(ir + i, pc + p)` of the view, inside
+                        //   its slice as `in_bounds` asserted; `rhs` reads are elements
+                        //   `(pc + p, jc + jr + j)` of the view (in place, column stride 1)
+                        //   or of a panel `pack_panels` filled inside `panels`, which holds
+                        //   `kc * round_up(nc, NR)` floats;
+                        // - `dst` elements `(ir + i, jc + jr + j)` lie inside `dst`
+                        //   (`m * n` floats), borrowed mutably for the whole call.
+                        unsafe { K::tile(&tile) };
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// A 64-byte-aligned slice of `len` floats inside `scratch`, growing it if it is too short
+/// (the only allocation of this module).
+fn aligned(scratch: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if scratch.len() < len + ALIGN {
+        scratch.resize(len + ALIGN, 0.0);
+    }
+    let misalign = (scratch.as_ptr() as usize / size_of::<f32>()) % ALIGN;
+    let start = (ALIGN - misalign) % ALIGN;
+    &mut scratch[start..start + len]
+}
+
+/// Packs `rhs[pc..pc + kc, jc..jc + nc]` into `kc x nr` panels of `nr` contiguous columns,
+/// panel `q` at `panels[q * kc * nr..]`; columns past `nc` in the last panel are left as
+/// they are (the kernels never read them).
+fn pack_panels(
+    panels: &mut [f32],
+    rhs: MatRef<'_>,
+    pc: usize,
+    kc: usize,
+    jc: usize,
+    nc: usize,
+    nr: usize,
+) {
+    let (data, brs, bcs) = (rhs.data(), rhs.row_stride(), rhs.col_stride());
+    for (q, panel) in panels[..kc * nc.next_multiple_of(nr)]
+        .chunks_exact_mut(kc * nr)
+        .enumerate()
+    {
+        let j0 = jc + q * nr;
+        let width = nr.min(jc + nc - j0);
+        if bcs == 1 {
+            for (p, row) in panel.chunks_exact_mut(nr).enumerate() {
+                let start = (pc + p) * brs + j0;
+                row[..width].copy_from_slice(&data[start..start + width]);
+            }
+        } else {
+            // Column by column: contiguous reads when `rhs` is a transposed view.
+            for j in 0..width {
+                let base = j0 * bcs + j * bcs + pc * brs;
+                for p in 0..kc {
+                    panel[p * nr + j] = data[base + p * brs];
+                }
+            }
+        }
+    }
+}
+
+/// Expands to a `match` on a runtime row count that calls `$f::<ROWS, ...>`.
+macro_rules! by_rows {
+    ($rows:expr, $f:ident, $extra:tt, $args:tt, $($r:literal)*) => {
+        match $rows {
+            $($r => by_rows!(@call $f, $r, $extra, $args),)*
+            _ => unreachable!("row count out of range"),
+        }
+    };
+    (@call $f:ident, $r:literal, [$($extra:tt)*], ($($arg:expr),*)) => {
+        $f::<$r, $($extra)*>($($arg),*)
+    };
+}
+
+/// The portable kernel: plain Rust over arrays, vectorised by the compiler.
+#[derive(Debug)]
+struct Portable;
+
+impl Micro for Portable {
+    const MR: usize = 4;
+    const NR: usize = 8;
+
+    unsafe fn tile(t: &Tile) {
+        // SAFETY:
+        // - `by_rows!` picks the instantiation with exactly `t.mr` rows (`1..=4`);
+        // - the caller upholds the memory contract, which the kernels share.
+        unsafe { by_rows!(t.mr, portable_tile, [], (t), 1 2 3 4) }
+    }
+}
+
+/// [`Portable`]'s kernel for `MR` rows.
+///
+/// # Safety
+/// As [`Micro::tile`], with `t.mr == MR`.
+unsafe fn portable_tile<const MR: usize>(t: &Tile) {
+    const NR: usize = 8;
+    let mut acc = [[0.0f32; NR]; MR];
+    let mut a = t.a;
+    let mut b = t.b;
+    for _ in 0..t.kc {
+        let mut row = [0.0f32; NR];
+        for (j, r) in row.iter_mut().enumerate().take(t.nr) {
+            // SAFETY: `j < nr` and the current step `p < kc`: readable by the contract.
+            *r = unsafe { *b.wrapping_add(j) };
+        }
+        for (i, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `i < mr` and the current step `p < kc`: readable by the contract.
+            let x = unsafe { *a.wrapping_add(i * t.ars) };
+            for (acc, r) in acc.iter_mut().zip(row) {
+                *acc += x * r;
+            }
+        }
+        a = a.wrapping_add(t.acs);
+        b = b.wrapping_add(t.brs);
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        for (j, acc) in acc.iter().enumerate().take(t.nr) {
+            let c = t.c.wrapping_add(i * t.ldc + j);
+            // SAFETY: `i < mr`, `j < nr`: readable, writable and unaliased by the contract.
+            unsafe { *c = if t.add { *c + acc } else { *acc } };
+        }
+    }
+}
+
+/// The AVX-512 kernel: 12 x 32 tiles.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug)]
+struct Avx512;
+
+#[cfg(target_arch = "x86_64")]
+impl Micro for Avx512 {
+    const MR: usize = 12;
+    const NR: usize = 32;
+
+    unsafe fn tile(t: &Tile) {
+        // SAFETY:
+        // - the caller guarantees AVX-512F;
+        // - `by_rows!` picks the instantiation with exactly `t.mr` rows, the vector count
+        //   covers `t.nr` columns, and the unit-stride variant only runs when `ars == 1`;
+        // - the caller upholds the memory contract, which the kernels share.
+        unsafe {
+            match (t.nr > 16, t.ars == 1) {
+                (true, true) => {
+                    by_rows!(t.mr, avx512_tile, [2, true], (t), 1 2 3 4 5 6 7 8 9 10 11 12)
+                }
+                (true, false) => {
+                    by_rows!(t.mr, avx512_tile, [2, false], (t), 1 2 3 4 5 6 7 8 9 10 11 12)
+                }
+                (false, true) => {
+                    by_rows!(t.mr, avx512_tile, [1, true], (t), 1 2 3 4 5 6 7 8 9 10 11 12)
+                }
+                (false, false) => {
+                    by_rows!(t.mr, avx512_tile, [1, false], (t), 1 2 3 4 5 6 7 8 9 10 11 12)
+                }
+            }
+        }
+    }
+}
+
+/// The mask of the first `n` of 16 lanes.
+#[cfg(target_arch = "x86_64")]
+fn mask16(n: usize) -> __mmask16 {
+    if n >= 16 { u16::MAX } else { (1u16 << n) - 1 }
+}
+
+/// [`Avx512`]'s kernel for `MR` rows and `NV` vectors of 16 columns; `UNIT` when the `lhs`
+/// row stride is 1.
+///
+/// # Safety
+/// As [`Micro::tile`], with AVX-512F, `t.mr == MR`, `t.nr <= 16 * NV`, and `t.ars == 1`
+/// if `UNIT`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn avx512_tile<const MR: usize, const NV: usize, const UNIT: bool>(t: &Tile) {
+    let masks: [__mmask16; NV] = std::array::from_fn(|v| mask16(t.nr.saturating_sub(16 * v)));
+    let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+    let ars = if UNIT { 1 } else { t.ars };
+    let mut a = t.a;
+    let mut b = t.b;
+    for _ in 0..t.kc {
+        let mut row = [_mm512_setzero_ps(); NV];
+        for (v, row) in row.iter_mut().enumerate() {
+            // SAFETY: the masked lanes are columns `j < nr` of the current step `p < kc`,
+            // readable by the contract; masked-off lanes are not accessed.
+            *row = unsafe { _mm512_maskz_loadu_ps(masks[v], b.wrapping_add(16 * v)) };
+        }
+        for (i, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `i < mr` and the current step `p < kc`: readable by the contract.
+            let x = _mm512_set1_ps(unsafe { *a.wrapping_add(i * ars) });
+            for (acc, &r) in acc.iter_mut().zip(&row) {
+                *acc = _mm512_fmadd_ps(x, r, *acc);
+            }
+        }
+        a = a.wrapping_add(t.acs);
+        b = b.wrapping_add(t.brs);
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        for (v, &acc) in acc.iter().enumerate() {
+            let c = t.c.wrapping_add(i * t.ldc + 16 * v);
+            // SAFETY: the masked lanes are `dst` columns `j < nr` of row `i < mr`:
+            // readable, writable and unaliased by the contract; masked-off lanes are not
+            // accessed.
+            unsafe {
+                let sum = if t.add {
+                    _mm512_add_ps(acc, _mm512_maskz_loadu_ps(masks[v], c))
+                } else {
+                    acc
+                };
+                _mm512_mask_storeu_ps(c, masks[v], sum);
+            }
+        }
+    }
+}
+
+/// The AVX2+FMA kernel: 6 x 16 tiles.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug)]
+struct Avx2;
+
+#[cfg(target_arch = "x86_64")]
+impl Micro for Avx2 {
+    const MR: usize = 6;
+    const NR: usize = 16;
+
+    unsafe fn tile(t: &Tile) {
+        // SAFETY:
+        // - the caller guarantees AVX2 and FMA;
+        // - `by_rows!` picks the instantiation with exactly `t.mr` rows, the vector count
+        //   covers `t.nr` columns, and the unit-stride variant only runs when `ars == 1`;
+        // - the caller upholds the memory contract, which the kernels share.
+        unsafe {
+            match (t.nr > 8, t.ars == 1) {
+                (true, true) => by_rows!(t.mr, avx2_tile, [2, true], (t), 1 2 3 4 5 6),
+                (true, false) => by_rows!(t.mr, avx2_tile, [2, false], (t), 1 2 3 4 5 6),
+                (false, true) => by_rows!(t.mr, avx2_tile, [1, true], (t), 1 2 3 4 5 6),
+                (false, false) => by_rows!(t.mr, avx2_tile, [1, false], (t), 1 2 3 4 5 6),
+            }
+        }
+    }
+}
+
+/// A `vmaskmovps` mask of the first `n` of 8 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn mask8(n: usize) -> __m256i {
+    let n = n.min(8) as i32;
+    _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(n),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    )
+}
+
+/// [`Avx2`]'s kernel for `MR` rows and `NV` vectors of 8 columns; `UNIT` when the `lhs`
+/// row stride is 1.
+///
+/// # Safety
+/// As [`Micro::tile`], with AVX2 and FMA, `t.mr == MR`, `t.nr <= 8 * NV`, and
+/// `t.ars == 1` if `UNIT`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_tile<const MR: usize, const NV: usize, const UNIT: bool>(t: &Tile) {
+    let full = t.nr == 8 * NV;
+    let masks: [__m256i; NV] = std::array::from_fn(|v| mask8(t.nr.saturating_sub(8 * v)));
+    let mut acc = [[_mm256_setzero_ps(); NV]; MR];
+    let ars = if UNIT { 1 } else { t.ars };
+    let mut a = t.a;
+    let mut b = t.b;
+    for _ in 0..t.kc {
+        let mut row = [_mm256_setzero_ps(); NV];
+        for (v, row) in row.iter_mut().enumerate() {
+            let p = b.wrapping_add(8 * v);
+            // SAFETY: with `full`, all 8 lanes are columns `j < nr` of the current step
+            // `p < kc`, readable by the contract; otherwise only the masked lanes are,
+            // and `vmaskmovps` does not access the others.
+            *row = unsafe {
+                if full {
+                    _mm256_loadu_ps(p)
+                } else {
+                    _mm256_maskload_ps(p, masks[v])
+                }
+            };
+        }
+        for (i, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `i < mr` and the current step `p < kc`: readable by the contract.
+            let x = _mm256_set1_ps(unsafe { *a.wrapping_add(i * ars) });
+            for (acc, &r) in acc.iter_mut().zip(&row) {
+                *acc = _mm256_fmadd_ps(x, r, *acc);
+            }
+        }
+        a = a.wrapping_add(t.acs);
+        b = b.wrapping_add(t.brs);
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        for (v, &acc) in acc.iter().enumerate() {
+            let c = t.c.wrapping_add(i * t.ldc + 8 * v);
+            // SAFETY: the masked lanes are `dst` columns `j < nr` of row `i < mr`:
+            // readable, writable and unaliased by the contract; `vmaskmovps` does not
+            // access the other lanes.
+            unsafe {
+                let sum = if t.add {
+                    _mm256_add_ps(acc, _mm256_maskload_ps(c, masks[v]))
+                } else {
+                    acc
+                };
+                _mm256_maskstore_ps(c, masks[v], sum);
+            }
+        }
+    }
+}
+
+/// `dst (m x n) (+)= lhs * rhs` for `n <= 2` and `lhs` column stride 1, as dot products
+/// along `lhs` rows (AVX-512). `rhs` columns are copied to scratch unless contiguous.
+#[cfg(target_arch = "x86_64")]
+fn dot_columns(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
+    let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
+    debug_assert!(n <= 2 && lhs.col_stride() == 1);
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let (data, brs, bcs) = (rhs.data(), rhs.row_stride(), rhs.col_stride());
+        let mut cols = [std::ptr::null::<f32>(); 2];
+        if brs == 1 {
+            for (j, col) in cols.iter_mut().enumerate().take(n) {
+                *col = data[j * bcs..].as_ptr();
+            }
+        } else {
+            let packed = aligned(&mut scratch, n * k);
+            for (j, packed) in packed.chunks_exact_mut(k).enumerate() {
+                for (p, x) in packed.iter_mut().enumerate() {
+                    *x = data[p * brs + j * bcs];
+                }
+            }
+            for (j, col) in cols.iter_mut().enumerate().take(n) {
+                *col = packed[j * k..].as_ptr();
+            }
+        }
+        let ars = lhs.row_stride();
+        let a = lhs.data().as_ptr();
+        let c = dst.as_mut_ptr();
+        for i in (0..m).step_by(8) {
+            let rows = 8.min(m - i);
+            let dot = Dot {
+                rows,
+                k,
+                a: a.wrapping_add(i * ars),
+                ars,
+                cols,
+                c: c.wrapping_add(i * n),
+                add,
+            };
+            // SAFETY:
+            // - `dot_columns` only runs on the AVX-512 path, whose availability
+            //   `matmul_with` asserted;
+            // - `lhs` rows `i..i + rows` are in the view (`in_bounds` asserted) with column
+            //   stride 1, so `k` contiguous floats from each row start are readable;
+            // - each `cols[j]` (`j < n`) starts `k` contiguous readable floats: column `j`
+            //   of `rhs` (row stride 1, inside the view) or a copy in `scratch`;
+            // - `dst` rows `i..i + rows` (`n` floats each) lie inside `dst`, borrowed
+            //   mutably for the whole call.
+            unsafe {
+                match (n, rows) {
+                    (1, 8) => avx512_dot::<8, 1>(&dot),
+                    (2, 8) => avx512_dot::<8, 2>(&dot),
+                    (1, _) => avx512_dot::<1, 1>(&dot),
+                    _ => avx512_dot::<1, 2>(&dot),
+                }
+            }
+        }
+    });
+}
+
+/// Up to 8 rows of a matrix-vector product (`n <= 2` columns).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug)]
+struct Dot {
+    /// Rows, `1..=8`.
+    rows: usize,
+    /// Length of each dot product.
+    k: usize,
+    /// First `lhs` row; rows are contiguous.
+    a: *const f32,
+    /// `lhs` row stride.
+    ars: usize,
+    /// The `rhs` columns, contiguous; only the first `n` are used.
+    cols: [*const f32; 2],
+    /// `dst` element `(0, 0)`.
+    c: *mut f32,
+    /// Add to `dst` instead of overwriting it.
+    add: bool,
+}
+
+/// Dot products of `R` rows (one at a time if `R == 1`, looping over `d.rows`) with `N`
+/// columns.
+///
+/// # Safety
+/// - AVX-512F;
+/// - `N` is the column count of the product, and `d.rows == R` unless `R == 1` (then any `d.rows <= 8`);
+/// - `k` floats from `d.a + r * d.ars` (`r < d.rows`) and from each of the first `N`
+///   columns are readable;
+/// - `dst` elements `d.c + r * N + j` are readable, writable and unaliased.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn avx512_dot<const R: usize, const N: usize>(d: &Dot) {
+    let groups = if R == 1 { d.rows } else { 1 };
+    for g in 0..groups {
+        let a = d.a.wrapping_add(g * d.ars);
+        let mut acc = [[_mm512_setzero_ps(); N]; R];
+        let mut p = 0;
+        while p < d.k {
+            let mask = mask16(d.k - p);
+            let mut cols = [_mm512_setzero_ps(); N];
+            for (col, &src) in cols.iter_mut().zip(&d.cols) {
+                // SAFETY: lanes `p..p + 16` clipped to `k` of a column with `k` readable
+                // floats; masked-off lanes are not accessed.
+                *col = unsafe { _mm512_maskz_loadu_ps(mask, src.wrapping_add(p)) };
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: as above, for row `g + r < rows` of `lhs`.
+                let x = unsafe { _mm512_maskz_loadu_ps(mask, a.wrapping_add(r * d.ars + p)) };
+                for (acc, &col) in acc.iter_mut().zip(&cols) {
+                    *acc = _mm512_fmadd_ps(x, col, *acc);
+                }
+            }
+            p += 16;
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (j, &acc) in acc.iter().enumerate() {
+                let c = d.c.wrapping_add((g + r) * N + j);
+                let sum = _mm512_reduce_add_ps(acc);
+                // SAFETY: `dst` element `(g + r, j)`, readable, writable and unaliased.
+                unsafe { *c = if d.add { *c + sum } else { sum } };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
