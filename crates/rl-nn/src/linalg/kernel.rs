@@ -117,6 +117,8 @@ impl Path {
 thread_local! {
     /// Packing scratch: grows to the largest size this thread ever needed, never shrinks.
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The transposed destination of `transposed_product`, which grows the same way.
+    static TRANSPOSED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Whether [`super::matmul`] runs an `m x k x n` product here rather than on gemm.
@@ -164,17 +166,36 @@ pub(crate) fn matmul_with(
     match path {
         #[cfg(target_arch = "x86_64")]
         Path::Avx512 => {
-            if n <= 2 && lhs.col_stride() == 1 {
+            if n <= 4 && lhs.col_stride() == 1 {
                 dot_columns(dst, lhs, rhs, add);
+            } else if narrow(lhs, rhs, Avx512::NR) {
+                transposed_product(dst, lhs, rhs, add, drive_avx512);
             } else {
-                drive::<Avx512>(dst, lhs, rhs, add);
+                drive_avx512(dst, lhs, rhs, add);
             }
         }
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => drive::<Avx2>(dst, lhs, rhs, add),
+        Path::Avx2 => {
+            if narrow(lhs, rhs, Avx2::NR) {
+                transposed_product(dst, lhs, rhs, add, drive::<Avx2>);
+            } else {
+                drive::<Avx2>(dst, lhs, rhs, add);
+            }
+        }
         #[cfg(not(target_arch = "x86_64"))]
         Path::Avx512 | Path::Avx2 => unreachable!("checked by Path::available"),
         Path::Portable => drive::<Portable>(dst, lhs, rhs, add),
+    }
+}
+
+/// [`drive`] with the AVX-512 tile shape for `lhs`: 6 x 64 for at most 6 rows (more
+/// independent accumulators than 12 x 32 tiles cut to a few rows), 12 x 32 otherwise.
+#[cfg(target_arch = "x86_64")]
+fn drive_avx512(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
+    if lhs.rows() <= Avx512Wide::MR {
+        drive::<Avx512Wide>(dst, lhs, rhs, add);
+    } else {
+        drive::<Avx512>(dst, lhs, rhs, add);
     }
 }
 
@@ -222,6 +243,21 @@ trait Micro {
     ///   is readable, every `c[i * ldc + j]` readable and writable, and nothing else
     ///   accesses `c`'s elements during the call.
     unsafe fn tile(t: &Tile);
+
+    /// Packs `rhs[pc..pc + kc, jc..jc + nc]` as [`pack_panels`] does with `NR` columns.
+    ///
+    /// # Safety
+    /// The CPU supports the kernel's instruction set.
+    unsafe fn pack(
+        panels: &mut [f32],
+        rhs: MatRef<'_>,
+        pc: usize,
+        kc: usize,
+        jc: usize,
+        nc: usize,
+    ) {
+        pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
+    }
 }
 
 /// The blocked product: `rhs` in place or packed, then one [`Micro::tile`] per tile.
@@ -246,7 +282,9 @@ fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool)
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
                 let (b_block, b_rs, panel_stride) = if pack {
-                    pack_panels(panels, rhs, pc, kc, jc, nc, K::NR);
+                    // SAFETY: `K` is only instantiated for a path whose `available()`
+                    // `matmul_with` asserted.
+                    unsafe { K::pack(panels, rhs, pc, kc, jc, nc) };
                     (panels.as_ptr(), K::NR, kc * K::NR)
                 } else {
                     (b.wrapping_add(pc * brs + jc), brs, K::NR)
@@ -430,6 +468,164 @@ impl Micro for Avx512 {
             }
         }
     }
+
+    unsafe fn pack(
+        panels: &mut [f32],
+        rhs: MatRef<'_>,
+        pc: usize,
+        kc: usize,
+        jc: usize,
+        nc: usize,
+    ) {
+        if rhs.row_stride() == 1 {
+            // SAFETY: the caller guarantees AVX-512F.
+            unsafe { avx512_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
+        } else {
+            pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
+        }
+    }
+}
+
+/// The AVX-512 kernel with 6 x 64 tiles.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug)]
+struct Avx512Wide;
+
+#[cfg(target_arch = "x86_64")]
+impl Micro for Avx512Wide {
+    const MR: usize = 6;
+    const NR: usize = 64;
+
+    unsafe fn tile(t: &Tile) {
+        // SAFETY:
+        // - the caller guarantees AVX-512F;
+        // - `by_rows!` picks the instantiation with exactly `t.mr` rows, the vector count
+        //   covers `t.nr` columns, and the unit-stride variant only runs when `ars == 1`;
+        // - the caller upholds the memory contract, which the kernels share.
+        unsafe {
+            match (t.nr.div_ceil(16), t.ars == 1) {
+                (4, true) => by_rows!(t.mr, avx512_tile, [4, true], (t), 1 2 3 4 5 6),
+                (4, false) => by_rows!(t.mr, avx512_tile, [4, false], (t), 1 2 3 4 5 6),
+                (3, true) => by_rows!(t.mr, avx512_tile, [3, true], (t), 1 2 3 4 5 6),
+                (3, false) => by_rows!(t.mr, avx512_tile, [3, false], (t), 1 2 3 4 5 6),
+                (2, true) => by_rows!(t.mr, avx512_tile, [2, true], (t), 1 2 3 4 5 6),
+                (2, false) => by_rows!(t.mr, avx512_tile, [2, false], (t), 1 2 3 4 5 6),
+                (_, true) => by_rows!(t.mr, avx512_tile, [1, true], (t), 1 2 3 4 5 6),
+                (_, false) => by_rows!(t.mr, avx512_tile, [1, false], (t), 1 2 3 4 5 6),
+            }
+        }
+    }
+
+    unsafe fn pack(
+        panels: &mut [f32],
+        rhs: MatRef<'_>,
+        pc: usize,
+        kc: usize,
+        jc: usize,
+        nc: usize,
+    ) {
+        if rhs.row_stride() == 1 {
+            // SAFETY: the caller guarantees AVX-512F.
+            unsafe { avx512_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
+        } else {
+            pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
+        }
+    }
+}
+
+/// [`pack_panels`] for a `rhs` with row stride 1 (a transposed view: its columns are
+/// contiguous), 16 x 16 blocks at a time transposed in registers.
+///
+/// # Safety
+/// AVX-512F.
+///
+/// # Panics
+/// If `rhs` has a row stride other than 1, `nr` is not a multiple of 16, or `panels` is
+/// shorter than `kc * round_up(nc, nr)`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn avx512_pack_transposed(
+    panels: &mut [f32],
+    rhs: MatRef<'_>,
+    pc: usize,
+    kc: usize,
+    jc: usize,
+    nc: usize,
+    nr: usize,
+) {
+    let (data, bcs) = (rhs.data(), rhs.col_stride());
+    assert!(
+        rhs.row_stride() == 1
+            && nr.is_multiple_of(16)
+            && pc + kc <= rhs.rows()
+            && jc + nc <= rhs.cols()
+    );
+    let panels = &mut panels[..kc * nc.next_multiple_of(nr)];
+    for (q, panel) in panels.chunks_exact_mut(kc * nr).enumerate() {
+        for v in 0..nr / 16 {
+            let j0 = jc + q * nr + 16 * v;
+            if j0 >= jc + nc {
+                break;
+            }
+            let width = 16.min(jc + nc - j0);
+            for p0 in (0..kc).step_by(16) {
+                let depth = 16.min(kc - p0);
+                let mask = mask16(depth);
+                let mut cols = [_mm512_setzero_ps(); 16];
+                for (j, col) in cols.iter_mut().enumerate().take(width) {
+                    // Column `j0 + j`, rows `pc + p0..pc + p0 + depth`: in the view, whose
+                    // bounds `matmul_with` asserted; sliced here so the load is checked.
+                    let start = (j0 + j) * bcs + pc + p0;
+                    let src = &data[start..start + depth];
+                    // SAFETY: the mask enables exactly `depth` lanes, all inside `src`.
+                    *col = unsafe { _mm512_maskz_loadu_ps(mask, src.as_ptr()) };
+                }
+                let rows = transpose16(cols);
+                for (p, row) in rows.iter().enumerate().take(depth) {
+                    let start = (p0 + p) * nr + 16 * v;
+                    let dst = &mut panel[start..start + 16];
+                    // SAFETY: `dst` holds 16 floats.
+                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *row) };
+                }
+            }
+        }
+    }
+}
+
+/// The transpose of the 16 x 16 matrix whose rows are `r`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+    // Pairs of rows interleaved within 128-bit lanes, then groups of four, then lanes.
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    let mut u = [_mm512_setzero_ps(); 16];
+    for g in 0..4 {
+        let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+        u[4 * g] = _mm512_shuffle_ps::<0x44>(a, c);
+        u[4 * g + 1] = _mm512_shuffle_ps::<0xEE>(a, c);
+        u[4 * g + 2] = _mm512_shuffle_ps::<0x44>(b, d);
+        u[4 * g + 3] = _mm512_shuffle_ps::<0xEE>(b, d);
+    }
+    // u[4g + c] holds, in lane l, rows 4g..4g+4 of column 4l + c.
+    let mut w = [_mm512_setzero_ps(); 16];
+    for c in 0..4 {
+        w[c] = _mm512_shuffle_f32x4::<0x88>(u[c], u[4 + c]);
+        w[4 + c] = _mm512_shuffle_f32x4::<0xDD>(u[c], u[4 + c]);
+        w[8 + c] = _mm512_shuffle_f32x4::<0x88>(u[8 + c], u[12 + c]);
+        w[12 + c] = _mm512_shuffle_f32x4::<0xDD>(u[8 + c], u[12 + c]);
+    }
+    let mut out = [_mm512_setzero_ps(); 16];
+    for c in 0..4 {
+        out[c] = _mm512_shuffle_f32x4::<0x88>(w[c], w[8 + c]);
+        out[4 + c] = _mm512_shuffle_f32x4::<0x88>(w[4 + c], w[12 + c]);
+        out[8 + c] = _mm512_shuffle_f32x4::<0xDD>(w[c], w[8 + c]);
+        out[12 + c] = _mm512_shuffle_f32x4::<0xDD>(w[4 + c], w[12 + c]);
+    }
+    out
 }
 
 /// The mask of the first `n` of 16 lanes.
@@ -583,38 +779,23 @@ unsafe fn avx2_tile<const MR: usize, const NV: usize, const UNIT: bool>(t: &Tile
     }
 }
 
-/// `dst (m x n) (+)= lhs * rhs` for `n <= 2` and `lhs` column stride 1, as dot products
+/// `dst (m x n) (+)= lhs * rhs` for `n <= 4` and `lhs` column stride 1, as dot products
 /// along `lhs` rows (AVX-512). `rhs` columns are copied to scratch unless contiguous.
 #[cfg(target_arch = "x86_64")]
 fn dot_columns(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
     let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
-    debug_assert!(n <= 2 && lhs.col_stride() == 1);
-    SCRATCH.with(|scratch| {
-        let mut scratch = scratch.borrow_mut();
-        let (data, brs, bcs) = (rhs.data(), rhs.row_stride(), rhs.col_stride());
-        let mut cols = [std::ptr::null::<f32>(); 2];
-        if brs == 1 {
-            for (j, col) in cols.iter_mut().enumerate().take(n) {
-                *col = data[j * bcs..].as_ptr();
-            }
-        } else {
-            let packed = aligned(&mut scratch, n * k);
-            for (j, packed) in packed.chunks_exact_mut(k).enumerate() {
-                for (p, x) in packed.iter_mut().enumerate() {
-                    *x = data[p * brs + j * bcs];
-                }
-            }
-            for (j, col) in cols.iter_mut().enumerate().take(n) {
-                *col = packed[j * k..].as_ptr();
-            }
-        }
+    assert!((1..=4).contains(&n) && lhs.col_stride() == 1);
+    let (data, brs, bcs) = (rhs.data(), rhs.row_stride(), rhs.col_stride());
+    let mut run = |cols: [*const f32; 4]| {
         let ars = lhs.row_stride();
         let a = lhs.data().as_ptr();
         let c = dst.as_mut_ptr();
-        for i in (0..m).step_by(8) {
-            let rows = 8.min(m - i);
+        // Rows per group: `rows * n <= 16` dot products reduced together.
+        let group = 16 / n.next_power_of_two();
+        let full = m - m % group;
+        for i in (0..m).step_by(group) {
             let dot = Dot {
-                rows,
+                rows: group.min(m - i),
                 k,
                 a: a.wrapping_add(i * ars),
                 ars,
@@ -625,29 +806,56 @@ fn dot_columns(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
             // SAFETY:
             // - `dot_columns` only runs on the AVX-512 path, whose availability
             //   `matmul_with` asserted;
+            // - the instantiation matches: `N == n`, and `R == group == dot.rows` for the
+            //   full groups (`i < full`), `R == 1` for the last, shorter one;
             // - `lhs` rows `i..i + rows` are in the view (`in_bounds` asserted) with column
             //   stride 1, so `k` contiguous floats from each row start are readable;
             // - each `cols[j]` (`j < n`) starts `k` contiguous readable floats: column `j`
-            //   of `rhs` (row stride 1, inside the view) or a copy in `scratch`;
+            //   of `rhs` (row stride 1, inside the view) or a copy in scratch;
             // - `dst` rows `i..i + rows` (`n` floats each) lie inside `dst`, borrowed
             //   mutably for the whole call.
             unsafe {
-                match (n, rows) {
-                    (1, 8) => avx512_dot::<8, 1>(&dot),
-                    (2, 8) => avx512_dot::<8, 2>(&dot),
-                    (1, _) => avx512_dot::<1, 1>(&dot),
-                    _ => avx512_dot::<1, 2>(&dot),
+                match (n, i < full) {
+                    (1, true) => avx512_dot::<16, 1>(&dot),
+                    (2, true) => avx512_dot::<8, 2>(&dot),
+                    (3, true) => avx512_dot::<4, 3>(&dot),
+                    (4, true) => avx512_dot::<4, 4>(&dot),
+                    (1, false) => avx512_dot::<1, 1>(&dot),
+                    (2, false) => avx512_dot::<1, 2>(&dot),
+                    (3, false) => avx512_dot::<1, 3>(&dot),
+                    _ => avx512_dot::<1, 4>(&dot),
                 }
             }
         }
-    });
+    };
+    let mut cols = [std::ptr::null::<f32>(); 4];
+    if brs == 1 {
+        for (j, col) in cols.iter_mut().enumerate().take(n) {
+            *col = data[j * bcs..].as_ptr();
+        }
+        run(cols);
+    } else {
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let packed = aligned(&mut scratch, n * k);
+            for (j, packed) in packed.chunks_exact_mut(k).enumerate() {
+                for (p, x) in packed.iter_mut().enumerate() {
+                    *x = data[p * brs + j * bcs];
+                }
+            }
+            for (j, col) in cols.iter_mut().enumerate().take(n) {
+                *col = packed[j * k..].as_ptr();
+            }
+            run(cols);
+        });
+    }
 }
 
-/// Up to 8 rows of a matrix-vector product (`n <= 2` columns).
+/// Up to 16 rows of a product with `n <= 4` columns, as dot products.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug)]
 struct Dot {
-    /// Rows, `1..=8`.
+    /// Rows, at most 16.
     rows: usize,
     /// Length of each dot product.
     k: usize,
@@ -656,19 +864,20 @@ struct Dot {
     /// `lhs` row stride.
     ars: usize,
     /// The `rhs` columns, contiguous; only the first `n` are used.
-    cols: [*const f32; 2],
-    /// `dst` element `(0, 0)`.
+    cols: [*const f32; 4],
+    /// `dst` element `(0, 0)`; its row stride is `n`.
     c: *mut f32,
     /// Add to `dst` instead of overwriting it.
     add: bool,
 }
 
-/// Dot products of `R` rows (one at a time if `R == 1`, looping over `d.rows`) with `N`
-/// columns.
+/// Dot products of `R` rows with `N` columns (`R * N <= 16`) into `R * N` contiguous
+/// elements of `dst`; with `R == 1`, one row at a time over `d.rows` rows.
 ///
 /// # Safety
 /// - AVX-512F;
-/// - `N` is the column count of the product, and `d.rows == R` unless `R == 1` (then any `d.rows <= 8`);
+/// - `N` is the column count of the product, `R * N <= 16`, and `d.rows == R` unless
+///   `R == 1` (then any `d.rows`);
 /// - `k` floats from `d.a + r * d.ars` (`r < d.rows`) and from each of the first `N`
 ///   columns are readable;
 /// - `dst` elements `d.c + r * N + j` are readable, writable and unaliased.
@@ -697,15 +906,101 @@ unsafe fn avx512_dot<const R: usize, const N: usize>(d: &Dot) {
             }
             p += 16;
         }
-        for (r, acc) in acc.iter().enumerate() {
-            for (j, &acc) in acc.iter().enumerate() {
-                let c = d.c.wrapping_add((g + r) * N + j);
-                let sum = _mm512_reduce_add_ps(acc);
-                // SAFETY: `dst` element `(g + r, j)`, readable, writable and unaliased.
-                unsafe { *c = if d.add { *c + sum } else { sum } };
-            }
+        let mut all = [_mm512_setzero_ps(); 16];
+        for (slot, acc) in all.iter_mut().zip(acc.iter().flatten()) {
+            *slot = *acc;
+        }
+        let sums = reduce16(all);
+        let mask = mask16(R * N);
+        let c = d.c.wrapping_add(g * N);
+        // SAFETY: the masked lanes are the `R * N` contiguous `dst` elements of rows
+        // `g..g + R`, readable, writable and unaliased; masked-off lanes are not accessed.
+        unsafe {
+            let sums = if d.add {
+                _mm512_add_ps(sums, _mm512_maskz_loadu_ps(mask, c))
+            } else {
+                sums
+            };
+            _mm512_mask_storeu_ps(c, mask, sums);
         }
     }
+}
+
+/// Lane `i` of the result is the sum of the lanes of `v[i]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn reduce16(v: [__m512; 16]) -> __m512 {
+    // Pairs: per 128-bit lane, partial sums of v[2i] and v[2i + 1] interleaved.
+    let x: [__m512; 8] = std::array::from_fn(|i| {
+        let (a, b) = (v[2 * i], v[2 * i + 1]);
+        _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b))
+    });
+    // Fours: per 128-bit lane, one partial sum of each of v[4i..4i + 4].
+    let z: [__m512; 4] = std::array::from_fn(|i| {
+        let (a, b) = (x[2 * i], x[2 * i + 1]);
+        _mm512_add_ps(
+            _mm512_shuffle_ps::<0x44>(a, b),
+            _mm512_shuffle_ps::<0xEE>(a, b),
+        )
+    });
+    // Eights: lanes 0-1 hold halves of v[8i..8i + 4], lanes 2-3 of v[8i + 4..8i + 8].
+    let w: [__m512; 2] = std::array::from_fn(|i| {
+        let (a, b) = (z[2 * i], z[2 * i + 1]);
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x88>(a, b),
+            _mm512_shuffle_f32x4::<0xDD>(a, b),
+        )
+    });
+    _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0x88>(w[0], w[1]),
+        _mm512_shuffle_f32x4::<0xDD>(w[0], w[1]),
+    )
+}
+
+/// `dst (m x n) (+)= lhs * rhs` for narrow `dst` (few columns, many rows) and `lhs` with
+/// row stride 1: computes `dst^T = rhs^T * lhs^T` (whose `rhs` then has contiguous rows
+/// and whose tiles are full) into a second thread-local scratch, and transposes it back.
+fn transposed_product(
+    dst: &mut [f32],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    add: bool,
+    product: impl FnOnce(&mut [f32], MatRef<'_>, MatRef<'_>, bool),
+) {
+    let (m, n) = (lhs.rows(), rhs.cols());
+    TRANSPOSED.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let dst_t = aligned(&mut scratch, m * n);
+        if add {
+            for (i, row) in dst.chunks_exact(n).enumerate() {
+                for (j, &x) in row.iter().enumerate() {
+                    dst_t[j * m + i] = x;
+                }
+            }
+        }
+        product(dst_t, transpose(rhs), transpose(lhs), add);
+        for (i, row) in dst.chunks_exact_mut(n).enumerate() {
+            for (j, x) in row.iter_mut().enumerate() {
+                *x = dst_t[j * m + i];
+            }
+        }
+    });
+}
+
+/// The transpose of a view, without copying.
+fn transpose(v: MatRef<'_>) -> MatRef<'_> {
+    MatRef {
+        data: v.data(),
+        rows: v.cols(),
+        cols: v.rows(),
+        row_stride: v.col_stride(),
+        col_stride: v.row_stride(),
+    }
+}
+
+/// Whether `transposed_product` beats a direct product on tiles `nr` columns wide.
+fn narrow(lhs: MatRef<'_>, rhs: MatRef<'_>, nr: usize) -> bool {
+    lhs.row_stride() == 1 && lhs.col_stride() != 1 && rhs.cols() * 4 <= nr && lhs.rows() >= nr
 }
 
 #[cfg(test)]

@@ -130,7 +130,7 @@ proptest! {
     /// The matrix-vector path (one or two columns), with every `rhs` layout.
     #[test]
     fn narrow_products_match_naive(
-        m in 1usize..40, k in 1usize..70, n in 1usize..3,
+        m in 1usize..40, k in 1usize..70, n in 1usize..9,
         lhs_t in any::<bool>(), rhs_t in any::<bool>(),
         pad_a in 0usize..3, pad_b in 0usize..3, add in any::<bool>(), seed in any::<u64>(),
     ) {
