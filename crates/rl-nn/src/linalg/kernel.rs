@@ -168,6 +168,8 @@ pub(crate) fn matmul_with(
         Path::Avx512 => {
             if n <= 4 && lhs.col_stride() == 1 {
                 dot_columns(dst, lhs, rhs, add);
+            } else if k <= 4 {
+                rank_update(dst, lhs, rhs, add);
             } else if narrow(lhs, rhs, Avx512::NR) {
                 transposed_product(dst, lhs, rhs, add, drive_avx512);
             } else {
@@ -482,6 +484,23 @@ impl Micro for Avx512 {
             unsafe { avx512_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
         } else {
             pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Avx512 {
+    /// Packs all of `rhs` (`k x n`) into one panel `width` (a multiple of 16, at least
+    /// `n`) columns wide.
+    ///
+    /// # Safety
+    /// AVX-512F.
+    unsafe fn pack_width(panel: &mut [f32], rhs: MatRef<'_>, k: usize, n: usize, width: usize) {
+        if rhs.row_stride() == 1 {
+            // SAFETY: the caller guarantees AVX-512F.
+            unsafe { avx512_pack_transposed(panel, rhs, 0, k, 0, n, width) };
+        } else {
+            pack_panels(panel, rhs, 0, k, 0, n, width);
         }
     }
 }
@@ -848,6 +867,144 @@ fn dot_columns(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
             }
             run(cols);
         });
+    }
+}
+
+/// `dst (m x n) (+)= lhs * rhs` for `k <= 4`, as rank-`k` updates of rows of `dst`
+/// (AVX-512): the `k` values of four `lhs` rows stay broadcast in registers while the rows
+/// of `dst` stream through once. `rhs` is read in place when its rows are contiguous and
+/// packed into one `k x round_up(n, 16)` panel otherwise.
+#[cfg(target_arch = "x86_64")]
+fn rank_update(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
+    let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
+    assert!((1..=4).contains(&k));
+    let mut run = |b: *const f32, brs: usize| {
+        let (ars, acs) = (lhs.row_stride(), lhs.col_stride());
+        let a = lhs.data().as_ptr();
+        let c = dst.as_mut_ptr();
+        let full = m - m % 4;
+        for i in (0..m).step_by(4) {
+            let rank = Rank {
+                rows: 4.min(m - i),
+                n,
+                a: a.wrapping_add(i * ars),
+                ars,
+                acs,
+                b,
+                brs,
+                c: c.wrapping_add(i * n),
+                add,
+            };
+            // SAFETY:
+            // - `rank_update` only runs on the AVX-512 path, whose availability
+            //   `matmul_with` asserted;
+            // - the instantiation matches: `K == k`, and `R == 4 == rank.rows` for the
+            //   full groups (`i < full`), `R == 1` for the last, shorter one;
+            // - `lhs` elements `(i + r, p)` (`r < rows`, `p < k`) are in the view, whose
+            //   bounds `matmul_with` asserted;
+            // - `b` starts `k` rows of `n` contiguous readable floats `brs` apart: `rhs`
+            //   itself (column stride 1, inside the view) or the packed panel;
+            // - `dst` rows `i..i + rows` lie inside `dst`, borrowed mutably for the call.
+            unsafe {
+                match (k, i < full) {
+                    (1, true) => avx512_rank::<1, 4>(&rank),
+                    (2, true) => avx512_rank::<2, 4>(&rank),
+                    (3, true) => avx512_rank::<3, 4>(&rank),
+                    (4, true) => avx512_rank::<4, 4>(&rank),
+                    (1, false) => avx512_rank::<1, 1>(&rank),
+                    (2, false) => avx512_rank::<2, 1>(&rank),
+                    (3, false) => avx512_rank::<3, 1>(&rank),
+                    _ => avx512_rank::<4, 1>(&rank),
+                }
+            }
+        }
+    };
+    if rhs.col_stride() == 1 {
+        run(rhs.data().as_ptr(), rhs.row_stride());
+    } else {
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let width = n.next_multiple_of(16);
+            let panel = aligned(&mut scratch, k * width);
+            // SAFETY: this is the AVX-512 path, whose availability `matmul_with` asserted.
+            unsafe { Avx512::pack_width(panel, rhs, k, n, width) };
+            run(panel.as_ptr(), width);
+        });
+    }
+}
+
+/// Up to 4 rows of a rank-`k` update.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug)]
+struct Rank {
+    /// Rows.
+    rows: usize,
+    /// Columns of `dst` and `rhs`; also the `dst` row stride.
+    n: usize,
+    /// `lhs` element `(0, 0)`.
+    a: *const f32,
+    /// `lhs` row stride.
+    ars: usize,
+    /// `lhs` column stride.
+    acs: usize,
+    /// `rhs` element `(0, 0)`; its rows are contiguous.
+    b: *const f32,
+    /// `rhs` row stride.
+    brs: usize,
+    /// `dst` element `(0, 0)`.
+    c: *mut f32,
+    /// Add to `dst` instead of overwriting it.
+    add: bool,
+}
+
+/// A rank-`K` update of `R` rows of `dst` (with `R == 1`, one row at a time over
+/// `r.rows` rows).
+///
+/// # Safety
+/// - AVX-512F;
+/// - `K` is the inner dimension of the product, and `r.rows == R` unless `R == 1`;
+/// - `lhs` elements `a[i * ars + p * acs]` (`i < rows`, `p < K`) and `rhs` elements
+///   `b[p * brs + j]` (`p < K`, `j < n`) are readable;
+/// - `dst` elements `c[i * n + j]` (`i < rows`, `j < n`) are readable, writable and
+///   unaliased.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn avx512_rank<const K: usize, const R: usize>(r: &Rank) {
+    let groups = if R == 1 { r.rows } else { 1 };
+    for g in 0..groups {
+        let mut a = [[_mm512_setzero_ps(); K]; R];
+        for (i, a) in a.iter_mut().enumerate() {
+            for (p, a) in a.iter_mut().enumerate() {
+                // SAFETY: `lhs` element `(g + i, p)`, readable by the contract.
+                *a = _mm512_set1_ps(unsafe { *r.a.wrapping_add((g + i) * r.ars + p * r.acs) });
+            }
+        }
+        for j in (0..r.n).step_by(16) {
+            let mask = mask16(r.n - j);
+            let mut b = [_mm512_setzero_ps(); K];
+            for (p, b) in b.iter_mut().enumerate() {
+                // SAFETY: the masked lanes are `rhs` elements `(p, j..j + 16)` clipped to
+                // `n`, readable by the contract; masked-off lanes are not accessed.
+                *b = unsafe { _mm512_maskz_loadu_ps(mask, r.b.wrapping_add(p * r.brs + j)) };
+            }
+            for (i, a) in a.iter().enumerate() {
+                let c = r.c.wrapping_add((g + i) * r.n + j);
+                // SAFETY: the masked lanes are `dst` elements `(g + i, j..j + 16)` clipped
+                // to `n`: readable, writable and unaliased by the contract; masked-off lanes
+                // are not accessed.
+                unsafe {
+                    let mut acc = if r.add {
+                        _mm512_maskz_loadu_ps(mask, c)
+                    } else {
+                        _mm512_setzero_ps()
+                    };
+                    for (&a, &b) in a.iter().zip(&b) {
+                        acc = _mm512_fmadd_ps(a, b, acc);
+                    }
+                    _mm512_mask_storeu_ps(c, mask, acc);
+                }
+            }
+        }
     }
 }
 

@@ -136,6 +136,16 @@ proptest! {
     ) {
         check(Layout { m, k, n, lhs_t, rhs_t, pad_a, pad_b, add }, seed)?;
     }
+
+    /// The rank-update path (inner dimension up to 4), with every layout.
+    #[test]
+    fn thin_products_match_naive(
+        m in 1usize..80, k in 1usize..5, n in 1usize..80,
+        lhs_t in any::<bool>(), rhs_t in any::<bool>(),
+        pad_a in 0usize..3, pad_b in 0usize..3, add in any::<bool>(), seed in any::<u64>(),
+    ) {
+        check(Layout { m, k, n, lhs_t, rhs_t, pad_a, pad_b, add }, seed)?;
+    }
 }
 
 proptest! {
