@@ -2,7 +2,9 @@
 //! the layers: forward `x * W^T`, weight gradient `dy^T * x` and input gradient `dy * W`.
 //!
 //! `cargo run --release -p rl-nn --example kernel_timing [-- REPS]`: for each shape, the
-//! median GFLOP/s of both over REPS (default 101) interleaved batches, one thread.
+//! median GFLOP/s of both over REPS (default 101) interleaved batches, one thread. Larger
+//! square and tall products follow the layer shapes. `RL_NN_KERNEL=avx2` (or `portable`)
+//! times the kernel a CPU without AVX-512 would run (gemm keeps its own choice).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -131,6 +133,17 @@ fn main() {
             m: rows,
             k: outputs,
             n: inputs,
+            lhs_t: false,
+            rhs_t: false,
+            add: false,
+        });
+    }
+    for (m, k, n) in [(512, 512, 512), (1024, 1024, 1024), (4096, 256, 256)] {
+        cases.push(Case {
+            name: "larger",
+            m,
+            k,
+            n,
             lhs_t: false,
             rhs_t: false,
             add: false,

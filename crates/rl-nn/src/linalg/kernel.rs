@@ -75,15 +75,24 @@ impl Path {
     /// Every path, fastest first.
     pub(crate) const ALL: [Path; 3] = [Path::Avx512, Path::Avx2, Path::Portable];
 
-    /// The fastest path this CPU runs, detected once per process.
+    /// The fastest path this CPU runs, detected once per process. The environment
+    /// variable `RL_NN_KERNEL` (`avx2` or `portable`), read at that moment, picks a slower
+    /// path instead where the CPU runs it (to time or check what a machine without AVX-512
+    /// would run); any other value, or a path the CPU lacks, is ignored.
     pub(crate) fn detect() -> Self {
         match DETECTED.load(Ordering::Relaxed) {
             1 => Path::Avx512,
             2 => Path::Avx2,
             3 => Path::Portable,
             _ => {
-                let path = Self::ALL
+                let requested = match std::env::var("RL_NN_KERNEL").as_deref() {
+                    Ok("avx2") => Some(Path::Avx2),
+                    Ok("portable") => Some(Path::Portable),
+                    _ => None,
+                };
+                let path = requested
                     .into_iter()
+                    .chain(Self::ALL)
                     .find(|path| path.available())
                     .unwrap_or(Path::Portable);
                 let code = match path {
@@ -167,9 +176,11 @@ pub(crate) fn matmul_with(
         #[cfg(target_arch = "x86_64")]
         Path::Avx512 => {
             if n <= 4 && lhs.col_stride() == 1 {
-                dot_columns(dst, lhs, rhs, add);
+                // SAFETY: `path.available()` was asserted: the CPU has AVX-512F.
+                unsafe { dot_columns::<Avx512>(dst, lhs, rhs, add) };
             } else if k <= 4 {
-                rank_update(dst, lhs, rhs, add);
+                // SAFETY: as above.
+                unsafe { rank_update::<Avx512>(dst, lhs, rhs, add) };
             } else if narrow(lhs, rhs, Avx512::NR) {
                 transposed_product(dst, lhs, rhs, add, drive_avx512);
             } else {
@@ -178,7 +189,13 @@ pub(crate) fn matmul_with(
         }
         #[cfg(target_arch = "x86_64")]
         Path::Avx2 => {
-            if narrow(lhs, rhs, Avx2::NR) {
+            if n <= 4 && lhs.col_stride() == 1 {
+                // SAFETY: `path.available()` was asserted: the CPU has AVX2 and FMA.
+                unsafe { dot_columns::<Avx2>(dst, lhs, rhs, add) };
+            } else if k <= 4 {
+                // SAFETY: as above.
+                unsafe { rank_update::<Avx2>(dst, lhs, rhs, add) };
+            } else if narrow(lhs, rhs, Avx2::NR) {
                 transposed_product(dst, lhs, rhs, add, drive::<Avx2>);
             } else {
                 drive::<Avx2>(dst, lhs, rhs, add);
@@ -488,23 +505,6 @@ impl Micro for Avx512 {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-impl Avx512 {
-    /// Packs all of `rhs` (`k x n`) into one panel `width` (a multiple of 16, at least
-    /// `n`) columns wide.
-    ///
-    /// # Safety
-    /// AVX-512F.
-    unsafe fn pack_width(panel: &mut [f32], rhs: MatRef<'_>, k: usize, n: usize, width: usize) {
-        if rhs.row_stride() == 1 {
-            // SAFETY: the caller guarantees AVX-512F.
-            unsafe { avx512_pack_transposed(panel, rhs, 0, k, 0, n, width) };
-        } else {
-            pack_panels(panel, rhs, 0, k, 0, n, width);
-        }
-    }
-}
-
 /// The AVX-512 kernel with 6 x 64 tiles.
 #[cfg(target_arch = "x86_64")]
 #[derive(Debug)]
@@ -798,10 +798,144 @@ unsafe fn avx2_tile<const MR: usize, const NV: usize, const UNIT: bool>(t: &Tile
     }
 }
 
-/// `dst (m x n) (+)= lhs * rhs` for `n <= 4` and `lhs` column stride 1, as dot products
-/// along `lhs` rows (AVX-512). `rhs` columns are copied to scratch unless contiguous.
+/// Kernels for products with few columns or a short inner dimension, where a tile of
+/// [`Micro`] would leave most lanes idle.
 #[cfg(target_arch = "x86_64")]
-fn dot_columns(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
+trait Narrow {
+    /// Dot products reduced together into one vector (its lane count).
+    const SUMS: usize;
+    /// Rows of `dst` per rank update.
+    const RANK_ROWS: usize;
+
+    /// Dot products of `d.rows` rows with `n` columns: `SUMS / n.next_power_of_two()` rows
+    /// if `full`, else one row at a time.
+    ///
+    /// # Safety
+    /// - the CPU supports the instruction set;
+    /// - `1 <= n <= 4`, and `d.rows == SUMS / n.next_power_of_two()` if `full`;
+    /// - `d.k` floats from `d.a + r * d.ars` (`r < d.rows`) and from each of the first `n`
+    ///   columns are readable;
+    /// - `dst` elements `d.c + r * n + j` (`r < d.rows`, `j < n`) are readable, writable
+    ///   and unaliased.
+    unsafe fn dot(n: usize, full: bool, d: &Dot);
+
+    /// A rank-`k` update of `r.rows` rows: `RANK_ROWS` if `full`, else one at a time.
+    ///
+    /// # Safety
+    /// - the CPU supports the instruction set;
+    /// - `1 <= k <= 4`, and `r.rows == RANK_ROWS` if `full`;
+    /// - `lhs` elements `a[i * ars + p * acs]` (`i < rows`, `p < k`) and `rhs` elements
+    ///   `b[p * brs + j]` (`p < k`, `j < n`) are readable;
+    /// - `dst` elements `c[i * n + j]` (`i < rows`, `j < n`) are readable, writable and
+    ///   unaliased.
+    unsafe fn rank(k: usize, full: bool, r: &Rank);
+
+    /// Packs all of `rhs` (`k x n`) into one panel `width` (a multiple of 16, at least
+    /// `n`) columns wide.
+    ///
+    /// # Safety
+    /// The CPU supports the instruction set.
+    unsafe fn pack_width(panel: &mut [f32], rhs: MatRef<'_>, k: usize, n: usize, width: usize) {
+        pack_panels(panel, rhs, 0, k, 0, n, width);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Narrow for Avx512 {
+    const SUMS: usize = 16;
+    const RANK_ROWS: usize = 4;
+
+    unsafe fn dot(n: usize, full: bool, d: &Dot) {
+        // SAFETY: the caller upholds the contract, and the match picks `R` and `N` as it
+        // requires.
+        unsafe {
+            match (n, full) {
+                (1, true) => avx512_dot::<16, 1>(d),
+                (2, true) => avx512_dot::<8, 2>(d),
+                (3, true) => avx512_dot::<4, 3>(d),
+                (4, true) => avx512_dot::<4, 4>(d),
+                (1, false) => avx512_dot::<1, 1>(d),
+                (2, false) => avx512_dot::<1, 2>(d),
+                (3, false) => avx512_dot::<1, 3>(d),
+                _ => avx512_dot::<1, 4>(d),
+            }
+        }
+    }
+
+    unsafe fn rank(k: usize, full: bool, r: &Rank) {
+        // SAFETY: the caller upholds the contract, and the match picks `K` and `R` as it
+        // requires.
+        unsafe {
+            match (k, full) {
+                (1, true) => avx512_rank::<1, 4>(r),
+                (2, true) => avx512_rank::<2, 4>(r),
+                (3, true) => avx512_rank::<3, 4>(r),
+                (4, true) => avx512_rank::<4, 4>(r),
+                (1, false) => avx512_rank::<1, 1>(r),
+                (2, false) => avx512_rank::<2, 1>(r),
+                (3, false) => avx512_rank::<3, 1>(r),
+                _ => avx512_rank::<4, 1>(r),
+            }
+        }
+    }
+
+    unsafe fn pack_width(panel: &mut [f32], rhs: MatRef<'_>, k: usize, n: usize, width: usize) {
+        if rhs.row_stride() == 1 {
+            // SAFETY: the caller guarantees AVX-512F.
+            unsafe { avx512_pack_transposed(panel, rhs, 0, k, 0, n, width) };
+        } else {
+            pack_panels(panel, rhs, 0, k, 0, n, width);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Narrow for Avx2 {
+    const SUMS: usize = 8;
+    const RANK_ROWS: usize = 2;
+
+    unsafe fn dot(n: usize, full: bool, d: &Dot) {
+        // SAFETY: the caller upholds the contract, and the match picks `R` and `N` as it
+        // requires.
+        unsafe {
+            match (n, full) {
+                (1, true) => avx2_dot::<8, 1>(d),
+                (2, true) => avx2_dot::<4, 2>(d),
+                (3, true) => avx2_dot::<2, 3>(d),
+                (4, true) => avx2_dot::<2, 4>(d),
+                (1, false) => avx2_dot::<1, 1>(d),
+                (2, false) => avx2_dot::<1, 2>(d),
+                (3, false) => avx2_dot::<1, 3>(d),
+                _ => avx2_dot::<1, 4>(d),
+            }
+        }
+    }
+
+    unsafe fn rank(k: usize, full: bool, r: &Rank) {
+        // SAFETY: the caller upholds the contract, and the match picks `K` and `R` as it
+        // requires.
+        unsafe {
+            match (k, full) {
+                (1, true) => avx2_rank::<1, 2>(r),
+                (2, true) => avx2_rank::<2, 2>(r),
+                (3, true) => avx2_rank::<3, 2>(r),
+                (4, true) => avx2_rank::<4, 2>(r),
+                (1, false) => avx2_rank::<1, 1>(r),
+                (2, false) => avx2_rank::<2, 1>(r),
+                (3, false) => avx2_rank::<3, 1>(r),
+                _ => avx2_rank::<4, 1>(r),
+            }
+        }
+    }
+}
+
+/// `dst (m x n) (+)= lhs * rhs` for `n <= 4` and `lhs` column stride 1, as dot products
+/// along `lhs` rows. `rhs` columns are copied to scratch unless contiguous.
+///
+/// # Safety
+/// The CPU supports `I`'s instruction set.
+#[cfg(target_arch = "x86_64")]
+unsafe fn dot_columns<I: Narrow>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
     let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
     assert!((1..=4).contains(&n) && lhs.col_stride() == 1);
     let (data, brs, bcs) = (rhs.data(), rhs.row_stride(), rhs.col_stride());
@@ -809,8 +943,8 @@ fn dot_columns(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
         let ars = lhs.row_stride();
         let a = lhs.data().as_ptr();
         let c = dst.as_mut_ptr();
-        // Rows per group: `rows * n <= 16` dot products reduced together.
-        let group = 16 / n.next_power_of_two();
+        // Rows per group: `rows * n <= SUMS` dot products reduced together.
+        let group = I::SUMS / n.next_power_of_two();
         let full = m - m % group;
         for i in (0..m).step_by(group) {
             let dot = Dot {
@@ -823,28 +957,16 @@ fn dot_columns(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
                 add,
             };
             // SAFETY:
-            // - `dot_columns` only runs on the AVX-512 path, whose availability
-            //   `matmul_with` asserted;
-            // - the instantiation matches: `N == n`, and `R == group == dot.rows` for the
-            //   full groups (`i < full`), `R == 1` for the last, shorter one;
+            // - the caller guarantees `I`'s instruction set;
+            // - `1 <= n <= 4` (asserted), and `dot.rows == group` for the full groups
+            //   (`i < full`);
             // - `lhs` rows `i..i + rows` are in the view (`in_bounds` asserted) with column
             //   stride 1, so `k` contiguous floats from each row start are readable;
             // - each `cols[j]` (`j < n`) starts `k` contiguous readable floats: column `j`
             //   of `rhs` (row stride 1, inside the view) or a copy in scratch;
             // - `dst` rows `i..i + rows` (`n` floats each) lie inside `dst`, borrowed
             //   mutably for the whole call.
-            unsafe {
-                match (n, i < full) {
-                    (1, true) => avx512_dot::<16, 1>(&dot),
-                    (2, true) => avx512_dot::<8, 2>(&dot),
-                    (3, true) => avx512_dot::<4, 3>(&dot),
-                    (4, true) => avx512_dot::<4, 4>(&dot),
-                    (1, false) => avx512_dot::<1, 1>(&dot),
-                    (2, false) => avx512_dot::<1, 2>(&dot),
-                    (3, false) => avx512_dot::<1, 3>(&dot),
-                    _ => avx512_dot::<1, 4>(&dot),
-                }
-            }
+            unsafe { I::dot(n, i < full, &dot) };
         }
     };
     let mut cols = [std::ptr::null::<f32>(); 4];
@@ -870,22 +992,26 @@ fn dot_columns(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
     }
 }
 
-/// `dst (m x n) (+)= lhs * rhs` for `k <= 4`, as rank-`k` updates of rows of `dst`
-/// (AVX-512): the `k` values of four `lhs` rows stay broadcast in registers while the rows
-/// of `dst` stream through once. `rhs` is read in place when its rows are contiguous and
-/// packed into one `k x round_up(n, 16)` panel otherwise.
+/// `dst (m x n) (+)= lhs * rhs` for `k <= 4`, as rank-`k` updates of rows of `dst`: the
+/// `k` values of a few `lhs` rows stay broadcast in registers while those rows of `dst`
+/// stream through once. `rhs` is read in place when its rows are contiguous and packed
+/// into one `k x round_up(n, 16)` panel otherwise.
+///
+/// # Safety
+/// The CPU supports `I`'s instruction set.
 #[cfg(target_arch = "x86_64")]
-fn rank_update(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
+unsafe fn rank_update<I: Narrow>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
     let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
     assert!((1..=4).contains(&k));
     let mut run = |b: *const f32, brs: usize| {
         let (ars, acs) = (lhs.row_stride(), lhs.col_stride());
         let a = lhs.data().as_ptr();
         let c = dst.as_mut_ptr();
-        let full = m - m % 4;
-        for i in (0..m).step_by(4) {
+        let group = I::RANK_ROWS;
+        let full = m - m % group;
+        for i in (0..m).step_by(group) {
             let rank = Rank {
-                rows: 4.min(m - i),
+                rows: group.min(m - i),
                 n,
                 a: a.wrapping_add(i * ars),
                 ars,
@@ -896,27 +1022,15 @@ fn rank_update(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
                 add,
             };
             // SAFETY:
-            // - `rank_update` only runs on the AVX-512 path, whose availability
-            //   `matmul_with` asserted;
-            // - the instantiation matches: `K == k`, and `R == 4 == rank.rows` for the
-            //   full groups (`i < full`), `R == 1` for the last, shorter one;
+            // - the caller guarantees `I`'s instruction set;
+            // - `1 <= k <= 4` (asserted), and `rank.rows == RANK_ROWS` for the full
+            //   groups (`i < full`);
             // - `lhs` elements `(i + r, p)` (`r < rows`, `p < k`) are in the view, whose
             //   bounds `matmul_with` asserted;
             // - `b` starts `k` rows of `n` contiguous readable floats `brs` apart: `rhs`
             //   itself (column stride 1, inside the view) or the packed panel;
             // - `dst` rows `i..i + rows` lie inside `dst`, borrowed mutably for the call.
-            unsafe {
-                match (k, i < full) {
-                    (1, true) => avx512_rank::<1, 4>(&rank),
-                    (2, true) => avx512_rank::<2, 4>(&rank),
-                    (3, true) => avx512_rank::<3, 4>(&rank),
-                    (4, true) => avx512_rank::<4, 4>(&rank),
-                    (1, false) => avx512_rank::<1, 1>(&rank),
-                    (2, false) => avx512_rank::<2, 1>(&rank),
-                    (3, false) => avx512_rank::<3, 1>(&rank),
-                    _ => avx512_rank::<4, 1>(&rank),
-                }
-            }
+            unsafe { I::rank(k, i < full, &rank) };
         }
     };
     if rhs.col_stride() == 1 {
@@ -926,8 +1040,8 @@ fn rank_update(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
             let mut scratch = scratch.borrow_mut();
             let width = n.next_multiple_of(16);
             let panel = aligned(&mut scratch, k * width);
-            // SAFETY: this is the AVX-512 path, whose availability `matmul_with` asserted.
-            unsafe { Avx512::pack_width(panel, rhs, k, n, width) };
+            // SAFETY: the caller guarantees `I`'s instruction set.
+            unsafe { I::pack_width(panel, rhs, k, n, width) };
             run(panel.as_ptr(), width);
         });
     }
@@ -1112,6 +1226,141 @@ fn reduce16(v: [__m512; 16]) -> __m512 {
         _mm512_shuffle_f32x4::<0x88>(w[0], w[1]),
         _mm512_shuffle_f32x4::<0xDD>(w[0], w[1]),
     )
+}
+
+/// [`avx512_dot`] on AVX2 and FMA: `R * N <= 8`.
+///
+/// # Safety
+/// As [`avx512_dot`], with AVX2 and FMA instead of AVX-512F and `R * N <= 8`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_dot<const R: usize, const N: usize>(d: &Dot) {
+    let groups = if R == 1 { d.rows } else { 1 };
+    for g in 0..groups {
+        let a = d.a.wrapping_add(g * d.ars);
+        let mut acc = [[_mm256_setzero_ps(); N]; R];
+        let mut p = 0;
+        while p < d.k {
+            let full = d.k - p >= 8;
+            let mask = mask8(d.k - p);
+            let load = |src: *const f32| {
+                // SAFETY: `src` is lane `p` of a row or column with `k` readable floats
+                // (the only arguments below); with `full` all 8 lanes are inside it,
+                // otherwise the mask enables only those before `k`, and `vmaskmovps` does
+                // not access the others.
+                unsafe {
+                    if full {
+                        _mm256_loadu_ps(src)
+                    } else {
+                        _mm256_maskload_ps(src, mask)
+                    }
+                }
+            };
+            let mut cols = [_mm256_setzero_ps(); N];
+            for (col, &src) in cols.iter_mut().zip(&d.cols) {
+                *col = load(src.wrapping_add(p));
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let x = load(a.wrapping_add(r * d.ars + p));
+                for (acc, &col) in acc.iter_mut().zip(&cols) {
+                    *acc = _mm256_fmadd_ps(x, col, *acc);
+                }
+            }
+            p += 8;
+        }
+        let mut all = [_mm256_setzero_ps(); 8];
+        for (slot, acc) in all.iter_mut().zip(acc.iter().flatten()) {
+            *slot = *acc;
+        }
+        let sums = reduce8(all);
+        let mask = mask8(R * N);
+        let c = d.c.wrapping_add(g * N);
+        // SAFETY: the masked lanes are the `R * N` contiguous `dst` elements of rows
+        // `g..g + R`, readable, writable and unaliased; `vmaskmovps` does not access the
+        // other lanes.
+        unsafe {
+            let sums = if d.add {
+                _mm256_add_ps(sums, _mm256_maskload_ps(c, mask))
+            } else {
+                sums
+            };
+            _mm256_maskstore_ps(c, mask, sums);
+        }
+    }
+}
+
+/// Lane `i` of the result is the sum of the lanes of `v[i]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn reduce8(v: [__m256; 8]) -> __m256 {
+    // Per 128-bit half: sums of lane pairs, then of the four lanes of that half.
+    let h: [__m256; 4] = std::array::from_fn(|i| _mm256_hadd_ps(v[2 * i], v[2 * i + 1]));
+    let lo = _mm256_hadd_ps(h[0], h[1]);
+    let hi = _mm256_hadd_ps(h[2], h[3]);
+    _mm256_add_ps(
+        _mm256_permute2f128_ps::<0x20>(lo, hi),
+        _mm256_permute2f128_ps::<0x31>(lo, hi),
+    )
+}
+
+/// [`avx512_rank`] on AVX2 and FMA.
+///
+/// # Safety
+/// As [`avx512_rank`], with AVX2 and FMA instead of AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_rank<const K: usize, const R: usize>(r: &Rank) {
+    let groups = if R == 1 { r.rows } else { 1 };
+    for g in 0..groups {
+        let mut a = [[_mm256_setzero_ps(); K]; R];
+        for (i, a) in a.iter_mut().enumerate() {
+            for (p, a) in a.iter_mut().enumerate() {
+                // SAFETY: `lhs` element `(g + i, p)`, readable by the contract.
+                *a = _mm256_set1_ps(unsafe { *r.a.wrapping_add((g + i) * r.ars + p * r.acs) });
+            }
+        }
+        for j in (0..r.n).step_by(8) {
+            let full = r.n - j >= 8;
+            let mask = mask8(r.n - j);
+            let mut b = [_mm256_setzero_ps(); K];
+            for (p, b) in b.iter_mut().enumerate() {
+                let src = r.b.wrapping_add(p * r.brs + j);
+                // SAFETY: with `full`, `rhs` elements `(p, j..j + 8)`, readable by the
+                // contract; otherwise only the masked lanes (clipped to `n`) are, and
+                // `vmaskmovps` does not access the others.
+                *b = unsafe {
+                    if full {
+                        _mm256_loadu_ps(src)
+                    } else {
+                        _mm256_maskload_ps(src, mask)
+                    }
+                };
+            }
+            for (i, a) in a.iter().enumerate() {
+                let c = r.c.wrapping_add((g + i) * r.n + j);
+                // SAFETY: with `full`, `dst` elements `(g + i, j..j + 8)`; otherwise the
+                // masked lanes, clipped to `n`: readable, writable and unaliased by the
+                // contract; `vmaskmovps` does not access masked-off lanes.
+                unsafe {
+                    let mut acc = if !r.add {
+                        _mm256_setzero_ps()
+                    } else if full {
+                        _mm256_loadu_ps(c)
+                    } else {
+                        _mm256_maskload_ps(c, mask)
+                    };
+                    for (&a, &b) in a.iter().zip(&b) {
+                        acc = _mm256_fmadd_ps(a, b, acc);
+                    }
+                    if full {
+                        _mm256_storeu_ps(c, acc);
+                    } else {
+                        _mm256_maskstore_ps(c, mask, acc);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `dst (m x n) (+)= lhs * rhs` for narrow `dst` (few columns, many rows) and `lhs` with
