@@ -139,15 +139,21 @@ fn main() {
         });
     }
     for (m, k, n) in [(512, 512, 512), (1024, 1024, 1024), (4096, 256, 256)] {
-        cases.push(Case {
-            name: "larger",
-            m,
-            k,
-            n,
-            lhs_t: false,
-            rhs_t: false,
-            add: false,
-        });
+        for (name, lhs_t, rhs_t) in [
+            ("larger", false, false),
+            ("larger x*W^T", false, true),
+            ("larger dy^T*x", true, false),
+        ] {
+            cases.push(Case {
+                name,
+                m,
+                k,
+                n,
+                lhs_t,
+                rhs_t,
+                add: false,
+            });
+        }
     }
     println!(
         "{:<15} {:>16} {:>9} {:>9} {:>7}",

@@ -277,30 +277,57 @@ trait Micro {
     ) {
         pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
     }
+
+    /// Packs `lhs[ir..ir + mr, pc..pc + kc]` as [`pack_strip`] does with `MR` rows.
+    ///
+    /// # Safety
+    /// The CPU supports the kernel's instruction set.
+    unsafe fn pack_lhs(
+        strip: &mut [f32],
+        lhs: MatRef<'_>,
+        ir: usize,
+        mr: usize,
+        pc: usize,
+        kc: usize,
+    ) {
+        pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc);
+    }
 }
 
-/// The blocked product: `rhs` in place or packed, then one [`Micro::tile`] per tile.
+/// Strides (in floats) that are multiples of this map the rows of an operand onto the
+/// same L1 sets (4 KiB apart): such operands are packed even where they could be read in
+/// place.
+const ALIASING: usize = 1024;
+
+/// The blocked product: `rhs` in place or packed, `lhs` in place or (for strides that
+/// alias in L1) packed per `MR x kc` strip, then one [`Micro::tile`] per tile.
 fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
     let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
     let (ars, acs) = (lhs.row_stride(), lhs.col_stride());
     let (brs, bcs) = (rhs.row_stride(), rhs.col_stride());
-    let pack = bcs != 1;
+    let pack_b = bcs != 1 || (m >= 4 * K::MR && brs.is_multiple_of(ALIASING));
+    let pack_a = n > K::NR
+        && m > 1
+        && ((acs == 1 && ars.is_multiple_of(ALIASING))
+            || (ars == 1 && acs.is_multiple_of(ALIASING)));
     let c = dst.as_mut_ptr();
-    let a = lhs.data().as_ptr();
     let b = rhs.data().as_ptr();
     SCRATCH.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
-        let panels: &mut [f32] = if pack {
-            let need = k.min(KC) * n.min(NC).next_multiple_of(K::NR);
-            aligned(&mut scratch, need)
+        let b_len = if pack_b {
+            k.min(KC) * n.min(NC).next_multiple_of(K::NR)
         } else {
-            &mut []
+            0
         };
+        // `lhs` strips start on an aligned boundary too: `b_len` is a multiple of 16.
+        let a_len = if pack_a { K::MR * k.min(KC) } else { 0 };
+        let (panels, strip) = aligned(&mut scratch, b_len.next_multiple_of(ALIGN) + a_len)
+            .split_at_mut(b_len.next_multiple_of(ALIGN));
         for jc in (0..n).step_by(NC) {
             let nc = NC.min(n - jc);
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
-                let (b_block, b_rs, panel_stride) = if pack {
+                let (b_block, b_rs, panel_stride) = if pack_b {
                     // SAFETY: `K` is only instantiated for a path whose `available()`
                     // `matmul_with` asserted.
                     unsafe { K::pack(panels, rhs, pc, kc, jc, nc) };
@@ -310,14 +337,21 @@ fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool)
                 };
                 for ir in (0..m).step_by(K::MR) {
                     let mr = K::MR.min(m - ir);
+                    let (a, a_rs, a_cs) = if pack_a {
+                        // SAFETY: as for `K::pack`.
+                        unsafe { K::pack_lhs(strip, lhs, ir, mr, pc, kc) };
+                        (strip.as_ptr(), 1, K::MR)
+                    } else {
+                        (lhs.data()[ir * ars + pc * acs..].as_ptr(), ars, acs)
+                    };
                     for (q, jr) in (0..nc).step_by(K::NR).enumerate() {
                         let tile = Tile {
                             mr,
                             nr: K::NR.min(nc - jr),
                             kc,
-                            a: a.wrapping_add(ir * ars + pc * acs),
-                            ars,
-                            acs,
+                            a,
+                            ars: a_rs,
+                            acs: a_cs,
                             b: b_block.wrapping_add(q * panel_stride),
                             brs: b_rs,
                             c: c.wrapping_add(ir * n + jc + jr),
@@ -330,9 +364,10 @@ fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool)
                         // - `mr`, `nr` and `kc` are clamped to the tile and block sizes and
                         //   are positive because `m`, `n` and `k` are;
                         // - `lhs` reads are elements `(ir + i, pc + p)` of the view, inside
-                        //   its slice as `in_bounds` asserted; `rhs` reads are elements
+                        //   its slice as `in_bounds` asserted, or of the strip `pack_lhs`
+                        //   filled (`MR * kc` floats); `rhs` reads are elements
                         //   `(pc + p, jc + jr + j)` of the view (in place, column stride 1)
-                        //   or of a panel `pack_panels` filled inside `panels`, which holds
+                        //   or of a panel `pack` filled inside `panels`, which holds
                         //   `kc * round_up(nc, NR)` floats;
                         // - `dst` elements `(ir + i, jc + jr + j)` lie inside `dst`
                         //   (`m * n` floats), borrowed mutably for the whole call.
@@ -342,6 +377,74 @@ fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool)
             }
         }
     });
+}
+
+/// Packs `lhs[ir..ir + mr, pc..pc + kc]` into `strip` as `kc` columns of `mr_full`
+/// contiguous values (`strip[p * mr_full + i]`); rows past `mr` are left as they are.
+///
+/// # Panics
+/// If `strip` is shorter than `kc * mr_full` or the block leaves the view.
+fn pack_strip(
+    strip: &mut [f32],
+    lhs: MatRef<'_>,
+    (ir, mr, mr_full): (usize, usize, usize),
+    pc: usize,
+    kc: usize,
+) {
+    let (data, ars, acs) = (lhs.data(), lhs.row_stride(), lhs.col_stride());
+    for (p, column) in strip[..kc * mr_full].chunks_exact_mut(mr_full).enumerate() {
+        let start = ir * ars + (pc + p) * acs;
+        if ars == 1 {
+            column[..mr].copy_from_slice(&data[start..start + mr]);
+        } else {
+            for (i, x) in column[..mr].iter_mut().enumerate() {
+                *x = data[start + i * ars];
+            }
+        }
+    }
+}
+
+/// [`pack_strip`] for `lhs` with column stride 1 (rows contiguous) and `mr_full <= 16`,
+/// 16 columns at a time transposed in registers.
+///
+/// # Safety
+/// AVX-512F.
+///
+/// # Panics
+/// If `lhs` has a column stride other than 1, `mr_full` exceeds 16, `strip` is shorter
+/// than `kc * mr_full`, or the block leaves the view.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn avx512_pack_strip(
+    strip: &mut [f32],
+    lhs: MatRef<'_>,
+    (ir, mr, mr_full): (usize, usize, usize),
+    pc: usize,
+    kc: usize,
+) {
+    let (data, ars) = (lhs.data(), lhs.row_stride());
+    assert!(lhs.col_stride() == 1 && mr <= mr_full && mr_full <= 16);
+    assert!(ir + mr <= lhs.rows() && pc + kc <= lhs.cols());
+    let strip = &mut strip[..kc * mr_full];
+    let lanes = mask16(mr_full);
+    for p0 in (0..kc).step_by(16) {
+        let depth = 16.min(kc - p0);
+        let mask = mask16(depth);
+        let mut rows = [_mm512_setzero_ps(); 16];
+        for (i, row) in rows.iter_mut().enumerate().take(mr) {
+            let start = (ir + i) * ars + pc + p0;
+            let src = &data[start..start + depth];
+            // SAFETY: the mask enables exactly `depth` lanes, all inside `src`.
+            *row = unsafe { _mm512_maskz_loadu_ps(mask, src.as_ptr()) };
+        }
+        let columns = transpose16(rows);
+        for (p, column) in columns.iter().enumerate().take(depth) {
+            let start = (p0 + p) * mr_full;
+            let dst = &mut strip[start..start + mr_full];
+            // SAFETY: the mask enables exactly `mr_full` lanes, all inside `dst`.
+            unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr(), lanes, *column) };
+        }
+    }
 }
 
 /// A 64-byte-aligned slice of `len` floats inside `scratch`, growing it if it is too short
@@ -503,6 +606,22 @@ impl Micro for Avx512 {
             pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
         }
     }
+
+    unsafe fn pack_lhs(
+        strip: &mut [f32],
+        lhs: MatRef<'_>,
+        ir: usize,
+        mr: usize,
+        pc: usize,
+        kc: usize,
+    ) {
+        if lhs.col_stride() == 1 {
+            // SAFETY: the caller guarantees AVX-512F.
+            unsafe { avx512_pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc) };
+        } else {
+            pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc);
+        }
+    }
 }
 
 /// The AVX-512 kernel with 6 x 64 tiles.
@@ -548,6 +667,22 @@ impl Micro for Avx512Wide {
             unsafe { avx512_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
         } else {
             pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
+        }
+    }
+
+    unsafe fn pack_lhs(
+        strip: &mut [f32],
+        lhs: MatRef<'_>,
+        ir: usize,
+        mr: usize,
+        pc: usize,
+        kc: usize,
+    ) {
+        if lhs.col_stride() == 1 {
+            // SAFETY: the caller guarantees AVX-512F.
+            unsafe { avx512_pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc) };
+        } else {
+            pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc);
         }
     }
 }

@@ -162,6 +162,22 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// Operands whose strides are multiples of 1024 floats (rows 4 KiB apart, aliasing in
+    /// L1), which the blocked product packs even when they could be read in place.
+    #[test]
+    fn aliasing_strides_match_naive(
+        m in 1usize..60, k in 1usize..300, n in 1usize..200,
+        lhs_t in any::<bool>(), rhs_t in any::<bool>(), add in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let pad_a = 1024 - if lhs_t { m } else { k };
+        let pad_b = 1024 - if rhs_t { k } else { n };
+        check(Layout { m, k, n, lhs_t, rhs_t, pad_a, pad_b, add }, seed)?;
+    }
+}
+
 #[test]
 fn layer_shapes_match_naive() {
     for (rows, inputs, outputs) in LAYER_SHAPES {
