@@ -286,3 +286,46 @@ fn layer_products_allocate_nothing_after_warm_up() {
         }
     }
 }
+
+/// The contract the kernel exists for: after one warm-up update, a full update of an MLP
+/// (forward, backward with parameter and input gradients, clipping, Adam) allocates nothing,
+/// on the shapes of small control networks.
+#[test]
+fn mlp_update_allocates_nothing_after_warm_up() {
+    use rand::SeedableRng;
+
+    use crate::{
+        Activation, Adam, AdamConfig, Init, Mlp, MlpSpec, Module, Weights, clip_grad_norm,
+    };
+
+    for (input, hidden, output, rows) in [(3, 256, 1, 256), (4, 64, 2, 64), (4, 256, 2, 256)] {
+        let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(7);
+        let spec = MlpSpec::new(input, &[hidden, hidden], output, Activation::Tanh);
+        let mut net = Mlp::new(spec, Init::Uniform, &mut rng).unwrap();
+        let mut ws = net.workspace(rows);
+        let mut adam = Adam::new(net.num_params(), AdamConfig::default()).unwrap();
+        let mut grads = vec![0.0; net.num_params()];
+        let mut input_grads = vec![0.0; rows * input];
+        let x = values(3, rows * input);
+        let out_grads = values(4, rows * output);
+        let mut update = || {
+            net.forward(&x, rows, &mut ws).unwrap();
+            grads.fill(0.0);
+            net.backward(
+                &mut ws,
+                &out_grads,
+                Some(&mut grads),
+                Some(&mut input_grads),
+            )
+            .unwrap();
+            clip_grad_norm(&mut [&mut grads], 1.0).unwrap();
+            adam.update(net.params_mut(), &grads).unwrap();
+        };
+        update();
+        let ((), stats) = rl_testkit::measure(&mut update);
+        assert_eq!(
+            stats.allocations, 0,
+            "{input}-{hidden}-{hidden}-{output} x {rows}: {stats:?}"
+        );
+    }
+}
