@@ -8,11 +8,11 @@
 //!   fused multiply-adds into accumulators that stay in registers. AVX-512: `12 x 32`
 //!   (24 `zmm` accumulators), or `6 x 64` when `lhs` has at most 6 rows (a cut-down
 //!   `12 x 32` tile would leave too few independent accumulators to hide the FMA
-//!   latency); AVX2+FMA: `6 x 16` (12 `ymm`); the portable fallback: `4 x 8` in plain Rust
-//!   that the compiler vectorises. Column remainders use masked loads and stores (AVX-512
-//!   `k` masks, AVX2 `vmaskmovps`), row remainders a kernel instantiated for that many
-//!   rows; the destination is overwritten or added to in the store, so `dst` is read at
-//!   most once per `kc` block.
+//!   latency); AVX2+FMA: `6 x 16` (12 `ymm`), or `3 x 32` for at most 3 rows; the
+//!   portable fallback: `4 x 8` in plain Rust that the compiler vectorises. Column
+//!   remainders use masked loads and stores (AVX-512 `k` masks, AVX2 `vmaskmovps`), row
+//!   remainders a kernel instantiated for that many rows; the destination is overwritten
+//!   or added to in the store, so `dst` is read at most once per `kc` block.
 //! - **Operands in place when possible.** `lhs` is read in place: the kernel broadcasts
 //!   its elements from their strided positions (a kernel specialised for row stride 1,
 //!   the `dy^T` of a weight gradient, uses immediate offsets). `rhs` is read in place when
@@ -215,9 +215,9 @@ pub(crate) fn matmul_with(
                 // SAFETY: as above.
                 unsafe { rank_update::<Avx2>(dst, lhs, rhs, add) };
             } else if narrow(lhs, rhs, Avx2::NR) {
-                transposed_product(dst, lhs, rhs, add, drive::<Avx2>);
+                transposed_product(dst, lhs, rhs, add, drive_avx2);
             } else {
-                drive::<Avx2>(dst, lhs, rhs, add);
+                drive_avx2(dst, lhs, rhs, add);
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -234,6 +234,17 @@ fn drive_avx512(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
         drive::<Avx512Wide>(dst, lhs, rhs, add);
     } else {
         drive::<Avx512>(dst, lhs, rhs, add);
+    }
+}
+
+/// [`drive`] with the AVX2 tile shape for `lhs`: 3 x 32 for at most 3 rows, 6 x 16
+/// otherwise.
+#[cfg(target_arch = "x86_64")]
+fn drive_avx2(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
+    if lhs.rows() <= Avx2Wide::MR {
+        drive::<Avx2Wide>(dst, lhs, rhs, add);
+    } else {
+        drive::<Avx2>(dst, lhs, rhs, add);
     }
 }
 
@@ -878,6 +889,37 @@ impl Micro for Avx2 {
                 (true, false) => by_rows!(t.mr, avx2_tile, [2, false], (t), 1 2 3 4 5 6),
                 (false, true) => by_rows!(t.mr, avx2_tile, [1, true], (t), 1 2 3 4 5 6),
                 (false, false) => by_rows!(t.mr, avx2_tile, [1, false], (t), 1 2 3 4 5 6),
+            }
+        }
+    }
+}
+
+/// The AVX2+FMA kernel with 3 x 32 tiles.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug)]
+struct Avx2Wide;
+
+#[cfg(target_arch = "x86_64")]
+impl Micro for Avx2Wide {
+    const MR: usize = 3;
+    const NR: usize = 32;
+
+    unsafe fn tile(t: &Tile) {
+        // SAFETY:
+        // - the caller guarantees AVX2 and FMA;
+        // - `by_rows!` picks the instantiation with exactly `t.mr` rows, the vector count
+        //   covers `t.nr` columns, and the unit-stride variant only runs when `ars == 1`;
+        // - the caller upholds the memory contract, which the kernels share.
+        unsafe {
+            match (t.nr.div_ceil(8), t.ars == 1) {
+                (4, true) => by_rows!(t.mr, avx2_tile, [4, true], (t), 1 2 3),
+                (4, false) => by_rows!(t.mr, avx2_tile, [4, false], (t), 1 2 3),
+                (3, true) => by_rows!(t.mr, avx2_tile, [3, true], (t), 1 2 3),
+                (3, false) => by_rows!(t.mr, avx2_tile, [3, false], (t), 1 2 3),
+                (2, true) => by_rows!(t.mr, avx2_tile, [2, true], (t), 1 2 3),
+                (2, false) => by_rows!(t.mr, avx2_tile, [2, false], (t), 1 2 3),
+                (_, true) => by_rows!(t.mr, avx2_tile, [1, true], (t), 1 2 3),
+                (_, false) => by_rows!(t.mr, avx2_tile, [1, false], (t), 1 2 3),
             }
         }
     }
