@@ -149,12 +149,13 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(16))]
 
-    /// Shapes that cross the `KC` and `NC` blocks and leave remainders in every dimension.
+    /// Shapes that cross the `KC` and `NC` blocks and leave remainders in every dimension
+    /// (a few row blocks only: unoptimised test builds are slow).
     #[test]
     fn large_products_match_naive(
-        m in 1usize..300, k in 200usize..600, n in 1usize..600,
+        m in 1usize..40, k in 200usize..600, n in 1usize..600,
         lhs_t in any::<bool>(), rhs_t in any::<bool>(),
         pad_a in 0usize..2, pad_b in 0usize..2, add in any::<bool>(), seed in any::<u64>(),
     ) {
