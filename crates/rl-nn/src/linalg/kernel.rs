@@ -196,10 +196,12 @@ pub(crate) fn matmul_with(
         #[cfg(target_arch = "x86_64")]
         Path::Avx512 => {
             if n <= 4 && lhs.col_stride() == 1 {
-                // SAFETY: `path.available()` was asserted: the CPU has AVX-512F.
+                // SAFETY:
+                // - `path.available()` was asserted: the CPU has AVX-512F.
                 unsafe { dot_columns::<Avx512>(dst, lhs, rhs, add) };
             } else if k <= 4 {
-                // SAFETY: as above.
+                // SAFETY:
+                // - `path.available()` was asserted: the CPU has AVX-512F.
                 unsafe { rank_update::<Avx512>(dst, lhs, rhs, add) };
             } else if narrow(lhs, rhs, Avx512::NR) {
                 transposed_product(dst, lhs, rhs, add, drive_avx512);
@@ -210,10 +212,12 @@ pub(crate) fn matmul_with(
         #[cfg(target_arch = "x86_64")]
         Path::Avx2 => {
             if n <= 4 && lhs.col_stride() == 1 {
-                // SAFETY: `path.available()` was asserted: the CPU has AVX2 and FMA.
+                // SAFETY:
+                // - `path.available()` was asserted: the CPU has AVX2 and FMA.
                 unsafe { dot_columns::<Avx2>(dst, lhs, rhs, add) };
             } else if k <= 4 {
-                // SAFETY: as above.
+                // SAFETY:
+                // - `path.available()` was asserted: the CPU has AVX2 and FMA.
                 unsafe { rank_update::<Avx2>(dst, lhs, rhs, add) };
             } else if narrow(lhs, rhs, Avx2::NR) {
                 transposed_product(dst, lhs, rhs, add, drive_avx2);
@@ -370,8 +374,9 @@ fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool)
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
                 let (b_block, b_rs, panel_stride) = if pack_b {
-                    // SAFETY: `K` is only instantiated for a path whose `available()`
-                    // `matmul_with` asserted.
+                    // SAFETY:
+                    // - `K` is only instantiated for a path whose `available()`
+                    //   `matmul_with` asserted.
                     unsafe { K::pack(panels, rhs, pc, kc, jc, nc) };
                     (panels.as_ptr(), K::NR, kc * K::NR)
                 } else {
@@ -380,7 +385,9 @@ fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool)
                 for ir in (0..m).step_by(K::MR) {
                     let mr = K::MR.min(m - ir);
                     let (a, a_rs, a_cs) = if pack_a {
-                        // SAFETY: as for `K::pack`.
+                        // SAFETY:
+                        // - `K` is only instantiated for a path whose `available()`
+                        //   `matmul_with` asserted.
                         unsafe { K::pack_lhs(strip, lhs, ir, mr, pc, kc) };
                         (strip.as_ptr(), 1, K::MR)
                     } else {
@@ -476,14 +483,16 @@ unsafe fn avx512_pack_strip(
         for (i, row) in rows.iter_mut().enumerate().take(mr) {
             let start = (ir + i) * ars + pc + p0;
             let src = &data[start..start + depth];
-            // SAFETY: the mask enables exactly `depth` lanes, all inside `src`.
+            // SAFETY:
+            // - the mask enables exactly `depth` lanes, all inside `src`.
             *row = unsafe { _mm512_maskz_loadu_ps(mask, src.as_ptr()) };
         }
         let columns = transpose16(rows);
         for (p, column) in columns.iter().enumerate().take(depth) {
             let start = (p0 + p) * mr_full;
             let dst = &mut strip[start..start + mr_full];
-            // SAFETY: the mask enables exactly `mr_full` lanes, all inside `dst`.
+            // SAFETY:
+            // - the mask enables exactly `mr_full` lanes, all inside `dst`.
             unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr(), lanes, *column) };
         }
     }
@@ -571,10 +580,13 @@ impl Micro for Portable {
 /// As [`Micro::tile`], with `t.mr == MR`.
 unsafe fn portable_tile<const MR: usize>(t: &Tile) {
     if t.nr == PORTABLE_NR {
-        // SAFETY: forwarded, with `t.nr == NR` as the full-width variant requires.
+        // SAFETY:
+        // - `t.nr == NR`, as the full-width variant requires;
+        // - the caller upholds the rest of the contract, which the variant shares.
         unsafe { portable_tile_width::<MR, true>(t) }
     } else {
-        // SAFETY: forwarded.
+        // SAFETY:
+        // - the caller upholds the contract, which the variant shares.
         unsafe { portable_tile_width::<MR, false>(t) }
     }
 }
@@ -593,19 +605,22 @@ unsafe fn portable_tile_width<const MR: usize, const FULL: bool>(t: &Tile) {
     let mut b = t.b;
     for _ in 0..t.kc {
         let row = if FULL {
-            // SAFETY: `FULL` means `nr == 8`: the row's 8 floats of the current step
-            // `p < kc` are readable by the contract (`read_unaligned` needs no alignment).
+            // SAFETY:
+            // - `FULL` means `nr == 8`: the row's 8 floats of the current step `p < kc` are
+            //   readable by the contract (`read_unaligned` needs no alignment).
             unsafe { b.cast::<[f32; NR]>().read_unaligned() }
         } else {
             let mut row = [0.0f32; NR];
             for (j, r) in row.iter_mut().enumerate().take(t.nr) {
-                // SAFETY: `j < nr` and the current step `p < kc`: readable by the contract.
+                // SAFETY:
+                // - `j < nr` and the current step `p < kc`: readable by the contract.
                 *r = unsafe { *b.wrapping_add(j) };
             }
             row
         };
         for (i, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: `i < mr` and the current step `p < kc`: readable by the contract.
+            // SAFETY:
+            // - `i < mr` and the current step `p < kc`: readable by the contract.
             let x = unsafe { *a.wrapping_add(i * t.ars) };
             for (acc, r) in acc.iter_mut().zip(row) {
                 *acc += x * r;
@@ -617,7 +632,8 @@ unsafe fn portable_tile_width<const MR: usize, const FULL: bool>(t: &Tile) {
     for (i, acc) in acc.iter().enumerate() {
         for (j, acc) in acc.iter().enumerate().take(t.nr) {
             let c = t.c.wrapping_add(i * t.ldc + j);
-            // SAFETY: `i < mr`, `j < nr`: readable, writable and unaliased by the contract.
+            // SAFETY:
+            // - `i < mr`, `j < nr`: readable, writable and unaliased by the contract.
             unsafe { *c = if t.add { *c + acc } else { *acc } };
         }
     }
@@ -749,7 +765,8 @@ impl Micro for Avx512 {
         nc: usize,
     ) {
         if rhs.row_stride() == 1 {
-            // SAFETY: the caller guarantees AVX-512F.
+            // SAFETY:
+            // - the caller guarantees AVX-512F.
             unsafe { avx512_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
         } else {
             pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
@@ -765,7 +782,8 @@ impl Micro for Avx512 {
         kc: usize,
     ) {
         if lhs.col_stride() == 1 {
-            // SAFETY: the caller guarantees AVX-512F.
+            // SAFETY:
+            // - the caller guarantees AVX-512F.
             unsafe { avx512_pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc) };
         } else {
             pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc);
@@ -812,7 +830,8 @@ impl Micro for Avx512Wide {
         nc: usize,
     ) {
         if rhs.row_stride() == 1 {
-            // SAFETY: the caller guarantees AVX-512F.
+            // SAFETY:
+            // - the caller guarantees AVX-512F.
             unsafe { avx512_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
         } else {
             pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
@@ -828,7 +847,8 @@ impl Micro for Avx512Wide {
         kc: usize,
     ) {
         if lhs.col_stride() == 1 {
-            // SAFETY: the caller guarantees AVX-512F.
+            // SAFETY:
+            // - the caller guarantees AVX-512F.
             unsafe { avx512_pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc) };
         } else {
             pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc);
@@ -880,14 +900,16 @@ unsafe fn avx512_pack_transposed(
                     // bounds `matmul_with` asserted; sliced here so the load is checked.
                     let start = (j0 + j) * bcs + pc + p0;
                     let src = &data[start..start + depth];
-                    // SAFETY: the mask enables exactly `depth` lanes, all inside `src`.
+                    // SAFETY:
+                    // - the mask enables exactly `depth` lanes, all inside `src`.
                     *col = unsafe { _mm512_maskz_loadu_ps(mask, src.as_ptr()) };
                 }
                 let rows = transpose16(cols);
                 for (p, row) in rows.iter().enumerate().take(depth) {
                     let start = (p0 + p) * nr + 16 * v;
                     let dst = &mut panel[start..start + 16];
-                    // SAFETY: `dst` holds 16 floats.
+                    // SAFETY:
+                    // - `dst` holds 16 floats.
                     unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *row) };
                 }
             }
@@ -954,12 +976,15 @@ unsafe fn avx512_tile<const MR: usize, const NV: usize, const UNIT: bool>(t: &Ti
     for _ in 0..t.kc {
         let mut row = [_mm512_setzero_ps(); NV];
         for (v, row) in row.iter_mut().enumerate() {
-            // SAFETY: the masked lanes are columns `j < nr` of the current step `p < kc`,
-            // readable by the contract; masked-off lanes are not accessed.
+            // SAFETY:
+            // - the masked lanes are columns `j < nr` of the current step `p < kc`,
+            //   readable by the contract;
+            // - masked-off lanes are not accessed.
             *row = unsafe { _mm512_maskz_loadu_ps(masks[v], b.wrapping_add(16 * v)) };
         }
         for (i, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: `i < mr` and the current step `p < kc`: readable by the contract.
+            // SAFETY:
+            // - `i < mr` and the current step `p < kc`: readable by the contract.
             let x = _mm512_set1_ps(unsafe { *a.wrapping_add(i * ars) });
             for (acc, &r) in acc.iter_mut().zip(&row) {
                 *acc = _mm512_fmadd_ps(x, r, *acc);
@@ -971,9 +996,10 @@ unsafe fn avx512_tile<const MR: usize, const NV: usize, const UNIT: bool>(t: &Ti
     for (i, acc) in acc.iter().enumerate() {
         for (v, &acc) in acc.iter().enumerate() {
             let c = t.c.wrapping_add(i * t.ldc + 16 * v);
-            // SAFETY: the masked lanes are `dst` columns `j < nr` of row `i < mr`:
-            // readable, writable and unaliased by the contract; masked-off lanes are not
-            // accessed.
+            // SAFETY:
+            // - the masked lanes are `dst` columns `j < nr` of row `i < mr`: readable,
+            //   writable and unaliased by the contract;
+            // - masked-off lanes are not accessed.
             unsafe {
                 let sum = if t.add {
                     _mm512_add_ps(acc, _mm512_maskz_loadu_ps(masks[v], c))
@@ -1074,9 +1100,11 @@ unsafe fn avx2_tile<const MR: usize, const NV: usize, const UNIT: bool>(t: &Tile
         let mut row = [_mm256_setzero_ps(); NV];
         for (v, row) in row.iter_mut().enumerate() {
             let p = b.wrapping_add(8 * v);
-            // SAFETY: with `full`, all 8 lanes are columns `j < nr` of the current step
-            // `p < kc`, readable by the contract; otherwise only the masked lanes are,
-            // and `vmaskmovps` does not access the others.
+            // SAFETY:
+            // - with `full`, all 8 lanes are columns `j < nr` of the current step `p < kc`,
+            //   readable by the contract;
+            // - otherwise only the masked lanes are, and `vmaskmovps` does not access the
+            //   others.
             *row = unsafe {
                 if full {
                     _mm256_loadu_ps(p)
@@ -1086,7 +1114,8 @@ unsafe fn avx2_tile<const MR: usize, const NV: usize, const UNIT: bool>(t: &Tile
             };
         }
         for (i, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: `i < mr` and the current step `p < kc`: readable by the contract.
+            // SAFETY:
+            // - `i < mr` and the current step `p < kc`: readable by the contract.
             let x = _mm256_set1_ps(unsafe { *a.wrapping_add(i * ars) });
             for (acc, &r) in acc.iter_mut().zip(&row) {
                 *acc = _mm256_fmadd_ps(x, r, *acc);
@@ -1098,9 +1127,10 @@ unsafe fn avx2_tile<const MR: usize, const NV: usize, const UNIT: bool>(t: &Tile
     for (i, acc) in acc.iter().enumerate() {
         for (v, &acc) in acc.iter().enumerate() {
             let c = t.c.wrapping_add(i * t.ldc + 8 * v);
-            // SAFETY: the masked lanes are `dst` columns `j < nr` of row `i < mr`:
-            // readable, writable and unaliased by the contract; `vmaskmovps` does not
-            // access the other lanes.
+            // SAFETY:
+            // - the masked lanes are `dst` columns `j < nr` of row `i < mr`: readable,
+            //   writable and unaliased by the contract;
+            // - `vmaskmovps` does not access the other lanes.
             unsafe {
                 let sum = if t.add {
                     _mm256_add_ps(acc, _mm256_maskload_ps(c, masks[v]))
@@ -1161,8 +1191,9 @@ impl Narrow for Avx512 {
     const RANK_ROWS: usize = 4;
 
     unsafe fn dot(n: usize, full: bool, d: &Dot) {
-        // SAFETY: the caller upholds the contract, and the match picks `R` and `N` as it
-        // requires.
+        // SAFETY:
+        // - the caller upholds the contract;
+        // - the match picks `R` and `N` as it requires.
         unsafe {
             match (n, full) {
                 (1, true) => avx512_dot::<16, 1>(d),
@@ -1178,8 +1209,9 @@ impl Narrow for Avx512 {
     }
 
     unsafe fn rank(k: usize, full: bool, r: &Rank) {
-        // SAFETY: the caller upholds the contract, and the match picks `K` and `R` as it
-        // requires.
+        // SAFETY:
+        // - the caller upholds the contract;
+        // - the match picks `K` and `R` as it requires.
         unsafe {
             match (k, full) {
                 (1, true) => avx512_rank::<1, 4>(r),
@@ -1196,7 +1228,8 @@ impl Narrow for Avx512 {
 
     unsafe fn pack_width(panel: &mut [f32], rhs: MatRef<'_>, k: usize, n: usize, width: usize) {
         if rhs.row_stride() == 1 {
-            // SAFETY: the caller guarantees AVX-512F.
+            // SAFETY:
+            // - the caller guarantees AVX-512F.
             unsafe { avx512_pack_transposed(panel, rhs, 0, k, 0, n, width) };
         } else {
             pack_panels(panel, rhs, 0, k, 0, n, width);
@@ -1210,8 +1243,9 @@ impl Narrow for Avx2 {
     const RANK_ROWS: usize = 2;
 
     unsafe fn dot(n: usize, full: bool, d: &Dot) {
-        // SAFETY: the caller upholds the contract, and the match picks `R` and `N` as it
-        // requires.
+        // SAFETY:
+        // - the caller upholds the contract;
+        // - the match picks `R` and `N` as it requires.
         unsafe {
             match (n, full) {
                 (1, true) => avx2_dot::<8, 1>(d),
@@ -1227,8 +1261,9 @@ impl Narrow for Avx2 {
     }
 
     unsafe fn rank(k: usize, full: bool, r: &Rank) {
-        // SAFETY: the caller upholds the contract, and the match picks `K` and `R` as it
-        // requires.
+        // SAFETY:
+        // - the caller upholds the contract;
+        // - the match picks `K` and `R` as it requires.
         unsafe {
             match (k, full) {
                 (1, true) => avx2_rank::<1, 2>(r),
@@ -1355,7 +1390,8 @@ unsafe fn rank_update<I: Narrow>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'
             let mut scratch = scratch.borrow_mut();
             let width = n.next_multiple_of(16);
             let panel = aligned(&mut scratch, k * width);
-            // SAFETY: the caller guarantees `I`'s instruction set.
+            // SAFETY:
+            // - the caller guarantees `I`'s instruction set.
             unsafe { I::pack_width(panel, rhs, k, n, width) };
             run(panel.as_ptr(), width);
         });
@@ -1404,7 +1440,8 @@ unsafe fn avx512_rank<const K: usize, const R: usize>(r: &Rank) {
         let mut a = [[_mm512_setzero_ps(); K]; R];
         for (i, a) in a.iter_mut().enumerate() {
             for (p, a) in a.iter_mut().enumerate() {
-                // SAFETY: `lhs` element `(g + i, p)`, readable by the contract.
+                // SAFETY:
+                // - `lhs` element `(g + i, p)`, readable by the contract.
                 *a = _mm512_set1_ps(unsafe { *r.a.wrapping_add((g + i) * r.ars + p * r.acs) });
             }
         }
@@ -1412,15 +1449,18 @@ unsafe fn avx512_rank<const K: usize, const R: usize>(r: &Rank) {
             let mask = mask16(r.n - j);
             let mut b = [_mm512_setzero_ps(); K];
             for (p, b) in b.iter_mut().enumerate() {
-                // SAFETY: the masked lanes are `rhs` elements `(p, j..j + 16)` clipped to
-                // `n`, readable by the contract; masked-off lanes are not accessed.
+                // SAFETY:
+                // - the masked lanes are `rhs` elements `(p, j..j + 16)` clipped to `n`,
+                //   readable by the contract;
+                // - masked-off lanes are not accessed.
                 *b = unsafe { _mm512_maskz_loadu_ps(mask, r.b.wrapping_add(p * r.brs + j)) };
             }
             for (i, a) in a.iter().enumerate() {
                 let c = r.c.wrapping_add((g + i) * r.n + j);
-                // SAFETY: the masked lanes are `dst` elements `(g + i, j..j + 16)` clipped
-                // to `n`: readable, writable and unaliased by the contract; masked-off lanes
-                // are not accessed.
+                // SAFETY:
+                // - the masked lanes are `dst` elements `(g + i, j..j + 16)` clipped to
+                //   `n`: readable, writable and unaliased by the contract;
+                // - masked-off lanes are not accessed.
                 unsafe {
                     let mut acc = if r.add {
                         _mm512_maskz_loadu_ps(mask, c)
@@ -1479,12 +1519,16 @@ unsafe fn avx512_dot<const R: usize, const N: usize>(d: &Dot) {
             let mask = mask16(d.k - p);
             let mut cols = [_mm512_setzero_ps(); N];
             for (col, &src) in cols.iter_mut().zip(&d.cols) {
-                // SAFETY: lanes `p..p + 16` clipped to `k` of a column with `k` readable
-                // floats; masked-off lanes are not accessed.
+                // SAFETY:
+                // - lanes `p..p + 16` clipped to `k` of a column with `k` readable floats;
+                // - masked-off lanes are not accessed.
                 *col = unsafe { _mm512_maskz_loadu_ps(mask, src.wrapping_add(p)) };
             }
             for (r, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: as above, for row `g + r < rows` of `lhs`.
+                // SAFETY:
+                // - lanes `p..p + 16` clipped to `k` of row `g + r < rows` of `lhs`, which
+                //   has `k` readable floats;
+                // - masked-off lanes are not accessed.
                 let x = unsafe { _mm512_maskz_loadu_ps(mask, a.wrapping_add(r * d.ars + p)) };
                 for (acc, &col) in acc.iter_mut().zip(&cols) {
                     *acc = _mm512_fmadd_ps(x, col, *acc);
@@ -1499,8 +1543,10 @@ unsafe fn avx512_dot<const R: usize, const N: usize>(d: &Dot) {
         let sums = reduce16(all);
         let mask = mask16(R * N);
         let c = d.c.wrapping_add(g * N);
-        // SAFETY: the masked lanes are the `R * N` contiguous `dst` elements of rows
-        // `g..g + R`, readable, writable and unaliased; masked-off lanes are not accessed.
+        // SAFETY:
+        // - the masked lanes are the `R * N` contiguous `dst` elements of rows `g..g + R`,
+        //   readable, writable and unaliased;
+        // - masked-off lanes are not accessed.
         unsafe {
             let sums = if d.add {
                 _mm512_add_ps(sums, _mm512_maskz_loadu_ps(mask, c))
@@ -1559,10 +1605,11 @@ unsafe fn avx2_dot<const R: usize, const N: usize>(d: &Dot) {
             let full = d.k - p >= 8;
             let mask = mask8(d.k - p);
             let load = |src: *const f32| {
-                // SAFETY: `src` is lane `p` of a row or column with `k` readable floats
-                // (the only arguments below); with `full` all 8 lanes are inside it,
-                // otherwise the mask enables only those before `k`, and `vmaskmovps` does
-                // not access the others.
+                // SAFETY:
+                // - `src` is lane `p` of a row or column with `k` readable floats (the only
+                //   arguments below);
+                // - with `full` all 8 lanes are inside it, otherwise the mask enables only
+                //   those before `k`, and `vmaskmovps` does not access the others.
                 unsafe {
                     if full {
                         _mm256_loadu_ps(src)
@@ -1590,9 +1637,10 @@ unsafe fn avx2_dot<const R: usize, const N: usize>(d: &Dot) {
         let sums = reduce8(all);
         let mask = mask8(R * N);
         let c = d.c.wrapping_add(g * N);
-        // SAFETY: the masked lanes are the `R * N` contiguous `dst` elements of rows
-        // `g..g + R`, readable, writable and unaliased; `vmaskmovps` does not access the
-        // other lanes.
+        // SAFETY:
+        // - the masked lanes are the `R * N` contiguous `dst` elements of rows `g..g + R`,
+        //   readable, writable and unaliased;
+        // - `vmaskmovps` does not access the other lanes.
         unsafe {
             let sums = if d.add {
                 _mm256_add_ps(sums, _mm256_maskload_ps(c, mask))
@@ -1630,7 +1678,8 @@ unsafe fn avx2_rank<const K: usize, const R: usize>(r: &Rank) {
         let mut a = [[_mm256_setzero_ps(); K]; R];
         for (i, a) in a.iter_mut().enumerate() {
             for (p, a) in a.iter_mut().enumerate() {
-                // SAFETY: `lhs` element `(g + i, p)`, readable by the contract.
+                // SAFETY:
+                // - `lhs` element `(g + i, p)`, readable by the contract.
                 *a = _mm256_set1_ps(unsafe { *r.a.wrapping_add((g + i) * r.ars + p * r.acs) });
             }
         }
@@ -1640,9 +1689,10 @@ unsafe fn avx2_rank<const K: usize, const R: usize>(r: &Rank) {
             let mut b = [_mm256_setzero_ps(); K];
             for (p, b) in b.iter_mut().enumerate() {
                 let src = r.b.wrapping_add(p * r.brs + j);
-                // SAFETY: with `full`, `rhs` elements `(p, j..j + 8)`, readable by the
-                // contract; otherwise only the masked lanes (clipped to `n`) are, and
-                // `vmaskmovps` does not access the others.
+                // SAFETY:
+                // - with `full`, `rhs` elements `(p, j..j + 8)`, readable by the contract;
+                // - otherwise only the masked lanes (clipped to `n`) are, and `vmaskmovps`
+                //   does not access the others.
                 *b = unsafe {
                     if full {
                         _mm256_loadu_ps(src)
@@ -1653,9 +1703,10 @@ unsafe fn avx2_rank<const K: usize, const R: usize>(r: &Rank) {
             }
             for (i, a) in a.iter().enumerate() {
                 let c = r.c.wrapping_add((g + i) * r.n + j);
-                // SAFETY: with `full`, `dst` elements `(g + i, j..j + 8)`; otherwise the
-                // masked lanes, clipped to `n`: readable, writable and unaliased by the
-                // contract; `vmaskmovps` does not access masked-off lanes.
+                // SAFETY:
+                // - with `full`, `dst` elements `(g + i, j..j + 8)`, otherwise the masked
+                //   lanes clipped to `n`: readable, writable and unaliased by the contract;
+                // - `vmaskmovps` does not access masked-off lanes.
                 unsafe {
                     let mut acc = if !r.add {
                         _mm256_setzero_ps()
