@@ -17,8 +17,8 @@
 //!   its elements from their strided positions (a kernel specialised for row stride 1,
 //!   the `dy^T` of a weight gradient, uses immediate offsets). `rhs` is read in place when
 //!   its rows are contiguous (column stride 1, the `W` of an input gradient) and packed
-//!   otherwise (the `W^T` of a forward pass): into `kc x NR` panels, 64-byte aligned, on
-//!   AVX-512 with 16 x 16 transposes in registers. Either operand is packed anyway when
+//!   otherwise (the `W^T` of a forward pass): into `kc x NR` panels, 64-byte aligned, with
+//!   16 x 16 (AVX-512) or 8 x 8 (AVX2) transposes in registers. Either operand is packed anyway when
 //!   its stride is a multiple of 1024 floats: rows 4 KiB apart fall into the same L1 sets.
 //! - **Blocking.** `kc <= KC` (256) steps per kernel call keep the kernel's `MR x kc`
 //!   strip of `lhs` in L1 while it sweeps a `kc x nc` block of `rhs` (`nc <= NC`, 512
@@ -917,6 +917,105 @@ unsafe fn avx512_pack_transposed(
     }
 }
 
+/// [`avx512_pack_transposed`] on AVX2: 8 x 8 blocks transposed in registers.
+///
+/// # Safety
+/// AVX2.
+///
+/// # Panics
+/// If `rhs` has a row stride other than 1, `nr` is not a multiple of 8, or `panels` is
+/// shorter than `kc * round_up(nc, nr)`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn avx2_pack_transposed(
+    panels: &mut [f32],
+    rhs: MatRef<'_>,
+    pc: usize,
+    kc: usize,
+    jc: usize,
+    nc: usize,
+    nr: usize,
+) {
+    let (data, bcs) = (rhs.data(), rhs.col_stride());
+    assert!(
+        rhs.row_stride() == 1
+            && nr.is_multiple_of(8)
+            && pc + kc <= rhs.rows()
+            && jc + nc <= rhs.cols()
+    );
+    let panels = &mut panels[..kc * nc.next_multiple_of(nr)];
+    for (q, panel) in panels.chunks_exact_mut(kc * nr).enumerate() {
+        for v in 0..nr / 8 {
+            let j0 = jc + q * nr + 8 * v;
+            if j0 >= jc + nc {
+                break;
+            }
+            let width = 8.min(jc + nc - j0);
+            for p0 in (0..kc).step_by(8) {
+                let depth = 8.min(kc - p0);
+                let mask = mask8(depth);
+                let mut cols = [_mm256_setzero_ps(); 8];
+                for (j, col) in cols.iter_mut().enumerate().take(width) {
+                    // Column `j0 + j`, rows `pc + p0..pc + p0 + depth`: in the view, whose
+                    // bounds `matmul_with` asserted; sliced here so the load is checked.
+                    let start = (j0 + j) * bcs + pc + p0;
+                    let src = &data[start..start + depth];
+                    // SAFETY:
+                    // - with `depth == 8` all 8 lanes are inside `src`;
+                    // - otherwise the mask enables exactly `depth` lanes, all inside `src`,
+                    //   and `vmaskmovps` does not access the others.
+                    *col = unsafe {
+                        if depth == 8 {
+                            _mm256_loadu_ps(src.as_ptr())
+                        } else {
+                            _mm256_maskload_ps(src.as_ptr(), mask)
+                        }
+                    };
+                }
+                let rows = transpose8(cols);
+                for (p, row) in rows.iter().enumerate().take(depth) {
+                    let start = (p0 + p) * nr + 8 * v;
+                    let dst = &mut panel[start..start + 8];
+                    // SAFETY:
+                    // - `dst` holds 8 floats.
+                    unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *row) };
+                }
+            }
+        }
+    }
+}
+
+/// The transpose of the 8 x 8 matrix whose rows are `r`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let t: [__m256; 8] = std::array::from_fn(|i| {
+        let (a, b) = (r[i & !1], r[i | 1]);
+        if i % 2 == 0 {
+            _mm256_unpacklo_ps(a, b)
+        } else {
+            _mm256_unpackhi_ps(a, b)
+        }
+    });
+    // u[4g + c] holds, in half h, rows 4g..4g+4 of column 4h + c.
+    let mut u = [_mm256_setzero_ps(); 8];
+    for g in 0..2 {
+        let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+        u[4 * g] = _mm256_shuffle_ps::<0x44>(a, c);
+        u[4 * g + 1] = _mm256_shuffle_ps::<0xEE>(a, c);
+        u[4 * g + 2] = _mm256_shuffle_ps::<0x44>(b, d);
+        u[4 * g + 3] = _mm256_shuffle_ps::<0xEE>(b, d);
+    }
+    std::array::from_fn(|col| {
+        let c = col % 4;
+        if col < 4 {
+            _mm256_permute2f128_ps::<0x20>(u[c], u[4 + c])
+        } else {
+            _mm256_permute2f128_ps::<0x31>(u[c], u[4 + c])
+        }
+    })
+}
+
 /// The transpose of the 16 x 16 matrix whose rows are `r`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
@@ -1037,6 +1136,23 @@ impl Micro for Avx2 {
             }
         }
     }
+
+    unsafe fn pack(
+        panels: &mut [f32],
+        rhs: MatRef<'_>,
+        pc: usize,
+        kc: usize,
+        jc: usize,
+        nc: usize,
+    ) {
+        if rhs.row_stride() == 1 {
+            // SAFETY:
+            // - the caller guarantees AVX2.
+            unsafe { avx2_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
+        } else {
+            pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
+        }
+    }
 }
 
 /// The AVX2+FMA kernel with 3 x 32 tiles.
@@ -1066,6 +1182,23 @@ impl Micro for Avx2Wide {
                 (_, true) => by_rows!(t.mr, avx2_tile, [1, true], (t), 1 2 3),
                 (_, false) => by_rows!(t.mr, avx2_tile, [1, false], (t), 1 2 3),
             }
+        }
+    }
+
+    unsafe fn pack(
+        panels: &mut [f32],
+        rhs: MatRef<'_>,
+        pc: usize,
+        kc: usize,
+        jc: usize,
+        nc: usize,
+    ) {
+        if rhs.row_stride() == 1 {
+            // SAFETY:
+            // - the caller guarantees AVX2.
+            unsafe { avx2_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
+        } else {
+            pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
         }
     }
 }
@@ -1275,6 +1408,16 @@ impl Narrow for Avx2 {
                 (3, false) => avx2_rank::<3, 1>(r),
                 _ => avx2_rank::<4, 1>(r),
             }
+        }
+    }
+
+    unsafe fn pack_width(panel: &mut [f32], rhs: MatRef<'_>, k: usize, n: usize, width: usize) {
+        if rhs.row_stride() == 1 {
+            // SAFETY:
+            // - the caller guarantees AVX2.
+            unsafe { avx2_pack_transposed(panel, rhs, 0, k, 0, n, width) };
+        } else {
+            pack_panels(panel, rhs, 0, k, 0, n, width);
         }
     }
 }
