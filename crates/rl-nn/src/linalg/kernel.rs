@@ -176,7 +176,10 @@ pub(crate) fn matmul_with(
 ) {
     let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
     assert!(
-        rhs.rows() == k && dst.len() == m * n && lhs.in_bounds() && rhs.in_bounds(),
+        rhs.rows() == k
+            && m.checked_mul(n) == Some(dst.len())
+            && lhs.in_bounds()
+            && rhs.in_bounds(),
         "matmul shapes: dst {} for {m}x{k} * {}x{n}",
         dst.len(),
         rhs.rows()
