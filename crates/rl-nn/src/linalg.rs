@@ -1,9 +1,10 @@
 //! The dense matrix product every layer is built on.
 //!
 //! One function, [`matmul`], over strided read-only views ([`MatRef`]) so that layers
-//! multiply by transposes without copying. It runs on one thread on the `gemm` crate,
-//! which picks its AVX-512, AVX2 or scalar kernels at run time from the CPU it finds
-//! (the repository sets no `target-cpu`).
+//! multiply by transposes without copying. It runs on one thread on the crate's own
+//! kernel (`kernel.rs`), which picks its AVX-512, AVX2 or portable code at run time from
+//! the CPU it finds (the repository sets no `target-cpu`) and, unlike the `gemm` crate it
+//! replaced, allocates nothing after warm-up.
 
 #![allow(
     unsafe_code,
@@ -103,8 +104,8 @@ pub enum Accumulate {
 }
 
 /// `dst (m x n, row-major) = lhs (m x k) * rhs (k x n)`, or `+=` with [`Accumulate::Add`],
-/// on the calling thread. Allocates nothing that outlives the call (gemm packs operands
-/// into short-lived scratch of a few KiB).
+/// on the calling thread. Allocates nothing once the calling thread has run a product of
+/// this shape (or a larger one): packing scratch is thread-local and only grows.
 ///
 /// # Panics
 /// If the shapes do not agree or a view leaves its slice. Layers pass shapes they
@@ -124,6 +125,10 @@ pub fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Acc
         if accumulate == Accumulate::Overwrite {
             dst.fill(0.0);
         }
+        return;
+    }
+    if kernel::preferred(m, k, n) {
+        kernel::matmul(dst, lhs, rhs, accumulate);
         return;
     }
     // SAFETY:
@@ -156,6 +161,8 @@ pub fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Acc
         );
     }
 }
+
+mod kernel;
 
 #[cfg(test)]
 mod tests;
