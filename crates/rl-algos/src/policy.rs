@@ -291,8 +291,7 @@ pub trait ActorCritic: ValuePolicy<Obs = f32, State = ()> + PolicyNetworks {
     /// # Errors
     /// As [`ActorCritic::evaluate_minibatched`], and [`Error::ShapeMismatch`] for more
     /// rows than the workspace holds.
-    fn evaluate(&self, obs: &[f32], actions: &[Self::Act], ws: &mut PolicyWorkspace)
-    -> Result<()>;
+    fn evaluate(&self, obs: &[f32], actions: &[Self::Act], ws: &mut PolicyWorkspace) -> Result<()>;
 
     /// The backward pass of the last [`ActorCritic::evaluate`] through `ws`, given the
     /// gradient of a loss with respect to each row's log-prob, entropy and value: adds

@@ -746,16 +746,24 @@ impl<P: ActorCritic> Ppo<P> {
     pub fn new(mut policy: P, config: PpoConfig) -> Result<Self> {
         config.validate()?;
         if config.normalize_obs && policy.obs_normalizer().is_none() {
-            policy.set_obs_normalizer(Some(ObsNormalizer::new(policy.obs_len(), config.obs_clip)?))?;
+            policy
+                .set_obs_normalizer(Some(ObsNormalizer::new(policy.obs_len(), config.obs_clip)?))?;
         }
         let rollout = rollout_config_of(&config, &policy);
         let batch = RolloutBatch::new(&rollout, config.minibatch_size)?;
         let adams = (0..policy.network_names().len())
-            .filter_map(|i| policy.network(i).map(|n| Adam::new(n.num_params(), config.adam())))
+            .filter_map(|i| {
+                policy
+                    .network(i)
+                    .map(|n| Adam::new(n.num_params(), config.adam()))
+            })
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let rows = config.rollout_rows();
         let (recompute, eval_ws) = if config.recompute_old_log_probs {
-            (rows, Some(policy.workspace(config.eval_minibatch.min(rows))))
+            (
+                rows,
+                Some(policy.workspace(config.eval_minibatch.min(rows))),
+            )
         } else {
             (0, None)
         };
@@ -978,14 +986,20 @@ impl<P: ActorCritic> Ppo<P> {
                 expected: format!("{names:?}"),
                 actual: format!(
                     "{:?}",
-                    checkpoint.networks.iter().map(|n| n.name.as_str()).collect::<Vec<_>>()
+                    checkpoint
+                        .networks
+                        .iter()
+                        .map(|n| n.name.as_str())
+                        .collect::<Vec<_>>()
                 ),
             });
         }
         let learner = &mut self.learner;
         for (i, name) in names.iter().enumerate() {
             if let Some(net) = learner.policy.network_mut(i) {
-                checkpoint.network(name)?.restore_into(net, learner.adams.get_mut(i))?;
+                checkpoint
+                    .network(name)?
+                    .restore_into(net, learner.adams.get_mut(i))?;
             }
         }
         self.env_steps = state.env_steps;
@@ -993,9 +1007,13 @@ impl<P: ActorCritic> Ppo<P> {
         self.rng = state.shuffle_rng.clone();
         self.config.seed = state.config.seed;
         self.reward_normalizer = state.reward_normalizer.clone();
-        learner.policy.set_sampling_state(state.sampling_rng.clone());
+        learner
+            .policy
+            .set_sampling_state(state.sampling_rng.clone());
         // Checked above: cannot fail.
-        learner.policy.set_obs_normalizer(state.obs_normalizer.clone())
+        learner
+            .policy
+            .set_obs_normalizer(state.obs_normalizer.clone())
     }
 
     /// Copies what acting depends on into `target` (the collector's copy of the policy):
@@ -1395,7 +1413,6 @@ fn shuffle(order: &mut [u32], rng: &mut Xoshiro256PlusPlus) {
         order.swap(i, j);
     }
 }
-
 
 /// The rollout buffers a PPO over `policy` trains on: `n_steps` x `n_envs` rows of its
 /// observations and actions, with `gamma` and `gae_lambda`.

@@ -6,11 +6,6 @@
 //! the CPU it finds (the repository sets no `target-cpu`) and, unlike the `gemm` crate it
 //! replaced, allocates nothing after warm-up.
 
-#![allow(
-    unsafe_code,
-    reason = "one call into gemm's raw-pointer API, bounds-checked before the call"
-)]
-
 /// A read-only strided matrix view: element `(i, j)` is
 /// `data[i * row_stride + j * col_stride]`.
 #[derive(Clone, Copy, Debug)]
@@ -127,39 +122,7 @@ pub fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Acc
         }
         return;
     }
-    if kernel::preferred(m, k, n) {
-        kernel::matmul(dst, lhs, rhs, accumulate);
-        return;
-    }
-    // SAFETY:
-    // - the assert above checks that every element gemm reads ((m-1, k-1) of lhs and
-    //   (k-1, n-1) of rhs at their strides) lies inside its slice, without overflow;
-    // - dst holds exactly m x n row-major elements and is borrowed mutably for the whole
-    //   call, so nothing aliases it;
-    // - every stride fits in isize because the indices it produces fit in a slice length.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate == Accumulate::Add,
-            lhs.data.as_ptr(),
-            lhs.col_stride as isize,
-            lhs.row_stride as isize,
-            rhs.data.as_ptr(),
-            rhs.col_stride as isize,
-            rhs.row_stride as isize,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
+    kernel::matmul(dst, lhs, rhs, accumulate);
 }
 
 mod kernel;

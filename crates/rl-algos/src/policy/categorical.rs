@@ -10,8 +10,8 @@ use rl_storage::Actions;
 
 use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace};
 use super::{
-    ActorCritic, Mode, ObsNormalizer, PolicyArchitecture, PolicyConfig, PolicyKind,
-    PolicyNetworks, check_len, check_rows, describe, rows_of,
+    ActorCritic, Mode, ObsNormalizer, PolicyArchitecture, PolicyConfig, PolicyKind, PolicyNetworks,
+    check_len, check_rows, describe, rows_of,
 };
 use crate::error::{Error, Result};
 
@@ -68,7 +68,11 @@ impl CategoricalPolicy {
     ///
     /// # Errors
     /// [`Error::SpaceMismatch`] for other spaces, or as [`Self::new`].
-    pub fn for_env<E: Env<Obs = f32, Act = u32>>(env: &E, config: PolicyConfig, seed: u64) -> Result<Self> {
+    pub fn for_env<E: Env<Obs = f32, Act = u32>>(
+        env: &E,
+        config: PolicyConfig,
+        seed: u64,
+    ) -> Result<Self> {
         let obs_len = match env.observation_space() {
             Space::Box(b) if b.dtype() == rl_core::DType::F32 => b.flat_len(),
             other => {
@@ -162,7 +166,12 @@ impl CategoricalPolicy {
         check_len("log-prob output", rows * n, log_probs.len())?;
         let mut ws = self.core.workspace(rows);
         self.core.forward(obs, rows, &mut ws)?;
-        for (logits, out) in ws.actor.output().chunks_exact(n).zip(log_probs.chunks_exact_mut(n)) {
+        for (logits, out) in ws
+            .actor
+            .output()
+            .chunks_exact(n)
+            .zip(log_probs.chunks_exact_mut(n))
+        {
             log_softmax(logits, out);
         }
         Ok(())
@@ -185,8 +194,18 @@ impl CategoricalPolicy {
     fn head(&self, actions: &[u32], ws: &mut PolicyWorkspace, entropies: bool) {
         let n = self.actions();
         let rows = ws.rows;
-        let PolicyWorkspace { actor, head, log_probs, entropies: ent, .. } = ws;
-        let rows_iter = actor.output().chunks_exact(n).zip(head.chunks_exact_mut(n)).take(rows);
+        let PolicyWorkspace {
+            actor,
+            head,
+            log_probs,
+            entropies: ent,
+            ..
+        } = ws;
+        let rows_iter = actor
+            .output()
+            .chunks_exact(n)
+            .zip(head.chunks_exact_mut(n))
+            .take(rows);
         for (r, (logits, l)) in rows_iter.enumerate() {
             log_softmax(logits, l);
             log_probs[r] = l[actions[r] as usize];
@@ -237,8 +256,13 @@ pub(super) fn copy_weights(to: &mut PolicyCore, from: &PolicyCore) -> Result<()>
             });
         }
     }
-    if to.log_std.as_ref().map(Weights::architecture) != from.log_std.as_ref().map(Weights::architecture) {
-        return Err(Error::config("policy copy", "mixes a Gaussian and a categorical policy"));
+    if to.log_std.as_ref().map(Weights::architecture)
+        != from.log_std.as_ref().map(Weights::architecture)
+    {
+        return Err(Error::config(
+            "policy copy",
+            "mixes a Gaussian and a categorical policy",
+        ));
     }
     to.actor.params_mut().copy_from_slice(from.actor.params());
     to.critic.params_mut().copy_from_slice(from.critic.params());
@@ -293,13 +317,23 @@ impl Policy for CategoricalPolicy {
     type Act = u32;
     type State = ();
 
-    fn act(&mut self, obs: &[f32], states: &mut [()], out: ActOutput<'_, u32>) -> Result<(), PolicyError> {
+    fn act(
+        &mut self,
+        obs: &[f32],
+        states: &mut [()],
+        out: ActOutput<'_, u32>,
+    ) -> Result<(), PolicyError> {
         Ok(self.act_rows(obs, states.len(), out)?)
     }
 }
 
 impl ValuePolicy for CategoricalPolicy {
-    fn values(&mut self, obs: &[f32], states: &[()], values: &mut [f32]) -> Result<(), PolicyError> {
+    fn values(
+        &mut self,
+        obs: &[f32],
+        states: &[()],
+        values: &mut [f32],
+    ) -> Result<(), PolicyError> {
         Ok(self.core.write_values(obs, states.len(), values)?)
     }
 }
@@ -425,9 +459,18 @@ impl ActorCritic for CategoricalPolicy {
         grads.check(&self.core)?;
         self.check_actions(actions)?;
         let n = self.actions();
-        let PolicyWorkspace { head, entropies, d_out, d_value, .. } = ws;
+        let PolicyWorkspace {
+            head,
+            entropies,
+            d_out,
+            d_value,
+            ..
+        } = ws;
         // d l_a / d z_j = [j = a] - p_j;  d H / d z_j = -p_j (l_j + H).
-        let rows_iter = head.chunks_exact(n).zip(d_out.chunks_exact_mut(n)).take(rows);
+        let rows_iter = head
+            .chunks_exact(n)
+            .zip(d_out.chunks_exact_mut(n))
+            .take(rows);
         for (r, (l, dz)) in rows_iter.enumerate() {
             let (g_lp, g_h, h) = (d_log_probs[r], d_entropies[r], entropies[r]);
             for (j, (d, &lj)) in dz.iter_mut().zip(l).enumerate() {
@@ -440,4 +483,3 @@ impl ActorCritic for CategoricalPolicy {
         self.core.backward_networks(ws, grads)
     }
 }
-

@@ -169,7 +169,12 @@ impl PolicyCore {
     }
 
     /// `V(s)` of `rows` observations (`ValuePolicy::values`).
-    pub(super) fn write_values(&mut self, obs: &[f32], rows: usize, values: &mut [f32]) -> Result<()> {
+    pub(super) fn write_values(
+        &mut self,
+        obs: &[f32],
+        rows: usize,
+        values: &mut [f32],
+    ) -> Result<()> {
         check_len("value output", rows, values.len())?;
         let mut ws = self.take_act_ws(rows);
         let result = self.forward(obs, rows, &mut ws);
@@ -182,13 +187,25 @@ impl PolicyCore {
 
     /// Backpropagates `ws.d_out` (actor outputs) and `ws.d_value` into the actor's and
     /// critic's gradient buffers (checked by the caller with [`PolicyGradients::check`]).
-    pub(super) fn backward_networks(&self, ws: &mut PolicyWorkspace, grads: &mut PolicyGradients) -> Result<()> {
+    pub(super) fn backward_networks(
+        &self,
+        ws: &mut PolicyWorkspace,
+        grads: &mut PolicyGradients,
+    ) -> Result<()> {
         let rows = ws.rows;
         let (actor, critic) = grads.buffers.split_at_mut(1);
-        self.actor
-            .backward(&mut ws.actor, &ws.d_out[..rows * ws.out], Some(&mut actor[0]), None)?;
-        self.critic
-            .backward(&mut ws.critic, &ws.d_value[..rows], Some(&mut critic[0]), None)?;
+        self.actor.backward(
+            &mut ws.actor,
+            &ws.d_out[..rows * ws.out],
+            Some(&mut actor[0]),
+            None,
+        )?;
+        self.critic.backward(
+            &mut ws.critic,
+            &ws.d_value[..rows],
+            Some(&mut critic[0]),
+            None,
+        )?;
         Ok(())
     }
 
@@ -273,9 +290,7 @@ impl PolicyWorkspace {
             + self.values.len()
             + self.d_out.len()
             + self.d_value.len();
-        (floats * size_of::<f32>()) as u64
-            + self.actor.memory_bytes()
-            + self.critic.memory_bytes()
+        (floats * size_of::<f32>()) as u64 + self.actor.memory_bytes() + self.critic.memory_bytes()
     }
 }
 
@@ -336,7 +351,8 @@ impl PolicyGradients {
             [a, b] => rl_nn::clip_grad_norm(&mut [a, b], max_norm),
             [a, b, c] => rl_nn::clip_grad_norm(&mut [a, b, c], max_norm),
             _ => {
-                let mut all: Vec<&mut [f32]> = self.buffers.iter_mut().map(Vec::as_mut_slice).collect();
+                let mut all: Vec<&mut [f32]> =
+                    self.buffers.iter_mut().map(Vec::as_mut_slice).collect();
                 rl_nn::clip_grad_norm(&mut all, max_norm)
             }
         }?;
@@ -351,7 +367,11 @@ impl PolicyGradients {
     /// Checks that the buffers fit `core`'s networks.
     pub(super) fn check(&self, core: &PolicyCore) -> Result<()> {
         let networks = 2 + usize::from(core.log_std.is_some());
-        check_len("gradient buffers (one per network)", networks, self.buffers.len())?;
+        check_len(
+            "gradient buffers (one per network)",
+            networks,
+            self.buffers.len(),
+        )?;
         for (i, buffer) in self.buffers.iter().enumerate() {
             let expected = core.network(i).map_or(0, |n| n.num_params());
             check_len("network gradients", expected, buffer.len())?;

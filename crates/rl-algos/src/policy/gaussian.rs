@@ -11,8 +11,8 @@ use rl_storage::Actions;
 use super::categorical::copy_weights;
 use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace};
 use super::{
-    ActorCritic, Mode, ObsNormalizer, PolicyArchitecture, PolicyConfig, PolicyKind,
-    PolicyNetworks, check_box, check_len, check_rows, describe, rows_of,
+    ActorCritic, Mode, ObsNormalizer, PolicyArchitecture, PolicyConfig, PolicyKind, PolicyNetworks,
+    check_box, check_len, check_rows, describe, rows_of,
 };
 use crate::error::{Error, Result};
 
@@ -74,7 +74,11 @@ impl GaussianPolicy {
     ///
     /// # Errors
     /// [`Error::SpaceMismatch`] for other spaces, or as [`Self::new`].
-    pub fn for_env<E: Env<Obs = f32, Act = f32>>(env: &E, config: PolicyConfig, seed: u64) -> Result<Self> {
+    pub fn for_env<E: Env<Obs = f32, Act = f32>>(
+        env: &E,
+        config: PolicyConfig,
+        seed: u64,
+    ) -> Result<Self> {
         let flat = |what: &'static str, space: &Space| match space {
             Space::Box(b) if b.dtype() == rl_core::DType::F32 => Ok(b.flat_len()),
             other => Err(Error::SpaceMismatch {
@@ -197,8 +201,17 @@ impl GaussianPolicy {
         let log_std = self.log_std_params();
         let entropy = entropy(log_std);
         let rows = ws.rows;
-        let PolicyWorkspace { actor, log_probs, entropies: ent, .. } = ws;
-        let rows_iter = actor.output().chunks_exact(d).zip(actions.chunks_exact(d)).take(rows);
+        let PolicyWorkspace {
+            actor,
+            log_probs,
+            entropies: ent,
+            ..
+        } = ws;
+        let rows_iter = actor
+            .output()
+            .chunks_exact(d)
+            .zip(actions.chunks_exact(d))
+            .take(rows);
         for (r, (means, a)) in rows_iter.enumerate() {
             log_probs[r] = log_density(means, a, log_std);
             if entropies {
@@ -229,13 +242,23 @@ impl Policy for GaussianPolicy {
     type Act = f32;
     type State = ();
 
-    fn act(&mut self, obs: &[f32], states: &mut [()], out: ActOutput<'_, f32>) -> Result<(), PolicyError> {
+    fn act(
+        &mut self,
+        obs: &[f32],
+        states: &mut [()],
+        out: ActOutput<'_, f32>,
+    ) -> Result<(), PolicyError> {
         Ok(self.act_rows(obs, states.len(), out)?)
     }
 }
 
 impl ValuePolicy for GaussianPolicy {
-    fn values(&mut self, obs: &[f32], states: &[()], values: &mut [f32]) -> Result<(), PolicyError> {
+    fn values(
+        &mut self,
+        obs: &[f32],
+        states: &[()],
+        values: &mut [f32],
+    ) -> Result<(), PolicyError> {
         Ok(self.core.write_values(obs, states.len(), values)?)
     }
 }
@@ -376,7 +399,9 @@ impl ActorCritic for GaussianPolicy {
                 .zip(actions.chunks_exact(d))
                 .zip(d_out.chunks_exact_mut(d))
                 .take(rows);
-            let d_log_std = grads.buffer_mut(2).map_or(&mut [][..], |b| b.as_mut_slice());
+            let d_log_std = grads
+                .buffer_mut(2)
+                .map_or(&mut [][..], |b| b.as_mut_slice());
             for (r, ((means, a), dm)) in rows_iter.enumerate() {
                 let (g_lp, g_h) = (d_log_probs[r], d_entropies[r]);
                 for i in 0..d {

@@ -42,13 +42,22 @@ pub fn clipped_surrogate(
     }
     let n = rows as f32;
     let mut sum = 0.0f64;
-    for (((&lp, &old), &a), g) in log_probs.iter().zip(old_log_probs).zip(advantages).zip(grads.iter_mut()) {
+    for (((&lp, &old), &a), g) in log_probs
+        .iter()
+        .zip(old_log_probs)
+        .zip(advantages)
+        .zip(grads.iter_mut())
+    {
         let ratio = (lp - old).exp();
         let unclipped = ratio * a;
         let clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * a;
         let chosen = unclipped.min(clipped);
         sum += f64::from(chosen);
-        *g = if unclipped <= clipped { -unclipped / n } else { 0.0 };
+        *g = if unclipped <= clipped {
+            -unclipped / n
+        } else {
+            0.0
+        };
     }
     Ok(-(sum / rows as f64) as f32)
 }

@@ -15,7 +15,8 @@ fn surrogate(ratios: &[f32], advantages: &[f32], clip: f32) -> (f32, Vec<f32>) {
     let log_probs: Vec<f32> = ratios.iter().map(|r| r.ln()).collect();
     let old = vec![0.0; ratios.len()];
     let mut grads = vec![f32::NAN; ratios.len()];
-    let loss = clipped_surrogate(&log_probs, &old, advantages, clip, &mut grads).expect("same rows");
+    let loss =
+        clipped_surrogate(&log_probs, &old, advantages, clip, &mut grads).expect("same rows");
     (loss, grads)
 }
 
@@ -354,7 +355,10 @@ fn gaussian_updates_with_every_option_on() -> Result<()> {
         ..PpoConfig::new()
     };
     let envs: Vec<Pendulum> = (0..2).map(Pendulum::new).collect();
-    let config32 = PolicyConfig { hidden: vec![32, 32], ..PolicyConfig::new() };
+    let config32 = PolicyConfig {
+        hidden: vec![32, 32],
+        ..PolicyConfig::new()
+    };
     let policy = Pend::for_env(&envs[0], config32, 4)?;
     let before = policy.log_std().to_vec();
     let mut collector =
@@ -388,7 +392,10 @@ fn gaussian_updates_with_every_option_on() -> Result<()> {
 /// equate 0.0 and -0.0).
 fn bits(checkpoint: &Checkpoint<PpoState>) -> Vec<Vec<u32>> {
     let tensors = checkpoint.networks.iter().flat_map(|n| {
-        let adam = n.optimizer.as_ref().expect("trained networks have Adam states");
+        let adam = n
+            .optimizer
+            .as_ref()
+            .expect("trained networks have Adam states");
         [&n.params, &adam.first, &adam.second]
     });
     tensors
@@ -594,10 +601,16 @@ fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing()
     unchanged(&target);
 
     // Another architecture: other sizes, or the same shapes with another activation.
-    let config32 = PolicyConfig { hidden: vec![32, 32], ..PolicyConfig::new() };
+    let config32 = PolicyConfig {
+        hidden: vec![32, 32],
+        ..PolicyConfig::new()
+    };
     let small = CategoricalPolicy::new(4, 2, config32, 1)?;
     let small_ckpt = Ppo::new(small, small_config())?.checkpoint();
-    let tanh_config = PolicyConfig { activation: rl_nn::Activation::Tanh, ..PolicyConfig::new() };
+    let tanh_config = PolicyConfig {
+        activation: rl_nn::Activation::Tanh,
+        ..PolicyConfig::new()
+    };
     let tanh = CategoricalPolicy::new(4, 2, tanh_config, 1)?;
     let tanh_ckpt = Ppo::new(tanh, small_config())?.checkpoint();
     for other in [&small_ckpt, &tanh_ckpt] {
@@ -615,7 +628,12 @@ fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing()
     forged.state.architecture = target.policy().architecture();
     let err = target.restore(&forged).unwrap_err();
     assert!(
-        matches!(err, Error::Nn { source: rl_nn::Error::ArchitectureMismatch { .. } }),
+        matches!(
+            err,
+            Error::Nn {
+                source: rl_nn::Error::ArchitectureMismatch { .. }
+            }
+        ),
         "{err:?}"
     );
     unchanged(&target);
@@ -625,7 +643,12 @@ fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing()
     }
     let err = target.restore(&forged).unwrap_err();
     assert!(
-        matches!(err, Error::Nn { source: rl_nn::Error::StateMismatch { .. } }),
+        matches!(
+            err,
+            Error::Nn {
+                source: rl_nn::Error::StateMismatch { .. }
+            }
+        ),
         "{err:?}"
     );
     unchanged(&target);
@@ -868,8 +891,15 @@ fn a_full_update_allocates_nothing_after_the_first() -> Result<()> {
     use rl_envs::Pendulum;
     let envs: Vec<Pendulum> = (0..2).map(Pendulum::new).collect();
     let policy = GaussianPolicy::for_env(&envs[0], PolicyConfig::new(), 4)?;
-    let mut collector = SyncCollector::new(envs, policy.clone(), CollectorConfig::new(2)).expect("collector");
-    let config = PpoConfig { n_steps: 64, n_envs: 2, minibatch_size: 32, epochs: 2, ..config };
+    let mut collector =
+        SyncCollector::new(envs, policy.clone(), CollectorConfig::new(2)).expect("collector");
+    let config = PpoConfig {
+        n_steps: 64,
+        n_envs: 2,
+        minibatch_size: 32,
+        epochs: 2,
+        ..config
+    };
     let mut ppo = Ppo::new(policy, config)?;
     ppo.copy_policy_into(collector.policy_mut())?;
     let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
@@ -884,7 +914,8 @@ fn a_full_update_allocates_nothing_after_the_first() -> Result<()> {
 /// A policy's weights written with `rl_nn::save_weights` read back into a fresh policy;
 /// a file of another architecture is refused with a typed error and changes nothing.
 #[test]
-fn policy_weights_round_trip_through_safetensors_and_other_architectures_are_refused() -> Result<()> {
+fn policy_weights_round_trip_through_safetensors_and_other_architectures_are_refused() -> Result<()>
+{
     let policy = Cart::new(4, 2, PolicyConfig::new(), 1)?;
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join("policy.safetensors");
@@ -897,9 +928,15 @@ fn policy_weights_round_trip_through_safetensors_and_other_architectures_are_ref
     rl_nn::save_weights(&path, &networks)?;
     let mut fresh = Cart::new(4, 2, PolicyConfig::new(), 2)?;
     for (i, name) in ["actor", "critic"].into_iter().enumerate() {
-        assert_ne!(fresh.network(i).expect("network").params(), policy.network(i).expect("network").params());
+        assert_ne!(
+            fresh.network(i).expect("network").params(),
+            policy.network(i).expect("network").params()
+        );
         rl_nn::load_weights(&path, name, fresh.network_mut(i).expect("network"))?;
-        assert_eq!(fresh.network(i).expect("network").params(), policy.network(i).expect("network").params());
+        assert_eq!(
+            fresh.network(i).expect("network").params(),
+            policy.network(i).expect("network").params()
+        );
     }
     let obs = [0.1f32, -0.2, 0.03, 0.4];
     let (mut a, mut b) = ([0.0f32; 1], [0.0f32; 1]);
@@ -909,13 +946,23 @@ fn policy_weights_round_trip_through_safetensors_and_other_architectures_are_ref
     assert_eq!((a, va), (b, vb));
 
     for config in [
-        PolicyConfig { hidden: vec![32, 32], ..PolicyConfig::new() },
-        PolicyConfig { activation: rl_nn::Activation::Tanh, ..PolicyConfig::new() },
+        PolicyConfig {
+            hidden: vec![32, 32],
+            ..PolicyConfig::new()
+        },
+        PolicyConfig {
+            activation: rl_nn::Activation::Tanh,
+            ..PolicyConfig::new()
+        },
     ] {
         let mut other = Cart::new(4, 2, config, 3)?;
         let before = other.network(0).expect("actor").params().to_vec();
-        let err = rl_nn::load_weights(&path, "actor", other.network_mut(0).expect("actor")).unwrap_err();
-        assert!(matches!(err, rl_nn::Error::ArchitectureMismatch { .. }), "{err}");
+        let err =
+            rl_nn::load_weights(&path, "actor", other.network_mut(0).expect("actor")).unwrap_err();
+        assert!(
+            matches!(err, rl_nn::Error::ArchitectureMismatch { .. }),
+            "{err}"
+        );
         assert_eq!(other.network(0).expect("actor").params(), before.as_slice());
     }
     Ok(())

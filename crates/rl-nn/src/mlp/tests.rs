@@ -361,3 +361,35 @@ fn parameters_are_weights() {
     assert!(Parameters::filled(vec![], 0.0).is_err());
     assert!(Parameters::filled(vec![2, 0], 0.0).is_err());
 }
+#[test]
+fn passes_accumulate_and_allocate_nothing() {
+    let mut g = rng(3);
+    let net = Mlp::new(
+        MlpSpec::new(3, &[32, 32], 1, Activation::Tanh),
+        Init::Uniform,
+        &mut g,
+    )
+    .unwrap();
+    let mut ws = net.workspace(16);
+    let input = random(&mut g, 16 * 3);
+    let mut once = vec![0.0; net.num_params()];
+    net.forward(&input, 16, &mut ws).unwrap();
+    net.backward(&mut ws, &[1.0; 16], Some(&mut once), None)
+        .unwrap();
+    let mut twice = vec![0.0; net.num_params()];
+    let mut dx = vec![0.0; 16 * 3];
+    let ((), stats) = rl_testkit::measure(|| {
+        for _ in 0..2 {
+            net.forward(&input, 16, &mut ws).unwrap();
+            net.backward(&mut ws, &[1.0; 16], Some(&mut twice), Some(&mut dx))
+                .unwrap();
+        }
+    });
+    assert_eq!(stats.allocations, 0, "{stats:?}");
+    for (a, b) in once.iter().zip(&twice) {
+        assert!(
+            (2.0 * a - b).abs() <= 1e-5 * a.abs().max(1.0),
+            "{a} twice is not {b}"
+        );
+    }
+}
