@@ -162,13 +162,11 @@ fn soak() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The PPO CartPole policy driving the synchronous collector, on one thread.
+/// The PPO CartPole policy (4-64-64-2 actor and critic on rl-nn) driving the synchronous
+/// collector, on one thread.
 fn mlp() -> anyhow::Result<()> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build_global()?;
     let mut replay = replay()?;
-    let policy = rl_algos::CategoricalPolicy::<4, 64, 2>::new(rl_algos::PolicyConfig::new(), 0)?;
+    let policy = rl_algos::CategoricalPolicy::new(4, 2, rl_algos::PolicyConfig::new(), 0)?;
     let mut sync = SyncCollector::new(envs(), policy, CollectorConfig::new(ENVS * 64))?;
     sync.collect(&mut replay)?;
     let mut rates = Vec::with_capacity(ROUNDS);

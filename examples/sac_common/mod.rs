@@ -73,8 +73,11 @@ where
 
     let (mut replay, warm_up) = match &run.paths.resume {
         Some(dir) => {
-            let saved = Checkpoint::load(dir.join("trainer.json"))
-                .with_context(|| format!("reading the trainer checkpoint in {}", dir.display()))?;
+            let saved =
+                Checkpoint::load(dir.join("trainer.safetensors"), trainer.checkpoint_kind())
+                    .with_context(|| {
+                        format!("reading the trainer checkpoint in {}", dir.display())
+                    })?;
             trainer.restore(&saved)?;
             let replay = ReplayBuffer::load(&dir.join("replay"), Uniform::new(run.seed))
                 .with_context(|| format!("reading the replay checkpoint in {}", dir.display()))?;
@@ -159,7 +162,7 @@ where
         collector
             .policy()
             .checkpoint()
-            .save(dir.join("trainer.json"))?;
+            .save(dir.join("trainer.safetensors"))?;
         replay.save(&dir.join("replay"))?;
         eprintln!("checkpoint (trainer and replay) saved to {}", dir.display());
     }

@@ -3,8 +3,8 @@
 /// Result alias used throughout `rl-algos`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Everything that can go wrong in `rl-algos`: invalid configurations, optimiser states
-/// that do not fit the model, device failures.
+/// Everything that can go wrong in `rl-algos`: invalid configurations, inputs of the
+/// wrong shape, checkpoints of another run, network and storage errors, divergence.
 ///
 /// Every message says what was wrong and what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -17,45 +17,6 @@ pub enum Error {
         what: String,
         /// What is wrong with it and how to fix it.
         problem: String,
-    },
-
-    /// A saved optimiser state has a tensor whose length differs from the model's.
-    ///
-    /// Tensors are counted in the model's visiting order (the order of
-    /// `TensorCollection::iter_tensors`), trainable tensors only.
-    #[error(
-        "optimiser state tensor {tensor} has {actual} elements but the model's has {expected}: \
-         the state was saved for another architecture; load it into the model it was saved with"
-    )]
-    StateMismatch {
-        /// Index of the tensor, in visiting order over trainable tensors.
-        tensor: usize,
-        /// Elements of that tensor in the model.
-        expected: usize,
-        /// Elements of that tensor in the state.
-        actual: usize,
-    },
-
-    /// A saved optimiser state holds a different number of tensors than the model.
-    #[error(
-        "optimiser state holds {actual} {what} tensors but the model has {expected} trainable tensors: \
-         the state was saved for another architecture; load it into the model it was saved with"
-    )]
-    StateTensorCount {
-        /// Which part of the state: `"first-moment"` or `"second-moment"`.
-        what: &'static str,
-        /// Trainable tensors in the model.
-        expected: usize,
-        /// Tensors in the state.
-        actual: usize,
-    },
-
-    /// A dfdx device operation failed (on the CPU: an allocation).
-    #[error("dfdx cpu operation failed: {source}; free memory or shrink the model or batch")]
-    Device {
-        /// The device error.
-        #[from]
-        source: dfdx::tensor::CpuError,
     },
 
     /// A policy network does not fit an environment's space (another number of actions,
@@ -86,36 +47,6 @@ pub enum Error {
         actual: usize,
     },
 
-    /// Checkpoint weights hold another number of tensors than the model.
-    ///
-    /// Tensors are counted in the model's visiting order (`TensorCollection::iter_tensors`),
-    /// every tensor the model holds (see `NetWeights`).
-    #[error(
-        "the checkpoint holds {actual} tensors but the model has {expected}: \
-         a checkpoint of another architecture; load it into a model of the type it was saved from"
-    )]
-    CheckpointTensorCount {
-        /// Tensors in the model.
-        expected: usize,
-        /// Tensors in the checkpoint.
-        actual: usize,
-    },
-
-    /// A checkpoint tensor has another shape than the model's tensor at the same index.
-    #[error(
-        "checkpoint tensor {tensor} has shape {actual:?} but the model's tensor {tensor} has shape \
-         {expected:?}: a checkpoint of another architecture; load it into a model of the type it \
-         was saved from"
-    )]
-    CheckpointShape {
-        /// Index of the tensor, in the model's visiting order.
-        tensor: usize,
-        /// The shape of that tensor in the model.
-        expected: Vec<usize>,
-        /// The shape of that tensor in the checkpoint.
-        actual: Vec<usize>,
-    },
-
     /// A trainer checkpoint was saved by a trainer of another configuration or policy
     /// architecture (the seed aside); nothing was restored.
     #[error(
@@ -129,88 +60,6 @@ pub enum Error {
         expected: String,
         /// The checkpoint's value.
         actual: String,
-    },
-
-    /// No checkpoint file at the path given.
-    #[error(
-        "no checkpoint at {}: check the path (a checkpoint is written by `Checkpoint::save`)",
-        path.display()
-    )]
-    CheckpointNotFound {
-        /// The path given.
-        path: std::path::PathBuf,
-    },
-
-    /// Reading or writing a checkpoint file failed (other than a missing file).
-    #[error(
-        "could not {action} checkpoint {}: {source}; check permissions and free disk space",
-        path.display()
-    )]
-    CheckpointIo {
-        /// What was being done: `"read"`, `"write"` ...
-        action: &'static str,
-        /// The checkpoint's path.
-        path: std::path::PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-
-    /// The file is not a checkpoint of this crate (another `format` field).
-    #[error(
-        "{} is not an rl-algos checkpoint: its format is {found:?}, expected {expected:?}",
-        path.display()
-    )]
-    CheckpointFormat {
-        /// The checkpoint's path.
-        path: std::path::PathBuf,
-        /// The format the file declares.
-        found: String,
-        /// The format this crate writes.
-        expected: &'static str,
-    },
-
-    /// The checkpoint was written by another version of the format.
-    #[error(
-        "checkpoint {} has format version {found} but this build reads version {supported}: \
-         load it with the version of rl-algos that wrote it",
-        path.display()
-    )]
-    CheckpointVersion {
-        /// The checkpoint's path.
-        path: std::path::PathBuf,
-        /// The version the file declares.
-        found: u32,
-        /// The version this build reads and writes.
-        supported: u32,
-    },
-
-    /// A checkpoint's content is unreadable or inconsistent (a truncated or damaged file,
-    /// a tensor whose length is not its shape's product, moments that do not match the
-    /// weights, an `extra` of another type ...).
-    #[error(
-        "checkpoint {what} is corrupt: {problem}; restore it from a good copy or save a new one"
-    )]
-    CheckpointCorrupt {
-        /// Which checkpoint: its path, or `"in memory"`.
-        what: String,
-        /// What is wrong with it.
-        problem: String,
-    },
-
-    /// A checkpoint holds a NaN or infinite value, which its JSON format cannot store.
-    #[error(
-        "cannot save a checkpoint whose {what} tensor {tensor} holds {value} at element {element}: \
-         training diverged; lower the learning rate or save before the divergence"
-    )]
-    CheckpointNonFinite {
-        /// Which part: `"weights"`, `"first-moment"` or `"second-moment"`.
-        what: &'static str,
-        /// Index of the tensor.
-        tensor: usize,
-        /// Index of the element in the tensor.
-        element: usize,
-        /// The value.
-        value: f32,
     },
 
     /// A discrete action given to a policy is not below its number of actions.
@@ -235,12 +84,13 @@ pub enum Error {
         source: rl_storage::Error,
     },
 
-    /// A network operation failed (`rl-nn`: a shape or architecture mismatch, an
-    /// optimiser state of another network, a checkpoint file that cannot be used ...).
+    /// A network operation failed (`rl-nn`: an architecture mismatch, an optimiser
+    /// state of another network, a checkpoint file that cannot be used ...). `rl-nn`'s
+    /// configuration and shape errors arrive as [`Error::Config`] and
+    /// [`Error::ShapeMismatch`].
     #[error("{source}")]
     Nn {
         /// The error.
-        #[from]
         source: rl_nn::Error,
     },
 
@@ -266,6 +116,24 @@ pub enum Error {
         /// The value.
         value: f32,
     },
+}
+
+impl From<rl_nn::Error> for Error {
+    fn from(source: rl_nn::Error) -> Self {
+        match source {
+            rl_nn::Error::Config { what, problem } => Self::Config { what, problem },
+            rl_nn::Error::ShapeMismatch {
+                what,
+                expected,
+                actual,
+            } => Self::ShapeMismatch {
+                what,
+                expected,
+                actual,
+            },
+            source => Self::Nn { source },
+        }
+    }
 }
 
 impl Error {

@@ -3,9 +3,9 @@
 //! `rl-actions` scorer), sharing one configuration, twin critics with polyak targets,
 //! automatic entropy tuning and checkpoints.
 //!
-//! Networks are [`DenseMlp`]s on flat parameters (see [`crate::DenseMlp`] for why not
-//! dfdx here): every buffer an update touches is allocated at construction, so memory is
-//! the [`Sac::memory_plan`] from the first step to the last.
+//! Networks are `rl_nn::Mlp`s on flat parameters: every buffer an update touches is
+//! allocated at construction, so memory is the [`Sac::memory_plan`] from the first step
+//! to the last, and an update allocates nothing.
 
 mod continuous;
 mod discrete;
@@ -19,15 +19,17 @@ use rl_core::{Element, Flag, Location, MemoryPlan, Schema};
 use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{Checkpoint, NetWeights};
+use rl_nn::{
+    Activation, Adam, AdamConfig, Architecture, Checkpoint, Init, Mlp, MlpSpec, MlpWorkspace,
+    Module, NetworkState, Parameters, Weights,
+};
+
 use crate::error::{Error, Result};
-use crate::nn::{DenseMlp, Workspace};
-use crate::optim::{AdamConfig, AdamState, FlatAdam};
 use crate::policy::Mode;
 
-pub use continuous::Sac;
+pub use continuous::{CHECKPOINT_KIND as SAC_CHECKPOINT_KIND, Sac};
 // `Core` is public so that both trainers can hand it out; it is built only here.
-pub use discrete::{ActionMaskFn, DiscreteSac};
+pub use discrete::{ActionMaskFn, CHECKPOINT_KIND as DISCRETE_SAC_CHECKPOINT_KIND, DiscreteSac};
 
 /// The entropy coefficient `alpha`: learned to hold a target entropy, or fixed.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -185,7 +187,7 @@ impl SacConfig {
                 format!("is {target}: use a finite entropy (or None for the default)"),
             ));
         }
-        self.adam().validate()
+        Ok(self.adam().validate()?)
     }
 
     fn adam(&self) -> AdamConfig {
@@ -197,12 +199,8 @@ impl SacConfig {
         }
     }
 
-    fn sizes(&self, input: usize, output: usize) -> Vec<usize> {
-        let mut sizes = Vec::with_capacity(self.hidden.len() + 2);
-        sizes.push(input);
-        sizes.extend_from_slice(&self.hidden);
-        sizes.push(output);
-        sizes
+    fn spec(&self, input: usize, output: usize) -> MlpSpec {
+        MlpSpec::new(input, &self.hidden, output, Activation::Relu)
     }
 }
 
@@ -220,44 +218,34 @@ pub struct SacStats {
     pub entropy: f32,
 }
 
-/// Everything of a trainer a checkpoint holds besides the actor's weights and moments.
+/// What a SAC trainer is, as a comparable value: the actor's and critics' architectures
+/// and the action side (box bounds, or how discrete actions are scored). A checkpoint
+/// of another architecture is refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SacArchitecture {
+    /// The actor.
+    pub actor: Architecture,
+    /// Each of the twin critics (and their targets).
+    pub critic: Architecture,
+    /// The action side, e.g. `"box [-2.0] .. [2.0]"` or `"100000 scored by a learned
+    /// 100000x8 table"`.
+    pub action_side: String,
+}
+
+/// Everything of a trainer a checkpoint holds besides its networks (`actor`, `critic1`,
+/// `critic2` and the actor's and critics' Adam states, `critic1_target`,
+/// `critic2_target`, `log_alpha` with its Adam when the coefficient is learned, and
+/// `action_table` with its Adam for a learned table).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SacState {
     /// The configuration; [`Sac::restore`] refuses another one (the seed aside).
     pub config: SacConfig,
-    /// Network sizes (`actor`, `critic`), which must match on restore.
-    pub architecture: String,
-    /// The two online critics (the checkpoint's `weights` are the actor's).
-    pub critics: [NetWeights; 2],
-    /// The two target critics.
-    pub target_critics: [NetWeights; 2],
-    /// Moments of the two critics' optimisers.
-    pub critic_optimizers: [AdamState; 2],
-    /// `log alpha` and its optimiser's state (none for a fixed coefficient).
-    pub log_alpha: f32,
-    /// Moments of the entropy coefficient's optimiser.
-    pub alpha_optimizer: Option<AdamState>,
+    /// What the trainer is; must match on restore.
+    pub architecture: SacArchitecture,
     /// Gradient steps done.
     pub updates: u64,
     /// The generator of the action noise (so a resumed run draws the same actions).
     pub rng: Xoshiro256PlusPlus,
-    /// A learned action table ([`DiscreteSac::with_learnable_table`]), with its
-    /// optimiser; `None` for fixed tables and continuous SAC.
-    #[serde(default)]
-    pub table: Option<LearnedTable>,
-}
-
-/// The values and optimiser state of a learned action table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LearnedTable {
-    /// Actions (rows).
-    pub rows: usize,
-    /// Features per action.
-    pub dim: usize,
-    /// `rows x dim` values, row-major.
-    pub values: Vec<f32>,
-    /// Its Adam moments and step counter.
-    pub optimizer: AdamState,
 }
 
 /// What an off-policy training loop needs from [`Sac`] and [`DiscreteSac`]: they act
@@ -288,6 +276,10 @@ pub trait SacTrainer: Policy<Obs = f32> {
     /// The whole trainer state, for [`Checkpoint::save`].
     fn checkpoint(&self) -> Checkpoint<SacState>;
 
+    /// The `kind` its checkpoints carry ([`SAC_CHECKPOINT_KIND`] or
+    /// [`DISCRETE_SAC_CHECKPOINT_KIND`]), for [`Checkpoint::load`].
+    fn checkpoint_kind(&self) -> &'static str;
+
     /// Restores a checkpoint of a trainer built the same way; on error nothing changes.
     ///
     /// # Errors
@@ -303,8 +295,8 @@ pub struct Core {
     /// What the action side is (bounds or scoring): part of the architecture a
     /// checkpoint must match.
     action_side: String,
-    actor: DenseMlp,
-    actor_adam: FlatAdam,
+    actor: Mlp,
+    actor_adam: Adam,
     actor_grads: Vec<f32>,
     critics: TwinCritics,
     temperature: Temperature,
@@ -327,16 +319,16 @@ impl Core {
     ) -> Result<Self> {
         config.validate()?;
         let mut rng = seeded(config.seed);
-        let actor = DenseMlp::new(&config.sizes(actor_in, actor_out), &mut rng)?;
+        let actor = Mlp::new(config.spec(actor_in, actor_out), Init::Uniform, &mut rng)?;
         let critics = TwinCritics::new(
-            &config.sizes(critic_in, critic_out),
+            &config.spec(critic_in, critic_out),
             config.adam(),
             config.batch_size,
             &mut rng,
         )?;
         let target_entropy = config.target_entropy.unwrap_or(default_target_entropy);
         Ok(Self {
-            actor_adam: FlatAdam::new(actor.tensor_lengths(), config.adam())?,
+            actor_adam: Adam::new(actor.num_params(), config.adam())?,
             actor_grads: vec![0.0; actor.num_params()],
             critics,
             temperature: Temperature::new(config.ent_coef, target_entropy, config.adam())?,
@@ -375,17 +367,17 @@ impl Core {
     }
 
     /// The actor network.
-    pub fn actor(&self) -> &DenseMlp {
+    pub fn actor(&self) -> &Mlp {
         &self.actor
     }
 
     /// The online critics.
-    pub fn critics(&self) -> &[DenseMlp; 2] {
+    pub fn critics(&self) -> &[Mlp; 2] {
         &self.critics.online
     }
 
     /// The target critics.
-    pub fn target_critics(&self) -> &[DenseMlp; 2] {
+    pub fn target_critics(&self) -> &[Mlp; 2] {
         &self.critics.target
     }
 
@@ -421,79 +413,81 @@ impl Core {
         Ok(())
     }
 
-    fn architecture(&self) -> String {
-        format!(
-            "sac actor {:?} critic {:?} actions {}",
-            self.actor.sizes(),
-            self.critics.online[0].sizes(),
-            self.action_side
-        )
+    fn architecture(&self) -> SacArchitecture {
+        SacArchitecture {
+            actor: self.actor.architecture(),
+            critic: self.critics.online[0].architecture(),
+            action_side: self.action_side.clone(),
+        }
     }
 
-    fn checkpoint(&self) -> Checkpoint<SacState> {
-        let pair = |nets: &[DenseMlp; 2]| [net_weights(&nets[0]), net_weights(&nets[1])];
-        Checkpoint::new(
-            net_weights(&self.actor),
-            self.actor_adam.state(),
-            SacState {
+    /// The networks and state of a checkpoint of `kind` (`"sac"` or `"discrete_sac"`).
+    fn checkpoint(&self, kind: &str) -> Checkpoint<SacState> {
+        let critics = &self.critics;
+        let mut networks = vec![
+            NetworkState::capture("actor", &self.actor, Some(&self.actor_adam)),
+            NetworkState::capture("critic1", &critics.online[0], Some(&critics.adam[0])),
+            NetworkState::capture("critic2", &critics.online[1], Some(&critics.adam[1])),
+            NetworkState::capture("critic1_target", &critics.target[0], None),
+            NetworkState::capture("critic2_target", &critics.target[1], None),
+        ];
+        networks.push(NetworkState::capture(
+            "log_alpha",
+            &self.temperature.as_parameters(),
+            self.temperature.adam.as_ref(),
+        ));
+        Checkpoint {
+            kind: kind.to_owned(),
+            networks,
+            state: SacState {
                 config: self.config.clone(),
                 architecture: self.architecture(),
-                critics: pair(&self.critics.online),
-                target_critics: pair(&self.critics.target),
-                critic_optimizers: [self.critics.adam[0].state(), self.critics.adam[1].state()],
-                log_alpha: self.temperature.log_alpha,
-                alpha_optimizer: self.temperature.adam.as_ref().map(FlatAdam::state),
                 updates: self.updates,
                 rng: self.rng.clone(),
-                table: None,
             },
-        )
+        }
     }
 
+    /// Puts a checkpoint back; every network and optimiser state is checked before
+    /// anything changes.
     fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
-        let state = &checkpoint.extra;
+        let state = &checkpoint.state;
         if state.architecture != self.architecture() {
             return Err(Error::CheckpointMismatch {
                 what: "SAC architecture".to_owned(),
-                expected: self.architecture(),
-                actual: state.architecture.clone(),
+                expected: format!("{:?}", self.architecture()),
+                actual: format!("{:?}", state.architecture),
             });
         }
         check_config(&self.config, &state.config)?;
-        if !state.log_alpha.is_finite() {
-            return Err(Error::CheckpointNonFinite {
-                what: "log_alpha",
-                tensor: 0,
-                element: 0,
-                value: state.log_alpha,
+        let mut fresh = self.clone();
+        let mut log_alpha = fresh.temperature.as_parameters();
+        {
+            let critics = &mut fresh.critics;
+            let [online1, online2] = &mut critics.online;
+            let [target1, target2] = &mut critics.target;
+            let [adam1, adam2] = &mut critics.adam;
+            let parts: [(&str, &mut dyn Weights, Option<&mut Adam>); 6] = [
+                ("actor", &mut fresh.actor, Some(&mut fresh.actor_adam)),
+                ("critic1", online1, Some(adam1)),
+                ("critic2", online2, Some(adam2)),
+                ("critic1_target", target1, None),
+                ("critic2_target", target2, None),
+                ("log_alpha", &mut log_alpha, fresh.temperature.adam.as_mut()),
+            ];
+            for (name, net, adam) in parts {
+                checkpoint.network(name)?.restore_into(net, adam)?;
+            }
+        }
+        let saved_alpha = log_alpha.params()[0];
+        if !saved_alpha.is_finite() {
+            return Err(Error::CheckpointMismatch {
+                what: "log_alpha".to_owned(),
+                expected: "a finite value".to_owned(),
+                actual: saved_alpha.to_string(),
             });
         }
-        let mut fresh = self.clone();
-        load_net(&checkpoint.weights, &mut fresh.actor)?;
-        for (nets, saved) in [
-            (&mut fresh.critics.online, &state.critics),
-            (&mut fresh.critics.target, &state.target_critics),
-        ] {
-            for (net, weights) in nets.iter_mut().zip(saved) {
-                load_net(weights, net)?;
-            }
-        }
-        fresh.actor_adam.load_state(&checkpoint.optimizer)?;
-        for (adam, saved) in fresh.critics.adam.iter_mut().zip(&state.critic_optimizers) {
-            adam.load_state(saved)?;
-        }
-        match (&mut fresh.temperature.adam, &state.alpha_optimizer) {
-            (Some(adam), Some(saved)) => adam.load_state(saved)?,
-            (None, None) => {}
-            _ => {
-                return Err(Error::CheckpointMismatch {
-                    what: "entropy coefficient".to_owned(),
-                    expected: format!("{:?}", self.config.ent_coef),
-                    actual: "a checkpoint of the other kind".to_owned(),
-                });
-            }
-        }
-        fresh.temperature.log_alpha = state.log_alpha;
+        fresh.temperature.log_alpha = saved_alpha;
         fresh.updates = state.updates;
         fresh.rng = state.rng.clone();
         *self = fresh;
@@ -508,17 +502,17 @@ const ACT_ROWS: usize = 64;
 /// next observations (targets) and acting for a collector.
 #[derive(Clone, Debug)]
 struct ActorPasses {
-    batch: Workspace,
-    next: Workspace,
-    act: Workspace,
+    batch: MlpWorkspace,
+    next: MlpWorkspace,
+    act: MlpWorkspace,
 }
 
 impl ActorPasses {
-    fn new(actor: &DenseMlp, rows: usize) -> Self {
+    fn new(actor: &Mlp, rows: usize) -> Self {
         Self {
-            batch: Workspace::new(actor, rows),
-            next: Workspace::new(actor, rows),
-            act: Workspace::new(actor, ACT_ROWS),
+            batch: actor.workspace(rows),
+            next: actor.workspace(rows),
+            act: actor.workspace(ACT_ROWS),
         }
     }
 
@@ -528,7 +522,11 @@ impl ActorPasses {
             ("actor (next obs)", &self.next),
             ("actor (acting)", &self.act),
         ] {
-            plan.nest("sac", &ws.memory_plan(name));
+            plan.add(
+                format!("sac/{name}/activations and gradients"),
+                Location::Ram,
+                ws.memory_bytes(),
+            );
         }
     }
 }
@@ -581,35 +579,35 @@ impl<'b, A: Element> Transitions<'b, A> {
 /// Two critics, their polyak targets, optimisers, gradients and workspaces.
 #[derive(Clone, Debug)]
 struct TwinCritics {
-    online: [DenseMlp; 2],
-    target: [DenseMlp; 2],
-    adam: [FlatAdam; 2],
+    online: [Mlp; 2],
+    target: [Mlp; 2],
+    adam: [Adam; 2],
     grads: [Vec<f32>; 2],
-    ws: [Workspace; 2],
-    target_ws: [Workspace; 2],
+    ws: [MlpWorkspace; 2],
+    target_ws: [MlpWorkspace; 2],
 }
 
 impl TwinCritics {
     fn new(
-        sizes: &[usize],
+        spec: &MlpSpec,
         adam: AdamConfig,
         rows: usize,
         rng: &mut Xoshiro256PlusPlus,
     ) -> Result<Self> {
-        let online = [DenseMlp::new(sizes, rng)?, DenseMlp::new(sizes, rng)?];
+        let online = [
+            Mlp::new(spec.clone(), Init::Uniform, rng)?,
+            Mlp::new(spec.clone(), Init::Uniform, rng)?,
+        ];
         let target = online.clone();
         let adam = [
-            FlatAdam::new(online[0].tensor_lengths(), adam)?,
-            FlatAdam::new(online[1].tensor_lengths(), adam)?,
+            Adam::new(online[0].num_params(), adam)?,
+            Adam::new(online[1].num_params(), adam)?,
         ];
         let grads = [
             vec![0.0; online[0].num_params()],
             vec![0.0; online[1].num_params()],
         ];
-        let ws = [
-            Workspace::new(&online[0], rows),
-            Workspace::new(&online[1], rows),
-        ];
+        let ws = [online[0].workspace(rows), online[1].workspace(rows)];
         let target_ws = ws.clone();
         Ok(Self {
             online,
@@ -632,7 +630,7 @@ impl TwinCritics {
 
     fn polyak(&mut self, tau: f32) -> Result<()> {
         for (target, online) in self.target.iter_mut().zip(&self.online) {
-            target.polyak_from(online, tau)?;
+            rl_nn::polyak(target.params_mut(), online.params(), tau)?;
         }
         Ok(())
     }
@@ -649,8 +647,16 @@ impl TwinCritics {
             plan.nest("sac", &adam.memory_plan(&format!("critic {i}")));
         }
         for (i, (ws, target_ws)) in self.ws.iter().zip(&self.target_ws).enumerate() {
-            plan.nest("sac", &ws.memory_plan(&format!("critic {i}")));
-            plan.nest("sac", &target_ws.memory_plan(&format!("target critic {i}")));
+            for (name, bytes) in [
+                (format!("critic {i}"), ws.memory_bytes()),
+                (format!("target critic {i}"), target_ws.memory_bytes()),
+            ] {
+                plan.add(
+                    format!("sac/{name}/activations and gradients"),
+                    Location::Ram,
+                    bytes,
+                );
+            }
         }
     }
 }
@@ -659,7 +665,7 @@ impl TwinCritics {
 #[derive(Clone, Debug)]
 struct Temperature {
     log_alpha: f32,
-    adam: Option<FlatAdam>,
+    adam: Option<Adam>,
     target_entropy: f32,
 }
 
@@ -668,7 +674,7 @@ impl Temperature {
         Ok(match coef {
             EntropyCoef::Auto { initial } => Self {
                 log_alpha: initial.ln(),
-                adam: Some(FlatAdam::new(vec![1], adam)?),
+                adam: Some(Adam::new(1, adam)?),
                 target_entropy,
             },
             EntropyCoef::Fixed(alpha) => Self {
@@ -681,6 +687,13 @@ impl Temperature {
 
     fn alpha(&self) -> f32 {
         self.log_alpha.exp()
+    }
+
+    /// `log alpha` as a one-element tensor, for checkpoints.
+    fn as_parameters(&self) -> Parameters {
+        let mut p = Parameters::filled(vec![1], 0.0).expect("shape [1] is valid");
+        p.params_mut()[0] = self.log_alpha;
+        p
     }
 
     /// One step on `-log alpha * (log pi + target)` averaged over the batch, given the
@@ -710,60 +723,6 @@ fn half_squared_error(q: &[f32], target: &[f32], dq: &mut [f32]) -> f32 {
 
 fn f32_bytes(count: usize) -> u64 {
     (count * size_of::<f32>()) as u64
-}
-
-/// A network's tensors as checkpoint weights.
-fn net_weights(net: &DenseMlp) -> NetWeights {
-    let mut tensors = Vec::new();
-    let mut start = 0;
-    for len in net.tensor_lengths() {
-        tensors.push(net.params()[start..start + len].to_vec());
-        start += len;
-    }
-    NetWeights {
-        tensors,
-        shapes: net.tensor_shapes(),
-    }
-}
-
-/// Copies checkpoint weights into `net` after checking every shape and value.
-fn load_net(weights: &NetWeights, net: &mut DenseMlp) -> Result<()> {
-    let shapes = net.tensor_shapes();
-    if weights.tensors.len() != shapes.len() || weights.shapes.len() != shapes.len() {
-        return Err(Error::CheckpointTensorCount {
-            expected: shapes.len(),
-            actual: weights.tensors.len(),
-        });
-    }
-    for (tensor, ((shape, saved_shape), values)) in shapes
-        .iter()
-        .zip(&weights.shapes)
-        .zip(&weights.tensors)
-        .enumerate()
-    {
-        if saved_shape != shape || values.len() != shape.iter().product::<usize>() {
-            return Err(Error::CheckpointShape {
-                tensor,
-                expected: shape.clone(),
-                actual: saved_shape.clone(),
-            });
-        }
-        if let Some((element, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(Error::CheckpointNonFinite {
-                what: "weights",
-                tensor,
-                element,
-                value,
-            });
-        }
-    }
-    let mut start = 0;
-    let params = net.params_mut();
-    for values in &weights.tensors {
-        params[start..start + values.len()].copy_from_slice(values);
-        start += values.len();
-    }
-    Ok(())
 }
 
 /// The configuration fields that must agree for a checkpoint to resume exactly.

@@ -8,7 +8,7 @@ use rl_core::{BoxSpace, Column, DType, Env, Schema, Space};
 use rl_envs::{CartPole, Pendulum};
 use rl_storage::{ActionShape, RamStorage, ReplayBuffer, RolloutBuffer, RolloutConfig, Uniform};
 
-use rl_nn::{Activation, Architecture, Weights};
+use rl_nn::{Activation, Architecture};
 
 use super::*;
 

@@ -5,15 +5,18 @@ use rand_distr::StandardNormal;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, Policy, PolicyError};
 use rl_core::{Column, DType, Env, Location, MemoryPlan, Schema, Space};
+use rl_nn::{Checkpoint, Module};
 use rl_storage::Batch;
 
 use super::{
     ACT_ROWS, ActorPasses, Core, SacConfig, SacState, SacStats, SacTrainer, Transitions, f32_bytes,
     half_squared_error,
 };
-use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::policy::{Mode, describe};
+
+/// The `kind` of continuous SAC checkpoints.
+pub const CHECKPOINT_KIND: &str = "sac";
 
 /// Bounds of the actor's log standard deviation (Stable-Baselines3's).
 const LOG_STD_MIN: f32 = -20.0;
@@ -27,11 +30,11 @@ const HALF_LN_2PI: f32 = 0.918_938_5;
 /// Soft actor-critic for `f32` box actions (Haarnoja et al. 2018, with Stable-Baselines3's
 /// details).
 ///
-/// - Actor: a [`DenseMlp`](crate::DenseMlp) `obs -> hidden -> 2 x dim(A)` giving the mean and the log
+/// - Actor: a `rl_nn::Mlp` `obs -> hidden -> 2 x dim(A)` giving the mean and the log
 ///   standard deviation (clamped to `[-20, 2]`) of a Gaussian; actions are
 ///   `tanh(mean + std * eps)`, with
 ///   `log pi = sum_j [log N(u_j) - log(1 - tanh(u_j)^2 + 1e-6)]`.
-/// - Critics: two [`DenseMlp`](crate::DenseMlp)s `obs ++ action -> hidden -> 1` with polyak-averaged
+/// - Critics: two `rl_nn::Mlp`s `obs ++ action -> hidden -> 1` with polyak-averaged
 ///   targets. Target: `y = r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log
 ///   pi(a' | s'))`; truncated transitions bootstrap.
 /// - Entropy coefficient learned towards `-dim(A)` (see [`SacConfig`]).
@@ -557,7 +560,7 @@ impl Sac {
     /// The whole trainer state: actor, critics, targets, optimisers, `log alpha`, update
     /// count and noise generator.
     pub fn checkpoint(&self) -> Checkpoint<SacState> {
-        self.core.checkpoint()
+        self.core.checkpoint(CHECKPOINT_KIND)
     }
 
     /// Restores a [`Sac::checkpoint`]; everything is checked first and on error nothing
@@ -598,6 +601,10 @@ impl SacTrainer for Sac {
 
     fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
         Sac::restore(self, checkpoint)
+    }
+
+    fn checkpoint_kind(&self) -> &'static str {
+        CHECKPOINT_KIND
     }
 }
 

@@ -8,14 +8,22 @@ use rl_collect::{ActOutput, Policy, PolicyError};
 use rl_core::{Column, DType, Env, FeatureTable, Location, MemoryPlan, Schema, Space};
 use rl_storage::Batch;
 
-use super::{
-    ACT_ROWS, ActorPasses, Core, LearnedTable, SacConfig, SacState, SacStats, SacTrainer,
-    Transitions, f32_bytes, half_squared_error,
+use rl_nn::{
+    Adam, Architecture, Checkpoint, Module, NetworkState, Parameters, TensorSpec, Weights,
 };
-use crate::checkpoint::Checkpoint;
+
+use super::{
+    ACT_ROWS, ActorPasses, Core, SacConfig, SacState, SacStats, SacTrainer, Transitions, f32_bytes,
+    half_squared_error,
+};
 use crate::error::{Error, Result};
-use crate::optim::FlatAdam;
 use crate::policy::{Mode, describe};
+
+/// The `kind` of discrete SAC checkpoints.
+pub const CHECKPOINT_KIND: &str = "discrete_sac";
+
+/// The checkpoint name of a learned action table.
+const TABLE: &str = "action_table";
 
 /// Christodoulou's default target entropy, as a fraction of the maximum `ln n`.
 const TARGET_ENTROPY_RATIO: f32 = 0.98;
@@ -98,7 +106,7 @@ impl Masking {
 #[derive(Clone, Debug)]
 struct TableLearning {
     grads: Vec<f32>,
-    adam: FlatAdam,
+    adam: Adam,
 }
 
 /// Per-update buffers, sized for `batch_size` rows at construction.
@@ -215,7 +223,7 @@ impl DiscreteSac {
         let n = discrete_n(action_space)?;
         check_table_rows(&initial, n, action_space)?;
         let (rows, dim) = (initial.rows(), initial.dim());
-        let adam = FlatAdam::new(vec![rows * dim], config.adam())?;
+        let adam = Adam::new(rows * dim, config.adam())?;
         let side = format!("{n} scored by a learned {rows}x{dim} table");
         let scorer = ChunkedScorer::new(initial, config.chunk, config.batch_size.max(ACT_ROWS))?;
         let mut sac = Self::build(observation_space, n, scorer, config, side)?;
@@ -615,15 +623,23 @@ impl DiscreteSac {
     }
 
     /// The whole trainer state (as [`crate::Sac::checkpoint`]), with the learned table
-    /// and its optimiser when the table is learned.
+    /// and its optimiser (network `action_table`) when the table is learned.
     pub fn checkpoint(&self) -> Checkpoint<SacState> {
-        let mut checkpoint = self.core.checkpoint();
+        let mut checkpoint = self.core.checkpoint(CHECKPOINT_KIND);
         if let (Some(learning), Some(table)) = (&self.learning, self.scorer.table()) {
-            checkpoint.extra.table = Some(LearnedTable {
-                rows: table.rows(),
-                dim: table.dim(),
-                values: table.as_slice().to_vec(),
-                optimizer: learning.adam.state(),
+            let shape = vec![table.rows(), table.dim()];
+            checkpoint.networks.push(NetworkState {
+                name: TABLE.to_owned(),
+                architecture: Architecture::Tensor {
+                    shape: shape.clone(),
+                },
+                tensors: vec![TensorSpec {
+                    name: "value".to_owned(),
+                    shape,
+                    offset: 0,
+                }],
+                params: table.as_slice().to_vec(),
+                optimizer: Some(learning.adam.state()),
             });
         }
         checkpoint
@@ -636,58 +652,41 @@ impl DiscreteSac {
     /// As [`crate::Sac::restore`], and [`Error::CheckpointMismatch`] for a checkpoint
     /// with a learned table given to a trainer without one or the reverse.
     pub fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
-        let learned = match (&self.learning, &checkpoint.extra.table, self.scorer.table()) {
+        let saved = checkpoint.networks.iter().find(|n| n.name == TABLE);
+        let learned = match (&self.learning, saved, self.scorer.table()) {
             (None, None, _) => None,
             (Some(learning), Some(saved), Some(table)) => {
-                let len = table.rows() * table.dim();
-                if (saved.rows, saved.dim) != (table.rows(), table.dim())
-                    || saved.values.len() != len
-                {
-                    return Err(Error::CheckpointShape {
-                        tensor: 0,
-                        expected: vec![table.rows(), table.dim()],
-                        actual: vec![saved.rows, saved.dim],
-                    });
-                }
-                if let Some((element, &value)) = saved
-                    .values
+                // Checks shape, values' count and the optimiser state on copies.
+                let mut values = Parameters::filled(vec![table.rows(), table.dim()], 0.0)?;
+                let mut adam = learning.adam.clone();
+                saved.restore_into(&mut values, Some(&mut adam))?;
+                if let Some((element, &value)) = values
+                    .params()
                     .iter()
                     .enumerate()
                     .find(|(_, v)| !v.is_finite())
                 {
-                    return Err(Error::CheckpointNonFinite {
-                        what: "learned table",
-                        tensor: 0,
-                        element,
-                        value,
+                    return Err(Error::CheckpointMismatch {
+                        what: format!("learned table value {element}"),
+                        expected: "a finite value".to_owned(),
+                        actual: value.to_string(),
                     });
                 }
-                let mut adam = learning.adam.clone();
-                adam.load_state(&saved.optimizer)?;
-                Some((adam, &saved.values))
+                Some((adam, values))
             }
             _ => {
+                let kind = |learned: bool| if learned { "learned" } else { "fixed" }.to_owned();
                 return Err(Error::CheckpointMismatch {
                     what: "action table".to_owned(),
-                    expected: if self.learning.is_some() {
-                        "learned"
-                    } else {
-                        "fixed"
-                    }
-                    .to_owned(),
-                    actual: if checkpoint.extra.table.is_some() {
-                        "learned"
-                    } else {
-                        "fixed"
-                    }
-                    .to_owned(),
+                    expected: kind(self.learning.is_some()),
+                    actual: kind(saved.is_some()),
                 });
             }
         };
         self.core.restore(checkpoint)?;
         if let (Some((adam, values)), Some(learning)) = (learned, &mut self.learning) {
             self.scorer
-                .update_table(|table| table.copy_from_slice(values))?;
+                .update_table(|table| table.copy_from_slice(values.params()))?;
             learning.adam = adam;
             learning.grads.fill(0.0);
         }
@@ -747,6 +746,10 @@ impl SacTrainer for DiscreteSac {
 
     fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
         DiscreteSac::restore(self, checkpoint)
+    }
+
+    fn checkpoint_kind(&self) -> &'static str {
+        CHECKPOINT_KIND
     }
 }
 
