@@ -34,7 +34,8 @@ Commands:
 
   boundaries
       Check the dependency boundaries on the resolved graph (default features and
-      --all-features): no dfdx under rl-core, rl-envs, rl-storage or rl-collect;
+      --all-features): no member reaches dfdx (rl-nn's test oracle, a
+      dev-dependency only);
       cudarc only behind a `cuda` feature and never under rl-core or rl-envs;
       internal edges only as the design allows.
 
