@@ -34,7 +34,7 @@ Commands:
 
   boundaries
       Check the dependency boundaries on the resolved graph (default features and
-      --all-features): no member reaches dfdx (rl-nn's test oracle, a
+      --all-features): no workspace crate reaches dfdx (rl-nn's test oracle, a
       dev-dependency only);
       cudarc only behind a `cuda` feature and never under rl-core or rl-envs;
       internal edges only as the design allows.
