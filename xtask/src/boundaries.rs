@@ -12,7 +12,6 @@ use crate::cmd::{Workspace, announce};
 use crate::graph::Graph;
 use crate::metadata;
 
-
 /// Crates that must stay free of `cudarc`, even with every feature on.
 const NO_CUDARC: &[&str] = &["rl-core", "rl-envs"];
 
