@@ -600,6 +600,10 @@ fn mlp64(arch: &Architecture, params: &[f64], x: &[f64]) -> (Vec<f64>, Vec<f64>)
     (x, pre)
 }
 
+/// A head's closed form in f64: `(actor outputs, every network's parameters, row) ->
+/// (log_prob, entropy)`.
+type Head<'a> = dyn Fn(&[f64], &[Vec<f64>], usize) -> (f64, f64) + 'a;
+
 /// A batch and the per-row weights of the loss
 /// `sum_i (w_lp_i log_prob_i + w_h_i entropy_i + w_v_i value_i)`.
 struct GradCase<A> {
@@ -629,7 +633,7 @@ fn reference_loss<P: ActorCritic>(
     policy: &P,
     params: &[Vec<f64>],
     case: &GradCase<P::Act>,
-    head: &dyn Fn(&[f64], &[Vec<f64>], usize) -> (f64, f64),
+    head: &Head<'_>,
 ) -> (f64, Vec<f64>) {
     let arch = policy.architecture();
     let obs_len = policy.obs_len();
@@ -660,7 +664,7 @@ fn reference_loss<P: ActorCritic>(
 fn check_policy_gradients<P: ActorCritic>(
     policy: &P,
     case: &GradCase<P::Act>,
-    head: &dyn Fn(&[f64], &[Vec<f64>], usize) -> (f64, f64),
+    head: &Head<'_>,
 ) {
     let rows = case.w_lp.len();
     let mut ws = policy.workspace(rows);
