@@ -940,11 +940,9 @@ impl<P: ActorCritic> Ppo<P> {
     ///
     /// # Errors
     /// [`Error::CheckpointMismatch`] for another architecture or configuration (naming
-    /// the first differing field), [`Error::CheckpointTensorCount`],
-    /// [`Error::CheckpointShape`], [`Error::StateTensorCount`] or
-    /// [`Error::StateMismatch`] for weights or moments that do not fit the policy,
-    /// [`Error::Config`] for an invalid optimiser configuration or observation
-    /// normaliser.
+    /// the first differing field) or a missing or extra network, [`Error::Nn`] for
+    /// weights or optimiser states that do not fit the policy, [`Error::Config`] for an
+    /// invalid optimiser configuration or observation normaliser.
     pub fn restore(&mut self, checkpoint: &Checkpoint<PpoState>) -> Result<()> {
         let state = &checkpoint.state;
         let policy = &self.learner.policy;
