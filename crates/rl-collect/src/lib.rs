@@ -2,8 +2,8 @@
 //!
 //! - [`Policy`] (and [`ValuePolicy`] for rollouts): a small trait collectors call with a
 //!   batch of observations and one state slot per environment; it writes actions (and
-//!   log-probs and values) into collector-owned buffers. This crate does not depend on
-//!   dfdx: `rl-algos` implements the trait for its networks. [`ConstantPolicy`] and
+//!   log-probs and values) into collector-owned buffers. This crate depends on no
+//!   network library: `rl-algos` implements the trait for its networks. [`ConstantPolicy`] and
 //!   [`RandomPolicy`] need no network.
 //! - [`SyncCollector`]: `N` environments stepped in the caller's thread, one batched
 //!   policy call per step, transitions written straight into an `rl-storage` replay or

@@ -1,7 +1,7 @@
 //! Shared vocabulary of the `rl` workspace.
 //!
 //! Every other crate speaks in these types, and this crate depends on nothing heavy (no
-//! dfdx, no cudarc), so depending on it costs nothing:
+//! network library, no cudarc), so depending on it costs nothing:
 //!
 //! - [`Space`] and [`BoxSpace`]: discrete spaces (actions stored as `u32` indices, never
 //!   one-hot) and boxes of `f32` or `u8` values (pixels are first-class).
