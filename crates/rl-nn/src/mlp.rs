@@ -66,17 +66,38 @@ impl Linear {
     /// # Panics
     /// If a slice is shorter than the shapes say (a bug in the calling network).
     pub fn forward(&self, params: &[f32], x: &[f32], rows: usize, y: &mut [f32]) {
+        self.forward_activated(params, x, rows, y, None);
+    }
+
+    /// `y = act(x W^T + b)`: the product, then the bias and the activation (if any) in
+    /// one sweep over `y`.
+    ///
+    /// # Panics
+    /// If a slice is shorter than the shapes say (a bug in the calling network).
+    pub fn forward_activated(
+        &self,
+        params: &[f32],
+        x: &[f32],
+        rows: usize,
+        y: &mut [f32],
+        activation: Option<Activation>,
+    ) {
         let y = &mut y[..rows * self.outputs];
-        let bias = &params[self.bias()];
-        for row in y.chunks_exact_mut(self.outputs) {
-            row.copy_from_slice(bias);
-        }
         matmul(
             y,
             MatRef::row_major(&x[..rows * self.inputs], rows, self.inputs),
             MatRef::transposed(&params[self.weight()], self.inputs, self.outputs),
-            Accumulate::Add,
+            Accumulate::Overwrite,
         );
+        let bias = &params[self.bias()];
+        match activation {
+            None => y.chunks_exact_mut(self.outputs).for_each(|row| {
+                row.iter_mut().zip(bias).for_each(|(v, &b)| *v += b);
+            }),
+            Some(activation) => y
+                .chunks_exact_mut(self.outputs)
+                .for_each(|row| activation.apply_with_bias(row, bias)),
+        }
     }
 
     /// Adds the parameter gradients of a pass with inputs `x` and output gradients `dy`
@@ -354,10 +375,8 @@ impl Module for Mlp {
         for (l, layer) in self.layers.iter().enumerate() {
             let (done, rest) = ws.activations.split_at_mut(l + 1);
             let y = &mut rest[0][..rows * layer.outputs];
-            layer.forward(&self.params, &done[l], rows, y);
-            if l < last {
-                self.spec.activation.apply(y);
-            }
+            let activation = (l < last).then_some(self.spec.activation);
+            layer.forward_activated(&self.params, &done[l], rows, y, activation);
         }
         Ok(&ws.activations[last + 1][..rows * self.output_dim()])
     }

@@ -661,11 +661,7 @@ fn reference_loss<P: ActorCritic>(
 
 /// The policy's gradients of the case's loss against central finite differences of the
 /// f64 reference, for every parameter of every network.
-fn check_policy_gradients<P: ActorCritic>(
-    policy: &P,
-    case: &GradCase<P::Act>,
-    head: &Head<'_>,
-) {
+fn check_policy_gradients<P: ActorCritic>(policy: &P, case: &GradCase<P::Act>, head: &Head<'_>) {
     let rows = case.w_lp.len();
     let mut ws = policy.workspace(rows);
     policy.evaluate(&case.obs, &case.actions, &mut ws).unwrap();
