@@ -31,13 +31,15 @@ pub(crate) fn policy_config(hidden: &str, activation: &str) -> anyhow::Result<Po
     let activation = activation
         .parse()
         .map_err(|e| anyhow::anyhow!("--activation {activation:?}: {e}"))?;
-    let config = PolicyConfig {
+    anyhow::ensure!(
+        !hidden.contains(&0),
+        "--hidden {hidden:?}: every width must be at least 1 (64,64 is the default)"
+    );
+    Ok(PolicyConfig {
         hidden,
         activation,
         ..PolicyConfig::new()
-    };
-    config.validate()?;
-    Ok(config)
+    })
 }
 
 /// When a run counts as solved: the mean return over [`WINDOW`] episodes passes a bar.
