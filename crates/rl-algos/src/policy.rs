@@ -326,7 +326,8 @@ fn check_rows<A>(
     check_len("value output", rows, per_row.len())
 }
 
-fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
+/// `Ok` when a buffer has the `expected` number of elements, else [`Error::ShapeMismatch`].
+pub(crate) fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
     if expected == actual {
         Ok(())
     } else {

@@ -381,17 +381,7 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
     /// missing or misshapen tensor, a state of another type).
     pub fn load(path: impl AsRef<Path>, kind: &str) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = fs::read(path).map_err(|source| match source.kind() {
-            io::ErrorKind::NotFound => Error::CheckpointNotFound {
-                path: path.to_owned(),
-            },
-            _ => Error::CheckpointIo {
-                action: "read",
-                path: path.to_owned(),
-                source,
-            },
-        })?;
-        Self::from_bytes(&bytes, kind, path)
+        Self::from_bytes(&read(path)?, kind, path)
     }
 }
 
@@ -421,17 +411,7 @@ pub fn save_weights(path: impl AsRef<Path>, networks: &[(&str, &dyn Weights)]) -
 /// architecture.
 pub fn load_weights(path: impl AsRef<Path>, name: &str, net: &mut dyn Weights) -> Result<()> {
     let path = path.as_ref();
-    let bytes = fs::read(path).map_err(|source| match source.kind() {
-        io::ErrorKind::NotFound => Error::CheckpointNotFound {
-            path: path.to_owned(),
-        },
-        _ => Error::CheckpointIo {
-            action: "read",
-            path: path.to_owned(),
-            source,
-        },
-    })?;
-    let checkpoint = Checkpoint::<serde_json::Value>::from_bytes(&bytes, "weights", path)?;
+    let checkpoint = Checkpoint::<serde_json::Value>::from_bytes(&read(path)?, "weights", path)?;
     let state = checkpoint.network(name)?;
     let expected = net.architecture();
     if state.architecture != expected {
@@ -444,6 +424,20 @@ pub fn load_weights(path: impl AsRef<Path>, name: &str, net: &mut dyn Weights) -
     let mut without_optimizer = state.clone();
     without_optimizer.optimizer = None;
     without_optimizer.restore_into(net, None)
+}
+
+/// The bytes of the file at `path`, with a typed error for a missing or unreadable one.
+fn read(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).map_err(|source| match source.kind() {
+        io::ErrorKind::NotFound => Error::CheckpointNotFound {
+            path: path.to_owned(),
+        },
+        _ => Error::CheckpointIo {
+            action: "read",
+            path: path.to_owned(),
+            source,
+        },
+    })
 }
 
 /// Checks that a network's tensors tile its parameters exactly, in order.

@@ -8,10 +8,9 @@ use rl_core::{Env, Space};
 use rl_nn::Weights;
 use rl_storage::Actions;
 
-use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace};
+use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace, policy_networks};
 use super::{
-    ActorCritic, Mode, ObsNormalizer, PolicyArchitecture, PolicyConfig, PolicyKind, PolicyNetworks,
-    check_len, check_rows, describe, rows_of,
+    ActorCritic, Mode, PolicyConfig, PolicyKind, check_len, check_rows, describe, rows_of,
 };
 use crate::error::{Error, Result};
 
@@ -338,49 +337,11 @@ impl ValuePolicy for CategoricalPolicy {
     }
 }
 
-impl PolicyNetworks for CategoricalPolicy {
-    fn network_names(&self) -> &'static [&'static str] {
-        &["actor", "critic"]
-    }
-
-    fn network(&self, index: usize) -> Option<&dyn Weights> {
-        self.core.network(index)
-    }
-
-    fn network_mut(&mut self, index: usize) -> Option<&mut dyn Weights> {
-        self.core.network_mut(index)
-    }
-
-    fn architecture(&self) -> PolicyArchitecture {
-        PolicyArchitecture {
-            kind: PolicyKind::Categorical,
-            networks: vec![
-                ("actor".to_owned(), self.core.actor.architecture()),
-                ("critic".to_owned(), self.core.critic.architecture()),
-            ],
-        }
-    }
-
-    fn sampling_state(&self) -> rand_xoshiro::Xoshiro256PlusPlus {
-        self.core.rng.clone()
-    }
-
-    fn set_sampling_state(&mut self, state: rand_xoshiro::Xoshiro256PlusPlus) {
-        self.core.rng = state;
-    }
-
-    fn obs_normalizer(&self) -> Option<&ObsNormalizer> {
-        self.core.obs_norm.as_ref()
-    }
-
-    fn obs_normalizer_mut(&mut self) -> Option<&mut ObsNormalizer> {
-        self.core.obs_norm.as_mut()
-    }
-
-    fn set_obs_normalizer(&mut self, normalizer: Option<ObsNormalizer>) -> Result<()> {
-        self.core.set_obs_normalizer(normalizer)
-    }
-}
+policy_networks!(
+    CategoricalPolicy,
+    &["actor", "critic"],
+    PolicyKind::Categorical
+);
 
 impl ActorCritic for CategoricalPolicy {
     fn obs_len(&self) -> usize {

@@ -209,6 +209,18 @@ impl PolicyCore {
         Ok(())
     }
 
+    /// The architecture: `kind` and every network's.
+    pub(super) fn architecture(&self, kind: super::PolicyKind) -> super::PolicyArchitecture {
+        let mut networks = vec![
+            ("actor".to_owned(), self.actor.architecture()),
+            ("critic".to_owned(), self.critic.architecture()),
+        ];
+        if let Some(log_std) = &self.log_std {
+            networks.push(("log_std".to_owned(), log_std.architecture()));
+        }
+        super::PolicyArchitecture { kind, networks }
+    }
+
     /// The networks in order: actor, critic, log-std.
     pub(super) fn network(&self, index: usize) -> Option<&dyn Weights> {
         match index {
@@ -379,3 +391,52 @@ impl PolicyGradients {
         Ok(())
     }
 }
+
+/// Implements [`PolicyNetworks`] for a policy type whose `core` field is a
+/// [`PolicyCore`], with its network names and kind.
+macro_rules! policy_networks {
+    ($policy:ty, $names:expr, $kind:expr) => {
+        impl $crate::policy::PolicyNetworks for $policy {
+            fn network_names(&self) -> &'static [&'static str] {
+                $names
+            }
+
+            fn network(&self, index: usize) -> Option<&dyn rl_nn::Weights> {
+                self.core.network(index)
+            }
+
+            fn network_mut(&mut self, index: usize) -> Option<&mut dyn rl_nn::Weights> {
+                self.core.network_mut(index)
+            }
+
+            fn architecture(&self) -> $crate::policy::PolicyArchitecture {
+                self.core.architecture($kind)
+            }
+
+            fn sampling_state(&self) -> rand_xoshiro::Xoshiro256PlusPlus {
+                self.core.rng.clone()
+            }
+
+            fn set_sampling_state(&mut self, state: rand_xoshiro::Xoshiro256PlusPlus) {
+                self.core.rng = state;
+            }
+
+            fn obs_normalizer(&self) -> Option<&$crate::policy::ObsNormalizer> {
+                self.core.obs_norm.as_ref()
+            }
+
+            fn obs_normalizer_mut(&mut self) -> Option<&mut $crate::policy::ObsNormalizer> {
+                self.core.obs_norm.as_mut()
+            }
+
+            fn set_obs_normalizer(
+                &mut self,
+                normalizer: Option<$crate::policy::ObsNormalizer>,
+            ) -> $crate::Result<()> {
+                self.core.set_obs_normalizer(normalizer)
+            }
+        }
+    };
+}
+
+pub(super) use policy_networks;

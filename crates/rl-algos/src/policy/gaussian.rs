@@ -9,10 +9,10 @@ use rl_nn::Weights;
 use rl_storage::Actions;
 
 use super::categorical::copy_weights;
-use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace};
+use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace, policy_networks};
 use super::{
-    ActorCritic, Mode, ObsNormalizer, PolicyArchitecture, PolicyConfig, PolicyKind, PolicyNetworks,
-    check_box, check_len, check_rows, describe, rows_of,
+    ActorCritic, Mode, PolicyConfig, PolicyKind, check_box, check_len, check_rows, describe,
+    rows_of,
 };
 use crate::error::{Error, Result};
 
@@ -263,53 +263,11 @@ impl ValuePolicy for GaussianPolicy {
     }
 }
 
-impl PolicyNetworks for GaussianPolicy {
-    fn network_names(&self) -> &'static [&'static str] {
-        &["actor", "critic", "log_std"]
-    }
-
-    fn network(&self, index: usize) -> Option<&dyn Weights> {
-        self.core.network(index)
-    }
-
-    fn network_mut(&mut self, index: usize) -> Option<&mut dyn Weights> {
-        self.core.network_mut(index)
-    }
-
-    fn architecture(&self) -> PolicyArchitecture {
-        let mut networks = vec![
-            ("actor".to_owned(), self.core.actor.architecture()),
-            ("critic".to_owned(), self.core.critic.architecture()),
-        ];
-        if let Some(log_std) = &self.core.log_std {
-            networks.push(("log_std".to_owned(), log_std.architecture()));
-        }
-        PolicyArchitecture {
-            kind: PolicyKind::Gaussian,
-            networks,
-        }
-    }
-
-    fn sampling_state(&self) -> rand_xoshiro::Xoshiro256PlusPlus {
-        self.core.rng.clone()
-    }
-
-    fn set_sampling_state(&mut self, state: rand_xoshiro::Xoshiro256PlusPlus) {
-        self.core.rng = state;
-    }
-
-    fn obs_normalizer(&self) -> Option<&ObsNormalizer> {
-        self.core.obs_norm.as_ref()
-    }
-
-    fn obs_normalizer_mut(&mut self) -> Option<&mut ObsNormalizer> {
-        self.core.obs_norm.as_mut()
-    }
-
-    fn set_obs_normalizer(&mut self, normalizer: Option<ObsNormalizer>) -> Result<()> {
-        self.core.set_obs_normalizer(normalizer)
-    }
-}
+policy_networks!(
+    GaussianPolicy,
+    &["actor", "critic", "log_std"],
+    PolicyKind::Gaussian
+);
 
 impl ActorCritic for GaussianPolicy {
     fn obs_len(&self) -> usize {

@@ -1,19 +1,8 @@
 //! PPO's losses as loss-and-gradient functions over per-row values: what the policy's
 //! backward pass takes.
 
-use crate::error::{Error, Result};
-
-fn check_rows(what: &'static str, expected: usize, actual: usize) -> Result<()> {
-    if expected == actual {
-        Ok(())
-    } else {
-        Err(Error::ShapeMismatch {
-            what,
-            expected,
-            actual,
-        })
-    }
-}
+use crate::error::Result;
+use crate::policy::check_len as check_rows;
 
 /// The clipped surrogate loss `-mean(min(r A, clamp(r, 1 - clip, 1 + clip) A))` with
 /// `r = exp(log_probs - old_log_probs)`; writes its gradient with respect to each
