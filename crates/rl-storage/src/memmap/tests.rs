@@ -1,0 +1,695 @@
+use std::collections::VecDeque;
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom};
+
+use proptest::prelude::*;
+use rl_core::{Column, DType, Flag};
+
+use super::*;
+
+fn all_dtypes() -> Schema {
+    Schema::new([
+        Column::new("obs", DType::F32, &[3]),
+        Column::scalar("action", DType::U32),
+        Column::scalar("step", DType::I64),
+        Column::new("pixels", DType::U8, &[2, 2]),
+        Column::scalar("done", DType::Bool),
+    ])
+    .unwrap()
+}
+
+/// `id` is the global write index; the other columns derive from it.
+fn id_schema() -> Schema {
+    Schema::new([
+        Column::scalar("id", DType::I64),
+        Column::new("x", DType::F32, &[2]),
+        Column::scalar("flag", DType::Bool),
+    ])
+    .unwrap()
+}
+
+fn x_of(id: i64) -> [f32; 2] {
+    [id as f32 * 0.5, -(id as f32)]
+}
+
+fn flag_of(id: i64) -> Flag {
+    Flag::new(id % 3 == 0)
+}
+
+fn options(reserve_rows: usize) -> MemmapOptions {
+    MemmapOptions { reserve_rows }
+}
+
+/// A minimal ring writer over `id_schema`, as a replay buffer would drive the storage.
+struct Writer {
+    ring: RingState,
+    capacity: usize,
+}
+
+impl Writer {
+    fn new(storage: &MemmapStorage) -> Self {
+        Self {
+            ring: storage.restored(),
+            capacity: storage.capacity(),
+        }
+    }
+
+    fn write(&mut self, storage: &mut MemmapStorage, rows: usize) {
+        storage.prepare_write(&self.ring, rows).unwrap();
+        for j in 0..rows {
+            let position = (self.ring.cursor + j) % self.capacity;
+            let id = (self.ring.written + j as u64) as i64;
+            bytemuck::cast_slice_mut::<u8, i64>(storage.column_mut(0))[position] = id;
+            bytemuck::cast_slice_mut::<u8, [f32; 2]>(storage.column_mut(1))[position] = x_of(id);
+            bytemuck::cast_slice_mut::<u8, Flag>(storage.column_mut(2))[position] = flag_of(id);
+        }
+        self.ring.cursor = (self.ring.cursor + rows) % self.capacity;
+        self.ring.len = (self.ring.len + rows).min(self.capacity);
+        self.ring.written += rows as u64;
+    }
+}
+
+/// The ids of the rows a storage returns, in ring order, checking that every row is
+/// whole (its other columns match its id).
+fn stored_ids(storage: &MemmapStorage) -> Vec<i64> {
+    let ring = storage.restored();
+    let ids: &[i64] = bytemuck::cast_slice(storage.column(0));
+    let xs: &[[f32; 2]] = bytemuck::cast_slice(storage.column(1));
+    let flags: &[Flag] = bytemuck::cast_slice(storage.column(2));
+    (0..ring.len)
+        .map(|i| {
+            let p = ring.position(i, storage.capacity());
+            let id = ids[p];
+            assert_eq!(xs[p], x_of(id), "row at position {p} is torn");
+            assert_eq!(flags[p], flag_of(id), "row at position {p} is torn");
+            id
+        })
+        .collect()
+}
+
+fn create(path: &Path, capacity: usize, reserve_rows: usize) -> MemmapStorage {
+    MemmapStorage::create(path, id_schema(), capacity, options(reserve_rows)).unwrap()
+}
+
+/// Overwrites `bytes` at `offset` of a closed file.
+fn poke(path: &Path, offset: u64, bytes: &[u8]) {
+    let mut file = OpenOptions::new().write(true).open(path).unwrap();
+    file.seek(SeekFrom::Start(offset)).unwrap();
+    file.write_all(bytes).unwrap();
+}
+
+/// Reads `len` bytes at `offset` of a closed file.
+fn peek(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let mut file = File::open(path).unwrap();
+    file.seek(SeekFrom::Start(offset)).unwrap();
+    let mut bytes = vec![0u8; len];
+    file.read_exact(&mut bytes).unwrap();
+    bytes
+}
+
+#[test]
+fn every_dtype_round_trips_through_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("all.rlmm");
+    let capacity = 37;
+    let mut storage =
+        MemmapStorage::create(&path, all_dtypes(), capacity, MemmapOptions::default()).unwrap();
+    assert_eq!(storage.restored(), RingState::default());
+    assert_eq!(storage.location(), Location::File);
+    let obs: Vec<f32> = (0..capacity * 3).map(|i| i as f32 * 0.25 - 3.0).collect();
+    let action: Vec<u32> = (0..capacity as u32).map(|i| i * 7 + 1).collect();
+    let step: Vec<i64> = (0..capacity as i64)
+        .map(|i| i - 1_000_000_000_000)
+        .collect();
+    let pixels: Vec<u8> = (0..capacity * 4).map(|i| (i * 13) as u8).collect();
+    let done: Vec<Flag> = (0..capacity).map(|i| Flag::new(i % 4 == 1)).collect();
+    let ring = RingState {
+        cursor: 0,
+        len: capacity,
+        written: capacity as u64,
+        episodes: 9,
+        episode_start: 33,
+    };
+    storage
+        .prepare_write(&RingState::default(), capacity)
+        .unwrap();
+    storage
+        .column_mut(0)
+        .copy_from_slice(bytemuck::cast_slice(&obs));
+    storage
+        .column_mut(1)
+        .copy_from_slice(bytemuck::cast_slice(&action));
+    storage
+        .column_mut(2)
+        .copy_from_slice(bytemuck::cast_slice(&step));
+    storage.column_mut(3).copy_from_slice(&pixels);
+    storage
+        .column_mut(4)
+        .copy_from_slice(bytemuck::cast_slice(&done));
+    storage.commit(&ring).unwrap();
+    drop(storage);
+
+    let storage =
+        MemmapStorage::open_with(&path, &all_dtypes(), capacity, MemmapOptions::default()).unwrap();
+    assert_eq!(storage.restored(), ring);
+    assert_eq!(storage.schema(), &all_dtypes());
+    assert_eq!(storage.capacity(), capacity);
+    assert_eq!(storage.path(), path);
+    assert_eq!(bytemuck::cast_slice::<u8, f32>(storage.column(0)), obs);
+    assert_eq!(bytemuck::cast_slice::<u8, u32>(storage.column(1)), action);
+    assert_eq!(bytemuck::cast_slice::<u8, i64>(storage.column(2)), step);
+    assert_eq!(storage.column(3), pixels);
+    assert_eq!(bytemuck::cast_slice::<u8, Flag>(storage.column(4)), done);
+    for index in 0..5 {
+        assert_eq!(storage.column(index).as_ptr() as usize % COLUMN_ALIGN, 0);
+    }
+}
+
+#[test]
+fn plan_adds_up_to_the_file_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plan.rlmm");
+    let plan = MemmapStorage::plan(&all_dtypes(), 1000).unwrap();
+    assert_eq!(plan.lines().len(), 6);
+    assert!(plan.lines().iter().all(|l| l.location == Location::File));
+    assert_eq!(plan.total(Location::Ram), 0);
+    let storage =
+        MemmapStorage::create(&path, all_dtypes(), 1000, MemmapOptions::default()).unwrap();
+    let file_len = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(plan.total(Location::File), file_len);
+    assert_eq!(storage.memory_plan(), plan);
+    assert!(MemmapStorage::plan(&all_dtypes(), 0).is_err());
+    assert!(!path.with_extension("other").exists());
+}
+
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+#[test]
+fn a_32_gib_storage_is_sparse_and_not_prefaulted() {
+    use std::os::unix::fs::MetadataExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.rlmm");
+    let schema = Schema::new([Column::new("obs", DType::F32, &[1024])]).unwrap();
+    let capacity = 8 << 20; // 8 Mi rows of 4 KiB: 32 GiB
+    let rss_before = rl_core::ProcessMemory::read().unwrap().rss_bytes;
+    let mut storage =
+        MemmapStorage::create(&path, schema, capacity, MemmapOptions::default()).unwrap();
+    let metadata = std::fs::metadata(&path).unwrap();
+    assert!(metadata.len() >= 32 << 30);
+    assert!(
+        metadata.blocks() * 512 < 1 << 20,
+        "{} blocks",
+        metadata.blocks()
+    );
+    // Rows written at both ends are stored; the untouched middle costs nothing.
+    let ring = RingState {
+        cursor: 1,
+        len: 1,
+        written: 1,
+        ..RingState::default()
+    };
+    storage.prepare_write(&RingState::default(), 1).unwrap();
+    storage.column_mut(0)[..4].copy_from_slice(&7f32.to_le_bytes());
+    storage.commit(&ring).unwrap();
+    let rss_after = rl_core::ProcessMemory::read().unwrap().rss_bytes;
+    // Other tests run in parallel threads: allow 64 MiB of unrelated growth.
+    assert!(rss_after.saturating_sub(rss_before) < 64 << 20);
+    assert_eq!(MemmapOptions::default_reserve_rows(capacity), capacity / 64);
+}
+
+#[test]
+fn default_reserve_scales_with_capacity() {
+    assert_eq!(MemmapOptions::default_reserve_rows(1), 1);
+    assert_eq!(MemmapOptions::default_reserve_rows(100), 25);
+    assert_eq!(MemmapOptions::default_reserve_rows(10_000), 1024);
+    assert_eq!(MemmapOptions::default_reserve_rows(1 << 20), 16_384);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.rlmm");
+    assert_eq!(create(&path, 100, 0).reserve_rows(), 25);
+    // Open takes the file's value unless told otherwise; a reserve caps at the capacity.
+    assert_eq!(
+        MemmapStorage::open(&path, options(0))
+            .unwrap()
+            .reserve_rows(),
+        25
+    );
+    assert_eq!(
+        MemmapStorage::open(&path, options(7))
+            .unwrap()
+            .reserve_rows(),
+        7
+    );
+    assert_eq!(
+        MemmapStorage::open(&path, options(500))
+            .unwrap()
+            .reserve_rows(),
+        100
+    );
+}
+
+#[test]
+fn writes_into_free_positions_need_no_header_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("free.rlmm");
+    let mut storage = create(&path, 8, 2);
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 3);
+    storage.commit(&writer.ring).unwrap();
+    let seq = storage.newest.seq;
+    writer.write(&mut storage, 5); // positions 3..8: free
+    assert_eq!(storage.newest.seq, seq);
+    storage.commit(&writer.ring).unwrap();
+    assert_eq!(storage.newest.seq, seq + 1);
+    drop(storage);
+    let storage = MemmapStorage::open(&path, options(0)).unwrap();
+    assert_eq!(stored_ids(&storage), (0..8).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_reservation_drops_only_the_window_ahead_of_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reserve.rlmm");
+    let mut storage = create(&path, 8, 2);
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 8);
+    storage.commit(&writer.ring).unwrap();
+    let seq = storage.newest.seq;
+    writer.write(&mut storage, 1); // id 8 over id 0: reserve positions 0 and 1
+    assert_eq!(storage.newest.seq, seq + 1);
+    assert_eq!(
+        storage.newest.ring,
+        RingState {
+            cursor: 0,
+            len: 6,
+            written: 8,
+            ..RingState::default()
+        }
+    );
+    writer.write(&mut storage, 1); // id 9 at position 1: inside the window
+    assert_eq!(storage.newest.seq, seq + 1);
+    writer.write(&mut storage, 1); // id 10 at position 2: a new reservation
+    assert_eq!(storage.newest.seq, seq + 2);
+    // A write larger than the reserve reserves its own size.
+    writer.write(&mut storage, 5); // ids 11..16 at positions 3..8
+    assert_eq!(storage.newest.seq, seq + 3);
+    assert_eq!(storage.newest.ring.len, 3);
+    drop(storage); // a crash: nothing committed since id 7
+
+    let storage = MemmapStorage::open(&path, options(0)).unwrap();
+    assert_eq!(storage.restored().written, 11);
+    assert_eq!(stored_ids(&storage), [8, 9, 10]);
+    assert_eq!(storage.reserve_rows(), 2);
+}
+
+#[test]
+fn prepare_write_and_commit_reject_impossible_rings() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad-ring.rlmm");
+    let mut storage = create(&path, 8, 2);
+    let bad = RingState {
+        cursor: 8,
+        ..RingState::default()
+    };
+    assert!(storage.prepare_write(&bad, 1).is_err());
+    assert!(storage.commit(&bad).is_err());
+    let err = storage
+        .prepare_write(&RingState::default(), 9)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("smaller chunks"), "{err}");
+    drop(storage);
+    assert_eq!(
+        MemmapStorage::open(&path, options(0)).unwrap().restored(),
+        RingState::default()
+    );
+}
+
+#[test]
+fn commit_and_prepare_write_allocate_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("alloc.rlmm");
+    let mut storage = create(&path, 64, 8);
+    let mut writer = Writer::new(&storage);
+    for _ in 0..20 {
+        writer.write(&mut storage, 7);
+        storage.commit(&writer.ring).unwrap();
+    }
+    let seq = storage.newest.seq;
+    let ((), stats) = rl_testkit::measure(|| {
+        for round in 0..40 {
+            writer.write(&mut storage, 1 + round % 9);
+            if round % 3 == 0 {
+                storage.commit(&writer.ring).unwrap();
+            }
+        }
+    });
+    assert_eq!(stats.allocations, 0, "{stats:?}");
+    // Reservations happened too (more header updates than the 14 commits).
+    assert!(
+        storage.newest.seq - seq > 14,
+        "{}",
+        storage.newest.seq - seq
+    );
+}
+
+#[test]
+fn a_truncated_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("short.rlmm");
+    let storage = create(&path, 1000, 0);
+    let full = std::fs::metadata(&path).unwrap().len();
+    drop(storage);
+    for short in [full - 1, 4096 + 100, 4095, 100, 3] {
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(short)
+            .unwrap();
+        match MemmapStorage::open(&path, options(0)) {
+            Err(Error::Truncated {
+                expected, actual, ..
+            }) => {
+                assert_eq!(actual, short);
+                assert!(expected > short);
+            }
+            other => panic!("{short} bytes: {other:?}"),
+        }
+    }
+    let err = MemmapStorage::open(&path, options(0))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("truncated"), "{err}");
+}
+
+#[test]
+fn a_foreign_file_is_refused_by_its_magic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("foreign.txt");
+    std::fs::write(&path, b"just some text, not a storage").unwrap();
+    assert!(matches!(
+        MemmapStorage::open(&path, options(0)),
+        Err(Error::BadMagic { .. })
+    ));
+    let path = dir.path().join("magic.rlmm");
+    drop(create(&path, 10, 0));
+    poke(&path, 0, b"X");
+    assert!(matches!(
+        MemmapStorage::open(&path, options(0)),
+        Err(Error::BadMagic { .. })
+    ));
+}
+
+#[test]
+fn another_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2.rlmm");
+    drop(create(&path, 10, 0));
+    poke(&path, OFF_VERSION as u64, &2u32.to_le_bytes());
+    match MemmapStorage::open(&path, options(0)) {
+        Err(Error::UnsupportedVersion {
+            found: 2,
+            supported: 1,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_damaged_static_header_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("static.rlmm");
+    drop(create(&path, 10, 0));
+    // A column name in the schema JSON: `"id"` -> `"ie"`.
+    let json = peek(&path, OFF_SCHEMA as u64, 40);
+    let at = json.windows(4).position(|w| w == b"\"id\"").unwrap();
+    poke(&path, (OFF_SCHEMA + at + 2) as u64, b"e");
+    let err = MemmapStorage::open(&path, options(0)).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("checksum"), "{err}");
+    // A capacity changed by hand is caught the same way.
+    poke(&path, (OFF_SCHEMA + at + 2) as u64, b"d");
+    assert!(MemmapStorage::open(&path, options(0)).is_ok());
+    poke(&path, OFF_CAPACITY as u64, &11u64.to_le_bytes());
+    assert!(matches!(
+        MemmapStorage::open(&path, options(0)),
+        Err(Error::Corrupt { .. })
+    ));
+}
+
+/// A file with two valid slots: seq 2 holds ids 0..3, seq 3 holds ids 0..5.
+fn two_commits(path: &Path) -> (RingState, RingState) {
+    let mut storage = create(path, 10, 2);
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 3);
+    storage.commit(&writer.ring).unwrap();
+    let first = writer.ring;
+    writer.write(&mut storage, 2);
+    storage.commit(&writer.ring).unwrap();
+    assert_eq!(storage.newest.seq, 3);
+    assert_eq!(storage.newest_index, 0);
+    (first, writer.ring)
+}
+
+#[test]
+fn a_torn_newest_slot_falls_back_to_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("torn.rlmm");
+    let (first, second) = two_commits(&path);
+    assert_eq!(
+        MemmapStorage::open(&path, options(0)).unwrap().restored(),
+        second
+    );
+    // A slot write cut short: new cursor stored, the rest (and the checksum) not.
+    poke(&path, (SLOT_OFFSETS[0] + 8) as u64, &9u64.to_le_bytes());
+    let storage = MemmapStorage::open(&path, options(0)).unwrap();
+    assert_eq!(storage.restored(), first);
+    assert_eq!(stored_ids(&storage), [0, 1, 2]);
+    // The next commit goes to the damaged slot, not over the good one.
+    let mut storage = storage;
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 4);
+    storage.commit(&writer.ring).unwrap();
+    drop(storage);
+    let storage = MemmapStorage::open(&path, options(0)).unwrap();
+    assert_eq!(stored_ids(&storage), [0, 1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn both_slots_damaged_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("both.rlmm");
+    two_commits(&path);
+    for at in SLOT_OFFSETS {
+        poke(&path, (at + SLOT_SUM) as u64, &[0xA5]);
+    }
+    let err = MemmapStorage::open(&path, options(0)).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("both commit slots"), "{err}");
+}
+
+#[test]
+fn an_inconsistent_ring_with_a_valid_checksum_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ring.rlmm");
+    drop(create(&path, 10, 0));
+    let slot = Slot {
+        seq: 5,
+        ring: RingState {
+            cursor: 3,
+            len: 11,
+            written: 20,
+            ..RingState::default()
+        },
+    };
+    poke(&path, SLOT_OFFSETS[1] as u64, &slot.encode());
+    let err = MemmapStorage::open(&path, options(0)).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("sequence 5"), "{err}");
+}
+
+#[test]
+fn open_with_names_both_layouts_on_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mismatch.rlmm");
+    drop(create(&path, 10, 0));
+    let other = Schema::new([Column::scalar("id", DType::I64)]).unwrap();
+    let err = MemmapStorage::open_with(&path, &other, 10, options(0)).unwrap_err();
+    let Error::FileMismatch {
+        expected, found, ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(expected, "capacity 10, columns id i64");
+    assert_eq!(found, "capacity 10, columns id i64, x f32[2], flag bool");
+    let err = MemmapStorage::open_with(&path, &id_schema(), 11, options(0)).unwrap_err();
+    assert!(matches!(err, Error::FileMismatch { .. }), "{err:?}");
+    assert!(err.to_string().contains("capacity 11"), "{err}");
+    assert!(MemmapStorage::open_with(&path, &id_schema(), 10, options(0)).is_ok());
+}
+
+#[test]
+fn a_second_writer_is_locked_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lock.rlmm");
+    let first = create(&path, 10, 0);
+    assert!(matches!(
+        MemmapStorage::open(&path, options(0)),
+        Err(Error::Locked { .. })
+    ));
+    drop(first);
+    let second = MemmapStorage::open(&path, options(0)).unwrap();
+    assert!(matches!(
+        MemmapStorage::open(&path, options(0)),
+        Err(Error::Locked { .. })
+    ));
+    drop(second);
+}
+
+#[test]
+fn create_never_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("exists.rlmm");
+    let mut storage = create(&path, 10, 0);
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 4);
+    storage.commit(&writer.ring).unwrap();
+    drop(storage);
+    let err = MemmapStorage::create(&path, id_schema(), 10, options(0)).unwrap_err();
+    let Error::Io { source, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists);
+    assert!(err.to_string().contains("MemmapStorage::open"), "{err}");
+    // The existing file is untouched.
+    let storage = MemmapStorage::open(&path, options(0)).unwrap();
+    assert_eq!(stored_ids(&storage), [0, 1, 2, 3]);
+    let other = std::fs::File::create(dir.path().join("plain")).unwrap();
+    drop(other);
+}
+
+#[test]
+fn the_storage_can_move_to_another_thread() {
+    fn assert_send<T: Send>() {}
+    assert_send::<MemmapStorage>();
+}
+
+#[test]
+fn opening_a_missing_file_is_an_io_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = MemmapStorage::open(dir.path().join("none.rlmm"), options(0)).unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err:?}");
+    assert!(err.to_string().contains("none.rlmm"), "{err}");
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write(usize),
+    Commit,
+    Crash,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (1usize..64).prop_map(Op::Write),
+        2 => Just(Op::Commit),
+        1 => Just(Op::Crash),
+    ]
+}
+
+/// The model of the file: the ids of the committed rows, oldest first.
+fn committed_after_update(writer: &RingState, len: usize) -> VecDeque<i64> {
+    let end = writer.written as i64;
+    (end - len as i64..end).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn reopening_after_a_crash_returns_exactly_the_committed_rows(
+        capacity in 1usize..40,
+        reserve in 1usize..40,
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.rlmm");
+        let reserve = reserve.min(capacity);
+        let mut storage = create(&path, capacity, reserve);
+        let mut writer = Writer::new(&storage);
+        let mut committed: VecDeque<i64> = VecDeque::new();
+        // What the protocol guarantees survives: the rows of the last commit, less
+        // the largest window since.
+        let mut guaranteed_len = 0usize;
+        let mut guaranteed_written = 0u64;
+        let mut largest_window = reserve;
+        for op in ops {
+            match op {
+                Op::Write(rows) => {
+                    let rows = 1 + (rows - 1) % capacity;
+                    let window = reserve.max(rows).min(capacity);
+                    largest_window = largest_window.max(window);
+                    // Ids the write overwrites, at positions (written + j) % capacity.
+                    let overwritten = writer.ring.written as i64 - capacity as i64;
+                    let hits = committed
+                        .iter()
+                        .any(|&id| id >= overwritten && id < overwritten + rows as i64);
+                    if hits {
+                        let len = writer.ring.len.min(capacity - window);
+                        committed = committed_after_update(&writer.ring, len);
+                    }
+                    writer.write(&mut storage, rows);
+                }
+                Op::Commit => {
+                    storage.commit(&writer.ring).unwrap();
+                    committed = committed_after_update(&writer.ring, writer.ring.len);
+                    guaranteed_len = writer.ring.len;
+                    guaranteed_written = writer.ring.written;
+                    largest_window = reserve;
+                }
+                Op::Crash => {
+                    // Garbage in every position that holds no committed row.
+                    let keep: Vec<usize> = committed
+                        .iter()
+                        .map(|&id| id as usize % capacity)
+                        .collect();
+                    for position in (0..capacity).filter(|p| !keep.contains(p)) {
+                        bytemuck::cast_slice_mut::<u8, i64>(storage.column_mut(0))[position] =
+                            -1 - position as i64;
+                        bytemuck::cast_slice_mut::<u8, [f32; 2]>(storage.column_mut(1))
+                            [position] = [f32::NAN; 2];
+                        storage.column_mut(2)[position] = 0xEE;
+                    }
+                    drop(storage);
+                    storage = MemmapStorage::open_with(
+                        &path,
+                        &id_schema(),
+                        capacity,
+                        MemmapOptions::default(),
+                    )
+                    .unwrap();
+                    let restored = storage.restored();
+                    prop_assert_eq!(
+                        stored_ids(&storage),
+                        committed.iter().copied().collect::<Vec<_>>()
+                    );
+                    prop_assert_eq!(restored.cursor as u64, restored.written % capacity as u64);
+                    prop_assert!(restored.written >= guaranteed_written);
+                    prop_assert!(
+                        restored.len >= guaranteed_len.min(capacity - largest_window),
+                        "{} rows back, {} committed, window {}",
+                        restored.len,
+                        guaranteed_len,
+                        largest_window
+                    );
+                    writer = Writer::new(&storage);
+                    guaranteed_len = restored.len;
+                    guaranteed_written = restored.written;
+                    largest_window = reserve;
+                }
+            }
+        }
+    }
+}
