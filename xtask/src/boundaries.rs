@@ -29,7 +29,6 @@ const DESIGN: &[(&str, &[&str])] = &[
         "rl-algos",
         &[
             "rl-core",
-            "rl-envs",
             "rl-storage",
             "rl-actions",
             "rl-nn",
@@ -257,7 +256,6 @@ mod tests {
             ("rl-history", "rl-nn"),
             ("rl-algos", "rl-nn"),
             ("rl-algos", "rl-collect"),
-            ("rl-algos", "rl-envs"),
             ("rl-algos", "rand"),
             ("rl-testkit", "rl-core"),
             ("rl", "rl-algos"),
