@@ -92,11 +92,13 @@ fn main() -> anyhow::Result<()> {
         start.elapsed().as_secs_f64()
     );
 
-    let memory = ProcessMemory::read()?;
-    println!(
-        "resident memory: {:.1} MiB (peak {:.1} MiB)",
-        memory.rss_bytes as f64 / (1 << 20) as f64,
-        memory.peak_rss_bytes as f64 / (1 << 20) as f64
-    );
+    match ProcessMemory::read() {
+        Ok(memory) => println!(
+            "resident memory: {:.1} MiB (peak {:.1} MiB)",
+            memory.rss_bytes as f64 / (1 << 20) as f64,
+            memory.peak_rss_bytes as f64 / (1 << 20) as f64
+        ),
+        Err(e) => println!("resident memory: unavailable ({e})"),
+    }
     Ok(())
 }

@@ -6,5 +6,6 @@
 )]
 
 mod envs_through_facade;
+mod errors;
 #[cfg(all(feature = "algos", feature = "collect", feature = "storage"))]
 mod sac;

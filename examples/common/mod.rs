@@ -164,7 +164,8 @@ where
     P: ActorCritic<Act = E::Act>,
 {
     let stats = collector.stats();
-    let memory = ProcessMemory::read()?;
+    // Off Linux there is no RSS reading: the key is null and the run still reports.
+    let peak_rss_bytes = ProcessMemory::read().ok().map(|m| m.peak_rss_bytes);
     eprintln!(
         "{} after {} env steps, {:.2} s",
         if outcome.solved {
@@ -183,7 +184,7 @@ where
             "wall_s": outcome.wall_s,
             "mean_return": stats.mean_return(),
             "window": stats.window_len(),
-            "peak_rss_bytes": memory.peak_rss_bytes,
+            "peak_rss_bytes": peak_rss_bytes,
             "seed": seed,
         })
     );

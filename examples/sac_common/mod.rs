@@ -169,7 +169,8 @@ where
     let wall_s = start.elapsed().as_secs_f64();
     let frames = collector.frames();
     let stats = collector.stats();
-    let memory = ProcessMemory::read()?;
+    // Off Linux there is no RSS reading: the key is null and the run still reports.
+    let peak_rss_bytes = ProcessMemory::read().ok().map(|m| m.peak_rss_bytes);
     let (env_steps, at_s) = solved_at.unwrap_or((frames, wall_s));
     eprintln!(
         "{} after {env_steps} env steps, {at_s:.2} s; {frames} env steps in {wall_s:.2} s; planned {:.1} MiB, peak RSS {:.1} MiB",
@@ -179,7 +180,7 @@ where
             "not solved"
         },
         plan.total(Location::Ram) as f64 / 1048576.0,
-        memory.peak_rss_bytes as f64 / 1048576.0,
+        peak_rss_bytes.map_or(f64::NAN, |b| b as f64 / 1048576.0),
     );
     println!(
         "{}",
@@ -189,7 +190,7 @@ where
             "wall_s": at_s,
             "mean_return": stats.mean_return(),
             "window": stats.window_len(),
-            "peak_rss_bytes": memory.peak_rss_bytes,
+            "peak_rss_bytes": peak_rss_bytes,
             "planned_bytes": plan.total(Location::Ram),
             "env_steps_per_s": frames as f64 / wall_s,
             "total_env_steps": frames,
