@@ -9,9 +9,7 @@ use rl_nn::Weights;
 use rl_storage::Actions;
 
 use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace, policy_networks};
-use super::{
-    ActorCritic, Mode, PolicyConfig, PolicyKind, check_len, check_rows, describe, rows_of,
-};
+use super::{ActorCritic, Mode, PolicyConfig, PolicyKind, check_len, describe, rows_of};
 use crate::error::{Error, Result};
 
 /// A categorical policy over `actions` discrete actions with a value function, for
@@ -374,21 +372,11 @@ impl ActorCritic for CategoricalPolicy {
         values: &mut [f32],
         ws: &mut PolicyWorkspace,
     ) -> Result<()> {
-        let rows = log_probs.len();
-        check_rows(rows, self.core.obs_len, 1, obs, actions, values)?;
         self.check_actions(actions)?;
-        let mb = ws.max_rows();
-        let chunks = obs
-            .chunks(mb * self.core.obs_len)
-            .zip(actions.chunks(mb))
-            .zip(log_probs.chunks_mut(mb).zip(values.chunks_mut(mb)));
-        for ((obs, actions), (log_probs, values)) in chunks {
-            self.core.forward(obs, actions.len(), ws)?;
-            self.head(actions, ws, false);
-            log_probs.copy_from_slice(ws.log_probs());
-            values.copy_from_slice(ws.values());
-        }
-        Ok(())
+        self.core
+            .evaluate_chunks(obs, actions, 1, (log_probs, values), ws, |a, ws| {
+                self.head(a, ws, false);
+            })
     }
 
     fn evaluate(&self, obs: &[f32], actions: &[u32], ws: &mut PolicyWorkspace) -> Result<()> {

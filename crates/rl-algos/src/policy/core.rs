@@ -160,6 +160,33 @@ impl PolicyCore {
         Ok(())
     }
 
+    /// Log-probs and values (the two outputs) of `rows = log_probs.len()` stored actions
+    /// (`act_len` elements each), `ws.max_rows()` rows at a time: a forward pass, then `head` writes
+    /// each chunk's log-probs into `ws` (the caller has checked the actions' values).
+    pub(super) fn evaluate_chunks<A>(
+        &self,
+        obs: &[f32],
+        actions: &[A],
+        act_len: usize,
+        (log_probs, values): (&mut [f32], &mut [f32]),
+        ws: &mut PolicyWorkspace,
+        head: impl Fn(&[A], &mut PolicyWorkspace),
+    ) -> Result<()> {
+        super::check_rows(log_probs.len(), self.obs_len, act_len, obs, actions, values)?;
+        let mb = ws.max_rows;
+        let chunks = obs
+            .chunks(mb * self.obs_len)
+            .zip(actions.chunks(mb * act_len))
+            .zip(log_probs.chunks_mut(mb).zip(values.chunks_mut(mb)));
+        for ((obs, actions), (log_probs, values)) in chunks {
+            self.forward(obs, log_probs.len(), ws)?;
+            head(actions, ws);
+            log_probs.copy_from_slice(ws.log_probs());
+            values.copy_from_slice(ws.values());
+        }
+        Ok(())
+    }
+
     /// The acting workspace, grown to hold `rows` rows.
     pub(super) fn take_act_ws(&mut self, rows: usize) -> PolicyWorkspace {
         match self.act_ws.take() {

@@ -10,10 +10,7 @@ use rl_storage::Actions;
 
 use super::categorical::copy_weights;
 use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace, policy_networks};
-use super::{
-    ActorCritic, Mode, PolicyConfig, PolicyKind, check_box, check_len, check_rows, describe,
-    rows_of,
-};
+use super::{ActorCritic, Mode, PolicyConfig, PolicyKind, check_box, check_len, describe, rows_of};
 use crate::error::{Error, Result};
 
 /// `ln(2 pi) / 2`.
@@ -300,20 +297,11 @@ impl ActorCritic for GaussianPolicy {
         values: &mut [f32],
         ws: &mut PolicyWorkspace,
     ) -> Result<()> {
-        let (rows, d) = (log_probs.len(), self.core.out());
-        check_rows(rows, self.core.obs_len, d, obs, actions, values)?;
-        let mb = ws.max_rows();
-        let chunks = obs
-            .chunks(mb * self.core.obs_len)
-            .zip(actions.chunks(mb * d))
-            .zip(log_probs.chunks_mut(mb).zip(values.chunks_mut(mb)));
-        for ((obs, actions), (log_probs, values)) in chunks {
-            self.core.forward(obs, log_probs.len(), ws)?;
-            self.head(actions, ws, false);
-            log_probs.copy_from_slice(ws.log_probs());
-            values.copy_from_slice(ws.values());
-        }
-        Ok(())
+        let d = self.core.out();
+        self.core
+            .evaluate_chunks(obs, actions, d, (log_probs, values), ws, |a, ws| {
+                self.head(a, ws, false);
+            })
     }
 
     fn evaluate(&self, obs: &[f32], actions: &[f32], ws: &mut PolicyWorkspace) -> Result<()> {
