@@ -14,7 +14,8 @@ use crate::policy::check_len as check_rows;
 /// it). Sums run in `f64`.
 ///
 /// # Errors
-/// [`Error::ShapeMismatch`] when the slices do not all have the same number of rows.
+/// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when the slices do not all have the
+/// same number of rows.
 pub fn clipped_surrogate(
     log_probs: &[f32],
     old_log_probs: &[f32],
@@ -60,7 +61,8 @@ pub fn clipped_surrogate(
 /// gradient is 0 (the clamp is flat there); ties take the unclipped error's gradient.
 ///
 /// # Errors
-/// [`Error::ShapeMismatch`] when the slices do not all have the same number of rows.
+/// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when the slices do not all have the
+/// same number of rows.
 pub fn value_loss(
     values: &[f32],
     returns: &[f32],
