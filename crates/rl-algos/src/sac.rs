@@ -15,7 +15,7 @@ mod tests;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::Policy;
-use rl_core::{Element, Flag, Location, MemoryPlan, Schema};
+use rl_core::{Element, Field, Flag, Location, MemoryPlan, Schema};
 use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
@@ -551,11 +551,11 @@ impl<'b, A: Element> Transitions<'b, A> {
         }
         let columns = Self {
             rows,
-            obs: batch.column::<f32>("obs")?,
-            actions: batch.column::<A>("action")?,
-            rewards: batch.column::<f32>("reward")?,
-            terminated: batch.column::<Flag>("terminated")?,
-            next_obs: batch.column::<f32>("next_obs")?,
+            obs: batch.obs()?,
+            actions: batch.field::<A>(Field::Action)?,
+            rewards: batch.rewards()?,
+            terminated: batch.terminated()?,
+            next_obs: batch.next_obs()?,
         };
         for (what, expected, actual) in [
             ("batch obs", rows * obs_dim, columns.obs.len()),

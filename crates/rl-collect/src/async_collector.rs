@@ -471,23 +471,18 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 ///
 /// ```
 /// use rl_collect::{AsyncCollector, AsyncConfig, CollectorConfig, ConstantPolicy};
-/// use rl_core::{Column, DType, Schema};
+/// use rl_core::{Env, TransitionSchema};
 /// use rl_envs::CartPole;
 /// use rl_storage::{RamStorage, ReplayBuffer, Uniform};
 ///
 /// let envs: Vec<CartPole> = (0..4).map(CartPole::new).collect();
+/// let schema = TransitionSchema::for_spaces(envs[0].observation_space(), envs[0].action_space())
+///     .with_next_obs()
+///     .build()?;
 /// // 2 workers with 2 environments each, chunks of 16 steps: 32 frames per batch.
 /// let mut config = AsyncConfig::new(2, 16, CollectorConfig::new(32));
 /// config.collector.total_frames = Some(128);
 /// let mut collector = AsyncCollector::new(envs, ConstantPolicy::new(&[1u32]), config)?;
-/// let schema = Schema::new([
-///     Column::new("obs", DType::F32, &[4]),
-///     Column::scalar("action", DType::U32),
-///     Column::scalar("reward", DType::F32),
-///     Column::scalar("terminated", DType::Bool),
-///     Column::scalar("truncated", DType::Bool),
-///     Column::new("next_obs", DType::F32, &[4]),
-/// ])?;
 /// let mut replay = ReplayBuffer::new(RamStorage::new(schema, 1_000)?, Uniform::new(0));
 /// loop {
 ///     let report = collector.collect(&mut replay)?;

@@ -1,6 +1,6 @@
 //! The synchronous collector: `N` environments stepped in the caller's thread.
 
-use rl_core::{DType, Device, Env, Flag, Location, MemoryPlan, ProcessMemory};
+use rl_core::{DType, Device, Env, Field, Flag, Location, MemoryPlan, ProcessMemory};
 use rl_storage::{
     Actions, ColumnSlice, HostStorage, ReplayBuffer, RolloutBuffer, Sampler, StepData,
 };
@@ -123,20 +123,15 @@ pub struct BatchReport {
 ///
 /// ```
 /// use rl_collect::{CollectorConfig, ConstantPolicy, SyncCollector};
-/// use rl_core::{Column, DType, Schema};
+/// use rl_core::{Env, TransitionSchema};
 /// use rl_envs::CartPole;
 /// use rl_storage::{RamStorage, ReplayBuffer, Uniform};
 ///
 /// let envs: Vec<CartPole> = (0..8).map(CartPole::new).collect();
+/// let schema = TransitionSchema::for_spaces(envs[0].observation_space(), envs[0].action_space())
+///     .with_next_obs()
+///     .build()?;
 /// let mut collector = SyncCollector::new(envs, ConstantPolicy::new(&[1u32]), CollectorConfig::new(64))?;
-/// let schema = Schema::new([
-///     Column::new("obs", DType::F32, &[4]),
-///     Column::scalar("action", DType::U32),
-///     Column::scalar("reward", DType::F32),
-///     Column::scalar("terminated", DType::Bool),
-///     Column::scalar("truncated", DType::Bool),
-///     Column::new("next_obs", DType::F32, &[4]),
-/// ])?;
 /// let mut replay = ReplayBuffer::new(RamStorage::new(schema, 10_000)?, Uniform::new(0));
 /// let report = collector.collect(&mut replay)?;
 /// assert_eq!(report.frames, 64);
@@ -160,17 +155,17 @@ pub struct SyncCollector<E: Env, P: Policy<Obs = E::Obs, Act = E::Act>> {
     failed: bool,
 }
 
-/// Names of the replay columns a collector fills, in the order it lays them out.
-pub(crate) const REPLAY_COLUMNS: [&str; 8] = [
-    "obs",
-    "action",
-    "reward",
-    "terminated",
-    "truncated",
-    "next_obs",
-    "log_prob",
-    "value",
-];
+/// Names of the replay columns a collector fills, in the order it lays them out: every
+/// transition field.
+const REPLAY_COLUMNS: [&str; 8] = {
+    let mut names = [""; 8];
+    let mut i = 0;
+    while i < 8 {
+        names[i] = Field::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
 impl<E, P> SyncCollector<E, P>
 where
@@ -500,7 +495,8 @@ pub(crate) fn replay_layout(schema: &rl_core::Schema) -> Result<[usize; 8]> {
             return Err(Error::config(
                 "replay schema",
                 format!(
-                    "has no `{required}` column: a collector writes obs, action, reward, terminated, truncated and next_obs"
+                    "has no `{required}` column: a collector writes {:?} (build it with rl_core::TransitionSchema)",
+                    &REPLAY_COLUMNS[..6]
                 ),
             ));
         }

@@ -43,6 +43,7 @@ mod process;
 mod schema;
 mod space;
 mod table;
+mod transition;
 
 pub use device::Device;
 pub use env::{Env, Step};
@@ -52,3 +53,4 @@ pub use process::ProcessMemory;
 pub use schema::{Column, DType, Element, Flag, Schema};
 pub use space::{BoxSpace, Space};
 pub use table::FeatureTable;
+pub use transition::{Field, TransitionSchema};

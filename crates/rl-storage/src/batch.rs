@@ -1,6 +1,6 @@
 //! Caller-owned, reused batches that sampling gathers rows into.
 
-use rl_core::{Element, Location, MemoryPlan, Schema};
+use rl_core::{Element, Field, Flag, Location, MemoryPlan, Schema};
 
 use crate::column::{column_index, typed};
 use crate::copy;
@@ -127,6 +127,55 @@ impl Batch {
     /// Unknown column or a dtype other than the column's.
     pub fn column<T: Element>(&self, name: &str) -> Result<&[T]> {
         self.column_at(column_index(&self.schema, name)?)
+    }
+
+    /// The gathered rows of a transition field's column ([`Field`]).
+    ///
+    /// # Errors
+    /// As [`Batch::column`]: no such column, or another dtype.
+    pub fn field<T: Element>(&self, field: Field) -> Result<&[T]> {
+        self.column(field.name())
+    }
+
+    /// The observations (`f32` rows).
+    ///
+    /// # Errors
+    /// No `obs` column, or observations of another dtype (read them with
+    /// [`Batch::field`]).
+    pub fn obs(&self) -> Result<&[f32]> {
+        self.field(Field::Obs)
+    }
+
+    /// The next observations (`f32` rows).
+    ///
+    /// # Errors
+    /// As [`Batch::obs`], for `next_obs`.
+    pub fn next_obs(&self) -> Result<&[f32]> {
+        self.field(Field::NextObs)
+    }
+
+    /// The rewards.
+    ///
+    /// # Errors
+    /// No `reward` column of `f32`.
+    pub fn rewards(&self) -> Result<&[f32]> {
+        self.field(Field::Reward)
+    }
+
+    /// The `terminated` flags.
+    ///
+    /// # Errors
+    /// No `terminated` flag column.
+    pub fn terminated(&self) -> Result<&[Flag]> {
+        self.field(Field::Terminated)
+    }
+
+    /// The `truncated` flags.
+    ///
+    /// # Errors
+    /// No `truncated` flag column.
+    pub fn truncated(&self) -> Result<&[Flag]> {
+        self.field(Field::Truncated)
     }
 
     /// The gathered rows of the column at `index` in schema order.

@@ -11,7 +11,7 @@
 //! A deduplicating buffer holds one stream of consecutive steps: give each environment its
 //! own buffer (or write whole trajectories one after another).
 
-use rl_core::{Column, DType, Flag, MemoryPlan, Schema};
+use rl_core::{Column, DType, Field, Flag, MemoryPlan, Schema};
 
 use crate::batch::Batch;
 use crate::column::{ColumnSlice, column_index, reject_non_finite};
@@ -23,8 +23,8 @@ use crate::storage::HostStorage;
 
 /// Name of the flag column marking final rows.
 pub const FINAL_OBS: &str = "final_obs";
-/// Name of the next-observation column of sampled batches.
-pub const NEXT_OBS: &str = "next_obs";
+/// Name of the next-observation column of sampled batches ([`Field::NextObs`]).
+pub const NEXT_OBS: &str = Field::NextObs.name();
 /// Most columns a deduplicating schema may have (writes assemble rows on the stack).
 const MAX_COLUMNS: usize = 32;
 /// Redraws allowed per sampled row before giving up (only hit when nearly no row is a
@@ -42,7 +42,7 @@ const MAX_REDRAWS: usize = 1000;
 /// own buffer, or write whole trajectories one after another.
 ///
 /// ```
-/// use rl_core::{Column, DType, Flag};
+/// use rl_core::{Column, DType, Field, Flag};
 /// use rl_storage::{Batch, DedupReplay, RamStorage, Uniform};
 ///
 /// let schema = DedupReplay::<RamStorage>::schema([
@@ -63,7 +63,7 @@ const MAX_REDRAWS: usize = 1000;
 /// )?;
 /// let mut batch = Batch::new(buffer.batch_schema(), 4)?;
 /// buffer.sample(&mut batch)?;
-/// for (obs, next) in batch.column::<f32>("obs")?.iter().zip(batch.column::<f32>("next_obs")?) {
+/// for (obs, next) in batch.column::<f32>(Field::Obs.name())?.iter().zip(batch.column::<f32>(Field::NextObs.name())?) {
 ///     assert_eq!(*next, obs + 1.0);
 /// }
 /// # Ok::<(), rl_storage::Error>(())
@@ -406,193 +406,4 @@ fn zero_slice<'a>(column: &Column, zeros: &'a [u64]) -> ColumnSlice<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-    use rl_core::Location;
-
-    use super::*;
-
-    fn columns(obs: usize) -> Vec<Column> {
-        vec![
-            Column::new("obs", DType::F32, &[obs]),
-            Column::scalar("action", DType::U32),
-            Column::scalar("terminated", DType::Bool),
-            Column::scalar("truncated", DType::Bool),
-        ]
-    }
-
-    fn dedup(capacity: usize) -> DedupReplay {
-        let schema = DedupReplay::<RamStorage>::schema(columns(2)).unwrap();
-        DedupReplay::new(RamStorage::new(schema, capacity).unwrap(), Uniform::new(5)).unwrap()
-    }
-
-    /// Observation of step `t` of episode `e`: unique per (episode, step).
-    fn obs(e: u32, t: u32) -> [f32; 2] {
-        [e as f32, t as f32]
-    }
-
-    proptest! {
-        /// Every sampled transition's next observation is the true next observation,
-        /// including the final observation of terminated and truncated episodes.
-        #[test]
-        fn next_obs_is_the_true_next_observation(
-            capacity in 4usize..60,
-            episodes in proptest::collection::vec((1u32..12, any::<bool>()), 1..12),
-        ) {
-            let mut buffer = dedup(capacity);
-            for (e, &(length, cut)) in episodes.iter().enumerate() {
-                let e = e as u32;
-                for t in 0..length {
-                    let last = t + 1 == length;
-                    let terminated = [Flag::new(last && !cut)];
-                    let truncated = [Flag::new(last && cut)];
-                    let o = obs(e, t);
-                    let final_obs = obs(e, t + 1);
-                    let action = [t];
-                    let row = [(&o).into(), (&action).into(), (&terminated).into(), (&truncated).into()];
-                    buffer.push_step(&row, last.then(|| (&final_obs).into())).unwrap();
-                }
-            }
-            let mut batch = Batch::new(buffer.batch_schema(), 64).unwrap();
-            match buffer.sample(&mut batch) {
-                Ok(()) => {}
-                Err(Error::NotEnoughRows { .. }) => return Ok(()), // one final row stored only
-                Err(other) => return Err(TestCaseError::fail(other.to_string())),
-            }
-            let o = batch.column::<f32>("obs").unwrap();
-            let next = batch.column::<f32>(NEXT_OBS).unwrap();
-            let action = batch.column::<u32>("action").unwrap();
-            for j in 0..batch.len() {
-                prop_assert_eq!(next[2 * j], o[2 * j], "same episode");
-                prop_assert_eq!(next[2 * j + 1], o[2 * j + 1] + 1.0, "next step");
-                prop_assert_eq!(action[j] as f32, o[2 * j + 1]);
-            }
-        }
-    }
-
-    #[test]
-    fn observations_are_stored_once() {
-        let with_next = Schema::new(columns(1024).into_iter().chain([Column::new(
-            "next_obs",
-            DType::F32,
-            &[1024],
-        )]))
-        .unwrap();
-        let dedup_schema = DedupReplay::<RamStorage>::schema(columns(1024)).unwrap();
-        let stored = RamStorage::plan(&with_next, 10_000)
-            .unwrap()
-            .total(Location::Ram);
-        let deduplicated = RamStorage::plan(&dedup_schema, 10_000)
-            .unwrap()
-            .total(Location::Ram);
-        assert!(
-            deduplicated * 2 < stored + stored / 50,
-            "{deduplicated} vs {stored}"
-        );
-    }
-
-    #[test]
-    fn final_observations_are_checked_before_writing() {
-        let mut buffer = dedup(10);
-        let (no, yes) = ([Flag::new(false)], [Flag::new(true)]);
-        let o = [1.0f32, 2.0];
-        let ending = [(&o).into(), (&[0u32]).into(), (&yes).into(), (&no).into()];
-        let running = [(&o).into(), (&[0u32]).into(), (&no).into(), (&no).into()];
-        assert!(
-            buffer.push_step(&ending, None).is_err(),
-            "final obs missing"
-        );
-        assert!(
-            buffer.push_step(&running, Some((&o).into())).is_err(),
-            "unexpected final obs"
-        );
-        let nan = [f32::NAN, 0.0];
-        assert!(matches!(
-            buffer.push_step(&ending, Some((&nan).into())),
-            Err(Error::NonFinite { .. })
-        ));
-        assert!(
-            buffer.push_step(&ending, Some((&[1.0f32]).into())).is_err(),
-            "wrong length"
-        );
-        assert!(
-            buffer
-                .push_step(&ending, Some((&[1u32, 2]).into()))
-                .is_err(),
-            "wrong dtype"
-        );
-        assert_eq!(buffer.buffer().len(), 0, "nothing was written");
-        buffer.push_step(&ending, Some((&o).into())).unwrap();
-        assert_eq!(buffer.buffer().len(), 2, "transition plus final row");
-    }
-
-    #[test]
-    fn pushing_and_sampling_allocate_nothing() {
-        let mut buffer = dedup(100);
-        let mut batch = Batch::new(buffer.batch_schema(), 32).unwrap();
-        let (no, yes) = ([Flag::new(false)], [Flag::new(true)]);
-        let o = [0.5f32, 0.5];
-        let running = [(&o).into(), (&[1u32]).into(), (&no).into(), (&no).into()];
-        let ending = [(&o).into(), (&[1u32]).into(), (&yes).into(), (&no).into()];
-        buffer.push_step(&running, None).unwrap();
-        buffer.push_step(&running, None).unwrap();
-        let ((), stats) = rl_testkit::measure(|| {
-            for t in 0..500 {
-                if t % 9 == 8 {
-                    buffer.push_step(&ending, Some((&o).into())).unwrap();
-                } else {
-                    buffer.push_step(&running, None).unwrap();
-                }
-                buffer.sample(&mut batch).unwrap();
-            }
-        });
-        assert_eq!(stats.allocations, 0, "{stats:?}");
-    }
-
-    #[test]
-    fn frame_stacks_never_cross_an_episode_start() {
-        // Frames are one byte: episode e, step t has frame 10 * e + t.
-        let schema = DedupReplay::<RamStorage>::schema([
-            Column::new("obs", DType::U8, &[1]),
-            Column::scalar("terminated", DType::Bool),
-            Column::scalar("truncated", DType::Bool),
-        ])
-        .unwrap();
-        let mut buffer = DedupReplay::new(RamStorage::new(schema, 64).unwrap(), Uniform::new(9))
-            .unwrap()
-            .with_frame_stack(4)
-            .unwrap();
-        let lengths = [2u8, 6, 1, 5];
-        for (e, &length) in lengths.iter().enumerate() {
-            for t in 0..length {
-                let last = t + 1 == length;
-                let frame = [10 * e as u8 + t];
-                let final_frame = [10 * e as u8 + t + 1];
-                let (terminated, truncated) = (
-                    [Flag::new(last && e % 2 == 0)],
-                    [Flag::new(last && e % 2 == 1)],
-                );
-                let row = [(&frame).into(), (&terminated).into(), (&truncated).into()];
-                buffer
-                    .push_step(&row, last.then(|| (&final_frame).into()))
-                    .unwrap();
-            }
-        }
-        let mut batch = Batch::new(buffer.batch_schema(), 200).unwrap();
-        buffer.sample(&mut batch).unwrap();
-        let obs = batch.column::<u8>("obs").unwrap();
-        let next = batch.column::<u8>(NEXT_OBS).unwrap();
-        for j in 0..batch.len() {
-            let (stack, next_stack) = (&obs[4 * j..4 * j + 4], &next[4 * j..4 * j + 4]);
-            let (e, t) = (stack[3] / 10, stack[3] % 10);
-            // Expected: frames t-3..=t of episode e, clamped at the episode's first frame.
-            let expected: Vec<u8> = (0..4).map(|s| 10 * e + (t + s).saturating_sub(3)).collect();
-            assert_eq!(stack, &expected[..], "obs stack of row {j}");
-            let expected_next: Vec<u8> = (0..4)
-                .map(|s| 10 * e + (t + 1 + s).saturating_sub(3))
-                .collect();
-            assert_eq!(next_stack, &expected_next[..], "next_obs stack of row {j}");
-        }
-        assert!(buffer.with_frame_stack(0).is_err());
-    }
-}
+mod tests;

@@ -4,7 +4,7 @@ use rand::Rng;
 use rand_distr::StandardNormal;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, Policy, PolicyError};
-use rl_core::{Column, DType, Env, Location, MemoryPlan, Schema, Space};
+use rl_core::{DType, Env, Location, MemoryPlan, Schema, Space, TransitionSchema};
 use rl_nn::{Checkpoint, Module};
 use rl_storage::Batch;
 
@@ -289,14 +289,11 @@ impl Sac {
     /// # Errors
     /// None in practice (the schema is valid by construction); kept for `Schema::new`.
     pub fn replay_schema(&self) -> Result<Schema> {
-        Ok(Schema::new([
-            Column::new("obs", DType::F32, &[self.obs_dim]),
-            Column::new("action", DType::F32, &[self.act_dim]),
-            Column::scalar("reward", DType::F32),
-            Column::scalar("terminated", DType::Bool),
-            Column::scalar("truncated", DType::Bool),
-            Column::new("next_obs", DType::F32, &[self.obs_dim]),
-        ])?)
+        Ok(
+            TransitionSchema::new(DType::F32, &[self.obs_dim], DType::F32, &[self.act_dim])
+                .with_next_obs()
+                .build()?,
+        )
     }
 
     /// Everything the trainer holds: networks, targets, gradients, Adam moments,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rl_actions::{ActionMask, ChunkedScorer, Masks, Sampling};
 use rl_collect::{ActOutput, Policy, PolicyError};
-use rl_core::{Column, DType, Env, FeatureTable, Location, MemoryPlan, Schema, Space};
+use rl_core::{DType, Env, FeatureTable, Location, MemoryPlan, Schema, Space, TransitionSchema};
 use rl_storage::Batch;
 
 use rl_nn::{
@@ -359,14 +359,11 @@ impl DiscreteSac {
     /// # Errors
     /// None in practice (the schema is valid by construction).
     pub fn replay_schema(&self) -> Result<Schema> {
-        Ok(Schema::new([
-            Column::new("obs", DType::F32, &[self.obs_dim]),
-            Column::scalar("action", DType::U32),
-            Column::scalar("reward", DType::F32),
-            Column::scalar("terminated", DType::Bool),
-            Column::scalar("truncated", DType::Bool),
-            Column::new("next_obs", DType::F32, &[self.obs_dim]),
-        ])?)
+        Ok(
+            TransitionSchema::new(DType::F32, &[self.obs_dim], DType::U32, &[])
+                .with_next_obs()
+                .build()?,
+        )
     }
 
     /// Everything the trainer holds, constant for its life: networks, gradients,
