@@ -11,7 +11,9 @@ use crate::policy::check_len as check_rows;
 /// The gradient of row `i` is `-r_i A_i / n` where the unclipped term is the minimum
 /// (inside the clip range both terms are equal and the clamp passes the gradient), and 0
 /// where clipping binds (the ratio is past the range on the side the advantage pushes
-/// it). Sums run in `f64`.
+/// it). At an exact tie (the ratio exactly on a clip bound, so that both terms are
+/// equal) the unclipped term is taken as the minimum and its gradient `-r_i A_i / n`
+/// flows: the one subgradient of the min used everywhere. Sums run in `f64`.
 ///
 /// # Errors
 /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when the slices do not all have the

@@ -1,6 +1,7 @@
-//! Tests of PPO: the clipped surrogate on hand-computed cases, configuration checks,
-//! schedules, the two sources of old log-probabilities, target-KL early stop, and a short
-//! CartPole run that must beat the random policy clearly.
+//! Tests of PPO: the clipped surrogate (exact ties included) and the value loss on
+//! hand-computed cases, configuration checks, schedules, the two sources of old
+//! log-probabilities, target-KL early stop, and a short CartPole run that must beat the
+//! random policy clearly.
 
 use rl_collect::{CollectorConfig, SyncCollector};
 use rl_envs::CartPole;
@@ -55,6 +56,65 @@ fn clipped_surrogate_inside_the_range_is_the_plain_ratio_objective() {
     // A ratio of exactly 1: the loss is -mean(A), the gradient -A / n.
     let (loss, grad) = surrogate(&[1.0, 1.0], &[1.0, -2.0], 0.1);
     assert!(close(loss, 0.5) && close(grad[0], -0.5) && close(grad[1], 1.0));
+}
+
+#[test]
+fn clipped_surrogate_at_an_exact_tie_takes_the_unclipped_gradient() {
+    // r = exp(0.2) and clip = r - 1 (exact in f32 for r in [1, 2)): the ratio lies exactly
+    // on the upper bound, both terms are r A, and the documented subgradient is -r A / n.
+    let r = 0.2f32.exp();
+    let clip = r - 1.0;
+    assert_eq!(
+        r.clamp(1.0 - clip, 1.0 + clip),
+        r,
+        "the test needs an exact tie"
+    );
+    let mut grads = [f32::NAN; 2];
+    let loss = clipped_surrogate(&[0.2, 0.2], &[0.0, 0.0], &[2.0, -1.0], clip, &mut grads)
+        .expect("same rows");
+    // Both rows tie (the clamp leaves a ratio on the bound unchanged), whatever the sign
+    // of the advantage.
+    assert!(close(loss, -(r * 2.0 - r) / 2.0), "{loss}");
+    assert_eq!(grads, [-r * 2.0 / 2.0, r / 2.0]);
+}
+
+#[test]
+fn value_loss_hand_computed_with_and_without_clipping() {
+    let values = [3.0f32, 0.5, 3.0, -2.0];
+    let returns = [2.0f32, 1.0, 0.0, 0.0];
+    let mut grads = [f32::NAN; 4];
+    // Unclipped: errors 1, -0.5, 3, -2: loss (1 + 0.25 + 9 + 4) / 4, gradient 2 e / 4.
+    let loss = value_loss(&values, &returns, None, &mut grads).expect("same rows");
+    assert!(close(loss, 14.25 / 4.0), "{loss}");
+    assert_eq!(grads, [0.5, -0.25, 1.5, -1.0]);
+    // Clipped with old values 0 and limit 1:
+    // row 0: v 3 moved past the limit, clipped value 1, errors 1 and -1: a tie, the
+    //   unclipped error's gradient 2 * 1 / 4;
+    // row 1: v 0.5 inside the limit: both errors -0.5, gradient 2 * -0.5 / 4;
+    // row 2: v 3 past the limit, clipped value 1: errors 3 and 1, unclipped binds, 2 * 3 / 4;
+    // row 3: v -2 past the limit, clipped value -1, r 0: errors -2 and -1, unclipped binds;
+    let old = [0.0f32; 4];
+    let loss = value_loss(&values, &returns, Some((&old, 1.0)), &mut grads).expect("same rows");
+    assert!(close(loss, 14.25 / 4.0), "{loss}");
+    assert_eq!(grads, [0.5, -0.25, 1.5, -1.0]);
+    // Where the clipped error is the larger and the value moved past the limit, the
+    // gradient is 0: old 0, limit 1, v 3, R 4: errors -1 (unclipped) and -3 (clipped).
+    let loss = value_loss(&[3.0], &[4.0], Some((&[0.0], 1.0)), &mut grads[..1]).expect("one row");
+    assert!(close(loss, 9.0), "{loss}");
+    assert_eq!(grads[0], 0.0);
+    // Inside the limit the clipped error equals the unclipped one: old 2.5, v 3, R 4.
+    let loss = value_loss(&[3.0], &[4.0], Some((&[2.5], 1.0)), &mut grads[..1]).expect("one row");
+    assert!(close(loss, 1.0), "{loss}");
+    assert_eq!(grads[0], -2.0);
+    // Rows are checked, old values included.
+    assert!(matches!(
+        value_loss(&values, &returns, Some((&old[..3], 1.0)), &mut grads),
+        Err(Error::ShapeMismatch {
+            expected: 4,
+            actual: 3,
+            ..
+        })
+    ));
 }
 
 #[test]
