@@ -75,6 +75,14 @@ pub enum Error {
         actions: usize,
     },
 
+    /// A policy refused to act (a policy of another crate, or buffers of the wrong
+    /// length).
+    #[error("policy: {source}")]
+    Policy {
+        /// The policy's error.
+        source: rl_collect::PolicyError,
+    },
+
     /// A rollout-storage operation failed (a rollout that is not full, advantages not
     /// computed, a minibatch of another shape ...).
     #[error("rollout storage: {source}")]

@@ -37,14 +37,20 @@
 //!   safetensors file), of kind [`PPO_CHECKPOINT_KIND`], [`SAC_CHECKPOINT_KIND`] or
 //!   [`DISCRETE_SAC_CHECKPOINT_KIND`]; architectures are typed values
 //!   ([`PolicyArchitecture`], [`SacArchitecture`]).
+//! - Evaluation: [`evaluate`] runs whole episodes with a policy acting deterministically
+//!   and returns an [`EvalReport`] (mean, std, min, max of returns and lengths);
+//!   [`Predict::predict`] gives the most likely action for observations. Both work on
+//!   every trained policy, fresh or restored from a checkpoint.
 //! - [`Error`], [`Result`]: the crate's error type.
 
 mod error;
+mod eval;
 mod policy;
 mod ppo;
 mod sac;
 
 pub use error::{Error, Result};
+pub use eval::{EvalConfig, EvalReport, Predict, evaluate};
 pub use policy::{
     ActorCritic, CategoricalPolicy, GaussianPolicy, Mode, ObsNormalizer, PolicyArchitecture,
     PolicyConfig, PolicyGradients, PolicyInit, PolicyKind, PolicyNetworks, PolicyWorkspace,

@@ -14,7 +14,6 @@ mod tests;
 
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
-use rl_collect::Policy;
 use rl_core::{Element, Field, Flag, Location, MemoryPlan, Schema};
 use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
@@ -249,9 +248,9 @@ pub struct SacState {
 }
 
 /// What an off-policy training loop needs from [`Sac`] and [`DiscreteSac`]: they act
-/// for a collector (as its [`Policy`]), name their replay columns and learn from sampled
+/// for a collector (as its [`rl_collect::Policy`]), name their replay columns and learn from sampled
 /// batches.
-pub trait SacTrainer: Policy<Obs = f32> {
+pub trait SacTrainer: crate::eval::Predict<Obs = f32> {
     /// The shared learner state (configuration, networks, counters).
     fn core(&self) -> &Core;
 
@@ -269,9 +268,6 @@ pub trait SacTrainer: Policy<Obs = f32> {
 
     /// Everything the trainer holds, constant for its life.
     fn memory_plan(&self) -> MemoryPlan;
-
-    /// How [`Policy::act`] chooses actions.
-    fn set_mode(&mut self, mode: Mode);
 
     /// The whole trainer state, for [`Checkpoint::save`].
     fn checkpoint(&self) -> Checkpoint<SacState>;

@@ -128,16 +128,6 @@ impl CategoricalPolicy {
         &self.core.config
     }
 
-    /// How `act` chooses actions.
-    pub fn mode(&self) -> Mode {
-        self.core.config.mode
-    }
-
-    /// Switches between sampling and the most likely action.
-    pub fn set_mode(&mut self, mode: Mode) {
-        self.core.config.mode = mode;
-    }
-
     /// Restarts the sampling generator from `seed` (the weights stay).
     pub fn reseed(&mut self, seed: u64) {
         self.core.reseed(seed);
@@ -340,6 +330,16 @@ policy_networks!(
     &["actor", "critic"],
     PolicyKind::Categorical
 );
+
+impl crate::eval::Predict for CategoricalPolicy {
+    fn mode(&self) -> Mode {
+        self.core.config.mode
+    }
+
+    fn set_mode(&mut self, mode: Mode) {
+        self.core.config.mode = mode;
+    }
+}
 
 impl ActorCritic for CategoricalPolicy {
     fn obs_len(&self) -> usize {

@@ -112,16 +112,6 @@ impl GaussianPolicy {
         &self.core.config
     }
 
-    /// How `act` chooses actions.
-    pub fn mode(&self) -> Mode {
-        self.core.config.mode
-    }
-
-    /// Switches between sampling and the mean.
-    pub fn set_mode(&mut self, mode: Mode) {
-        self.core.config.mode = mode;
-    }
-
     /// Restarts the sampling generator from `seed` (the weights stay).
     pub fn reseed(&mut self, seed: u64) {
         self.core.reseed(seed);
@@ -265,6 +255,16 @@ policy_networks!(
     &["actor", "critic", "log_std"],
     PolicyKind::Gaussian
 );
+
+impl crate::eval::Predict for GaussianPolicy {
+    fn mode(&self) -> Mode {
+        self.core.config.mode
+    }
+
+    fn set_mode(&mut self, mode: Mode) {
+        self.core.config.mode = mode;
+    }
+}
 
 impl ActorCritic for GaussianPolicy {
     fn obs_len(&self) -> usize {

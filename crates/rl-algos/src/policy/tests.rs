@@ -10,6 +10,8 @@ use rl_storage::{ActionShape, RamStorage, ReplayBuffer, RolloutBuffer, RolloutCo
 
 use rl_nn::{Activation, Architecture};
 
+use crate::eval::Predict;
+
 use super::*;
 
 /// `rows x len` values uniform in `[-scale, scale)`, from a fixed seed.

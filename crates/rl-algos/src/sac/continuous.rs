@@ -571,6 +571,16 @@ impl Sac {
     }
 }
 
+impl crate::eval::Predict for Sac {
+    fn mode(&self) -> Mode {
+        self.core.mode
+    }
+
+    fn set_mode(&mut self, mode: Mode) {
+        self.core.mode = mode;
+    }
+}
+
 impl SacTrainer for Sac {
     fn core(&self) -> &Core {
         &self.core
@@ -586,10 +596,6 @@ impl SacTrainer for Sac {
 
     fn memory_plan(&self) -> MemoryPlan {
         Sac::memory_plan(self)
-    }
-
-    fn set_mode(&mut self, mode: Mode) {
-        self.core.mode = mode;
     }
 
     fn checkpoint(&self) -> Checkpoint<SacState> {

@@ -716,6 +716,16 @@ fn discrete_n(space: &Space) -> Result<u32> {
     }
 }
 
+impl crate::eval::Predict for DiscreteSac {
+    fn mode(&self) -> Mode {
+        self.core.mode
+    }
+
+    fn set_mode(&mut self, mode: Mode) {
+        self.core.mode = mode;
+    }
+}
+
 impl SacTrainer for DiscreteSac {
     fn core(&self) -> &Core {
         &self.core
@@ -731,10 +741,6 @@ impl SacTrainer for DiscreteSac {
 
     fn memory_plan(&self) -> MemoryPlan {
         DiscreteSac::memory_plan(self)
-    }
-
-    fn set_mode(&mut self, mode: Mode) {
-        self.core.mode = mode;
     }
 
     fn checkpoint(&self) -> Checkpoint<SacState> {

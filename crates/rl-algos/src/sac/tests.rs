@@ -8,6 +8,7 @@ use rl_storage::{Batch, ColumnSlice, RamStorage, ReplayBuffer, Uniform};
 
 use super::continuous::squash;
 use super::*;
+use crate::eval::Predict;
 
 fn box_space(low: f32, high: f32, len: usize) -> Space {
     Space::Box(BoxSpace::uniform(low, high, &[len], DType::F32).unwrap())
