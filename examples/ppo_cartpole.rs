@@ -9,7 +9,7 @@
 //! `{"solved", "env_steps", "wall_s", "mean_return", "window", "peak_rss_bytes", "seed"}`
 //! (`env_steps` and `wall_s` at the solve point, or at the end of the budget).
 //!
-//! Flags: `--seed N` (default 0), `--threads N` (default 1; kept for compatibility: the
+//! Flags (`--help` lists them with their defaults): `--seed N` (default 0), `--threads N` (default 1; kept for compatibility: the
 //! networks (rl-nn) run on the calling thread, so more is accepted and noted),
 //! `--hidden W,W,...` (hidden layer widths of the actor and of the critic, default
 //! `64,64`), `--activation relu|tanh` (default relu), `--max-steps N` (budget, default
@@ -40,13 +40,13 @@
 //! within 17k to 45k env steps on 16 seeds tried (0 to 15), 0.1 to 0.4 s on one thread,
 //! peak RSS about 4.2 MB.
 
-use std::path::PathBuf;
+use std::num::NonZeroUsize;
 use std::time::Instant;
 
 mod common;
 
-use anyhow::{Context, bail};
-use rl::algos::{CategoricalPolicy, PolicyNetworks, Ppo, PpoConfig};
+use clap::{ArgAction, Parser};
+use rl::algos::{CategoricalPolicy, Ppo, PpoConfig};
 use rl::collect::{CollectorConfig, SyncCollector};
 use rl::envs::CartPole;
 use rl::storage::RolloutBuffer;
@@ -54,94 +54,51 @@ use rl::storage::RolloutBuffer;
 /// Mean return over the window that counts as solved.
 const SOLVED_AT: f32 = 475.0;
 
+/// PPO on CartPole-v1: progress on stderr, one JSON line on stdout.
+#[derive(Debug, Parser)]
 struct Args {
-    seed: u64,
-    threads: usize,
-    hidden: String,
-    activation: String,
+    #[command(flatten)]
+    shared: common::SharedFlags,
+    /// Environment-step budget.
+    #[arg(long, default_value_t = 100_000)]
     max_steps: u64,
-    n_steps: usize,
-    n_envs: usize,
-    batch: usize,
-    epochs: usize,
+    /// Steps per environment in one rollout.
+    #[arg(long, default_value_t = NonZeroUsize::new(32).expect("32 > 0"))]
+    n_steps: NonZeroUsize,
+    /// Environments stepped together.
+    #[arg(long, default_value_t = NonZeroUsize::new(8).expect("8 > 0"))]
+    n_envs: NonZeroUsize,
+    /// Rows per gradient step.
+    #[arg(long, default_value_t = NonZeroUsize::new(64).expect("64 > 0"))]
+    batch: NonZeroUsize,
+    /// Passes over each rollout.
+    #[arg(long, default_value_t = NonZeroUsize::new(5).expect("5 > 0"))]
+    epochs: NonZeroUsize,
+    /// Initial learning rate (decays linearly to 0 over --schedule env steps).
+    #[arg(long, default_value_t = 2e-3)]
     lr: f64,
+    /// Env steps of the linear learning-rate and clip-range decay.
+    #[arg(long, default_value_t = 100_000)]
     schedule: u64,
-    checkpoint: Option<PathBuf>,
-    resume: Option<PathBuf>,
+    /// Running observation normalisation.
+    #[arg(long, action = ArgAction::Set, default_value_t = false)]
     normalize_obs: bool,
+    /// Running reward scaling.
+    #[arg(long, action = ArgAction::Set, default_value_t = false)]
     normalize_reward: bool,
-}
-
-/// What `--help` prints.
-const USAGE: &str = "ppo_cartpole: PPO on CartPole-v1, one JSON line on stdout
-flags: --seed N (0)  --threads N (1, accepted for compatibility; networks run on one thread)
-       --hidden W,W,... (64,64)  --activation relu|tanh (relu)  --max-steps N (100000)
-       --n-steps N  --n-envs N  --batch N  --epochs N  --lr X  --schedule STEPS
-       --normalize-obs true|false  --normalize-reward true|false
-       --checkpoint PATH (save at the end)  --resume PATH (restore before training)";
-
-fn parse_args() -> anyhow::Result<Args> {
-    let mut args = Args {
-        seed: 0,
-        threads: 1,
-        hidden: "64,64".to_owned(),
-        activation: "relu".to_owned(),
-        max_steps: 100_000,
-        n_steps: 32,
-        n_envs: 8,
-        batch: 64,
-        epochs: 5,
-        lr: 2e-3,
-        schedule: 100_000,
-        checkpoint: None,
-        resume: None,
-        normalize_obs: false,
-        normalize_reward: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--help" || flag == "-h" {
-            println!("{USAGE}");
-            std::process::exit(0);
-        }
-        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
-        let bad = || format!("{flag} {value}: not a valid number");
-        match flag.as_str() {
-            "--seed" => args.seed = value.parse().with_context(bad)?,
-            "--hidden" => args.hidden = value,
-            "--activation" => args.activation = value,
-            "--threads" => args.threads = value.parse().with_context(bad)?,
-            "--max-steps" => args.max_steps = value.parse().with_context(bad)?,
-            "--n-steps" => args.n_steps = value.parse().with_context(bad)?,
-            "--n-envs" => args.n_envs = value.parse().with_context(bad)?,
-            "--batch" => args.batch = value.parse().with_context(bad)?,
-            "--epochs" => args.epochs = value.parse().with_context(bad)?,
-            "--lr" => args.lr = value.parse().with_context(bad)?,
-            "--schedule" => args.schedule = value.parse().with_context(bad)?,
-            "--checkpoint" => args.checkpoint = Some(PathBuf::from(value)),
-            "--resume" => args.resume = Some(PathBuf::from(value)),
-            "--normalize-obs" => args.normalize_obs = value.parse().with_context(bad)?,
-            "--normalize-reward" => args.normalize_reward = value.parse().with_context(bad)?,
-            _ => bail!(
-                "unknown flag {flag}: use --help, --seed, --threads, --hidden, --activation, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr, --schedule, --normalize-obs, --normalize-reward, --checkpoint or --resume"
-            ),
-        }
-    }
-    Ok(args)
 }
 
 type Policy = CategoricalPolicy;
 
 fn main() -> anyhow::Result<()> {
-    let args = parse_args()?;
-    common::check_threads(args.threads)?;
+    let args = Args::parse();
     let start = Instant::now();
 
     let config = PpoConfig {
-        n_steps: args.n_steps,
-        n_envs: args.n_envs,
-        minibatch_size: args.batch,
-        epochs: args.epochs,
+        n_steps: args.n_steps.get(),
+        n_envs: args.n_envs.get(),
+        minibatch_size: args.batch.get(),
+        epochs: args.epochs.get(),
         gamma: 0.98,
         gae_lambda: 0.8,
         clip_range: 0.2,
@@ -152,51 +109,36 @@ fn main() -> anyhow::Result<()> {
         learning_rate: args.lr,
         learning_rate_end: Some(0.0),
         schedule_steps: Some(args.schedule),
-        seed: args.seed,
+        seed: args.shared.seed,
         normalize_obs: args.normalize_obs,
         normalize_reward: args.normalize_reward,
         ..PpoConfig::new()
     };
-    let envs: Vec<CartPole> = (0..args.n_envs as u64)
-        .map(|i| CartPole::new(args.seed.wrapping_mul(1000).wrapping_add(i)))
+    let seed = args.shared.seed;
+    let envs: Vec<CartPole> = (0..args.n_envs.get() as u64)
+        .map(|i| CartPole::new(seed.wrapping_mul(1000).wrapping_add(i)))
         .collect();
-    let policy = Policy::for_env(
-        &envs[0],
-        common::policy_config(&args.hidden, &args.activation)?,
-        args.seed,
-    )?;
+    let policy = Policy::for_env(&envs[0], args.shared.policy_config(), seed)?;
     let mut collector = SyncCollector::new(
         envs,
         policy.clone(),
         CollectorConfig {
-            seed: args.seed,
+            seed,
             stats_window: common::WINDOW,
-            ..CollectorConfig::new(args.n_envs)
+            ..CollectorConfig::new(args.n_envs.get())
         },
     )?;
     let mut ppo = Ppo::new(policy, config)?;
     // With --normalize-obs, Ppo::new gave the learner's policy a normaliser: the
     // collector's copy needs it too.
     ppo.copy_policy_into(collector.policy_mut())?;
-    if let Some(path) = &args.resume {
-        ppo.load(path)
-            .with_context(|| format!("resuming from {}", path.display()))?;
-        ppo.copy_policy_into(collector.policy_mut())?;
-        let sampling = ppo.policy().sampling_state();
-        collector.policy_mut().set_sampling_state(sampling);
-        eprintln!(
-            "resumed from {}: {} env steps, {} updates",
-            path.display(),
-            ppo.env_steps(),
-            ppo.updates()
-        );
-    }
+    common::resume(&args.shared, &mut ppo, &mut collector)?;
     let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
 
     common::print_plan(
         "ppo_cartpole",
-        args.seed,
-        args.threads,
+        seed,
+        args.shared.threads.get(),
         &rollout,
         &collector,
         &ppo,
@@ -213,13 +155,6 @@ fn main() -> anyhow::Result<()> {
         },
         args.max_steps,
     )?;
-    if let Some(path) = &args.checkpoint {
-        // The collector's policy samples the actions: carry its generator.
-        let sampling = collector.policy().sampling_state();
-        ppo.policy_mut().set_sampling_state(sampling);
-        ppo.save(path)
-            .with_context(|| format!("saving the checkpoint to {}", path.display()))?;
-        eprintln!("checkpoint saved to {}", path.display());
-    }
-    common::print_result(&collector, &outcome, args.seed)
+    common::save(&args.shared, &mut ppo, &collector)?;
+    common::print_result(&collector, &outcome, seed)
 }

@@ -9,7 +9,7 @@
 //! `{"solved", "env_steps", "wall_s", "mean_return", "window", "peak_rss_bytes", "seed"}`
 //! (`env_steps` and `wall_s` at the solve point, or at the end of the budget).
 //!
-//! Flags: `--seed N` (default 0), `--threads N` (default 1; kept for compatibility: the
+//! Flags (`--help` lists them with their defaults): `--seed N` (default 0), `--threads N` (default 1; kept for compatibility: the
 //! networks (rl-nn) run on the calling thread, so more is accepted and noted),
 //! `--hidden W,W,...` (hidden layer widths of the actor and of the critic, default
 //! `64,64`), `--activation relu|tanh` (default relu), `--max-steps N` (budget, default
@@ -29,11 +29,12 @@
 //! recorded during collection. On rl-nn, seeds 0 to 7 pass -500 after 32k to 41k env
 //! steps, 0.3 to 0.5 s each on one thread, peak RSS about 4 MB.
 
+use std::num::NonZeroUsize;
 use std::time::Instant;
 
 mod common;
 
-use anyhow::{Context, bail};
+use clap::{ArgAction, Parser};
 use rl::algos::{GaussianPolicy, PolicyConfig, Ppo, PpoConfig};
 use rl::collect::{CollectorConfig, SyncCollector};
 use rl::envs::Pendulum;
@@ -42,88 +43,53 @@ use rl::storage::RolloutBuffer;
 /// Mean return over the window that counts as solved.
 const SOLVED_AT: f32 = -500.0;
 
+/// PPO on Pendulum-v1: progress on stderr, one JSON line on stdout.
+#[derive(Debug, Parser)]
 struct Args {
-    seed: u64,
-    threads: usize,
-    hidden: String,
-    activation: String,
+    #[command(flatten)]
+    shared: common::SharedFlags,
+    /// Environment-step budget.
+    #[arg(long, default_value_t = 300_000)]
     max_steps: u64,
-    n_steps: usize,
-    n_envs: usize,
-    batch: usize,
-    epochs: usize,
+    /// Steps per environment in one rollout.
+    #[arg(long, default_value_t = NonZeroUsize::new(1024).expect("1024 > 0"))]
+    n_steps: NonZeroUsize,
+    /// Environments stepped together.
+    #[arg(long, default_value_t = NonZeroUsize::new(4).expect("4 > 0"))]
+    n_envs: NonZeroUsize,
+    /// Rows per gradient step.
+    #[arg(long, default_value_t = NonZeroUsize::new(64).expect("64 > 0"))]
+    batch: NonZeroUsize,
+    /// Passes over each rollout.
+    #[arg(long, default_value_t = NonZeroUsize::new(10).expect("10 > 0"))]
+    epochs: NonZeroUsize,
+    /// Learning rate.
+    #[arg(long, default_value_t = 1e-3)]
     lr: f64,
+    /// Env steps of a linear decay of the learning rate and clip range to 0 (0: constant).
+    #[arg(long, default_value_t = 0)]
     schedule: u64,
+    /// Initial log standard deviation of the actions.
+    #[arg(long, default_value_t = 0.0)]
     log_std: f32,
+    /// Running reward scaling.
+    #[arg(long, action = ArgAction::Set, default_value_t = false)]
     normalize_reward: bool,
-}
-
-/// What `--help` prints.
-const USAGE: &str = "ppo_pendulum: PPO on Pendulum-v1, one JSON line on stdout
-flags: --seed N (0)  --threads N (1, accepted for compatibility; networks run on one thread)
-       --hidden W,W,... (64,64)  --activation relu|tanh (relu)  --max-steps N (300000)
-       --n-steps N  --n-envs N  --batch N  --epochs N  --lr X  --schedule STEPS
-       --log-std X  --normalize-reward true|false";
-
-fn parse_args() -> anyhow::Result<Args> {
-    let mut args = Args {
-        seed: 0,
-        threads: 1,
-        hidden: "64,64".to_owned(),
-        activation: "relu".to_owned(),
-        max_steps: 300_000,
-        n_steps: 1024,
-        n_envs: 4,
-        batch: 64,
-        epochs: 10,
-        lr: 1e-3,
-        schedule: 0,
-        log_std: 0.0,
-        normalize_reward: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--help" || flag == "-h" {
-            println!("{USAGE}");
-            std::process::exit(0);
-        }
-        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
-        let bad = || format!("{flag} {value}: not a valid number");
-        match flag.as_str() {
-            "--seed" => args.seed = value.parse().with_context(bad)?,
-            "--hidden" => args.hidden = value,
-            "--activation" => args.activation = value,
-            "--threads" => args.threads = value.parse().with_context(bad)?,
-            "--max-steps" => args.max_steps = value.parse().with_context(bad)?,
-            "--n-steps" => args.n_steps = value.parse().with_context(bad)?,
-            "--n-envs" => args.n_envs = value.parse().with_context(bad)?,
-            "--batch" => args.batch = value.parse().with_context(bad)?,
-            "--epochs" => args.epochs = value.parse().with_context(bad)?,
-            "--lr" => args.lr = value.parse().with_context(bad)?,
-            "--schedule" => args.schedule = value.parse().with_context(bad)?,
-            "--log-std" => args.log_std = value.parse().with_context(bad)?,
-            "--normalize-reward" => args.normalize_reward = value.parse().with_context(bad)?,
-            _ => bail!(
-                "unknown flag {flag}: use --help, --seed, --threads, --hidden, --activation, --max-steps, --n-steps, --n-envs, --batch, --epochs, --lr, --schedule, --log-std or --normalize-reward"
-            ),
-        }
-    }
-    Ok(args)
 }
 
 type Policy = GaussianPolicy;
 
 fn main() -> anyhow::Result<()> {
-    let args = parse_args()?;
-    common::check_threads(args.threads)?;
+    let args = Args::parse();
+    let seed = args.shared.seed;
     let start = Instant::now();
 
     let scheduled = args.schedule > 0;
     let config = PpoConfig {
-        n_steps: args.n_steps,
-        n_envs: args.n_envs,
-        minibatch_size: args.batch,
-        epochs: args.epochs,
+        n_steps: args.n_steps.get(),
+        n_envs: args.n_envs.get(),
+        minibatch_size: args.batch.get(),
+        epochs: args.epochs.get(),
         gamma: 0.9,
         gae_lambda: 0.95,
         clip_range: 0.2,
@@ -134,37 +100,38 @@ fn main() -> anyhow::Result<()> {
         learning_rate: args.lr,
         learning_rate_end: scheduled.then_some(0.0),
         schedule_steps: scheduled.then_some(args.schedule),
-        seed: args.seed,
+        seed,
         normalize_reward: args.normalize_reward,
         ..PpoConfig::new()
     };
-    let envs: Vec<Pendulum> = (0..args.n_envs as u64)
-        .map(|i| Pendulum::new(args.seed.wrapping_mul(1000).wrapping_add(i)))
+    let envs: Vec<Pendulum> = (0..args.n_envs.get() as u64)
+        .map(|i| Pendulum::new(seed.wrapping_mul(1000).wrapping_add(i)))
         .collect();
     let policy = Policy::for_env(
         &envs[0],
         PolicyConfig {
             log_std_init: args.log_std,
-            ..common::policy_config(&args.hidden, &args.activation)?
+            ..args.shared.policy_config()
         },
-        args.seed,
+        seed,
     )?;
     let mut collector = SyncCollector::new(
         envs,
         policy.clone(),
         CollectorConfig {
-            seed: args.seed,
+            seed,
             stats_window: common::WINDOW,
-            ..CollectorConfig::new(args.n_envs)
+            ..CollectorConfig::new(args.n_envs.get())
         },
     )?;
     let mut ppo = Ppo::new(policy, config)?;
+    common::resume(&args.shared, &mut ppo, &mut collector)?;
     let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
 
     common::print_plan(
         "ppo_pendulum",
-        args.seed,
-        args.threads,
+        seed,
+        args.shared.threads.get(),
         &rollout,
         &collector,
         &ppo,
@@ -181,5 +148,6 @@ fn main() -> anyhow::Result<()> {
         },
         args.max_steps,
     )?;
-    common::print_result(&collector, &outcome, args.seed)
+    common::save(&args.shared, &mut ppo, &collector)?;
+    common::print_result(&collector, &outcome, seed)
 }

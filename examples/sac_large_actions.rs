@@ -20,65 +20,73 @@
 //! episodes, so a window of 10 would be mostly noise). Prints the memory plan, a
 //! progress line every 0.1 s on stderr and one JSON line on stdout, as `sac_pendulum`.
 //!
-//! Flags: `--seed N` (default 0), `--max-steps N` (default 100 000), `--budget-only true`
+//! Flags (`--help` lists them with their defaults): `--seed N` (default 0), `--max-steps N` (default 100 000), `--budget-only true`
 //! (spend all steps), `--store index|one-hot`, and for tuning `--batch`, `--lr`,
 //! `--train-freq`, `--chunk`, `--entropy-ratio` (target entropy as a fraction of
 //! `ln n`, default 0.6), and `--checkpoint DIR` / `--resume DIR` as in `sac_pendulum`.
 
 mod sac_common;
 
-use anyhow::{Context, bail};
+use std::num::{NonZeroU64, NonZeroUsize};
+
+use anyhow::bail;
+use clap::{ArgAction, Parser};
 use rl::algos::{DiscreteSac, SacConfig};
-use rl::core::{Column, DType, MemoryBudget, Schema};
+use rl::core::{DType, MemoryBudget, TransitionSchema};
 use rl::envs::LargeDiscrete;
 use rl::storage::RamStorage;
 
 const BUDGET_BYTES: u64 = 1 << 30;
 
+/// Discrete SAC over 100 000 actions: progress on stderr, one JSON line on stdout.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Seed of the networks, the noise and the contexts drawn.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Environment-step budget.
+    #[arg(long, default_value_t = 100_000)]
+    max_steps: u64,
+    /// Spend the whole budget instead of stopping at the goal.
+    #[arg(long, action = ArgAction::Set, default_value_t = false)]
+    budget_only: bool,
+    /// How actions are stored: `index` (u32) or `one-hot` (refused by the 1 GiB budget).
+    #[arg(long, value_parser = ["index", "one-hot"], default_value = "index")]
+    store: String,
+    /// Batch size.
+    #[arg(long, default_value_t = NonZeroUsize::new(64).expect("64 > 0"))]
+    batch: NonZeroUsize,
+    /// Learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f64,
+    /// Environment steps per gradient step.
+    #[arg(long, default_value_t = NonZeroU64::new(2).expect("2 > 0"))]
+    train_freq: NonZeroU64,
+    /// Actions scored at a time.
+    #[arg(long, default_value_t = NonZeroUsize::new(2048).expect("2048 > 0"))]
+    chunk: NonZeroUsize,
+    /// Target entropy as a fraction of the maximum `ln n`.
+    #[arg(long, default_value_t = 0.6)]
+    entropy_ratio: f32,
+    #[command(flatten)]
+    paths: sac_common::CheckpointPaths,
+}
+
 fn main() -> anyhow::Result<()> {
-    let mut seed = 0u64;
-    let mut max_steps = 100_000u64;
-    let mut stop_at_goal = true;
-    let mut one_hot = false;
-    let mut entropy_ratio = 0.6f32;
+    let args = Args::parse();
+    let (seed, max_steps, stop_at_goal) = (args.seed, args.max_steps, !args.budget_only);
+    let one_hot = args.store == "one-hot";
+    let entropy_ratio = args.entropy_ratio;
+    let paths = args.paths;
     let mut config = SacConfig {
         hidden: vec![64, 64],
-        batch_size: 64,
-        lr: 1e-3,
+        batch_size: args.batch.get(),
+        lr: args.lr,
         learning_starts: 1_000,
-        train_freq: 2,
-        chunk: 2048,
+        train_freq: args.train_freq.get(),
+        chunk: args.chunk.get(),
         ..SacConfig::sb3()
     };
-    let mut paths = sac_common::CheckpointPaths::default();
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
-        let bad = || format!("{flag} {value}: not a valid value");
-        if paths.parse(&flag, &value) {
-            continue;
-        }
-        match flag.as_str() {
-            "--seed" => seed = value.parse().with_context(bad)?,
-            "--max-steps" => max_steps = value.parse().with_context(bad)?,
-            "--budget-only" => stop_at_goal = !value.parse::<bool>().with_context(bad)?,
-            "--store" => {
-                one_hot = match value.as_str() {
-                    "index" => false,
-                    "one-hot" => true,
-                    _ => bail!("--store {value}: use index or one-hot"),
-                }
-            }
-            "--batch" => config.batch_size = value.parse().with_context(bad)?,
-            "--lr" => config.lr = value.parse().with_context(bad)?,
-            "--train-freq" => config.train_freq = value.parse().with_context(bad)?,
-            "--chunk" => config.chunk = value.parse().with_context(bad)?,
-            "--entropy-ratio" => entropy_ratio = value.parse().with_context(bad)?,
-            _ => bail!(
-                "unknown flag {flag}: use --seed, --max-steps, --budget-only, --store, --batch, --lr, --train-freq, --chunk, --entropy-ratio, --checkpoint or --resume"
-            ),
-        }
-    }
     let env = LargeDiscrete::new(0);
     let n = env.actions();
 
@@ -120,14 +128,9 @@ fn main() -> anyhow::Result<()> {
 
 /// Tries to build the replay buffer with actions stored one-hot (`n` f32 per row).
 fn one_hot_replay(n: usize, capacity: usize) -> anyhow::Result<RamStorage> {
-    let schema = Schema::new([
-        Column::new("obs", DType::F32, &[16]),
-        Column::new("action", DType::F32, &[n]),
-        Column::scalar("reward", DType::F32),
-        Column::scalar("terminated", DType::Bool),
-        Column::scalar("truncated", DType::Bool),
-        Column::new("next_obs", DType::F32, &[16]),
-    ])?;
+    let schema = TransitionSchema::new(DType::F32, &[16], DType::F32, &[n])
+        .with_next_obs()
+        .build()?;
     Ok(RamStorage::with_budget(
         schema,
         capacity,

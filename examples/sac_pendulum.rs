@@ -21,7 +21,7 @@
 //!   rate 1e-3 and 1 000 random steps: each update is ~10x cheaper and Pendulum is
 //!   solved in fewer steps.
 //!
-//! Flags: `--seed N` (default 0), `--preset sb3|tuned`, `--max-steps N` (default
+//! Flags (`--help` lists them with their defaults): `--seed N` (default 0), `--preset sb3|tuned`, `--max-steps N` (default
 //! 20 000), `--budget-only true` (spend all steps even after the goal), and for tuning
 //! `--hidden N` (both hidden layers), `--lr`, `--batch`, `--learning-starts`,
 //! `--gradient-steps`. Checkpoints: `--checkpoint DIR` saves the trainer (weights, Adam
@@ -30,47 +30,64 @@
 
 mod sac_common;
 
-use anyhow::{Context, bail};
+use std::num::NonZeroUsize;
+
+use clap::{ArgAction, Parser};
 use rl::algos::{Sac, SacConfig};
 use rl::envs::Pendulum;
 
+/// SAC on Pendulum-v1: progress on stderr, one JSON line on stdout.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Seed of the environment, the networks and the noise.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Settings: `tuned` (64-64, lr 1e-3, 1 000 random steps) or `sb3` (SB3's defaults).
+    #[arg(long, value_parser = ["tuned", "sb3"], default_value = "tuned")]
+    preset: String,
+    /// Environment-step budget.
+    #[arg(long, default_value_t = 20_000)]
+    max_steps: u64,
+    /// Spend the whole budget instead of stopping at the goal.
+    #[arg(long, action = ArgAction::Set, default_value_t = false)]
+    budget_only: bool,
+    /// Width of both hidden layers (overrides the preset).
+    #[arg(long)]
+    hidden: Option<NonZeroUsize>,
+    /// Learning rate (overrides the preset).
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Batch size (overrides the preset).
+    #[arg(long)]
+    batch: Option<NonZeroUsize>,
+    /// Random steps before learning (overrides the preset).
+    #[arg(long)]
+    learning_starts: Option<u64>,
+    /// Gradient steps per environment step (overrides the preset).
+    #[arg(long)]
+    gradient_steps: Option<NonZeroUsize>,
+    #[command(flatten)]
+    paths: sac_common::CheckpointPaths,
+}
+
 fn main() -> anyhow::Result<()> {
-    let mut seed = 0u64;
-    let mut max_steps = 20_000u64;
-    let mut stop_at_goal = true;
-    let mut config = tuned();
-    let mut paths = sac_common::CheckpointPaths::default();
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
-        let bad = || format!("{flag} {value}: not a valid value");
-        if paths.parse(&flag, &value) {
-            continue;
-        }
-        match flag.as_str() {
-            "--seed" => seed = value.parse().with_context(bad)?,
-            "--max-steps" => max_steps = value.parse().with_context(bad)?,
-            "--budget-only" => stop_at_goal = !value.parse::<bool>().with_context(bad)?,
-            "--preset" => {
-                config = match value.as_str() {
-                    "sb3" => SacConfig::sb3(),
-                    "tuned" => tuned(),
-                    _ => bail!("--preset {value}: use sb3 or tuned"),
-                }
-            }
-            "--hidden" => {
-                let width: usize = value.parse().with_context(bad)?;
-                config.hidden = vec![width, width];
-            }
-            "--lr" => config.lr = value.parse().with_context(bad)?,
-            "--batch" => config.batch_size = value.parse().with_context(bad)?,
-            "--learning-starts" => config.learning_starts = value.parse().with_context(bad)?,
-            "--gradient-steps" => config.gradient_steps = value.parse().with_context(bad)?,
-            _ => bail!(
-                "unknown flag {flag}: use --seed, --preset, --max-steps, --budget-only, --hidden, --lr, --batch, --learning-starts, --gradient-steps, --checkpoint or --resume"
-            ),
-        }
+    let args = Args::parse();
+    let seed = args.seed;
+    let mut config = if args.preset == "sb3" {
+        SacConfig::sb3()
+    } else {
+        tuned()
+    };
+    if let Some(width) = args.hidden {
+        config.hidden = vec![width.get(), width.get()];
     }
+    config.lr = args.lr.unwrap_or(config.lr);
+    config.batch_size = args.batch.map_or(config.batch_size, NonZeroUsize::get);
+    config.learning_starts = args.learning_starts.unwrap_or(config.learning_starts);
+    config.gradient_steps = args
+        .gradient_steps
+        .map_or(config.gradient_steps, NonZeroUsize::get);
+    let (max_steps, stop_at_goal, paths) = (args.max_steps, !args.budget_only, args.paths);
     config.seed = seed;
     let env = Pendulum::new(seed.wrapping_mul(1000));
     let sac = Sac::for_env(&env, config)?;

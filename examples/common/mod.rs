@@ -3,7 +3,11 @@
 
 use std::time::Instant;
 
-use rl::algos::{ActorCritic, PolicyConfig, Ppo};
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use rl::algos::{Activation, ActorCritic, PolicyConfig, Ppo};
 use rl::collect::{RandomAction, SyncCollector};
 use rl::core::{Env, Location, MemoryPlan, ProcessMemory};
 use rl::storage::RolloutBuffer;
@@ -11,35 +15,101 @@ use rl::storage::RolloutBuffer;
 /// Episodes averaged for the solve criterion.
 pub(crate) const WINDOW: usize = 20;
 
-/// Checks `--threads`: the networks (rl-nn) run on the calling thread, so the run uses
-/// one thread whatever the flag says; above 1 it is accepted with a note.
-pub(crate) fn check_threads(threads: usize) -> anyhow::Result<()> {
-    anyhow::ensure!(threads > 0, "--threads 0: use at least one thread");
-    if threads > 1 {
-        eprintln!("note: --threads {threads}: PPO's networks run on one thread; the run uses one");
+/// The flags both PPO examples share (clap parses them; `--help` lists them with their
+/// defaults).
+#[derive(Debug, clap::Args)]
+pub(crate) struct SharedFlags {
+    /// Seed of the environments, the weights and the sampling.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Threads (kept for compatibility: the networks run on one thread).
+    #[arg(long, default_value_t = NonZeroUsize::MIN)]
+    pub(crate) threads: NonZeroUsize,
+    /// Hidden layer widths of the actor and of the critic.
+    #[arg(long, value_delimiter = ',', default_value = "64,64")]
+    pub(crate) hidden: Vec<NonZeroUsize>,
+    /// The nonlinearity between layers.
+    #[arg(long, value_parser = ["relu", "tanh"], default_value = "relu")]
+    pub(crate) activation: String,
+    /// Save the trainer to this file at the end.
+    #[arg(long)]
+    pub(crate) checkpoint: Option<PathBuf>,
+    /// Restore the trainer from this file before training.
+    #[arg(long)]
+    pub(crate) resume: Option<PathBuf>,
+}
+
+impl SharedFlags {
+    /// The policy settings these flags give; notes on stderr that the networks run on one
+    /// thread when `--threads` asks for more.
+    pub(crate) fn policy_config(&self) -> PolicyConfig {
+        if self.threads.get() > 1 {
+            eprintln!(
+                "note: --threads {}: PPO's networks run on one thread; the run uses one",
+                self.threads
+            );
+        }
+        PolicyConfig {
+            hidden: self.hidden.iter().map(|w| w.get()).collect(),
+            activation: if self.activation == "tanh" {
+                Activation::Tanh
+            } else {
+                Activation::Relu
+            },
+            ..PolicyConfig::new()
+        }
     }
+}
+
+/// With `--resume`, restores the trainer and gives the collector its weights and
+/// sampling generator.
+pub(crate) fn resume<E, P>(
+    flags: &SharedFlags,
+    ppo: &mut Ppo<P>,
+    collector: &mut SyncCollector<E, P>,
+) -> anyhow::Result<()>
+where
+    E: Env<Obs = f32>,
+    E::Act: RandomAction,
+    P: ActorCritic<Act = E::Act>,
+{
+    let Some(path) = &flags.resume else {
+        return Ok(());
+    };
+    ppo.load(path)
+        .with_context(|| format!("resuming from {}", path.display()))?;
+    ppo.copy_policy_into(collector.policy_mut())?;
+    let sampling = ppo.policy().sampling_state();
+    collector.policy_mut().set_sampling_state(sampling);
+    eprintln!(
+        "resumed from {}: {} env steps, {} updates",
+        path.display(),
+        ppo.env_steps(),
+        ppo.updates()
+    );
     Ok(())
 }
 
-/// The policy settings from `--hidden W,W,...` and `--activation relu|tanh`.
-pub(crate) fn policy_config(hidden: &str, activation: &str) -> anyhow::Result<PolicyConfig> {
-    let hidden = hidden
-        .split(',')
-        .map(|w| w.trim().parse::<usize>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| anyhow::anyhow!("--hidden {hidden:?}: give widths like 64,64 ({e})"))?;
-    let activation = activation
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--activation {activation:?}: {e}"))?;
-    anyhow::ensure!(
-        !hidden.contains(&0),
-        "--hidden {hidden:?}: every width must be at least 1 (64,64 is the default)"
-    );
-    Ok(PolicyConfig {
-        hidden,
-        activation,
-        ..PolicyConfig::new()
-    })
+/// With `--checkpoint`, saves the trainer, carrying the collector's sampling generator.
+pub(crate) fn save<E, P>(
+    flags: &SharedFlags,
+    ppo: &mut Ppo<P>,
+    collector: &SyncCollector<E, P>,
+) -> anyhow::Result<()>
+where
+    E: Env<Obs = f32>,
+    E::Act: RandomAction,
+    P: ActorCritic<Act = E::Act>,
+{
+    let Some(path) = &flags.checkpoint else {
+        return Ok(());
+    };
+    let sampling = collector.policy().sampling_state();
+    ppo.policy_mut().set_sampling_state(sampling);
+    ppo.save(path)
+        .with_context(|| format!("saving the checkpoint to {}", path.display()))?;
+    eprintln!("checkpoint saved to {}", path.display());
+    Ok(())
 }
 
 /// When a run counts as solved: the mean return over [`WINDOW`] episodes passes a bar.

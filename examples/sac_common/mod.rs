@@ -30,25 +30,15 @@ pub(crate) struct Run {
 }
 
 /// Where a run saves its trainer and replay buffer, and where it resumes from.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, clap::Args)]
 pub(crate) struct CheckpointPaths {
     /// Save the trainer and the replay buffer into this folder at the end.
+    #[arg(long)]
     pub(crate) checkpoint: Option<PathBuf>,
-    /// Start from a folder saved by `checkpoint` (trainer and replay; the warm-up is not
+    /// Start from a folder saved by --checkpoint (trainer and replay; the warm-up is not
     /// repeated).
+    #[arg(long)]
     pub(crate) resume: Option<PathBuf>,
-}
-
-impl CheckpointPaths {
-    /// Takes `--checkpoint PATH` or `--resume PATH`; false for any other flag.
-    pub(crate) fn parse(&mut self, flag: &str, value: &str) -> bool {
-        match flag {
-            "--checkpoint" => self.checkpoint = Some(PathBuf::from(value)),
-            "--resume" => self.resume = Some(PathBuf::from(value)),
-            _ => return false,
-        }
-        true
-    }
 }
 
 /// Trains `trainer` on `env`; prints the plan, progress every 0.1 s on stderr and one
