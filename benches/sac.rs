@@ -166,7 +166,7 @@ fn time_updates<T: SacTrainer>(
         .column("action")
         .context("the replay schema has no action column")?
         .numel();
-    let batch_size = trainer.core().config().batch_size;
+    let batch_size = trainer.config().batch_size;
     let mut replay = ReplayBuffer::new(
         RamStorage::new(schema.clone(), REPLAY_ROWS)?,
         Uniform::new(0),

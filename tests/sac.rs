@@ -304,7 +304,7 @@ fn discrete_sac_trains_through_a_collector_with_flat_memory() {
     assert_eq!(collector.frames(), STEPS);
     assert_eq!(replay.len(), STEPS as usize);
     assert_eq!(gradient_steps, STEPS - config.learning_starts);
-    assert_eq!(collector.policy().core().updates(), gradient_steps);
+    assert_eq!(collector.policy().updates(), gradient_steps);
     // Every step of LargeDiscrete ends an episode.
     assert_eq!(collector.stats().episodes(), STEPS);
     let rss_at_checkpoint = rss_at_checkpoint.unwrap();

@@ -50,7 +50,7 @@ where
     T: SacTrainer<Act = E::Act>,
 {
     let start = Instant::now();
-    let config = trainer.core().config().clone();
+    let config = trainer.config().clone();
     let schema = trainer.replay_schema()?;
     let budget = MemoryBudget::ram(run.budget_bytes);
     let mut plan = MemoryPlan::new();
@@ -80,7 +80,7 @@ where
             eprintln!(
                 "resumed from {}: {} updates, {} stored transitions",
                 dir.display(),
-                trainer.core().updates(),
+                trainer.updates(),
                 replay.len()
             );
             (replay, 0)

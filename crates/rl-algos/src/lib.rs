@@ -62,8 +62,8 @@ pub use ppo::{
 /// The network layer's types that appear in this crate's signatures.
 pub use rl_nn::{Activation, AdamConfig, Checkpoint};
 pub use sac::{
-    ActionMaskFn, Core as SacCore, DISCRETE_SAC_CHECKPOINT_KIND, DiscreteSac, EntropyCoef,
-    SAC_CHECKPOINT_KIND, Sac, SacArchitecture, SacConfig, SacState, SacStats, SacTrainer,
+    ActionMaskFn, DISCRETE_SAC_CHECKPOINT_KIND, DiscreteSac, EntropyCoef, SAC_CHECKPOINT_KIND, Sac,
+    SacArchitecture, SacConfig, SacState, SacStats, SacTrainer,
 };
 
 #[cfg(test)]

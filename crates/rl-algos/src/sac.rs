@@ -27,7 +27,6 @@ use crate::error::{Error, Result};
 use crate::policy::Mode;
 
 pub use continuous::{CHECKPOINT_KIND as SAC_CHECKPOINT_KIND, Sac};
-// `Core` is public so that both trainers can hand it out; it is built only here.
 pub use discrete::{ActionMaskFn, CHECKPOINT_KIND as DISCRETE_SAC_CHECKPOINT_KIND, DiscreteSac};
 
 /// The entropy coefficient `alpha`: learned to hold a target entropy, or fixed.
@@ -251,8 +250,29 @@ pub struct SacState {
 /// for a collector (as its [`rl_collect::Policy`]), name their replay columns and learn from sampled
 /// batches.
 pub trait SacTrainer: crate::eval::Predict<Obs = f32> {
-    /// The shared learner state (configuration, networks, counters).
+    /// The shared learner state (crate-internal: configuration, networks, counters).
+    #[doc(hidden)]
     fn core(&self) -> &Core;
+
+    /// The configuration.
+    fn config(&self) -> &SacConfig {
+        self.core().config()
+    }
+
+    /// Gradient steps done.
+    fn updates(&self) -> u64 {
+        self.core().updates()
+    }
+
+    /// The current entropy coefficient.
+    fn alpha(&self) -> f32 {
+        self.core().alpha()
+    }
+
+    /// The entropy the coefficient is tuned towards.
+    fn target_entropy(&self) -> f32 {
+        self.core().target_entropy()
+    }
 
     /// The replay columns [`SacTrainer::update`] reads.
     ///
