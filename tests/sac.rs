@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use rl::algos::{DiscreteSac, Sac, SacConfig, SacTrainer};
+use rl::algos::{DiscreteSac, OffPolicyLearner, Sac, SacConfig};
 use rl::collect::{CollectorConfig, SyncCollector};
 use rl::core::{
     BoxSpace, Column, DType, Env, Location, MemoryBudget, MemoryPlan, ProcessMemory, Schema, Space,

@@ -48,6 +48,7 @@ mod eval;
 mod policy;
 mod ppo;
 mod sac;
+pub mod trainer;
 
 pub use error::{Error, Result};
 pub use eval::{EvalConfig, EvalReport, Predict, evaluate};
@@ -65,6 +66,7 @@ pub use sac::{
     ActionMaskFn, DISCRETE_SAC_CHECKPOINT_KIND, DiscreteSac, EntropyCoef, SAC_CHECKPOINT_KIND, Sac,
     SacArchitecture, SacConfig, SacState, SacStats, SacTrainer,
 };
+pub use trainer::OffPolicyLearner;
 
 #[cfg(test)]
 #[global_allocator]

@@ -14,7 +14,7 @@ mod tests;
 
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
-use rl_core::{Element, Field, Flag, Location, MemoryPlan, Schema};
+use rl_core::{Element, Field, Flag, Location, MemoryPlan};
 use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
@@ -246,10 +246,10 @@ pub struct SacState {
     pub rng: Xoshiro256PlusPlus,
 }
 
-/// What an off-policy training loop needs from [`Sac`] and [`DiscreteSac`]: they act
-/// for a collector (as its [`rl_collect::Policy`]), name their replay columns and learn from sampled
-/// batches.
-pub trait SacTrainer: crate::eval::Predict<Obs = f32> {
+/// What [`Sac`] and [`DiscreteSac`] share beyond being an
+/// [`OffPolicyLearner`](crate::OffPolicyLearner): their configuration and entropy
+/// coefficient.
+pub trait SacTrainer: crate::OffPolicyLearner<Saved = SacState, Stats = SacStats> {
     /// The shared learner state (crate-internal: configuration, networks, counters).
     #[doc(hidden)]
     fn core(&self) -> &Core;
@@ -257,11 +257,6 @@ pub trait SacTrainer: crate::eval::Predict<Obs = f32> {
     /// The configuration.
     fn config(&self) -> &SacConfig {
         self.core().config()
-    }
-
-    /// Gradient steps done.
-    fn updates(&self) -> u64 {
-        self.core().updates()
     }
 
     /// The current entropy coefficient.
@@ -273,34 +268,6 @@ pub trait SacTrainer: crate::eval::Predict<Obs = f32> {
     fn target_entropy(&self) -> f32 {
         self.core().target_entropy()
     }
-
-    /// The replay columns [`SacTrainer::update`] reads.
-    ///
-    /// # Errors
-    /// None in practice (the schema is valid by construction).
-    fn replay_schema(&self) -> Result<Schema>;
-
-    /// One gradient step on a sampled batch.
-    ///
-    /// # Errors
-    /// A batch of another schema or size; [`Error::Diverged`] for a non-finite loss.
-    fn update(&mut self, batch: &Batch) -> Result<SacStats>;
-
-    /// Everything the trainer holds, constant for its life.
-    fn memory_plan(&self) -> MemoryPlan;
-
-    /// The whole trainer state, for [`Checkpoint::save`].
-    fn checkpoint(&self) -> Checkpoint<SacState>;
-
-    /// The `kind` its checkpoints carry ([`SAC_CHECKPOINT_KIND`] or
-    /// [`DISCRETE_SAC_CHECKPOINT_KIND`]), for [`Checkpoint::load`].
-    fn checkpoint_kind(&self) -> &'static str;
-
-    /// Restores a checkpoint of a trainer built the same way; on error nothing changes.
-    ///
-    /// # Errors
-    /// [`Error::CheckpointMismatch`] and checkpoint shape or state errors.
-    fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()>;
 }
 
 /// What continuous and discrete SAC share: the actor and its optimiser, the twin critics

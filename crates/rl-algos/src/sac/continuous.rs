@@ -585,13 +585,26 @@ impl SacTrainer for Sac {
     fn core(&self) -> &Core {
         &self.core
     }
+}
+
+impl crate::OffPolicyLearner for Sac {
+    type Saved = SacState;
+    type Stats = SacStats;
 
     fn replay_schema(&self) -> Result<Schema> {
         Sac::replay_schema(self)
     }
 
+    fn batch_size(&self) -> usize {
+        self.core.config().batch_size
+    }
+
     fn update(&mut self, batch: &Batch) -> Result<SacStats> {
         Sac::update(self, batch)
+    }
+
+    fn updates(&self) -> u64 {
+        self.core.updates()
     }
 
     fn memory_plan(&self) -> MemoryPlan {

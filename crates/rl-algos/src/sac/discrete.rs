@@ -730,13 +730,26 @@ impl SacTrainer for DiscreteSac {
     fn core(&self) -> &Core {
         &self.core
     }
+}
+
+impl crate::OffPolicyLearner for DiscreteSac {
+    type Saved = SacState;
+    type Stats = SacStats;
 
     fn replay_schema(&self) -> Result<Schema> {
         DiscreteSac::replay_schema(self)
     }
 
+    fn batch_size(&self) -> usize {
+        self.core.config().batch_size
+    }
+
     fn update(&mut self, batch: &Batch) -> Result<SacStats> {
         DiscreteSac::update(self, batch)
+    }
+
+    fn updates(&self) -> u64 {
+        self.core.updates()
     }
 
     fn memory_plan(&self) -> MemoryPlan {
