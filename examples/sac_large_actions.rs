@@ -6,31 +6,21 @@
 //! cargo run --release --example sac_large_actions -- --store one-hot   # refused: ~400 GB
 //! ```
 //!
-//! The actor and both critics are two-tower networks over the environment's shared
-//! `100 000 x 8` action-feature table (`LargeDiscrete::action_features`, held once):
-//! each maps the 16-float context to an 8-vector, and scores all actions against the
-//! table in chunks of 2048, so nothing ever holds `batch x 100 000` values. Actions are
-//! stored as `u32` indices (4 bytes a row); the same buffer with one-hot stored actions
-//! would need `100 000 x 4` bytes a row, about 400 GB for 1 000 000 rows: the run prints
-//! that plan's refusal by the budget check (and `--store one-hot` tries to build it and
-//! exits with the error).
-//!
-//! Goal: half of the task's optimal expected reward (estimated by Monte Carlo at start;
-//! a random policy earns 0) as the mean reward of the last 1 000 episodes (one-step
-//! episodes, so a window of 10 would be mostly noise). Prints the memory plan, a
-//! progress line every 0.1 s on stderr and one JSON line on stdout, as `sac_pendulum`.
-//!
-//! Flags (`--help` lists them with their defaults): `--seed N` (default 0), `--max-steps N` (default 100 000), `--budget-only true`
-//! (spend all steps), `--store index|one-hot`, and for tuning `--batch`, `--lr`,
-//! `--train-freq`, `--chunk`, `--entropy-ratio` (target entropy as a fraction of
-//! `ln n`, default 0.6), and `--checkpoint DIR` / `--resume DIR` as in `sac_pendulum`.
+//! Actor and critics are two-tower networks over the task's shared `100 000 x 8` action
+//! table (held once), scoring all actions in chunks of 2048, so nothing holds
+//! `batch x 100 000` values. Actions are stored as `u32` indices; one-hot stored actions
+//! would need about 400 GB for 1 000 000 rows, and the run prints that plan's refusal
+//! (`--store one-hot` builds it and exits with the error). Goal: half the optimal
+//! expected reward (Monte Carlo estimate) as the mean of the last 1 000 one-step
+//! episodes. Output and run flags as `ppo_cartpole` (`--help` lists every flag).
 
-mod sac_common;
+mod common;
 
 use std::num::{NonZeroU64, NonZeroUsize};
 
 use anyhow::bail;
 use clap::{ArgAction, Parser};
+use rl::algos::trainer::{Goal, OffPolicyConfig};
 use rl::algos::{DiscreteSac, SacConfig};
 use rl::core::{DType, MemoryBudget, TransitionSchema};
 use rl::envs::LargeDiscrete;
@@ -38,15 +28,10 @@ use rl::storage::RamStorage;
 
 const BUDGET_BYTES: u64 = 1 << 30;
 
-/// Discrete SAC over 100 000 actions: progress on stderr, one JSON line on stdout.
 #[derive(Debug, Parser)]
 struct Args {
-    /// Seed of the networks, the noise and the contexts drawn.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Environment-step budget.
-    #[arg(long, default_value_t = 100_000)]
-    max_steps: u64,
+    #[command(flatten)]
+    run: common::RunFlags<100_000, 10_000>,
     /// Spend the whole budget instead of stopping at the goal.
     #[arg(long, action = ArgAction::Set, default_value_t = false)]
     budget_only: bool,
@@ -68,72 +53,58 @@ struct Args {
     /// Target entropy as a fraction of the maximum `ln n`.
     #[arg(long, default_value_t = 0.6)]
     entropy_ratio: f32,
-    #[command(flatten)]
-    paths: sac_common::CheckpointPaths,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let (seed, max_steps, stop_at_goal) = (args.seed, args.max_steps, !args.budget_only);
-    let one_hot = args.store == "one-hot";
-    let entropy_ratio = args.entropy_ratio;
-    let paths = args.paths;
-    let mut config = SacConfig {
+    let env = LargeDiscrete::new(0);
+    let n = env.actions();
+    // The configuration the Pearl seed ran out of memory with: one-hot stored actions.
+    let schema = TransitionSchema::new(DType::F32, &[16], DType::F32, &[n as usize])
+        .with_next_obs()
+        .build()?;
+    let budget = MemoryBudget::ram(BUDGET_BYTES);
+    match (
+        RamStorage::with_budget(schema, 1_000_000, &budget),
+        args.store.as_str(),
+    ) {
+        (Err(error), "one-hot") => bail!("one-hot stored actions: {error}"),
+        (Err(error), _) => eprintln!("one-hot stored actions (not used) would be refused: {error}"),
+        (Ok(_), _) => bail!("a one-hot replay of {n} actions unexpectedly fits in 1 GiB"),
+    }
+    let optimal = env.optimal_reward(2_000, 12_345);
+    let goal = (optimal.mean / 2.0) as f32;
+    eprintln!(
+        "optimal expected reward {:.3} +- {:.3}; goal {goal:.3}",
+        optimal.mean, optimal.std_error
+    );
+    let sac = SacConfig {
         hidden: vec![64, 64],
         batch_size: args.batch.get(),
         lr: args.lr,
-        learning_starts: 1_000,
-        train_freq: args.train_freq.get(),
         chunk: args.chunk.get(),
+        target_entropy: Some(args.entropy_ratio * (n as f32).ln()),
+        seed: args.run.seed,
         ..SacConfig::sb3()
     };
-    let env = LargeDiscrete::new(0);
-    let n = env.actions();
-
-    // The configuration the Pearl seed ran out of memory with: one-hot stored actions.
-    let refusal = one_hot_replay(n as usize, config.buffer_size).err();
-    match (&refusal, one_hot) {
-        (Some(error), true) => bail!("one-hot stored actions: {error}"),
-        (Some(error), false) => {
-            eprintln!("one-hot stored actions (not used) would be refused: {error}")
-        }
-        (None, _) => bail!("a one-hot replay of {n} actions unexpectedly fits in 1 GiB"),
-    }
-
-    config.seed = seed;
-    config.target_entropy = Some(entropy_ratio * (n as f32).ln());
-    let optimal = env.optimal_reward(2_000, 12_345);
-    eprintln!(
-        "optimal expected reward {:.3} +- {:.3}; goal {:.3}",
-        optimal.mean,
-        optimal.std_error,
-        optimal.mean / 2.0
-    );
-    let sac = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config)?;
-    sac_common::train(
+    let learner = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), sac)?;
+    let goal = Goal::TrainingReturn {
+        mean_return: goal,
+        window: 1_000,
+    };
+    let mut run = args.run.run_config(1, goal, Some(BUDGET_BYTES));
+    run.stop_at_goal = !args.budget_only;
+    let config = OffPolicyConfig {
+        learning_starts: 1_000,
+        train_freq: args.train_freq.get(),
+        ..OffPolicyConfig::new(run)
+    };
+    let resume = args.run.resume.as_ref();
+    common::off_policy(
         "sac_large_actions",
-        env,
-        sac,
-        sac_common::Run {
-            goal: (optimal.mean / 2.0) as f32,
-            window: 1_000,
-            max_steps,
-            stop_at_goal,
-            budget_bytes: BUDGET_BYTES,
-            seed,
-            paths,
-        },
+        resume,
+        |_| LargeDiscrete::new(0),
+        learner,
+        config,
     )
-}
-
-/// Tries to build the replay buffer with actions stored one-hot (`n` f32 per row).
-fn one_hot_replay(n: usize, capacity: usize) -> anyhow::Result<RamStorage> {
-    let schema = TransitionSchema::new(DType::F32, &[16], DType::F32, &[n])
-        .with_next_obs()
-        .build()?;
-    Ok(RamStorage::with_budget(
-        schema,
-        capacity,
-        &MemoryBudget::ram(BUDGET_BYTES),
-    )?)
 }

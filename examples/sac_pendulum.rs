@@ -5,49 +5,32 @@
 //! cargo run --release --example sac_pendulum -- --seed 0 --preset sb3
 //! ```
 //!
-//! Prints the memory plan at start (checked against a 1 GiB budget before anything is
-//! allocated) and a progress line every 0.1 s on stderr, then one JSON line on stdout:
-//! `{"solved", "env_steps", "wall_s", "mean_return", "window", "peak_rss_bytes",
-//! "planned_bytes", "env_steps_per_s", "total_env_steps", "total_wall_s", "seed"}`
-//! (`env_steps` and `wall_s` at the solve point, or at the end of the budget;
-//! `env_steps_per_s` over the whole run). Runs on one thread.
-//!
-//! Presets:
-//! - `--preset sb3`: Stable-Baselines3's SAC defaults (`SacConfig::sb3`): actor and
-//!   critics 256-256 ReLU, batch 256, buffer 1 000 000, 100 random steps, learning rate
-//!   3e-4, one gradient step per env step, automatic entropy coefficient from 1.0 with
-//!   target -1, gamma 0.99, tau 0.005.
-//! - `--preset tuned` (the default): the same algorithm with 64-64 networks, learning
-//!   rate 1e-3 and 1 000 random steps: each update is ~10x cheaper and Pendulum is
-//!   solved in fewer steps.
-//!
-//! Flags (`--help` lists them with their defaults): `--seed N` (default 0), `--preset sb3|tuned`, `--max-steps N` (default
-//! 20 000), `--budget-only true` (spend all steps even after the goal), and for tuning
-//! `--hidden N` (both hidden layers), `--lr`, `--batch`, `--learning-starts`,
-//! `--gradient-steps`. Checkpoints: `--checkpoint DIR` saves the trainer (weights, Adam
-//! moments, entropy coefficient, noise generator: `rl_algos::SacState`) and the replay
-//! buffer at the end; `--resume DIR` restores both and continues without a new warm-up.
+//! The library's `OffPolicyTrainer` owns the loop (memory plan checked against 1 GiB
+//! before the replay buffer is allocated); output and run flags as `ppo_cartpole`
+//! (`--help` lists every flag with its default). Presets:
+//! - `--preset sb3`: Stable-Baselines3's SAC defaults (`SacConfig::sb3` and
+//!   `OffPolicyConfig::new`): 256-256 ReLU, batch 256, buffer 1 000 000, 100 random
+//!   steps, learning rate 3e-4, one gradient step per env step, automatic entropy
+//!   coefficient from 1.0 towards -1, gamma 0.99, tau 0.005.
+//! - `--preset tuned` (default): the same with 64-64 networks, learning rate 1e-3 and
+//!   1 000 random steps: each update is ~10x cheaper.
 
-mod sac_common;
+mod common;
 
 use std::num::NonZeroUsize;
 
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, Parser, ValueEnum};
+use rl::algos::trainer::{Goal, OffPolicyConfig};
 use rl::algos::{Sac, SacConfig};
 use rl::envs::Pendulum;
 
-/// SAC on Pendulum-v1: progress on stderr, one JSON line on stdout.
 #[derive(Debug, Parser)]
 struct Args {
-    /// Seed of the environment, the networks and the noise.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    run: common::RunFlags<20_000, 5_000>,
     /// Settings: `tuned` (64-64, lr 1e-3, 1 000 random steps) or `sb3` (SB3's defaults).
-    #[arg(long, value_parser = ["tuned", "sb3"], default_value = "tuned")]
-    preset: String,
-    /// Environment-step budget.
-    #[arg(long, default_value_t = 20_000)]
-    max_steps: u64,
+    #[arg(long, value_enum, default_value_t = Preset::Tuned)]
+    preset: Preset,
     /// Spend the whole budget instead of stopping at the goal.
     #[arg(long, action = ArgAction::Set, default_value_t = false)]
     budget_only: bool,
@@ -66,54 +49,36 @@ struct Args {
     /// Gradient steps per environment step (overrides the preset).
     #[arg(long)]
     gradient_steps: Option<NonZeroUsize>,
-    #[command(flatten)]
-    paths: sac_common::CheckpointPaths,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Preset {
+    Tuned,
+    Sb3,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let seed = args.seed;
-    let mut config = if args.preset == "sb3" {
-        SacConfig::sb3()
-    } else {
-        tuned()
+    let goal = Goal::TrainingReturn {
+        mean_return: -200.0,
+        window: 10,
     };
+    let mut run = args.run.run_config(1, goal, Some(1 << 30));
+    run.stop_at_goal = !args.budget_only;
+    let mut config = OffPolicyConfig::new(run);
+    let mut sac = SacConfig::sb3();
+    if let Preset::Tuned = args.preset {
+        (sac.hidden, sac.lr, config.learning_starts) = (vec![64, 64], 1e-3, 1_000);
+    }
     if let Some(width) = args.hidden {
-        config.hidden = vec![width.get(), width.get()];
+        sac.hidden = vec![width.get(), width.get()];
     }
-    config.lr = args.lr.unwrap_or(config.lr);
-    config.batch_size = args.batch.map_or(config.batch_size, NonZeroUsize::get);
+    sac.lr = args.lr.unwrap_or(sac.lr);
+    sac.batch_size = args.batch.map_or(sac.batch_size, NonZeroUsize::get);
+    sac.seed = args.run.seed;
     config.learning_starts = args.learning_starts.unwrap_or(config.learning_starts);
-    config.gradient_steps = args
-        .gradient_steps
-        .map_or(config.gradient_steps, NonZeroUsize::get);
-    let (max_steps, stop_at_goal, paths) = (args.max_steps, !args.budget_only, args.paths);
-    config.seed = seed;
-    let env = Pendulum::new(seed.wrapping_mul(1000));
-    let sac = Sac::for_env(&env, config)?;
-    sac_common::train(
-        "sac_pendulum",
-        env,
-        sac,
-        sac_common::Run {
-            goal: -200.0,
-            window: 10,
-            max_steps,
-            stop_at_goal,
-            budget_bytes: 1 << 30,
-            seed,
-            paths,
-        },
-    )
-}
-
-/// The default preset: SB3's algorithm with smaller networks, a higher learning rate and
-/// a longer random warm-up.
-fn tuned() -> SacConfig {
-    SacConfig {
-        hidden: vec![64, 64],
-        lr: 1e-3,
-        learning_starts: 1_000,
-        ..SacConfig::sb3()
-    }
+    config.gradient_steps = args.gradient_steps.map_or(1, NonZeroUsize::get);
+    let learner = Sac::for_env(&Pendulum::new(0), sac)?;
+    let resume = args.run.resume.as_ref();
+    common::off_policy("sac_pendulum", resume, Pendulum::new, learner, config)
 }

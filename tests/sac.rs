@@ -1,24 +1,27 @@
 //! SAC across crates: replay plans for 100 000 actions against a 1 GiB budget (one-hot
 //! stored actions refused before anything is allocated, index actions accepted), spaces
 //! checked when a trainer is built and when it acts for a collector, and a short discrete
-//! SAC run through a collector and a replay buffer whose memory stays flat.
+//! SAC run through the off-policy trainer whose memory stays flat.
 
 use std::sync::Mutex;
 
+use rl::algos::trainer::{
+    Callback, Control, OffPolicyConfig, OffPolicyTrainer, Progress, RunConfig, StopReason,
+};
 use rl::algos::{DiscreteSac, OffPolicyLearner, Sac, SacConfig};
 use rl::collect::{CollectorConfig, SyncCollector};
 use rl::core::{
     BoxSpace, Column, DType, Env, Location, MemoryBudget, MemoryPlan, ProcessMemory, Schema, Space,
 };
 use rl::envs::{CartPole, LargeDiscrete, Pendulum};
-use rl::storage::{Batch, RamStorage, ReplayBuffer, Uniform};
+use rl::storage::{RamStorage, ReplayBuffer, Uniform};
 // `measure` counts through the `CountingAllocator` that `envs_through_facade` installs
 // as this test binary's global allocator.
 use rl_testkit::measure;
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
-/// Replay rows of the large-action configuration (`SacConfig::sb3().buffer_size`).
+/// Replay rows of the large-action configuration (`OffPolicyConfig::new`'s capacity).
 const ROWS: usize = 1_000_000;
 
 /// Tests that compare resident memory before and after run one at a time, so that one's
@@ -131,7 +134,6 @@ fn index_actions_for_100k_actions_fit_in_1_gib_with_the_trainer() {
         chunk: 2048,
         ..SacConfig::sb3()
     };
-    assert_eq!(config.buffer_size, ROWS);
     let sac = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config).unwrap();
     let schema = sac.replay_schema().unwrap();
     // The trainer stores actions as u32 indices: 4 bytes a row whatever `n`.
@@ -249,67 +251,64 @@ fn sac_built_for_other_spaces_is_refused_when_collecting() {
 }
 
 #[test]
-fn discrete_sac_trains_through_a_collector_with_flat_memory() {
+fn discrete_sac_trains_through_the_trainer_with_flat_memory() {
     let _lock = memory_lock();
     const STEPS: u64 = 600;
     const CHECKPOINT: u64 = 200;
+    const LEARNING_STARTS: u64 = 100;
     let env = LargeDiscrete::with_actions(500, 1).unwrap();
     let config = SacConfig {
         hidden: vec![32, 32],
         batch_size: 16,
-        buffer_size: STEPS as usize,
-        learning_starts: 100,
         // Four chunks of the 500 actions.
         chunk: 128,
         lr: 1e-3,
         seed: 3,
         ..SacConfig::sb3()
     };
-    let sac = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config.clone())
-        .unwrap();
-    let schema = sac.replay_schema().unwrap();
-    let mut replay = ReplayBuffer::new(
-        RamStorage::new(schema.clone(), config.buffer_size).unwrap(),
-        Uniform::new(7),
-    );
-    let mut batch = Batch::new(&schema, config.batch_size).unwrap();
-    let mut collector = SyncCollector::new(
-        vec![env],
-        sac,
-        CollectorConfig {
+    let sac = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config).unwrap();
+    let run = OffPolicyConfig {
+        buffer_capacity: STEPS as usize,
+        learning_starts: LEARNING_STARTS,
+        ..OffPolicyConfig::new(RunConfig {
             seed: 11,
-            random_frames: config.learning_starts,
-            ..CollectorConfig::new(config.train_freq as usize)
-        },
+            ..RunConfig::new(STEPS)
+        })
+    };
+    let mut trainer = OffPolicyTrainer::new(
+        |seed| LargeDiscrete::with_actions(500, seed).unwrap(),
+        sac,
+        run,
     )
     .unwrap();
 
-    let mut gradient_steps = 0u64;
-    let mut rss_at_checkpoint = None;
-    while collector.frames() < STEPS {
-        collector.collect(&mut replay).unwrap();
-        if collector.frames() > config.learning_starts {
-            for _ in 0..config.gradient_steps {
-                replay.sample(&mut batch).unwrap();
-                collector.policy_mut().update(&batch).unwrap();
-                gradient_steps += 1;
+    /// Reads resident memory once the run passes `CHECKPOINT` steps.
+    struct RssAt(Option<u64>);
+    impl<S> Callback<S> for RssAt {
+        fn on_progress(&mut self, progress: &Progress<'_, S>) -> Control {
+            if progress.env_steps == CHECKPOINT {
+                self.0 = Some(rss());
             }
-        }
-        if collector.frames() == CHECKPOINT {
-            rss_at_checkpoint = Some(rss());
+            Control::Continue
         }
     }
+    let mut at_checkpoint = RssAt(None);
+    let summary = trainer.train(&mut at_checkpoint).unwrap();
     let rss_end = rss();
 
-    assert_eq!(collector.frames(), STEPS);
-    assert_eq!(replay.len(), STEPS as usize);
-    assert_eq!(gradient_steps, STEPS - config.learning_starts);
-    assert_eq!(collector.policy().updates(), gradient_steps);
+    assert_eq!(summary.total_env_steps, STEPS);
+    assert_eq!(summary.stopped_by, StopReason::Budget);
+    assert_eq!(trainer.replay().len(), STEPS as usize);
+    // One gradient step per env step after the warm-up.
+    assert_eq!(summary.updates, STEPS - LEARNING_STARTS);
+    assert_eq!(trainer.learner().updates(), summary.updates);
     // Every step of LargeDiscrete ends an episode.
-    assert_eq!(collector.stats().episodes(), STEPS);
-    let rss_at_checkpoint = rss_at_checkpoint.unwrap();
+    assert_eq!(summary.episodes, STEPS);
+    let rss_at_checkpoint = at_checkpoint.0.unwrap();
     assert!(
         rss_end.abs_diff(rss_at_checkpoint) < 20 * MIB,
         "RSS went from {rss_at_checkpoint} bytes after {CHECKPOINT} steps to {rss_end} after {STEPS}"
     );
+    // What the process holds beyond the plan stays small: the plan is the run's memory.
+    assert!(summary.planned_bytes > 0);
 }

@@ -1,262 +1,203 @@
-//! The PPO training loop shared by the `ppo_*` examples: flags shared by both, memory
-//! plan, collect-update loop with progress lines, and the final JSON line.
+//! What every training example shares: the run flags (`--seed`, `--threads`,
+//! `--max-steps`, `--checkpoint`, `--resume`, `--eval-episodes`, `--eval-every`), the run
+//! through a library trainer with a progress line on stderr, and the one JSON line on
+//! stdout.
 
-use std::time::Instant;
+#![allow(dead_code, reason = "each example uses part of it")]
 
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
-use anyhow::Context;
-use rl::algos::{Activation, ActorCritic, PolicyConfig, Ppo};
-use rl::collect::{RandomAction, SyncCollector};
-use rl::core::{Env, Location, MemoryPlan, ProcessMemory};
-use rl::storage::RolloutBuffer;
+use rl::algos::trainer::{
+    CheckpointSchedule, EvalSchedule, Goal, OffPolicyConfig, OffPolicyLearner, OffPolicyTrainer,
+    OnPolicyTrainer, ProgressLog, RunConfig, TrainSummary,
+};
+use rl::algos::{Activation, ActorCritic, EvalReport, PolicyConfig, PpoConfig, Predict};
+use rl::collect::RandomAction;
+use rl::core::{Env, MemoryBudget};
 
-/// Episodes averaged for the solve criterion.
-pub(crate) const WINDOW: usize = 20;
-
-/// The flags both PPO examples share (clap parses them; `--help` lists them with their
-/// defaults).
+/// The run flags of every training example; `MAX_STEPS` and `EVAL_EVERY` are the
+/// example's defaults.
 #[derive(Debug, clap::Args)]
-pub(crate) struct SharedFlags {
-    /// Seed of the environments, the weights and the sampling.
+pub(crate) struct RunFlags<const MAX_STEPS: u64, const EVAL_EVERY: u64> {
+    /// Seed of the environments, the networks, the sampling and the replay.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
-    /// Threads (kept for compatibility: the networks run on one thread).
-    #[arg(long, default_value_t = NonZeroUsize::MIN)]
-    pub(crate) threads: NonZeroUsize,
-    /// Hidden layer widths of the actor and of the critic.
-    #[arg(long, value_delimiter = ',', default_value = "64,64")]
-    pub(crate) hidden: Vec<NonZeroUsize>,
-    /// The nonlinearity between layers.
-    #[arg(long, value_parser = ["relu", "tanh"], default_value = "relu")]
-    pub(crate) activation: String,
-    /// Save the trainer to this file at the end.
+    /// Threads (the networks run on one thread; more is accepted and noted).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) threads: usize,
+    /// Env-step budget over the run's life (a resumed run continues towards it).
+    #[arg(long, default_value_t = MAX_STEPS)]
+    pub(crate) max_steps: u64,
+    /// Save the whole run (learner, replay, counters) into this folder at the end.
     #[arg(long)]
     pub(crate) checkpoint: Option<PathBuf>,
-    /// Restore the trainer from this file before training.
+    /// Continue the run saved in this folder by --checkpoint.
     #[arg(long)]
     pub(crate) resume: Option<PathBuf>,
+    /// Episodes of each deterministic evaluation (0: none); the JSON line's
+    /// eval_mean_return is the last one.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) eval_episodes: usize,
+    /// Env steps between evaluations.
+    #[arg(long, default_value_t = EVAL_EVERY)]
+    pub(crate) eval_every: u64,
 }
 
-impl SharedFlags {
-    /// The policy settings these flags give; notes on stderr that the networks run on one
-    /// thread when `--threads` asks for more.
-    pub(crate) fn policy_config(&self) -> PolicyConfig {
-        if self.threads.get() > 1 {
+impl<const M: u64, const E: u64> RunFlags<M, E> {
+    /// The library's loop settings for these flags.
+    pub(crate) fn run_config(&self, n_envs: usize, goal: Goal, budget: Option<u64>) -> RunConfig {
+        if self.threads > 1 {
             eprintln!(
-                "note: --threads {}: PPO's networks run on one thread; the run uses one",
+                "note: --threads {}: the networks run on one thread",
                 self.threads
             );
         }
-        PolicyConfig {
-            hidden: self.hidden.iter().map(|w| w.get()).collect(),
-            activation: if self.activation == "tanh" {
-                Activation::Tanh
-            } else {
-                Activation::Relu
-            },
-            ..PolicyConfig::new()
+        RunConfig {
+            seed: self.seed,
+            n_envs,
+            goal: Some(goal),
+            eval: (self.eval_episodes > 0)
+                .then(|| EvalSchedule::new(self.eval_every, self.eval_episodes)),
+            checkpoint: self.checkpoint.clone().map(|dir| CheckpointSchedule {
+                dir,
+                every_steps: None,
+            }),
+            budget: budget.map(MemoryBudget::ram),
+            ..RunConfig::new(self.max_steps)
         }
     }
 }
 
-/// With `--resume`, restores the trainer and gives the collector its weights and
-/// sampling generator.
-pub(crate) fn resume<E, P>(
-    flags: &SharedFlags,
-    ppo: &mut Ppo<P>,
-    collector: &mut SyncCollector<E, P>,
-) -> anyhow::Result<()>
-where
-    E: Env<Obs = f32>,
-    E::Act: RandomAction,
-    P: ActorCritic<Act = E::Act>,
-{
-    let Some(path) = &flags.resume else {
-        return Ok(());
-    };
-    ppo.load(path)
-        .with_context(|| format!("resuming from {}", path.display()))?;
-    ppo.copy_policy_into(collector.policy_mut())?;
-    let sampling = ppo.policy().sampling_state();
-    collector.policy_mut().set_sampling_state(sampling);
-    eprintln!(
-        "resumed from {}: {} env steps, {} updates",
-        path.display(),
-        ppo.env_steps(),
-        ppo.updates()
-    );
-    Ok(())
-}
-
-/// With `--checkpoint`, saves the trainer, carrying the collector's sampling generator.
-pub(crate) fn save<E, P>(
-    flags: &SharedFlags,
-    ppo: &mut Ppo<P>,
-    collector: &SyncCollector<E, P>,
-) -> anyhow::Result<()>
-where
-    E: Env<Obs = f32>,
-    E::Act: RandomAction,
-    P: ActorCritic<Act = E::Act>,
-{
-    let Some(path) = &flags.checkpoint else {
-        return Ok(());
-    };
-    let sampling = collector.policy().sampling_state();
-    ppo.policy_mut().set_sampling_state(sampling);
-    ppo.save(path)
-        .with_context(|| format!("saving the checkpoint to {}", path.display()))?;
-    eprintln!("checkpoint saved to {}", path.display());
-    Ok(())
-}
-
-/// When a run counts as solved: the mean return over [`WINDOW`] episodes passes a bar.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Goal {
-    /// The mean return to reach.
-    pub(crate) mean_return: f32,
-    /// Whether reaching the bar exactly counts (`>=`) or it must be passed (`>`).
-    pub(crate) inclusive: bool,
-}
-
-impl Goal {
-    fn reached(self, mean_return: f32) -> bool {
-        if self.inclusive {
-            mean_return >= self.mean_return
-        } else {
-            mean_return > self.mean_return
-        }
-    }
-}
-
-/// How a run ended.
-pub(crate) struct Outcome {
-    pub(crate) solved: bool,
-    pub(crate) wall_s: f64,
-}
-
-/// Prints the memory plan of the run to stderr.
-pub(crate) fn print_plan<E, P>(
+/// Trains an off-policy learner (or continues the run saved in `resume`) and reports.
+pub(crate) fn off_policy<E, L>(
     name: &str,
-    seed: u64,
-    threads: usize,
-    rollout: &RolloutBuffer,
-    collector: &SyncCollector<E, P>,
-    ppo: &Ppo<P>,
-) where
-    E: Env<Obs = f32>,
-    E::Act: RandomAction,
-    P: ActorCritic<Act = E::Act>,
-{
-    let mut plan = MemoryPlan::new();
-    plan.nest("rollout", &rollout.memory_plan());
-    plan.nest("collector", &collector.memory_plan());
-    plan.nest("optimiser", &ppo.memory_plan());
-    let params: usize = ppo.adams().iter().map(|a| a.num_params()).sum();
-    plan.add(
-        "policy/weights (collector copy)",
-        Location::Ram,
-        (params * size_of::<f32>()) as u64,
-    );
-    eprintln!("{name}: seed {seed}, {threads} thread(s)");
-    eprintln!("memory plan\n{plan}");
-}
-
-/// Collects rollouts and updates until `goal` is reached or `max_steps` env steps are
-/// spent, printing a progress line every 0.1 s on stderr.
-pub(crate) fn train<E, P>(
-    start: Instant,
-    collector: &mut SyncCollector<E, P>,
-    ppo: &mut Ppo<P>,
-    rollout: &mut RolloutBuffer,
-    goal: Goal,
-    max_steps: u64,
-) -> anyhow::Result<Outcome>
-where
-    E: Env<Obs = f32>,
-    E::Act: RandomAction,
-    P: ActorCritic<Act = E::Act>,
-{
-    let mut solved = false;
-    let mut last_print = Instant::now();
-    loop {
-        rollout.clear();
-        let report = collector.collect_rollout(rollout)?;
-        let (window, episodes) = (collector.stats().window_len(), collector.stats().episodes());
-        let mean_return = collector.stats().mean_return();
-        if window >= WINDOW && mean_return.is_some_and(|m| goal.reached(m)) {
-            solved = true;
-            break;
-        }
-        if collector.frames() >= max_steps {
-            break;
-        }
-        // Scales the rewards (with --normalize-reward; otherwise nothing). The episode
-        // statistics above were taken from the raw rewards.
-        ppo.normalize_rewards(rollout)?;
-        let update = ppo.update(rollout)?;
-        ppo.copy_policy_into(collector.policy_mut())?;
-        if last_print.elapsed().as_secs_f64() >= 0.1 {
-            last_print = Instant::now();
-            let elapsed = start.elapsed().as_secs_f64();
-            eprintln!(
-                "steps {:>7}  {:>8.0} steps/s  mean return {:>6.1} ({} episodes)  kl {:.4}  clip {:.3}  ev {:.2}  rss {:.1} MiB",
-                report.total_frames,
-                report.total_frames as f64 / elapsed,
-                mean_return.unwrap_or(f32::NAN),
-                episodes,
-                update.approx_kl,
-                update.clip_fraction,
-                update.explained_variance,
-                report
-                    .memory
-                    .map_or(0.0, |m| m.rss_bytes as f64 / 1048576.0),
-            );
-        }
-    }
-    Ok(Outcome {
-        solved,
-        wall_s: start.elapsed().as_secs_f64(),
-    })
-}
-
-/// Prints the outcome to stderr and the one JSON line on stdout.
-pub(crate) fn print_result<E, P>(
-    collector: &SyncCollector<E, P>,
-    outcome: &Outcome,
-    seed: u64,
+    resume: Option<&PathBuf>,
+    make_env: impl FnMut(u64) -> E,
+    learner: L,
+    config: OffPolicyConfig,
 ) -> anyhow::Result<()>
 where
     E: Env<Obs = f32>,
     E::Act: RandomAction,
-    P: ActorCritic<Act = E::Act>,
+    L: OffPolicyLearner<Act = E::Act>,
 {
-    let stats = collector.stats();
-    // Off Linux there is no RSS reading: the key is null and the run still reports.
-    let peak_rss_bytes = ProcessMemory::read().ok().map(|m| m.peak_rss_bytes);
+    eprintln!("{name}: seed {}", config.run.seed);
+    let mut trainer = match resume {
+        Some(dir) => OffPolicyTrainer::resume(dir, make_env, learner, config)?,
+        None => OffPolicyTrainer::new(make_env, learner, config)?,
+    };
+    eprintln!("memory plan\n{}", trainer.memory_plan());
+    let summary = trainer.train(&mut ProgressLog::every(0.1))?;
+    let run = trainer.config().run.clone();
+    let eval = final_eval(&run, &summary, |episodes| trainer.evaluate(episodes))?;
+    report(&run, &summary, eval)
+}
+
+/// Trains `policy` with PPO (or continues the run saved in `resume`) and reports.
+pub(crate) fn on_policy<E, P>(
+    name: &str,
+    resume: Option<&PathBuf>,
+    make_env: impl FnMut(u64) -> E,
+    policy: P,
+    ppo: PpoConfig,
+    run: RunConfig,
+) -> anyhow::Result<()>
+where
+    E: Env<Obs = f32>,
+    E::Act: RandomAction,
+    P: ActorCritic<Act = E::Act> + Predict + Clone,
+{
+    eprintln!("{name}: seed {}", run.seed);
+    let mut trainer = match resume {
+        Some(dir) => OnPolicyTrainer::resume(dir, make_env, policy, ppo, run)?,
+        None => OnPolicyTrainer::new(make_env, policy, ppo, run)?,
+    };
+    eprintln!("memory plan\n{}", trainer.memory_plan());
+    let summary = trainer.train(&mut ProgressLog::every(0.1))?;
+    let run = trainer.run_config().clone();
+    let eval = final_eval(&run, &summary, |episodes| trainer.evaluate(episodes))?;
+    report(&run, &summary, eval)
+}
+
+/// The evaluation the JSON line reports: the one that reached an evaluation goal, or a
+/// new one of the policy as it ended (none without --eval-episodes).
+fn final_eval(
+    run: &RunConfig,
+    summary: &TrainSummary,
+    evaluate: impl FnOnce(usize) -> rl::algos::Result<EvalReport>,
+) -> anyhow::Result<Option<EvalReport>> {
+    let Some(schedule) = run.eval else {
+        return Ok(None);
+    };
+    if summary.solved && matches!(run.goal, Some(Goal::EvalReturn { .. })) {
+        return Ok(summary.last_eval);
+    }
+    Ok(Some(evaluate(schedule.episodes)?))
+}
+
+/// Prints the outcome on stderr and the JSON line on stdout.
+fn report(run: &RunConfig, s: &TrainSummary, eval: Option<EvalReport>) -> anyhow::Result<()> {
     eprintln!(
-        "{} after {} env steps, {:.2} s",
-        if outcome.solved {
-            "solved"
-        } else {
-            "not solved"
-        },
-        collector.frames(),
-        outcome.wall_s
+        "{} after {} env steps, {:.2} s; {} env steps in {:.2} s; planned {:.1} MiB, peak RSS {}",
+        if s.solved { "solved" } else { "not solved" },
+        s.env_steps,
+        s.wall_s,
+        s.total_env_steps,
+        s.total_wall_s,
+        s.planned_bytes as f64 / 1048576.0,
+        s.peak_rss_bytes.map_or("n/a".to_owned(), |b| format!(
+            "{:.1} MiB",
+            b as f64 / 1048576.0
+        )),
     );
     println!(
         "{}",
         serde_json::json!({
-            "solved": outcome.solved,
-            "env_steps": collector.frames(),
-            "wall_s": outcome.wall_s,
-            "mean_return": stats.mean_return(),
-            "window": stats.window_len(),
-            "peak_rss_bytes": peak_rss_bytes,
-            "seed": seed,
+            "solved": s.solved,
+            "env_steps": s.env_steps,
+            "wall_s": s.wall_s,
+            "mean_return": s.mean_return,
+            "window": s.window,
+            "peak_rss_bytes": s.peak_rss_bytes,
+            "seed": run.seed,
+            "planned_bytes": s.planned_bytes,
+            "env_steps_per_s": s.total_env_steps as f64 / s.total_wall_s,
+            "total_env_steps": s.total_env_steps,
+            "total_wall_s": s.total_wall_s,
+            "eval_mean_return": eval.map(|e| e.mean_return),
         })
     );
     Ok(())
+}
+
+/// The network flags of the PPO examples.
+#[derive(Debug, clap::Args)]
+pub(crate) struct PolicyFlags {
+    /// Hidden layer widths of the actor and of the critic.
+    #[arg(long, value_delimiter = ',', default_value = "64,64")]
+    pub(crate) hidden: Vec<std::num::NonZeroUsize>,
+    /// The nonlinearity between layers.
+    #[arg(long, value_enum, default_value_t = ActivationFlag::Relu)]
+    pub(crate) activation: ActivationFlag,
+}
+
+/// `--activation` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum ActivationFlag {
+    Relu,
+    Tanh,
+}
+
+impl PolicyFlags {
+    /// The policy settings these flags give.
+    pub(crate) fn policy_config(&self) -> PolicyConfig {
+        PolicyConfig {
+            hidden: self.hidden.iter().map(|w| w.get()).collect(),
+            activation: match self.activation {
+                ActivationFlag::Relu => Activation::Relu,
+                ActivationFlag::Tanh => Activation::Tanh,
+            },
+            ..PolicyConfig::new()
+        }
+    }
 }

@@ -83,13 +83,22 @@ pub enum Error {
         source: rl_collect::PolicyError,
     },
 
-    /// A rollout-storage operation failed (a rollout that is not full, advantages not
-    /// computed, a minibatch of another shape ...).
-    #[error("rollout storage: {source}")]
+    /// A storage operation failed (a rollout that is not full, advantages not computed,
+    /// a replay checkpoint that cannot be read, a plan over the memory budget ...).
+    #[error("storage: {source}")]
     Storage {
         /// The storage error.
         #[from]
         source: rl_storage::Error,
+    },
+
+    /// The collector failed (an environment's error or non-finite output at a given
+    /// env and step, a policy's error, spaces that do not match ...).
+    #[error("collector: {source}")]
+    Collect {
+        /// The collector's error.
+        #[from]
+        source: rl_collect::Error,
     },
 
     /// A network operation failed (`rl-nn`: an architecture mismatch, an optimiser

@@ -66,7 +66,7 @@ pub use sac::{
     ActionMaskFn, DISCRETE_SAC_CHECKPOINT_KIND, DiscreteSac, EntropyCoef, SAC_CHECKPOINT_KIND, Sac,
     SacArchitecture, SacConfig, SacState, SacStats, SacTrainer,
 };
-pub use trainer::OffPolicyLearner;
+pub use trainer::{OffPolicyLearner, OffPolicyTrainer, OnPolicyTrainer};
 
 #[cfg(test)]
 #[global_allocator]

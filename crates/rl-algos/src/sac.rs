@@ -51,11 +51,6 @@ pub struct SacConfig {
     pub hidden: Vec<usize>,
     /// Transitions per gradient step. Default 256.
     pub batch_size: usize,
-    /// Replay capacity the training loop should give its buffer (the trainer does not own
-    /// the replay buffer; [`Sac::replay_schema`] gives its columns). Default 1 000 000.
-    pub buffer_size: usize,
-    /// Environment steps of uniformly random actions before the first update. Default 100.
-    pub learning_starts: u64,
     /// Learning rate of the actor, the critics and the entropy coefficient. Default 3e-4.
     pub lr: f64,
     /// Adam's epsilon. Default 1e-8 (PyTorch's, which Stable-Baselines3 keeps for SAC).
@@ -64,10 +59,6 @@ pub struct SacConfig {
     pub gamma: f32,
     /// Polyak coefficient of the target critics. Default 0.005.
     pub tau: f32,
-    /// Environment steps between training phases. Default 1.
-    pub train_freq: u64,
-    /// Gradient steps per training phase. Default 1.
-    pub gradient_steps: usize,
     /// Updates between polyak steps of the targets, counted over the trainer's life
     /// (Stable-Baselines3 counts within each training phase and so always steps on a
     /// phase's first update; the two agree for the default). Default 1.
@@ -92,21 +83,18 @@ impl Default for SacConfig {
 
 impl SacConfig {
     /// Stable-Baselines3's `SAC` defaults (version 2): networks `[256, 256]`, batch 256,
-    /// buffer 1 000 000, 100 random steps, learning rate 3e-4 for everything, gamma 0.99,
-    /// tau 0.005, one gradient step per environment step, `ent_coef = "auto"` starting at
-    /// 1.0 with target entropy `-dim(A)`, Adam epsilon 1e-8.
+    /// learning rate 3e-4 for everything, gamma 0.99, tau 0.005, `ent_coef = "auto"`
+    /// starting at 1.0 with target entropy `-dim(A)`, Adam epsilon 1e-8. The loop's
+    /// defaults (a 1 000 000-row buffer, 100 random steps, one gradient step per
+    /// environment step) are [`crate::trainer::OffPolicyConfig::new`]'s.
     pub fn sb3() -> Self {
         Self {
             hidden: vec![256, 256],
             batch_size: 256,
-            buffer_size: 1_000_000,
-            learning_starts: 100,
             lr: 3e-4,
             adam_eps: 1e-8,
             gamma: 0.99,
             tau: 0.005,
-            train_freq: 1,
-            gradient_steps: 1,
             target_update_interval: 1,
             ent_coef: EntropyCoef::Auto { initial: 1.0 },
             target_entropy: None,
@@ -122,8 +110,6 @@ impl SacConfig {
     pub fn validate(&self) -> Result<()> {
         let positive = [
             ("sac.batch_size", self.batch_size),
-            ("sac.buffer_size", self.buffer_size),
-            ("sac.gradient_steps", self.gradient_steps),
             ("sac.chunk", self.chunk),
         ];
         for (what, value) in positive {
@@ -131,10 +117,7 @@ impl SacConfig {
                 return Err(Error::config(what, "is 0: use at least 1"));
             }
         }
-        for (what, value) in [
-            ("sac.train_freq", self.train_freq),
-            ("sac.target_update_interval", self.target_update_interval),
-        ] {
+        for (what, value) in [("sac.target_update_interval", self.target_update_interval)] {
             if value == 0 {
                 return Err(Error::config(what, "is 0: use at least 1"));
             }

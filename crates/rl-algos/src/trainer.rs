@@ -1,7 +1,33 @@
 //! Trainers that own the loop: environments -> collector -> buffer -> learner -> the
-//! collector's policy, with a memory plan checked before anything is allocated,
-//! evaluation and checkpoints on a cadence, callbacks and a typed summary.
+//! collector's policy, with the whole run's memory plan checked before anything large is
+//! allocated, evaluation and checkpoints on a cadence, callbacks, an early stop on a goal
+//! and a typed [`TrainSummary`].
+//!
+//! - [`OffPolicyTrainer`] drives any [`OffPolicyLearner`] ([`crate::Sac`],
+//!   [`crate::DiscreteSac`], [`crate::Dqn`]) over a replay buffer: random actions for the
+//!   first `learning_starts` steps, then `gradient_steps` updates every `train_freq`
+//!   collector steps, with uniform or prioritized sampling. The learner is the
+//!   collector's policy, so every update reaches the next action without a copy.
+//! - [`OnPolicyTrainer`] drives [`crate::Ppo`]: collect a rollout, scale rewards if
+//!   configured, update, hand the new weights to the collector's policy copy.
+//!
+//! Both read the loop's settings from [`RunConfig`] (budget, seed, goal, evaluation and
+//! checkpoint cadence, memory budget); the algorithm configurations hold only the
+//! algorithm's knobs. A run saves into one directory (the learner's checkpoint, the
+//! replay buffer for off-policy runs, and `run.json` with the counters) and resumes from
+//! it; a directory of another run is refused before anything changes.
 
 mod learner;
+mod off_policy;
+mod on_policy;
+mod run;
+#[cfg(test)]
+mod tests;
 
 pub use learner::OffPolicyLearner;
+pub use off_policy::{OffPolicyConfig, OffPolicyTrainer};
+pub use on_policy::OnPolicyTrainer;
+pub use run::{
+    Callback, CheckpointSchedule, Control, EvalSchedule, Goal, Progress, ProgressLog, RUN_FILE,
+    RunConfig, RunCounters, StopReason, TrainSummary,
+};

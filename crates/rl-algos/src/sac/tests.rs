@@ -567,7 +567,6 @@ fn discrete_sac_learns_a_thousand_action_task() {
         hidden: vec![32, 32],
         batch_size: 32,
         lr: 3e-3,
-        learning_starts: 100,
         target_entropy: Some(0.5 * 1000f32.ln()),
         chunk: 256,
         ..SacConfig::sb3()
@@ -647,7 +646,6 @@ fn discrete_sac_learns_with_a_table_learned_from_scratch() {
         hidden: vec![32, 32],
         batch_size: 32,
         lr: 3e-3,
-        learning_starts: 100,
         target_entropy: Some(0.5 * 100f32.ln()),
         chunk: 64,
         ..SacConfig::sb3()
@@ -671,16 +669,10 @@ fn the_sb3_preset_holds_stable_baselines3_defaults() {
     // stable_baselines3.SAC.__init__ defaults (version 2.x) and its policy's net_arch.
     let c = SacConfig::sb3();
     assert_eq!(c.hidden, vec![256, 256]);
-    assert_eq!(
-        (c.batch_size, c.buffer_size, c.learning_starts),
-        (256, 1_000_000, 100)
-    );
+    assert_eq!(c.batch_size, 256);
     assert_eq!((c.lr, c.adam_eps), (3e-4, 1e-8));
     assert_eq!((c.gamma, c.tau), (0.99, 0.005));
-    assert_eq!(
-        (c.train_freq, c.gradient_steps, c.target_update_interval),
-        (1, 1, 1)
-    );
+    assert_eq!(c.target_update_interval, 1);
     assert_eq!(c.ent_coef, EntropyCoef::Auto { initial: 1.0 });
     assert_eq!(c.target_entropy, None);
     assert_eq!(SacConfig::default(), c);
@@ -772,7 +764,6 @@ fn masked_discrete_sac_only_acts_and_learns_among_available_actions() {
         hidden: vec![32, 32],
         batch_size: 32,
         lr: 3e-3,
-        learning_starts: 100,
         target_entropy: Some(0.5 * 50f32.ln()),
         chunk: 32,
         ..SacConfig::sb3()

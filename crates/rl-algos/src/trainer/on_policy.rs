@@ -1,0 +1,325 @@
+//! The on-policy trainer: rollouts collected by a copy of the policy, PPO updates, the
+//! new weights handed back to the collector's copy.
+
+use std::path::Path;
+
+use rl_collect::{CollectorConfig, RandomAction, SyncCollector};
+use rl_core::{Env, Location, MemoryPlan};
+use rl_storage::RolloutBuffer;
+
+use super::run::{
+    self, Callback, Clock, Control, EvalSchedule, Progress, RunConfig, RunCounters, TrainSummary,
+};
+use crate::error::{Error, Result};
+use crate::eval::{EvalReport, Predict, evaluate};
+use crate::policy::ActorCritic;
+use crate::ppo::{CHECKPOINT_KIND, Ppo, PpoConfig, UpdateStats};
+
+/// The learner's checkpoint inside a run directory.
+const LEARNER_FILE: &str = "learner.safetensors";
+const TRAINER: &str = "on_policy";
+
+/// On-policy training with PPO: `run.n_envs` environments stepped by a collector that
+/// holds a copy of the policy, one rollout of `n_steps` steps per environment, reward
+/// scaling (if configured) and a PPO update, then the learner's weights, normaliser
+/// statistics and sampling generator copied into the collector's policy (the trainer
+/// does this; nothing for the caller to keep in step).
+///
+/// `ppo.n_envs` must equal `run.n_envs` (both say how many environments there are; the
+/// trainer refuses a disagreement rather than pick one).
+///
+/// ```
+/// use rl_algos::trainer::{Goal, OnPolicyTrainer, RunConfig};
+/// use rl_algos::{CategoricalPolicy, PolicyConfig, PpoConfig};
+/// use rl_envs::CartPole;
+///
+/// let policy = CategoricalPolicy::for_env(&CartPole::new(0), PolicyConfig::new(), 0)?;
+/// let ppo = PpoConfig { n_envs: 4, n_steps: 32, ..PpoConfig::new() };
+/// let run = RunConfig { n_envs: 4, goal: Some(Goal::TrainingReturn { mean_return: 475.0, window: 20 }), ..RunConfig::new(1_024) };
+/// let mut trainer = OnPolicyTrainer::new(CartPole::new, policy, ppo, run)?;
+/// let summary = trainer.train(&mut ())?;
+/// assert_eq!(summary.total_env_steps, 1_024);
+/// # Ok::<(), rl_algos::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct OnPolicyTrainer<E, P>
+where
+    E: Env<Obs = f32>,
+    P: ActorCritic<Act = E::Act>,
+{
+    run: RunConfig,
+    ppo: Ppo<P>,
+    collector: SyncCollector<E, P>,
+    rollout: RolloutBuffer,
+    eval_env: E,
+    plan: MemoryPlan,
+    steps_before: u64,
+    last_eval_steps: u64,
+    last_stats: Option<UpdateStats>,
+}
+
+impl<E, P> OnPolicyTrainer<E, P>
+where
+    E: Env<Obs = f32>,
+    E::Act: RandomAction,
+    P: ActorCritic<Act = E::Act> + Predict + Clone,
+{
+    /// A new run: `make_env(seed)` builds each training environment and the evaluation
+    /// environment; `policy` is trained with `ppo`. The plan (rollout, learner,
+    /// collector, the collector's weight copy) is checked against `run.budget` before
+    /// the rollout buffer is allocated.
+    ///
+    /// # Errors
+    /// An invalid configuration, `ppo.n_envs != run.n_envs`, a plan over the budget,
+    /// environments that do not fit the policy.
+    pub fn new(
+        make_env: impl FnMut(u64) -> E,
+        policy: P,
+        ppo: PpoConfig,
+        run: RunConfig,
+    ) -> Result<Self> {
+        Self::build(make_env, policy, ppo, run, None)
+    }
+
+    /// Continues the run saved in `dir`: learner (weights, optimiser, schedules,
+    /// normalisers, generators) and counters. `policy` and `ppo` must be built as the
+    /// saved ones were; `run` must keep the seed and the number of environments. The
+    /// environments start new episodes.
+    ///
+    /// # Errors
+    /// A directory of another run ([`Error::CheckpointMismatch`]), missing or corrupt
+    /// files, and the errors of [`OnPolicyTrainer::new`].
+    pub fn resume(
+        dir: &Path,
+        make_env: impl FnMut(u64) -> E,
+        policy: P,
+        ppo: PpoConfig,
+        run: RunConfig,
+    ) -> Result<Self> {
+        let counters = RunCounters::load(dir)?;
+        counters.check(TRAINER, CHECKPOINT_KIND, &run)?;
+        Self::build(make_env, policy, ppo, run, Some((dir, counters)))
+    }
+
+    fn build(
+        mut make_env: impl FnMut(u64) -> E,
+        policy: P,
+        config: PpoConfig,
+        run: RunConfig,
+        resume: Option<(&Path, RunCounters)>,
+    ) -> Result<Self> {
+        run.validate()?;
+        if config.n_envs != run.n_envs {
+            return Err(Error::config(
+                "ppo.n_envs",
+                format!(
+                    "is {} but run.n_envs is {}: give both the number of environments",
+                    config.n_envs, run.n_envs
+                ),
+            ));
+        }
+        let mut ppo = Ppo::new(policy.clone(), config)?;
+        let (steps_before, last_eval_steps) = match &resume {
+            Some((dir, counters)) => {
+                ppo.load(dir.join(LEARNER_FILE))?;
+                (counters.env_steps, counters.last_eval_steps)
+            }
+            None => (0, 0),
+        };
+        let rollout_config = ppo.rollout_config();
+        let mut plan = MemoryPlan::new();
+        plan.nest("rollout", &RolloutBuffer::plan(&rollout_config)?);
+        plan.nest("learner", &ppo.memory_plan());
+        let params: usize = ppo.adams().iter().map(|a| a.num_params()).sum();
+        plan.add(
+            "policy/weights (collector copy)",
+            Location::Ram,
+            (params * size_of::<f32>()) as u64,
+        );
+        if let Some(budget) = &run.budget {
+            plan.check(budget)?;
+        }
+        let rollout = RolloutBuffer::new(rollout_config)?;
+        let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
+        let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
+        let mut collector = SyncCollector::new(
+            envs,
+            policy,
+            CollectorConfig {
+                seed: run.seed.wrapping_add(steps_before),
+                stats_window: run.window(),
+                ..CollectorConfig::new(run.n_envs)
+            },
+        )?;
+        // The learner's policy may carry state the fresh copy lacks (a normaliser added
+        // by `Ppo::new`, restored weights and generator).
+        ppo.copy_policy_into(collector.policy_mut())?;
+        if resume.is_some() {
+            let sampling = ppo.policy().sampling_state();
+            collector.policy_mut().set_sampling_state(sampling);
+        }
+        plan.nest("collector", &collector.memory_plan());
+        Ok(Self {
+            run,
+            ppo,
+            collector,
+            rollout,
+            eval_env,
+            plan,
+            steps_before,
+            last_eval_steps,
+            last_stats: None,
+        })
+    }
+
+    /// The whole run's memory plan.
+    pub fn memory_plan(&self) -> &MemoryPlan {
+        &self.plan
+    }
+
+    /// The PPO learner.
+    pub fn ppo(&self) -> &Ppo<P> {
+        &self.ppo
+    }
+
+    /// The policy being trained (the learner's copy).
+    pub fn policy(&self) -> &P {
+        self.ppo.policy()
+    }
+
+    /// The collector's copy of the policy, mutably (acts like the learner's: the
+    /// trainer copies weights after every update). Use it to evaluate or predict.
+    pub fn policy_mut(&mut self) -> &mut P {
+        self.collector.policy_mut()
+    }
+
+    /// The loop settings.
+    pub fn run_config(&self) -> &RunConfig {
+        &self.run
+    }
+
+    /// Runs `episodes` deterministic episodes on the evaluation environment: the
+    /// episodes a scheduled evaluation of that many episodes runs, so a policy that
+    /// did not change scores the same.
+    ///
+    /// # Errors
+    /// `episodes == 0`; environment and policy errors.
+    pub fn evaluate(&mut self, episodes: usize) -> Result<EvalReport> {
+        let mut schedule = self.run.eval.unwrap_or(EvalSchedule::new(1, episodes));
+        schedule.episodes = episodes;
+        let config = self.run.eval_config(&schedule);
+        evaluate(&mut self.eval_env, self.collector.policy_mut(), &config)
+    }
+
+    /// Env steps over the run's life.
+    pub fn env_steps(&self) -> u64 {
+        self.steps_before + self.collector.frames()
+    }
+
+    /// Runs until the goal, the budget or a callback stops it. The goal is checked after
+    /// each rollout, before its update.
+    ///
+    /// # Errors
+    /// Environment, policy and learner errors ([`Error::Diverged`] ...).
+    pub fn train(&mut self, callback: &mut dyn Callback<UpdateStats>) -> Result<TrainSummary> {
+        let run = self.run.clone();
+        let mut clock = Clock::start(self.env_steps(), self.last_eval_steps);
+        let episodes_before = self.collector.stats().episodes();
+        while self.env_steps() < run.total_steps && clock.stop.is_none() {
+            self.rollout.clear();
+            self.collector.collect_rollout(&mut self.rollout)?;
+            let steps = self.env_steps();
+            let stats = self.collector.stats();
+            clock.check_training_goal(&run, steps, stats.window_len(), stats.mean_return());
+            if clock.stop.is_some() || steps >= run.total_steps {
+                break;
+            }
+            // Scales the rewards when configured; the episode statistics above were
+            // taken from the raw rewards.
+            self.ppo.normalize_rewards(&mut self.rollout)?;
+            self.last_stats = Some(self.ppo.update(&self.rollout)?);
+            self.ppo.copy_policy_into(self.collector.policy_mut())?;
+            if let Some(schedule) = clock.eval_due(&run, steps) {
+                let report = evaluate(
+                    &mut self.eval_env,
+                    self.collector.policy_mut(),
+                    &run.eval_config(&schedule),
+                )?;
+                clock.evaluated(&run, steps, report, callback);
+            }
+            if clock.save_due(&run, steps) {
+                self.save_scheduled(&mut clock, callback)?;
+            }
+            let progress = self.progress(&clock);
+            if callback.on_progress(&progress) == Control::Stop {
+                clock.stop.get_or_insert(run::StopReason::Callback);
+            }
+        }
+        self.last_eval_steps = clock.last_eval_steps;
+        if run.checkpoint.is_some() {
+            self.save_scheduled(&mut clock, callback)?;
+        }
+        let stats = self.collector.stats();
+        Ok(clock.summary(
+            self.env_steps(),
+            self.ppo.updates(),
+            stats.mean_return(),
+            stats.window_len(),
+            stats.episodes() - episodes_before,
+            self.plan.total(Location::Ram),
+        ))
+    }
+
+    fn progress(&self, clock: &Clock) -> Progress<'_, UpdateStats> {
+        let stats = self.collector.stats();
+        let steps = self.env_steps();
+        Progress {
+            env_steps: steps,
+            updates: self.ppo.updates(),
+            episodes: stats.episodes(),
+            mean_return: stats.mean_return(),
+            wall_s: clock.elapsed(),
+            steps_per_s: clock.steps_per_s(steps),
+            rss_bytes: run::rss_now(),
+            stats: self.last_stats.as_ref(),
+        }
+    }
+
+    fn save_scheduled(
+        &mut self,
+        clock: &mut Clock,
+        callback: &mut dyn Callback<UpdateStats>,
+    ) -> Result<()> {
+        let steps = self.env_steps();
+        self.last_eval_steps = clock.last_eval_steps;
+        if let Some(schedule) = self.run.checkpoint.clone() {
+            self.save(&schedule.dir)?;
+            clock.saved(steps);
+            callback.on_checkpoint(steps, &schedule.dir);
+        }
+        Ok(())
+    }
+
+    /// Saves the run into `dir` (learner with the collector's sampling generator, and the
+    /// counters), replacing what was there only once the new directory is whole.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn save(&mut self, dir: &Path) -> Result<()> {
+        let sampling = self.collector.policy().sampling_state();
+        self.ppo.policy_mut().set_sampling_state(sampling);
+        let counters = RunCounters {
+            trainer: TRAINER.to_owned(),
+            learner: CHECKPOINT_KIND.to_owned(),
+            env_steps: self.env_steps(),
+            updates: self.ppo.updates(),
+            last_eval_steps: self.last_eval_steps,
+            run: self.run.clone(),
+        };
+        let ppo = &self.ppo;
+        run::save_dir(dir, |partial| {
+            ppo.save(partial.join(LEARNER_FILE))?;
+            run::write_counters(partial, &counters)
+        })
+    }
+}

@@ -1,0 +1,592 @@
+//! What both trainers share: the loop's settings, callbacks, the summary, the run
+//! directory's counters, and the bookkeeping of goals, evaluations and checkpoints.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rl_core::{MemoryBudget, ProcessMemory};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::eval::{EvalConfig, EvalReport};
+
+/// The file of a run directory that holds the loop's counters ([`RunCounters`]).
+pub const RUN_FILE: &str = "run.json";
+
+/// When a run counts as solved, and stops (unless [`RunConfig::stop_at_goal`] is off).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Goal {
+    /// The mean return of the last `window` training episodes reaches `mean_return`.
+    TrainingReturn {
+        /// The mean return to reach (inclusive).
+        mean_return: f32,
+        /// Training episodes averaged; the goal is not checked before that many ended.
+        window: usize,
+    },
+    /// A scheduled deterministic evaluation ([`RunConfig::eval`]) reaches `mean_return`.
+    EvalReturn {
+        /// The mean evaluation return to reach (inclusive).
+        mean_return: f32,
+    },
+}
+
+/// Deterministic evaluation on a separate environment every `every_steps` env steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvalSchedule {
+    /// Env steps between evaluations (at least 1); the first comes after `every_steps`.
+    pub every_steps: u64,
+    /// Episodes per evaluation (at least 1), reset with seeds `eval seed + i`.
+    pub episodes: usize,
+    /// An evaluation episode longer than this is cut. Default 100 000.
+    pub max_episode_steps: u64,
+}
+
+impl EvalSchedule {
+    /// `episodes` episodes every `every_steps` env steps.
+    pub fn new(every_steps: u64, episodes: usize) -> Self {
+        Self {
+            every_steps,
+            episodes,
+            max_episode_steps: EvalConfig::default().max_episode_steps,
+        }
+    }
+}
+
+/// Where and how often a run saves itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointSchedule {
+    /// The run directory. A save writes a sibling `<dir>.partial` completely, then swaps
+    /// it in, so a crash mid-save leaves the previous checkpoint whole.
+    pub dir: PathBuf,
+    /// Env steps between saves (`None`: only at the end of `train`).
+    pub every_steps: Option<u64>,
+}
+
+/// The loop's settings, shared by both trainers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// Env steps to take in all (all environments together), counted over the run's life:
+    /// a resumed run continues towards the same total.
+    pub total_steps: u64,
+    /// Seed of the run: training environment `i` is built by `make_env(seed * 1000 + i)`
+    /// and first reset with `seed + i`, the evaluation environment is built by
+    /// `make_env(seed * 1000 + 500)` and its episode `j` reset with
+    /// `seed * 1000 + 500 + j`; random warm-up actions and the replay sampler are seeded
+    /// from it too.
+    pub seed: u64,
+    /// Environments stepped together. Default 1.
+    pub n_envs: usize,
+    /// When the run is solved (`None`: never, run the whole budget).
+    pub goal: Option<Goal>,
+    /// Stop when the goal is reached (default true); otherwise only note when.
+    pub stop_at_goal: bool,
+    /// Training episodes averaged in progress reports. Default 100.
+    pub stats_window: usize,
+    /// Scheduled deterministic evaluations (`None`: none).
+    pub eval: Option<EvalSchedule>,
+    /// Saving the run (`None`: never).
+    pub checkpoint: Option<CheckpointSchedule>,
+    /// Memory the run's plan must fit in, checked before the buffer is allocated
+    /// (`None`: no check).
+    pub budget: Option<MemoryBudget>,
+}
+
+impl RunConfig {
+    /// A run of `total_steps` env steps with seed 0, one environment, no goal,
+    /// evaluation, checkpoint or budget.
+    pub fn new(total_steps: u64) -> Self {
+        Self {
+            total_steps,
+            seed: 0,
+            n_envs: 1,
+            goal: None,
+            stop_at_goal: true,
+            stats_window: 100,
+            eval: None,
+            checkpoint: None,
+            budget: None,
+        }
+    }
+
+    /// Checks every field; the error names the first invalid one.
+    ///
+    /// # Errors
+    /// [`Error::Config`].
+    pub fn validate(&self) -> Result<()> {
+        if self.total_steps == 0 {
+            return Err(Error::config("run.total_steps", "is 0: use at least 1"));
+        }
+        if self.n_envs == 0 {
+            return Err(Error::config("run.n_envs", "is 0: use at least 1"));
+        }
+        if self.stats_window == 0 {
+            return Err(Error::config("run.stats_window", "is 0: use at least 1"));
+        }
+        match self.goal {
+            Some(Goal::TrainingReturn {
+                mean_return,
+                window,
+            }) if window == 0 || !mean_return.is_finite() => {
+                return Err(Error::config(
+                    "run.goal",
+                    format!(
+                        "is a mean return of {mean_return} over {window} episodes: use a finite return and at least 1 episode"
+                    ),
+                ));
+            }
+            Some(Goal::EvalReturn { mean_return })
+                if self.eval.is_none() || !mean_return.is_finite() =>
+            {
+                return Err(Error::config(
+                    "run.goal",
+                    format!(
+                        "is an evaluation return of {mean_return}: it needs a finite return and run.eval set"
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        if let Some(eval) = &self.eval
+            && (eval.every_steps == 0 || eval.episodes == 0 || eval.max_episode_steps == 0)
+        {
+            return Err(Error::config(
+                "run.eval",
+                format!(
+                    "is every {} steps, {} episodes, at most {} steps each: all three must be at least 1",
+                    eval.every_steps, eval.episodes, eval.max_episode_steps
+                ),
+            ));
+        }
+        if let Some(checkpoint) = &self.checkpoint {
+            if checkpoint.every_steps == Some(0) {
+                return Err(Error::config(
+                    "run.checkpoint.every_steps",
+                    "is 0: use at least 1, or None to save only at the end",
+                ));
+            }
+            if checkpoint.dir.as_os_str().is_empty() {
+                return Err(Error::config(
+                    "run.checkpoint.dir",
+                    "is empty: name a folder",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The episodes averaged for progress and for a training-return goal.
+    pub(crate) fn window(&self) -> usize {
+        match self.goal {
+            Some(Goal::TrainingReturn { window, .. }) => window,
+            _ => self.stats_window,
+        }
+    }
+
+    /// The first reset seed of training environment `i`.
+    pub(crate) fn env_seed(&self, i: usize) -> u64 {
+        self.seed.wrapping_mul(1000).wrapping_add(i as u64)
+    }
+
+    /// The evaluation settings of one scheduled evaluation.
+    pub(crate) fn eval_config(&self, schedule: &EvalSchedule) -> EvalConfig {
+        EvalConfig {
+            episodes: schedule.episodes,
+            seed: self.seed.wrapping_mul(1000).wrapping_add(500),
+            max_episode_steps: schedule.max_episode_steps,
+        }
+    }
+}
+
+/// Whether the loop goes on after a callback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Go on.
+    Continue,
+    /// Stop after this iteration (the summary says [`StopReason::Callback`]).
+    Stop,
+}
+
+/// The state of a run after one iteration (a collection and its updates).
+#[derive(Clone, Copy, Debug)]
+pub struct Progress<'a, S> {
+    /// Env steps so far, over the run's life.
+    pub env_steps: u64,
+    /// Gradient steps (off-policy) or PPO updates (on-policy) so far.
+    pub updates: u64,
+    /// Training episodes ended so far in this process.
+    pub episodes: u64,
+    /// Mean return of the last training episodes (`None` before the first ends).
+    pub mean_return: Option<f32>,
+    /// Seconds since `train` started.
+    pub wall_s: f64,
+    /// Env steps per second in this `train` call.
+    pub steps_per_s: f64,
+    /// Resident memory now (`None` where the platform has no reading).
+    pub rss_bytes: Option<u64>,
+    /// What the last update measured (`None` before the first).
+    pub stats: Option<&'a S>,
+}
+
+/// Hooks a run calls. Every method has a default that does nothing, so a callback
+/// implements only what it needs; `()` is the callback that does nothing at all.
+pub trait Callback<S> {
+    /// After every iteration.
+    fn on_progress(&mut self, _progress: &Progress<'_, S>) -> Control {
+        Control::Continue
+    }
+
+    /// After every scheduled evaluation.
+    fn on_eval(&mut self, _env_steps: u64, _report: &EvalReport) -> Control {
+        Control::Continue
+    }
+
+    /// After the run was saved into `dir`.
+    fn on_checkpoint(&mut self, _env_steps: u64, _dir: &Path) {}
+}
+
+impl<S> Callback<S> for () {}
+
+/// A callback that prints a progress line to stderr at most every `interval_s`
+/// seconds (steps, steps/s, mean return, episodes, resident memory, the last update's
+/// statistics as JSON), every evaluation and every save.
+#[derive(Debug)]
+pub struct ProgressLog {
+    interval_s: f64,
+    last: Option<Instant>,
+}
+
+impl ProgressLog {
+    /// Prints at most every `interval_s` seconds.
+    pub fn every(interval_s: f64) -> Self {
+        Self {
+            interval_s,
+            last: None,
+        }
+    }
+}
+
+impl<S: Serialize> Callback<S> for ProgressLog {
+    fn on_progress(&mut self, p: &Progress<'_, S>) -> Control {
+        if self
+            .last
+            .is_some_and(|t| t.elapsed().as_secs_f64() < self.interval_s)
+        {
+            return Control::Continue;
+        }
+        self.last = Some(Instant::now());
+        let stats = p
+            .stats
+            .and_then(|s| serde_json::to_string(s).ok())
+            .unwrap_or_default();
+        eprintln!(
+            "steps {:>8}  {:>8.0} steps/s  mean return {:>8.2} ({} episodes)  updates {}  rss {}  {stats}",
+            p.env_steps,
+            p.steps_per_s,
+            p.mean_return.unwrap_or(f32::NAN),
+            p.episodes,
+            p.updates,
+            p.rss_bytes.map_or_else(
+                || "n/a".to_owned(),
+                |b| format!("{:.1} MiB", b as f64 / 1048576.0)
+            ),
+        );
+        Control::Continue
+    }
+
+    fn on_eval(&mut self, env_steps: u64, r: &EvalReport) -> Control {
+        eprintln!(
+            "eval at {env_steps} steps: mean return {:.2} ± {:.2} over {} episodes (min {:.1}, max {:.1}, mean length {:.1})",
+            r.mean_return, r.std_return, r.episodes, r.min_return, r.max_return, r.mean_length
+        );
+        Control::Continue
+    }
+
+    fn on_checkpoint(&mut self, env_steps: u64, dir: &Path) {
+        eprintln!("saved the run at {env_steps} steps into {}", dir.display());
+    }
+}
+
+/// Why `train` returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The goal was reached (and [`RunConfig::stop_at_goal`] is on).
+    Goal,
+    /// [`RunConfig::total_steps`] were taken.
+    Budget,
+    /// A callback returned [`Control::Stop`].
+    Callback,
+}
+
+/// What a run did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainSummary {
+    /// Whether the goal was reached.
+    pub solved: bool,
+    /// Env steps at the goal, or at the end when it was not reached.
+    pub env_steps: u64,
+    /// Seconds of this `train` call at the goal, or at the end.
+    pub wall_s: f64,
+    /// Env steps over the run's life at the end.
+    pub total_env_steps: u64,
+    /// Seconds of this `train` call.
+    pub total_wall_s: f64,
+    /// Gradient steps (off-policy) or PPO updates (on-policy) over the run's life.
+    pub updates: u64,
+    /// Mean return of the last training episodes.
+    pub mean_return: Option<f32>,
+    /// Training episodes in that mean.
+    pub window: usize,
+    /// Training episodes ended in this `train` call.
+    pub episodes: u64,
+    /// The last scheduled evaluation.
+    pub last_eval: Option<EvalReport>,
+    /// Bytes of host memory the plan holds.
+    pub planned_bytes: u64,
+    /// Peak resident memory of the process (`None` where the platform has no reading).
+    pub peak_rss_bytes: Option<u64>,
+    /// Why the run returned.
+    pub stopped_by: StopReason,
+}
+
+/// The counters a run directory holds besides the learner and the buffer
+/// ([`RUN_FILE`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunCounters {
+    /// Which trainer wrote it: `"off_policy"` or `"on_policy"`.
+    pub trainer: String,
+    /// The learner's checkpoint kind.
+    pub learner: String,
+    /// Env steps over the run's life.
+    pub env_steps: u64,
+    /// Gradient steps or updates over the run's life.
+    pub updates: u64,
+    /// Env steps at the last scheduled evaluation.
+    pub last_eval_steps: u64,
+    /// The loop settings of the run (a resumed run may change the budget, the goal and
+    /// the cadences, not the seed or the number of environments).
+    pub run: RunConfig,
+}
+
+impl RunCounters {
+    /// Reads `dir/run.json`.
+    pub(crate) fn load(dir: &Path) -> Result<Self> {
+        let path = dir.join(RUN_FILE);
+        let text = std::fs::read(&path).map_err(|e| {
+            Error::config(
+                "resume",
+                format!(
+                    "cannot read {}: {e}: resume from a directory a trainer saved",
+                    path.display()
+                ),
+            )
+        })?;
+        serde_json::from_slice(&text)
+            .map_err(|e| Error::config("resume", format!("{} does not parse: {e}", path.display())))
+    }
+
+    /// Checks that a run of `trainer` with `learner` and `run` settings may continue
+    /// from these counters.
+    pub(crate) fn check(&self, trainer: &str, learner: &str, run: &RunConfig) -> Result<()> {
+        let pairs = [
+            ("trainer", self.trainer.clone(), trainer.to_owned()),
+            ("learner", self.learner.clone(), learner.to_owned()),
+            ("run.seed", self.run.seed.to_string(), run.seed.to_string()),
+            (
+                "run.n_envs",
+                self.run.n_envs.to_string(),
+                run.n_envs.to_string(),
+            ),
+        ];
+        for (what, saved, now) in pairs {
+            if saved != now {
+                return Err(Error::CheckpointMismatch {
+                    what: what.to_owned(),
+                    expected: now,
+                    actual: saved,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Saves a run directory through `write` into `<dir>.partial`, then swaps it in for
+/// `dir`: a crash leaves either the old directory or the new one whole.
+pub(crate) fn save_dir(dir: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let io = |what: &str, path: &Path, e: std::io::Error| {
+        Error::config("checkpoint", format!("{what} {}: {e}", path.display()))
+    };
+    let partial = sibling(dir, "partial");
+    let old = sibling(dir, "old");
+    for stale in [&partial, &old] {
+        if stale.exists() {
+            std::fs::remove_dir_all(stale).map_err(|e| io("removing", stale, e))?;
+        }
+    }
+    std::fs::create_dir_all(&partial).map_err(|e| io("creating", &partial, e))?;
+    write(&partial)?;
+    if dir.exists() {
+        std::fs::rename(dir, &old).map_err(|e| io("moving aside", dir, e))?;
+    }
+    std::fs::rename(&partial, dir).map_err(|e| io("renaming into place", &partial, e))?;
+    if old.exists() {
+        std::fs::remove_dir_all(&old).map_err(|e| io("removing", &old, e))?;
+    }
+    Ok(())
+}
+
+fn sibling(dir: &Path, suffix: &str) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{suffix}"));
+    dir.with_file_name(name)
+}
+
+/// Writes `counters` as `dir/run.json`.
+pub(crate) fn write_counters(dir: &Path, counters: &RunCounters) -> Result<()> {
+    let text = serde_json::to_vec_pretty(counters)
+        .map_err(|e| Error::config("checkpoint", format!("run counters: {e}")))?;
+    let path = dir.join(RUN_FILE);
+    std::fs::write(&path, text)
+        .map_err(|e| Error::config("checkpoint", format!("writing {}: {e}", path.display())))
+}
+
+/// The bookkeeping of one `train` call: time, goal, evaluation and checkpoint cadence.
+#[derive(Debug)]
+pub(crate) struct Clock {
+    start: Instant,
+    start_steps: u64,
+    pub(crate) solved_at: Option<(u64, f64)>,
+    pub(crate) last_eval_steps: u64,
+    pub(crate) last_eval: Option<EvalReport>,
+    last_save_steps: u64,
+    pub(crate) stop: Option<StopReason>,
+}
+
+impl Clock {
+    pub(crate) fn start(env_steps: u64, last_eval_steps: u64) -> Self {
+        Self {
+            start: Instant::now(),
+            start_steps: env_steps,
+            solved_at: None,
+            last_eval_steps,
+            last_eval: None,
+            last_save_steps: env_steps,
+            stop: None,
+        }
+    }
+
+    pub(crate) fn elapsed(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    pub(crate) fn steps_per_s(&self, env_steps: u64) -> f64 {
+        (env_steps - self.start_steps) as f64 / self.elapsed().max(1e-9)
+    }
+
+    /// Notes that the goal was reached at `env_steps` (the first time only) and stops if
+    /// the run stops at its goal.
+    pub(crate) fn reached(&mut self, run: &RunConfig, env_steps: u64) {
+        if self.solved_at.is_none() {
+            self.solved_at = Some((env_steps, self.elapsed()));
+            if run.stop_at_goal {
+                self.stop = Some(StopReason::Goal);
+            }
+        }
+    }
+
+    /// Checks a training-return goal.
+    pub(crate) fn check_training_goal(
+        &mut self,
+        run: &RunConfig,
+        env_steps: u64,
+        window_len: usize,
+        mean_return: Option<f32>,
+    ) {
+        if let Some(Goal::TrainingReturn {
+            mean_return: goal,
+            window,
+        }) = run.goal
+            && window_len >= window
+            && mean_return.is_some_and(|m| m >= goal)
+        {
+            self.reached(run, env_steps);
+        }
+    }
+
+    /// Whether a scheduled evaluation is due at `env_steps`.
+    pub(crate) fn eval_due(&self, run: &RunConfig, env_steps: u64) -> Option<EvalSchedule> {
+        run.eval
+            .filter(|e| env_steps >= self.last_eval_steps.saturating_add(e.every_steps))
+    }
+
+    /// Records an evaluation; checks an evaluation goal and the callback's answer.
+    pub(crate) fn evaluated<S>(
+        &mut self,
+        run: &RunConfig,
+        env_steps: u64,
+        report: EvalReport,
+        callback: &mut dyn Callback<S>,
+    ) {
+        self.last_eval_steps = env_steps;
+        self.last_eval = Some(report);
+        if callback.on_eval(env_steps, &report) == Control::Stop {
+            self.stop.get_or_insert(StopReason::Callback);
+        }
+        if let Some(Goal::EvalReturn { mean_return }) = run.goal
+            && report.mean_return >= f64::from(mean_return)
+        {
+            self.reached(run, env_steps);
+        }
+    }
+
+    /// Whether a scheduled save is due at `env_steps`.
+    pub(crate) fn save_due(&self, run: &RunConfig, env_steps: u64) -> bool {
+        run.checkpoint
+            .as_ref()
+            .and_then(|c| c.every_steps)
+            .is_some_and(|every| env_steps >= self.last_save_steps.saturating_add(every))
+    }
+
+    pub(crate) fn saved(&mut self, env_steps: u64) {
+        self.last_save_steps = env_steps;
+    }
+
+    /// The summary at the end of `train`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the summary's fields, named at the call"
+    )]
+    pub(crate) fn summary(
+        &self,
+        env_steps: u64,
+        updates: u64,
+        mean_return: Option<f32>,
+        window: usize,
+        episodes: u64,
+        planned_bytes: u64,
+    ) -> TrainSummary {
+        let total_wall_s = self.elapsed();
+        let (at_steps, at_s) = self.solved_at.unwrap_or((env_steps, total_wall_s));
+        TrainSummary {
+            solved: self.solved_at.is_some(),
+            env_steps: at_steps,
+            wall_s: at_s,
+            total_env_steps: env_steps,
+            total_wall_s,
+            updates,
+            mean_return,
+            window,
+            episodes,
+            last_eval: self.last_eval,
+            planned_bytes,
+            peak_rss_bytes: ProcessMemory::read().ok().map(|m| m.peak_rss_bytes),
+            stopped_by: self.stop.unwrap_or(StopReason::Budget),
+        }
+    }
+}
+
+/// Resident memory now, where the platform has a reading.
+pub(crate) fn rss_now() -> Option<u64> {
+    ProcessMemory::read().ok().map(|m| m.rss_bytes)
+}
