@@ -4,7 +4,7 @@
 //! and a typed [`TrainSummary`].
 //!
 //! - [`OffPolicyTrainer`] drives any [`OffPolicyLearner`] ([`crate::Sac`],
-//!   [`crate::DiscreteSac`], [`crate::Dqn`]) over a replay buffer: random actions for the
+//!   [`crate::DiscreteSac`], DQN) over a replay buffer: random actions for the
 //!   first `learning_starts` steps, then `gradient_steps` updates every `train_freq`
 //!   collector steps, with uniform or prioritized sampling. The learner is the
 //!   collector's policy, so every update reaches the next action without a copy.

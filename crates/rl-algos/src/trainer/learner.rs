@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use crate::error::Result;
 use crate::eval::Predict;
 
-/// An off-policy learner ([`crate::Sac`], [`crate::DiscreteSac`], [`crate::Dqn`]): it is
+/// An off-policy learner ([`crate::Sac`], [`crate::DiscreteSac`], DQN): it is
 /// the collector's [`rl_collect::Policy`] (so new weights reach the collector without a
 /// copy), reads batches of the replay columns it names, and saves itself in the one
 /// checkpoint layout of `rl-nn`.

@@ -13,7 +13,8 @@ use super::run::{
 use crate::error::{Error, Result};
 use crate::eval::{EvalReport, Predict, evaluate};
 use crate::policy::ActorCritic;
-use crate::ppo::{CHECKPOINT_KIND, Ppo, PpoConfig, UpdateStats};
+use crate::ppo::{CHECKPOINT_KIND, Ppo, PpoConfig, PpoState, UpdateStats};
+use rl_nn::Checkpoint;
 
 /// The learner's checkpoint inside a run directory.
 const LEARNER_FILE: &str = "learner.safetensors";
@@ -217,7 +218,8 @@ where
     }
 
     /// Runs until the goal, the budget or a callback stops it. The goal is checked after
-    /// each rollout, before its update.
+    /// each rollout, before its update (a solved run ends on the policy that solved it);
+    /// the last rollout of the budget is learned from, as Stable-Baselines3 does.
     ///
     /// # Errors
     /// Environment, policy and learner errors ([`Error::Diverged`] ...).
@@ -231,7 +233,7 @@ where
             let steps = self.env_steps();
             let stats = self.collector.stats();
             clock.check_training_goal(&run, steps, stats.window_len(), stats.mean_return());
-            if clock.stop.is_some() || steps >= run.total_steps {
+            if clock.stop.is_some() {
                 break;
             }
             // Scales the rewards when configured; the episode statistics above were
@@ -300,14 +302,25 @@ where
         Ok(())
     }
 
+    /// The learner's whole state, with the sampling generator of the collector's copy
+    /// (the one that draws the actions).
+    pub fn checkpoint(&mut self) -> Checkpoint<PpoState> {
+        self.sync_sampling();
+        self.ppo.checkpoint()
+    }
+
+    fn sync_sampling(&mut self) {
+        let sampling = self.collector.policy().sampling_state();
+        self.ppo.policy_mut().set_sampling_state(sampling);
+    }
+
     /// Saves the run into `dir` (learner with the collector's sampling generator, and the
     /// counters), replacing what was there only once the new directory is whole.
     ///
     /// # Errors
     /// I/O errors.
     pub fn save(&mut self, dir: &Path) -> Result<()> {
-        let sampling = self.collector.policy().sampling_state();
-        self.ppo.policy_mut().set_sampling_state(sampling);
+        self.sync_sampling();
         let counters = RunCounters {
             trainer: TRAINER.to_owned(),
             learner: CHECKPOINT_KIND.to_owned(),
