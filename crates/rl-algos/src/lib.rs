@@ -1,5 +1,5 @@
 //! Learning algorithms with bounded memory, every network on `rl-nn`: PPO, SAC
-//! (continuous and discrete).
+//! (continuous and discrete), DQN.
 //!
 //! **Status:** PPO and SAC (continuous and discrete) are complete; the `ppo_cartpole`,
 //! `ppo_pendulum`, `sac_pendulum` and `sac_large_actions` examples train them end to end.
@@ -32,17 +32,25 @@
 //!   output per action ([`DiscreteSac::with_index`]), optionally with per-state action
 //!   masks ([`DiscreteSac::with_action_masks`]). Both trainers are the collector's
 //!   `Policy` and a [`SacTrainer`], and report [`SacStats`].
+//! - [`Dqn`]: deep Q-learning with Stable-Baselines3's semantics (Huber loss on the TD
+//!   error, gradient-norm clipping, epsilon-greedy exploration on a linear
+//!   [`EpsilonSchedule`], truncation bootstraps) plus double Q-learning (on by default),
+//!   hard or polyak target updates ([`TargetUpdate`]), importance-weighted losses and
+//!   new priorities for prioritized replay, configured by [`DqnConfig`]
+//!   ([`DqnConfig::rl_zoo_cartpole`] holds rl-zoo's tuned CartPole settings), reporting
+//!   [`DqnStats`].
 //! - Checkpoints: every trainer writes the one layout of `rl-nn` ([`Checkpoint`]: named
 //!   networks with their weights and Adam states, plus the trainer's typed state, in a
-//!   safetensors file), of kind [`PPO_CHECKPOINT_KIND`], [`SAC_CHECKPOINT_KIND`] or
-//!   [`DISCRETE_SAC_CHECKPOINT_KIND`]; architectures are typed values
-//!   ([`PolicyArchitecture`], [`SacArchitecture`]).
+//!   safetensors file), of kind [`PPO_CHECKPOINT_KIND`], [`SAC_CHECKPOINT_KIND`],
+//!   [`DISCRETE_SAC_CHECKPOINT_KIND`] or [`DQN_CHECKPOINT_KIND`]; architectures are typed
+//!   values ([`PolicyArchitecture`], [`SacArchitecture`], [`DqnArchitecture`]).
 //! - Evaluation: [`evaluate`] runs whole episodes with a policy acting deterministically
 //!   and returns an [`EvalReport`] (mean, std, min, max of returns and lengths);
 //!   [`Predict::predict`] gives the most likely action for observations. Both work on
 //!   every trained policy, fresh or restored from a checkpoint.
 //! - [`Error`], [`Result`]: the crate's error type.
 
+mod dqn;
 mod error;
 mod eval;
 mod policy;
@@ -50,6 +58,10 @@ mod ppo;
 mod sac;
 pub mod trainer;
 
+pub use dqn::{
+    CHECKPOINT_KIND as DQN_CHECKPOINT_KIND, Dqn, DqnArchitecture, DqnConfig, DqnState, DqnStats,
+    EpsilonSchedule, TargetUpdate,
+};
 pub use error::{Error, Result};
 pub use eval::{EvalConfig, EvalReport, Predict, evaluate};
 pub use policy::{
