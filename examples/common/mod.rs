@@ -15,10 +15,14 @@ use rl::algos::{Activation, ActorCritic, EvalReport, PolicyConfig, PpoConfig, Pr
 use rl::collect::RandomAction;
 use rl::core::{Env, MemoryBudget};
 
-/// The run flags of every training example; `MAX_STEPS` and `EVAL_EVERY` are the
-/// example's defaults.
+/// The run flags of every training example; `MAX_STEPS`, `EVAL_EVERY` and
+/// `EVAL_EPISODES` are the example's defaults.
 #[derive(Debug, clap::Args)]
-pub(crate) struct RunFlags<const MAX_STEPS: u64, const EVAL_EVERY: u64> {
+pub(crate) struct RunFlags<
+    const MAX_STEPS: u64,
+    const EVAL_EVERY: u64,
+    const EVAL_EPISODES: usize = 0,
+> {
     /// Seed of the environments, the networks, the sampling and the replay.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
@@ -36,14 +40,14 @@ pub(crate) struct RunFlags<const MAX_STEPS: u64, const EVAL_EVERY: u64> {
     pub(crate) resume: Option<PathBuf>,
     /// Episodes of each deterministic evaluation (0: none); the JSON line's
     /// eval_mean_return is the last one.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = EVAL_EPISODES)]
     pub(crate) eval_episodes: usize,
     /// Env steps between evaluations.
     #[arg(long, default_value_t = EVAL_EVERY)]
     pub(crate) eval_every: u64,
 }
 
-impl<const M: u64, const E: u64> RunFlags<M, E> {
+impl<const M: u64, const E: u64, const N: usize> RunFlags<M, E, N> {
     /// The library's loop settings for these flags.
     pub(crate) fn run_config(&self, n_envs: usize, goal: Goal, budget: Option<u64>) -> RunConfig {
         if self.threads > 1 {
