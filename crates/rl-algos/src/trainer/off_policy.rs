@@ -12,9 +12,7 @@ use rl_storage::{
 };
 
 use super::learner::OffPolicyLearner;
-use super::run::{
-    self, Callback, Clock, Control, EvalSchedule, Progress, RunConfig, RunCounters, TrainSummary,
-};
+use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
 use crate::error::{Error, Result};
 use crate::eval::{EvalReport, evaluate};
 
@@ -391,22 +389,23 @@ where
             if clock.save_due(&run, steps) {
                 self.save_scheduled(&mut clock, callback)?;
             }
-            let progress = self.progress(&clock);
-            if callback.on_progress(&progress) == Control::Stop {
-                clock.stop.get_or_insert(run::StopReason::Callback);
-            }
+            let progress = clock.progress(
+                self.env_steps(),
+                self.learner().updates(),
+                self.collector.stats(),
+                self.last_stats.as_ref(),
+            );
+            clock.report(callback, &progress);
         }
         self.last_eval_steps = clock.last_eval_steps;
         if run.checkpoint.is_some() {
             self.save_scheduled(&mut clock, callback)?;
         }
-        let stats = self.collector.stats();
         Ok(clock.summary(
             self.env_steps(),
             self.learner().updates(),
-            stats.mean_return(),
-            stats.window_len(),
-            stats.episodes() - episodes_before,
+            self.collector.stats(),
+            episodes_before,
             self.plan.total(Location::Ram),
         ))
     }
@@ -421,21 +420,6 @@ where
             sampler.update_priorities(self.batch.positions(), priorities)?;
         }
         Ok(())
-    }
-
-    fn progress(&self, clock: &Clock) -> Progress<'_, L::Stats> {
-        let stats = self.collector.stats();
-        let steps = self.env_steps();
-        Progress {
-            env_steps: steps,
-            updates: self.learner().updates(),
-            episodes: stats.episodes(),
-            mean_return: stats.mean_return(),
-            wall_s: clock.elapsed(),
-            steps_per_s: clock.steps_per_s(steps),
-            rss_bytes: run::rss_now(),
-            stats: self.last_stats.as_ref(),
-        }
     }
 
     fn save_scheduled(

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use rl_collect::EpisodeStats;
 use rl_core::{MemoryBudget, ProcessMemory};
 use serde::{Deserialize, Serialize};
 
@@ -552,20 +553,45 @@ impl Clock {
         self.last_save_steps = env_steps;
     }
 
-    /// The summary at the end of `train`.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "the summary's fields, named at the call"
-    )]
+    /// The state of the run after an iteration, for [`Callback::on_progress`].
+    pub(crate) fn progress<'a, S>(
+        &self,
+        env_steps: u64,
+        updates: u64,
+        episodes: &EpisodeStats,
+        stats: Option<&'a S>,
+    ) -> Progress<'a, S> {
+        Progress {
+            env_steps,
+            updates,
+            episodes: episodes.episodes(),
+            mean_return: episodes.mean_return(),
+            wall_s: self.elapsed(),
+            steps_per_s: self.steps_per_s(env_steps),
+            rss_bytes: ProcessMemory::read().ok().map(|m| m.rss_bytes),
+            stats,
+        }
+    }
+
+    /// Reports an iteration to `callback`; a [`Control::Stop`] ends the run.
+    pub(crate) fn report<S>(&mut self, callback: &mut dyn Callback<S>, progress: &Progress<'_, S>) {
+        if callback.on_progress(progress) == Control::Stop {
+            self.stop.get_or_insert(StopReason::Callback);
+        }
+    }
+
+    /// The summary at the end of `train`: `episodes` are the collector's statistics,
+    /// of which `episodes_before` ended before this `train` call.
     pub(crate) fn summary(
         &self,
         env_steps: u64,
         updates: u64,
-        mean_return: Option<f32>,
-        window: usize,
-        episodes: u64,
+        episodes: &EpisodeStats,
+        episodes_before: u64,
         planned_bytes: u64,
     ) -> TrainSummary {
+        let (mean_return, window) = (episodes.mean_return(), episodes.window_len());
+        let episodes = episodes.episodes() - episodes_before;
         let total_wall_s = self.elapsed();
         let (at_steps, at_s) = self.solved_at.unwrap_or((env_steps, total_wall_s));
         TrainSummary {
@@ -584,9 +610,4 @@ impl Clock {
             stopped_by: self.stop.unwrap_or(StopReason::Budget),
         }
     }
-}
-
-/// Resident memory now, where the platform has a reading.
-pub(crate) fn rss_now() -> Option<u64> {
-    ProcessMemory::read().ok().map(|m| m.rss_bytes)
 }
