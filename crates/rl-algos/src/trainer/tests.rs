@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+use proptest::prelude::*;
 use rl_core::{BoxSpace, DType, Env, Location, MemoryBudget, Space, Step};
 use rl_envs::{CartPole, Pendulum};
 
@@ -13,7 +14,8 @@ use crate::policy::{CategoricalPolicy, PolicyConfig};
 use crate::ppo::PpoConfig;
 use crate::sac::{Sac, SacConfig};
 
-/// Episodes of exactly `LEN` steps whose dynamics ignore the reset seed. Observation `[t / LEN, last action]`; reward 1 when the action equals
+/// Episodes of exactly `LEN` steps whose dynamics ignore the reset seed: at an episode
+/// boundary a run's state is entirely the trainer's. Observation `[t / LEN, last action]`; reward 1 when the action equals
 /// `t % 2`.
 #[derive(Clone, Debug)]
 struct Fixed {
@@ -103,6 +105,65 @@ fn on_policy(
         ..RunConfig::new(total)
     };
     OnPolicyTrainer::new(fixed, small_policy(seed), ppo_config(seed), run).unwrap()
+}
+
+/// Whether two trainers hold the same learner: every network's weights and Adam state,
+/// and the typed state (counters, generators, configuration). (Checkpoint bytes are not
+/// compared: the safetensors header's metadata map has no fixed order.)
+fn same_learner(
+    a: &mut OnPolicyTrainer<Fixed, CategoricalPolicy>,
+    b: &mut OnPolicyTrainer<Fixed, CategoricalPolicy>,
+) -> bool {
+    let (a, b) = (a.checkpoint(), b.checkpoint());
+    a.state == b.state
+        && a.networks.len() == b.networks.len()
+        && a.networks
+            .iter()
+            .zip(&b.networks)
+            .all(|(x, y)| x.name == y.name && x.params == y.params && x.optimizer == y.optimizer)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// Saving after `first` rollouts and resuming in a new trainer (built from another
+    /// seed's weights) gives the same learner after `more` rollouts as a run that never
+    /// stopped: weights, optimiser, generators, counters. The episodes end with the
+    /// rollouts, so the environments hold no state the run directory lacks.
+    #[test]
+    fn on_policy_resume_continues_exactly(seed in 0u64..1000, first in 1u64..4, more in 1u64..4) {
+        let rollout = (LEN * 2) as u64;
+        let total = rollout * (first + more);
+        let mut whole = on_policy(total, seed, None);
+        whole.train(&mut ()).unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let saved = dir.path().join("run");
+        let mut part = on_policy(rollout * first, seed, Some(&saved));
+        prop_assert_eq!(part.train(&mut ()).unwrap().total_env_steps, rollout * first);
+        drop(part);
+        let run = RunConfig { n_envs: 2, seed, ..RunConfig::new(total) };
+        let mut resumed =
+            OnPolicyTrainer::resume(&saved, fixed, small_policy(seed + 1), ppo_config(seed), run).unwrap();
+        prop_assert_eq!(resumed.env_steps(), rollout * first);
+        let summary = resumed.train(&mut ()).unwrap();
+        prop_assert_eq!(summary.total_env_steps, total);
+        prop_assert_eq!(summary.updates, first + more);
+        prop_assert!(same_learner(&mut resumed, &mut whole), "the resumed learner differs");
+    }
+}
+
+#[test]
+fn the_resume_comparison_sees_one_rollout_of_difference() {
+    let rollout = (LEN * 2) as u64;
+    let mut whole = on_policy(rollout * 3, 5, None);
+    whole.train(&mut ()).unwrap();
+    let mut short = on_policy(rollout * 2, 5, None);
+    short.train(&mut ()).unwrap();
+    assert!(!same_learner(&mut short, &mut whole));
+    let mut again = on_policy(rollout * 3, 5, None);
+    again.train(&mut ()).unwrap();
+    assert!(same_learner(&mut again, &mut whole));
 }
 
 #[test]
