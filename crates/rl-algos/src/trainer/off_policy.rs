@@ -378,14 +378,13 @@ where
                     self.gradient_step()?;
                 }
             }
-            if let Some(schedule) = clock.eval_due(&run, steps) {
-                let report = evaluate(
-                    &mut self.eval_env,
-                    self.collector.policy_mut(),
-                    &run.eval_config(&schedule),
-                )?;
-                clock.evaluated(&run, steps, report, callback);
-            }
+            clock.evaluate_if_due(
+                &run,
+                steps,
+                &mut self.eval_env,
+                self.collector.policy_mut(),
+                callback,
+            )?;
             if clock.save_due(&run, steps) {
                 self.save_scheduled(&mut clock, callback)?;
             }

@@ -239,14 +239,13 @@ where
             self.ppo.normalize_rewards(&mut self.rollout)?;
             self.last_stats = Some(self.ppo.update(&self.rollout)?);
             self.ppo.copy_policy_into(self.collector.policy_mut())?;
-            if let Some(schedule) = clock.eval_due(&run, steps) {
-                let report = evaluate(
-                    &mut self.eval_env,
-                    self.collector.policy_mut(),
-                    &run.eval_config(&schedule),
-                )?;
-                clock.evaluated(&run, steps, report, callback);
-            }
+            clock.evaluate_if_due(
+                &run,
+                steps,
+                &mut self.eval_env,
+                self.collector.policy_mut(),
+                callback,
+            )?;
             if clock.save_due(&run, steps) {
                 self.save_scheduled(&mut clock, callback)?;
             }

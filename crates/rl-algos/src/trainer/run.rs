@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rl_collect::EpisodeStats;
-use rl_core::{MemoryBudget, ProcessMemory};
+use rl_core::{Env, MemoryBudget, ProcessMemory};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::eval::{EvalConfig, EvalReport};
+use crate::eval::{EvalConfig, EvalReport, Predict, evaluate};
 
 /// The file of a run directory that holds the loop's counters ([`RunCounters`]).
 pub const RUN_FILE: &str = "run.json";
@@ -515,14 +515,33 @@ impl Clock {
         }
     }
 
-    /// Whether a scheduled evaluation is due at `env_steps`.
-    pub(crate) fn eval_due(&self, run: &RunConfig, env_steps: u64) -> Option<EvalSchedule> {
-        run.eval
+    /// Runs the scheduled evaluation if one is due at `env_steps`: deterministic
+    /// episodes of `policy` on `env`, then [`Clock::evaluated`].
+    pub(crate) fn evaluate_if_due<E, P, S>(
+        &mut self,
+        run: &RunConfig,
+        env_steps: u64,
+        env: &mut E,
+        policy: &mut P,
+        callback: &mut dyn Callback<S>,
+    ) -> Result<()>
+    where
+        E: Env,
+        P: Predict<Obs = E::Obs, Act = E::Act>,
+    {
+        let Some(schedule) = run
+            .eval
             .filter(|e| env_steps >= self.last_eval_steps.saturating_add(e.every_steps))
+        else {
+            return Ok(());
+        };
+        let report = evaluate(env, policy, &run.eval_config(&schedule))?;
+        self.evaluated(run, env_steps, report, callback);
+        Ok(())
     }
 
     /// Records an evaluation; checks an evaluation goal and the callback's answer.
-    pub(crate) fn evaluated<S>(
+    fn evaluated<S>(
         &mut self,
         run: &RunConfig,
         env_steps: u64,
