@@ -22,7 +22,7 @@ use std::num::NonZeroUsize;
 
 use clap::{ArgAction, Parser};
 use rl::algos::trainer::Goal;
-use rl::algos::{CategoricalPolicy, PpoConfig};
+use rl::algos::{AdamConfig, CategoricalPolicy, ObsNormalization, PpoConfig, RewardNormalization};
 use rl::envs::CartPole;
 
 #[derive(Debug, Parser)]
@@ -61,8 +61,7 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let ppo = PpoConfig {
         n_steps: args.n_steps.get(),
-        n_envs: args.n_envs.get(),
-        minibatch_size: args.batch.get(),
+        batch_size: args.batch.get(),
         epochs: args.epochs.get(),
         gamma: 0.98,
         gae_lambda: 0.8,
@@ -70,12 +69,15 @@ fn main() -> anyhow::Result<()> {
         clip_range_end: Some(0.0),
         ent_coef: 0.0,
         max_grad_norm: 0.5,
-        learning_rate: args.lr,
+        adam: AdamConfig {
+            lr: args.lr,
+            ..PpoConfig::new().adam
+        },
         learning_rate_end: Some(0.0),
         schedule_steps: Some(args.schedule),
         seed: args.run.seed,
-        normalize_obs: args.normalize_obs,
-        normalize_reward: args.normalize_reward,
+        normalize_obs: args.normalize_obs.then(ObsNormalization::default),
+        normalize_reward: args.normalize_reward.then(RewardNormalization::default),
         ..PpoConfig::new()
     };
     let goal = Goal::TrainingReturn {

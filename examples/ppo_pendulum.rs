@@ -18,7 +18,7 @@ use std::num::NonZeroUsize;
 
 use clap::{ArgAction, Parser};
 use rl::algos::trainer::Goal;
-use rl::algos::{GaussianPolicy, PolicyConfig, PpoConfig};
+use rl::algos::{AdamConfig, GaussianPolicy, PolicyConfig, PpoConfig, RewardNormalization};
 use rl::envs::Pendulum;
 
 #[derive(Debug, Parser)]
@@ -58,8 +58,7 @@ fn main() -> anyhow::Result<()> {
     let scheduled = args.schedule > 0;
     let ppo = PpoConfig {
         n_steps: args.n_steps.get(),
-        n_envs: args.n_envs.get(),
-        minibatch_size: args.batch.get(),
+        batch_size: args.batch.get(),
         epochs: args.epochs.get(),
         gamma: 0.9,
         gae_lambda: 0.95,
@@ -67,11 +66,14 @@ fn main() -> anyhow::Result<()> {
         clip_range_end: scheduled.then_some(0.0),
         ent_coef: 0.0,
         max_grad_norm: 0.5,
-        learning_rate: args.lr,
+        adam: AdamConfig {
+            lr: args.lr,
+            ..PpoConfig::new().adam
+        },
         learning_rate_end: scheduled.then_some(0.0),
         schedule_steps: scheduled.then_some(args.schedule),
         seed: args.run.seed,
-        normalize_reward: args.normalize_reward,
+        normalize_reward: args.normalize_reward.then(RewardNormalization::default),
         ..PpoConfig::new()
     };
     let goal = Goal::TrainingReturn {

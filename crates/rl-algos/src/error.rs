@@ -171,3 +171,30 @@ impl Error {
         }
     }
 }
+
+/// The first listed field where two configurations of type `$ty` differ, as
+/// [`Error::CheckpointMismatch`] naming `<prefix>.<field>` with both values (`Debug`);
+/// `Ok(())` when they all agree. The struct is destructured exhaustively: a field added
+/// to it and listed neither to compare nor under `except` does not compile.
+macro_rules! first_difference {
+    (
+        $ty:ident, $prefix:literal, $ours:expr, $theirs:expr,
+        [$($field:ident),* $(,)?], except [$($skip:ident),* $(,)?]
+    ) => {{
+        let ours: &$ty = $ours;
+        let theirs: &$ty = $theirs;
+        let $ty { $($field: _,)* $($skip: _,)* } = ours;
+        let mut result: $crate::error::Result<()> = Ok(());
+        $(
+            if result.is_ok() && ours.$field != theirs.$field {
+                result = Err($crate::error::Error::CheckpointMismatch {
+                    what: format!("{}.{}", $prefix, stringify!($field)),
+                    expected: format!("{:?}", ours.$field),
+                    actual: format!("{:?}", theirs.$field),
+                });
+            }
+        )*
+        result
+    }};
+}
+pub(crate) use first_difference;

@@ -12,13 +12,14 @@
 //!   files) and [`ActorCritic`] (what PPO needs: log-probs and values of stored actions
 //!   in minibatches through a [`PolicyWorkspace`], and a training pass with its backward
 //!   pass into [`PolicyGradients`]); no pass allocates.
-//! - [`Ppo`]: the PPO update over a rollout buffer (clipped surrogate, optional value
+//! - [`Ppo`]: the PPO update over a rollout buffer (advantages by GAE computed once per
+//!   update into [`Advantages`], clipped surrogate, optional value
 //!   clipping, entropy bonus, per-minibatch advantage normalisation, grad-norm clipping,
 //!   target-KL early stop, linear learning-rate and clip-range schedules; old
 //!   log-probabilities recorded during collection or recomputed in minibatches),
 //!   configured by a validated [`PpoConfig`], reporting [`UpdateStats`], with exact
 //!   optional running observation normalisation ([`ObsNormalizer`]) and reward
-//!   normalisation ([`RewardNormalizer`], [`Ppo::normalize_rewards`]) and exact resumable
+//!   normalisation ([`RewardNormalizer`], applied by [`Ppo::update`]) and exact resumable
 //!   checkpoints ([`Ppo::checkpoint`], [`Ppo::restore`], [`PpoState`]). Its losses are
 //!   loss-and-gradient functions: [`clipped_surrogate`], [`value_loss`].
 //! - [`Sac`]: soft actor-critic for box actions with Stable-Baselines3's semantics
@@ -69,8 +70,9 @@ pub use policy::{
     PolicyConfig, PolicyGradients, PolicyInit, PolicyKind, PolicyNetworks, PolicyWorkspace,
 };
 pub use ppo::{
-    CHECKPOINT_KIND as PPO_CHECKPOINT_KIND, Ppo, PpoConfig, PpoState, RewardNormalizer,
-    UpdateStats, clipped_surrogate, value_loss,
+    Advantages, CHECKPOINT_KIND as PPO_CHECKPOINT_KIND, ObsNormalization, Ppo, PpoConfig, PpoState,
+    RewardNormalization, RewardNormalizer, RewardTransform, UpdateStats, clipped_surrogate,
+    value_loss,
 };
 /// The network layer's types that appear in this crate's signatures.
 pub use rl_nn::{Activation, AdamConfig, Checkpoint};

@@ -23,7 +23,6 @@ mod tests;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::ValuePolicy;
 use rl_nn::{Activation, Architecture, Init, Weights};
-use rl_storage::Actions;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -238,12 +237,6 @@ pub trait ActorCritic: ValuePolicy<Obs = f32, State = ()> + PolicyNetworks {
 
     /// Elements of one action (1 for a discrete index).
     fn act_len(&self) -> usize;
-
-    /// The actions of a rollout (or rollout batch) as this policy's action slice.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for actions of the other kind.
-    fn stored_actions(actions: Actions<'_>) -> Result<&[Self::Act]>;
 
     /// Scratch for passes over up to `max_rows` rows (at least 1): allocated here,
     /// reused by every pass after.

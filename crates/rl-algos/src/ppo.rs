@@ -1,16 +1,17 @@
 //! Proximal Policy Optimization (Schulman et al., 2017) over an [`ActorCritic`] policy and
 //! `rl-storage`'s [`RolloutBuffer`], with memory fixed at construction.
 //!
-//! One iteration:
+//! One iteration (the [`OnPolicyTrainer`](crate::trainer::OnPolicyTrainer) runs it):
 //!
-//! 1. a collector fills a [`RolloutBuffer`] made from [`Ppo::rollout_config`] and
-//!    computes its advantages (`rl-collect`'s `SyncCollector::collect_rollout` does both,
-//!    recording each action's log-probability and value as it acts);
-//! 2. [`Ppo::update`] runs `epochs` passes over the rollout in shuffled minibatches:
-//!    gather, traced forward, clipped surrogate, value loss, entropy bonus, backward,
-//!    global grad-norm clipping, Adam step;
-//! 3. the caller copies the new weights into the collector's policy and clears the
-//!    rollout.
+//! 1. a collector fills a [`RolloutBuffer`] made by [`Ppo::rollout_buffer`]
+//!    (`rl-collect`'s `SyncCollector::collect_rollout`, recording each action's
+//!    log-probability and value, and the values where trajectories are cut);
+//! 2. [`Ppo::update`] computes the advantages once ([`Advantages`], after reward
+//!    normalisation when configured), then runs `epochs` passes over the rollout in the
+//!    buffer's shuffled minibatches: gather, traced forward, clipped surrogate, value
+//!    loss, entropy bonus, backward, global grad-norm clipping, Adam step;
+//! 3. the new weights reach the collector's policy ([`Ppo::copy_policy_into`]) and the
+//!    rollout is cleared.
 //!
 //! # Old log-probabilities
 //!
@@ -55,11 +56,9 @@
 //!
 //! Off by default; [`PpoConfig::normalize_reward`] turns on scaling of the rewards by a
 //! running estimate of the discounted return's standard deviation
-//! ([`RewardNormalizer`], SB3's `VecNormalize(norm_reward=True)`). Call
-//! [`Ppo::normalize_rewards`] on each collected rollout (advantages computed) before
-//! [`Ppo::update`]: it updates the statistics from the raw rewards, then scales the
-//! rewards in the buffer and recomputes the advantages
-//! ([`RolloutBuffer::scale_rewards`]).
+//! ([`RewardNormalizer`], SB3's `VecNormalize(norm_reward=True)`): [`Ppo::update`]
+//! merges the rollout's raw rewards into the statistics, then computes the advantages
+//! from the scaled rewards. The rollout keeps the raw rewards.
 //!
 //! # Checkpoints
 //!
@@ -76,370 +75,28 @@
 use std::fmt;
 use std::path::Path;
 
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
-use rl_core::{DType, Element, Location, MemoryPlan};
-use rl_nn::{Adam, AdamConfig, Checkpoint, NetworkState};
-use rl_storage::{ActionShape, RolloutBatch, RolloutBuffer, RolloutConfig};
+use rl_core::{Element, Field, Location, MemoryBudget, MemoryPlan, Schema, TransitionSchema};
+use rl_nn::{Adam, Checkpoint, NetworkState};
+use rl_storage::{Batch, RolloutBuffer};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, first_difference};
 use crate::policy::{
     ActorCritic, ObsNormalizer, PolicyArchitecture, PolicyGradients, PolicyWorkspace,
 };
 
+mod advantages;
+mod config;
 mod loss;
 
+pub use advantages::{Advantages, RewardNormalizer, RewardTransform};
+pub use config::{ObsNormalization, PpoConfig, RewardNormalization};
 pub use loss::{clipped_surrogate, value_loss};
 
 /// The `kind` of PPO checkpoints.
 pub const CHECKPOINT_KIND: &str = "ppo";
-
-/// Hyperparameters of [`Ppo`]: a plain struct, validated by [`PpoConfig::validate`] (and
-/// by [`Ppo::new`]). Start from [`PpoConfig::new`] or `default()` and change fields with
-/// struct update syntax.
-///
-/// The defaults are Stable-Baselines3's `PPO` defaults (which solve CartPole in about
-/// 130k steps); the `ppo_cartpole` and `ppo_pendulum` examples document tuned sets.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PpoConfig {
-    /// Environment steps per environment in one rollout (`T`). Default 2048.
-    pub n_steps: usize,
-    /// Environments stepped together (`N`); a rollout holds `n_steps * n_envs` rows.
-    /// Default 1.
-    pub n_envs: usize,
-    /// Rows per gradient step. Default 64. At most `n_steps * n_envs`; the last minibatch
-    /// of an epoch is smaller when it does not divide the rollout.
-    pub minibatch_size: usize,
-    /// Passes over the rollout per update. Default 10.
-    pub epochs: usize,
-    /// Discount factor, in `[0, 1]`. Default 0.99.
-    pub gamma: f32,
-    /// GAE's lambda, in `[0, 1]`. Default 0.95.
-    pub gae_lambda: f32,
-    /// Clip range `c` of the probability ratio, positive. Default 0.2.
-    pub clip_range: f32,
-    /// With [`PpoConfig::schedule_steps`]: the clip range falls linearly from
-    /// `clip_range` to this value (at least 0) over that many environment steps. Default
-    /// `None` (constant).
-    pub clip_range_end: Option<f32>,
-    /// Value clipping: the value may move at most this far from the collected value per
-    /// update (in return units, positive). Default `None` (no value clipping).
-    pub clip_range_vf: Option<f32>,
-    /// Weight of the entropy bonus, at least 0. Default 0.0.
-    pub ent_coef: f32,
-    /// Weight of the value loss, at least 0. Default 0.5.
-    pub vf_coef: f32,
-    /// Global L2 norm the gradient is clipped to, positive (infinity: no clipping).
-    /// Default 0.5. (Checkpoints write infinity as the string `"inf"`: JSON has no
-    /// infinity.)
-    #[serde(with = "f32_or_inf")]
-    pub max_grad_norm: f32,
-    /// Early stop: an update stops (for the rest of its epochs) before the first
-    /// minibatch whose approximate KL divergence from the collecting policy exceeds
-    /// `1.5 * target_kl` (Stable-Baselines3's rule). Positive. Default `None`.
-    pub target_kl: Option<f32>,
-    /// Adam's learning rate, positive. Default `3e-4`.
-    pub learning_rate: f64,
-    /// With [`PpoConfig::schedule_steps`]: the learning rate falls linearly from
-    /// `learning_rate` to this value (at least 0) over that many environment steps.
-    /// Default `None` (constant). `Some(0.0)` is SB3's `lin_<lr>` schedule.
-    pub learning_rate_end: Option<f64>,
-    /// Environment steps over which the linear schedules run; required when either
-    /// `*_end` is set. Progress is counted after the rollout being trained on (as SB3's
-    /// `progress_remaining`), and stays at the end value afterwards. Default `None`.
-    pub schedule_steps: Option<u64>,
-    /// Adam's `betas`. Default `[0.9, 0.999]`.
-    pub adam_betas: [f64; 2],
-    /// Adam's `eps`. Default `1e-5` (PPO implementations; PyTorch's is `1e-8`).
-    pub adam_eps: f64,
-    /// Normalise advantages within each minibatch (of more than one row). Default `true`.
-    pub normalize_advantage: bool,
-    /// Recompute the old log-probabilities with the current weights before the first
-    /// epoch instead of using those recorded during collection (see the module
-    /// documentation). Default `false`.
-    pub recompute_old_log_probs: bool,
-    /// Rows per pass when recomputing old log-probabilities, at least 1. Default 1024.
-    pub eval_minibatch: usize,
-    /// Seeds the minibatch shuffling. Default 0.
-    pub seed: u64,
-    /// Running observation normalisation. Default `false`.
-    ///
-    /// [`Ppo::new`] gives the policy an [`ObsNormalizer`] (unless it has one), which
-    /// normalises every input of the policy, acting and evaluating alike.
-    /// [`Ppo::update`] merges the rollout's observations into its statistics after its
-    /// gradient steps: a rollout is collected and trained on with the same statistics
-    /// (the rollout stores raw observations and the ratio starts at 1). Copy the policy
-    /// to the collector with [`Ppo::copy_policy_into`], which copies the statistics with
-    /// the weights. Stable-Baselines3's `VecNormalize` updates at every environment step
-    /// and stores normalised observations instead; here the statistics lag by one rollout.
-    /// Checkpoints save the statistics. (For rewards see
-    /// [`PpoConfig::normalize_reward`].)
-    #[serde(default)]
-    pub normalize_obs: bool,
-    /// With [`PpoConfig::normalize_obs`], normalised observations are clipped to
-    /// `[-obs_clip, obs_clip]`. Positive and finite. Default 10 (SB3's `clip_obs`).
-    #[serde(default = "default_obs_clip")]
-    pub obs_clip: f32,
-    /// Scale rewards by a running estimate of the discounted return's standard
-    /// deviation (SB3's `VecNormalize(norm_reward=True)`). Default false.
-    ///
-    /// [`Ppo::new`] makes a [`RewardNormalizer`] for `n_envs` environments and `gamma`;
-    /// [`Ppo::normalize_rewards`], called on each rollout before [`Ppo::update`], merges
-    /// the rollout's discounted returns into it and then multiplies the rollout's rewards
-    /// by `1 / sqrt(var + 1e-8)` (clipped to [`PpoConfig::reward_clip`]) and recomputes
-    /// the advantages. The values in the rollout come from the critic, which is trained
-    /// on the scaled returns, so they stay as they are. SB3 updates the statistics and
-    /// scales at every environment step; here a whole rollout is merged first and then
-    /// scaled with the resulting statistics. Checkpoints save the statistics.
-    #[serde(default)]
-    pub normalize_reward: bool,
-    /// With [`PpoConfig::normalize_reward`], scaled rewards are clipped to
-    /// `[-reward_clip, reward_clip]`; `None` does not clip. Positive and finite when
-    /// given. Default `Some(10)` (SB3's `clip_reward`).
-    #[serde(default = "default_reward_clip")]
-    pub reward_clip: Option<f32>,
-}
-
-const fn default_obs_clip() -> f32 {
-    10.0
-}
-
-const fn default_reward_clip() -> Option<f32> {
-    Some(10.0)
-}
-
-impl PpoConfig {
-    /// Stable-Baselines3's defaults (see the field documentation).
-    pub const fn new() -> Self {
-        Self {
-            n_steps: 2048,
-            n_envs: 1,
-            minibatch_size: 64,
-            epochs: 10,
-            gamma: 0.99,
-            gae_lambda: 0.95,
-            clip_range: 0.2,
-            clip_range_end: None,
-            clip_range_vf: None,
-            ent_coef: 0.0,
-            vf_coef: 0.5,
-            max_grad_norm: 0.5,
-            target_kl: None,
-            learning_rate: 3e-4,
-            learning_rate_end: None,
-            schedule_steps: None,
-            adam_betas: [0.9, 0.999],
-            adam_eps: 1e-5,
-            normalize_advantage: true,
-            recompute_old_log_probs: false,
-            eval_minibatch: 1024,
-            seed: 0,
-            normalize_obs: false,
-            obs_clip: default_obs_clip(),
-            normalize_reward: false,
-            reward_clip: default_reward_clip(),
-        }
-    }
-
-    /// Rows of one rollout: `n_steps * n_envs` (saturating).
-    pub const fn rollout_rows(&self) -> usize {
-        self.n_steps.saturating_mul(self.n_envs)
-    }
-
-    /// The Adam configuration these settings give (the initial learning rate).
-    pub fn adam(&self) -> AdamConfig {
-        AdamConfig {
-            lr: self.learning_rate,
-            betas: self.adam_betas,
-            eps: self.adam_eps,
-            weight_decay: None,
-        }
-    }
-
-    /// Checks every field.
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming the first invalid field (`"ppo.<field>"`) and the fix.
-    pub fn validate(&self) -> Result<()> {
-        let at_least_one = |what: &str, value: usize| {
-            if value == 0 {
-                Err(Error::config(
-                    format!("ppo.{what}"),
-                    "is 0: it must be at least 1",
-                ))
-            } else {
-                Ok(())
-            }
-        };
-        at_least_one("n_steps", self.n_steps)?;
-        at_least_one("n_envs", self.n_envs)?;
-        at_least_one("minibatch_size", self.minibatch_size)?;
-        at_least_one("epochs", self.epochs)?;
-        at_least_one("eval_minibatch", self.eval_minibatch)?;
-        let rows = self.n_steps.checked_mul(self.n_envs).ok_or_else(|| {
-            Error::config("ppo.n_steps", "times n_envs overflows: use smaller sizes")
-        })?;
-        if self.minibatch_size > rows {
-            return Err(Error::config(
-                "ppo.minibatch_size",
-                format!(
-                    "is {} but a rollout holds only n_steps * n_envs = {rows} rows: use at most {rows}",
-                    self.minibatch_size
-                ),
-            ));
-        }
-        for (what, value) in [("gamma", self.gamma), ("gae_lambda", self.gae_lambda)] {
-            if !(0.0..=1.0).contains(&value) {
-                return Err(Error::config(
-                    format!("ppo.{what}"),
-                    format!("is {value}: it must lie in [0, 1]"),
-                ));
-            }
-        }
-        positive("clip_range", self.clip_range, "0.2 is the usual value")?;
-        if let Some(end) = self.clip_range_end {
-            non_negative("clip_range_end", end, "0 decays the clip range to nothing")?;
-        }
-        if let Some(vf) = self.clip_range_vf {
-            positive(
-                "clip_range_vf",
-                vf,
-                "use None for no value clipping, or a distance in return units",
-            )?;
-        }
-        positive("obs_clip", self.obs_clip, "10 is usual")?;
-        if let Some(clip) = self.reward_clip {
-            positive("reward_clip", clip, "10 is usual; None does not clip")?;
-        }
-        non_negative("ent_coef", self.ent_coef, "0 or 0.01 are usual")?;
-        non_negative("vf_coef", self.vf_coef, "0.5 is usual")?;
-        if self.max_grad_norm.is_nan() || self.max_grad_norm <= 0.0 {
-            return Err(Error::config(
-                "ppo.max_grad_norm",
-                format!(
-                    "is {}: it must be above 0 (0.5 is usual; infinity disables clipping)",
-                    self.max_grad_norm
-                ),
-            ));
-        }
-        if let Some(kl) = self.target_kl {
-            positive("target_kl", kl, "0.01 to 0.05 are usual; None disables it")?;
-        }
-        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
-            return Err(Error::config(
-                "ppo.learning_rate",
-                format!(
-                    "is {}: it must be finite and above 0 (3e-4 is usual)",
-                    self.learning_rate
-                ),
-            ));
-        }
-        if let Some(end) = self.learning_rate_end
-            && !(end.is_finite() && end >= 0.0)
-        {
-            return Err(Error::config(
-                "ppo.learning_rate_end",
-                format!("is {end}: it must be finite and at least 0"),
-            ));
-        }
-        let scheduled = self.learning_rate_end.is_some() || self.clip_range_end.is_some();
-        match self.schedule_steps {
-            Some(0) => {
-                return Err(Error::config(
-                    "ppo.schedule_steps",
-                    "is 0: use the run's environment-step budget, or None for constant values",
-                ));
-            }
-            None if scheduled => {
-                return Err(Error::config(
-                    "ppo.schedule_steps",
-                    "is None but learning_rate_end or clip_range_end is set: give the environment steps the schedule runs over",
-                ));
-            }
-            _ => {}
-        }
-        Ok(self.adam().validate()?)
-    }
-
-    /// The learning rate and clip range after `env_steps` environment steps.
-    pub fn scheduled(&self, env_steps: u64) -> (f64, f32) {
-        let progress = match self.schedule_steps {
-            Some(total) if total > 0 => (env_steps as f64 / total as f64).min(1.0),
-            _ => 0.0,
-        };
-        let lr = match self.learning_rate_end {
-            Some(end) => self.learning_rate + (end - self.learning_rate) * progress,
-            None => self.learning_rate,
-        };
-        let clip = match self.clip_range_end {
-            Some(end) => {
-                (f64::from(self.clip_range) + f64::from(end - self.clip_range) * progress) as f32
-            }
-            None => self.clip_range,
-        };
-        (lr.max(0.0), clip.max(0.0))
-    }
-}
-
-impl Default for PpoConfig {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// Serde for an `f32` that may be positive infinity, which JSON cannot hold: written as
-/// the string `"inf"`, any other value as a number.
-mod f32_or_inf {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error as _};
-
-    #[derive(Serialize, Deserialize)]
-    #[serde(untagged)]
-    enum Repr {
-        Number(f32),
-        Text(String),
-    }
-
-    pub(super) fn serialize<S: Serializer>(value: &f32, s: S) -> Result<S::Ok, S::Error> {
-        if *value == f32::INFINITY {
-            Repr::Text("inf".to_owned()).serialize(s)
-        } else {
-            Repr::Number(*value).serialize(s)
-        }
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
-        match Repr::deserialize(d)? {
-            Repr::Number(value) => Ok(value),
-            Repr::Text(text) if text == "inf" => Ok(f32::INFINITY),
-            Repr::Text(text) => Err(D::Error::custom(format!(
-                "expected a number or \"inf\", found {text:?}"
-            ))),
-        }
-    }
-}
-
-fn positive(what: &str, value: f32, hint: &str) -> Result<()> {
-    if value.is_finite() && value > 0.0 {
-        Ok(())
-    } else {
-        Err(Error::config(
-            format!("ppo.{what}"),
-            format!("is {value}: it must be finite and above 0 ({hint})"),
-        ))
-    }
-}
-
-fn non_negative(what: &str, value: f32, hint: &str) -> Result<()> {
-    if value.is_finite() && value >= 0.0 {
-        Ok(())
-    } else {
-        Err(Error::config(
-            format!("ppo.{what}"),
-            format!("is {value}: it must be finite and at least 0 ({hint})"),
-        ))
-    }
-}
 
 /// What one [`Ppo::update`] did. Losses and diagnostics are means over the minibatch
 /// steps taken.
@@ -491,10 +148,12 @@ struct Learner<P: ActorCritic> {
     adams: Vec<Adam>,
     grads: PolicyGradients,
     ws: PolicyWorkspace,
-    /// `minibatch_size` each: old log-probs, normalised advantages, new log-probs, and
-    /// the loss's gradients with respect to log-probs, entropies and values.
+    /// `batch_size` each: old log-probs, normalised advantages, returns, new
+    /// log-probs, and the loss's gradients with respect to log-probs, entropies and
+    /// values.
     old_log_probs: Vec<f32>,
     advantages: Vec<f32>,
+    returns: Vec<f32>,
     new_log_probs: Vec<f32>,
     d_log_probs: Vec<f32>,
     d_entropies: Vec<f32>,
@@ -509,11 +168,12 @@ struct StepSettings {
 }
 
 impl<P: ActorCritic> Learner<P> {
-    /// One gradient step on `batch`, whose old log-probs are in `self.old_log_probs`.
-    /// `Ok(false)`: the target-KL rule stopped before stepping. Allocates nothing.
+    /// One gradient step on `batch`, whose old log-probs, advantages and returns are in
+    /// `self.old_log_probs`, `self.advantages` and `self.returns`. `Ok(false)`: the
+    /// target-KL rule stopped before stepping. Allocates nothing.
     fn step(
         &mut self,
-        batch: &RolloutBatch,
+        batch: &Batch,
         config: &PpoConfig,
         settings: StepSettings,
         sums: &mut Sums,
@@ -521,12 +181,11 @@ impl<P: ActorCritic> Learner<P> {
         let rows = batch.len();
         let old = &self.old_log_probs[..rows];
         let advantages = &mut self.advantages[..rows];
-        advantages.copy_from_slice(batch.advantages());
         if config.normalize_advantage && rows > 1 {
             normalize(advantages);
         }
-        let actions = P::stored_actions(batch.actions())?;
-        self.policy.evaluate(batch.obs(), actions, &mut self.ws)?;
+        let actions = batch.field::<P::Act>(Field::Action)?;
+        self.policy.evaluate(batch.obs()?, actions, &mut self.ws)?;
 
         // Diagnostics before the step: approximate KL and clip fraction.
         let new = &mut self.new_log_probs[..rows];
@@ -548,8 +207,12 @@ impl<P: ActorCritic> Learner<P> {
         let d_log_probs = &mut self.d_log_probs[..rows];
         let policy_loss = clipped_surrogate(new, old, advantages, settings.clip, d_log_probs)?;
         let d_values = &mut self.d_values[..rows];
-        let old_values = config.clip_range_vf.map(|limit| (batch.values(), limit));
-        let value_loss = value_loss(self.ws.values(), batch.returns(), old_values, d_values)?;
+        let old_values = match config.clip_range_vf {
+            Some(limit) => Some((batch.field::<f32>(Field::Value)?, limit)),
+            None => None,
+        };
+        let returns = &self.returns[..rows];
+        let value_loss = value_loss(self.ws.values(), returns, old_values, d_values)?;
         let entropies = self.ws.entropies();
         let entropy = (entropies.iter().map(|&h| f64::from(h)).sum::<f64>() / rows as f64) as f32;
         for (what, value) in [
@@ -679,30 +342,28 @@ pub struct PpoState {
 /// it owns.
 ///
 /// Everything an update uses is allocated by [`Ppo::new`] ([`Ppo::memory_plan`]): Adam's
-/// moments, one gradient buffer per network, a policy workspace of `minibatch_size` rows
-/// (and one of `eval_minibatch` rows with
-/// [`PpoConfig::recompute_old_log_probs`], plus two `f32` per rollout row), the
-/// minibatch order (one `u32` per rollout row), one [`RolloutBatch`] of
-/// `minibatch_size` rows and six `f32` scratch rows of that size. An update allocates
-/// nothing (tested with a counting allocator).
+/// moments, one gradient buffer per network, a policy workspace of `batch_size` rows
+/// (and one of `eval_minibatch` rows with [`PpoConfig::recompute_old_log_probs`], plus
+/// two `f32` per rollout row), the [`Advantages`] (two `f32` per rollout row), one
+/// minibatch [`Batch`] of `batch_size` rows and seven `f32` scratch rows of that size.
+/// An update allocates nothing (tested with a counting allocator).
 ///
 /// ```no_run
 /// use rl_algos::{CategoricalPolicy, PolicyConfig, Ppo, PpoConfig};
 /// use rl_collect::{CollectorConfig, SyncCollector};
 /// use rl_envs::CartPole;
-/// use rl_storage::RolloutBuffer;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let config = PpoConfig { n_steps: 32, n_envs: 8, minibatch_size: 256, ..PpoConfig::new() };
+/// let config = PpoConfig { n_steps: 32, batch_size: 256, ..PpoConfig::new() };
 /// let envs: Vec<CartPole> = (0..8).map(CartPole::new).collect();
 /// let policy = CategoricalPolicy::for_env(&envs[0], PolicyConfig::new(), 0)?;
 /// let mut collector = SyncCollector::new(envs, policy.clone(), CollectorConfig::new(8))?;
-/// let mut ppo = Ppo::new(policy, config)?;
-/// let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+/// let mut ppo = Ppo::new(policy, config, 8)?;
+/// let mut rollout = ppo.rollout_buffer(None)?;
 /// for _ in 0..10 {
 ///     rollout.clear();
 ///     collector.collect_rollout(&mut rollout)?;
-///     let stats = ppo.update(&rollout)?;
+///     let stats = ppo.update(&mut rollout)?;
 ///     ppo.copy_policy_into(collector.policy_mut())?;
 ///     println!("{stats:?}");
 /// }
@@ -710,16 +371,18 @@ pub struct PpoState {
 /// ```
 pub struct Ppo<P: ActorCritic> {
     config: PpoConfig,
+    /// Environments per rollout.
+    envs: usize,
     learner: Learner<P>,
-    batch: RolloutBatch,
-    /// Minibatch order: a permutation of the rollout's rows, reshuffled every epoch.
-    order: Vec<u32>,
+    batch: Batch,
+    advantages: Advantages,
     /// Recomputed old log-probs and values, one per rollout row (empty unless
     /// `recompute_old_log_probs`).
     recomputed_log_probs: Vec<f32>,
     recomputed_values: Vec<f32>,
     /// With `recompute_old_log_probs`: a workspace of `eval_minibatch` rows.
     eval_ws: Option<PolicyWorkspace>,
+    /// Shuffles the rollout's minibatch order.
     rng: Xoshiro256PlusPlus,
     /// With `normalize_reward`: the running return statistics.
     reward_normalizer: Option<RewardNormalizer>,
@@ -731,6 +394,7 @@ impl<P: ActorCritic> fmt::Debug for Ppo<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ppo")
             .field("config", &self.config)
+            .field("envs", &self.envs)
             .field("adams", &self.learner.adams)
             .field("env_steps", &self.env_steps)
             .field("updates", &self.updates)
@@ -739,26 +403,29 @@ impl<P: ActorCritic> fmt::Debug for Ppo<P> {
 }
 
 impl<P: ActorCritic> Ppo<P> {
-    /// A learner for `policy`, allocating everything an update uses.
+    /// A learner for `policy` on rollouts of `envs` environments, allocating everything
+    /// an update uses.
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid `config`.
-    pub fn new(mut policy: P, config: PpoConfig) -> Result<Self> {
-        config.validate()?;
-        if config.normalize_obs && policy.obs_normalizer().is_none() {
-            policy
-                .set_obs_normalizer(Some(ObsNormalizer::new(policy.obs_len(), config.obs_clip)?))?;
+    /// [`Error::Config`] for an invalid `config` or `envs` of 0.
+    pub fn new(mut policy: P, config: PpoConfig, envs: usize) -> Result<Self> {
+        config.validate(envs)?;
+        if let Some(obs) = config.normalize_obs
+            && policy.obs_normalizer().is_none()
+        {
+            policy.set_obs_normalizer(Some(ObsNormalizer::new(policy.obs_len(), obs.clip)?))?;
         }
-        let rollout = rollout_config_of(&config, &policy);
-        let batch = RolloutBatch::new(&rollout, config.minibatch_size)?;
+        let schema = rollout_schema_of(&policy)?;
+        let mb = config.batch_size;
+        let batch = Batch::new(&schema, mb)?;
         let adams = (0..policy.network_names().len())
             .filter_map(|i| {
                 policy
                     .network(i)
-                    .map(|n| Adam::new(n.num_params(), config.adam()))
+                    .map(|n| Adam::new(n.num_params(), config.adam))
             })
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        let rows = config.rollout_rows();
+        let rows = config.n_steps * envs;
         let (recompute, eval_ws) = if config.recompute_old_log_probs {
             (
                 rows,
@@ -767,16 +434,11 @@ impl<P: ActorCritic> Ppo<P> {
         } else {
             (0, None)
         };
-        let mb = config.minibatch_size;
         let grads = PolicyGradients::new(&policy);
         let ws = policy.workspace(mb);
-        let reward_normalizer = if config.normalize_reward {
-            Some(RewardNormalizer::new(
-                config.n_envs,
-                f64::from(config.gamma),
-            )?)
-        } else {
-            None
+        let reward_normalizer = match config.normalize_reward {
+            Some(_) => Some(RewardNormalizer::new(envs, f64::from(config.gamma))?),
+            None => None,
         };
         Ok(Self {
             learner: Learner {
@@ -786,13 +448,15 @@ impl<P: ActorCritic> Ppo<P> {
                 ws,
                 old_log_probs: vec![0.0; mb],
                 advantages: vec![0.0; mb],
+                returns: vec![0.0; mb],
                 new_log_probs: vec![0.0; mb],
                 d_log_probs: vec![0.0; mb],
                 d_entropies: vec![0.0; mb],
                 d_values: vec![0.0; mb],
             },
+            envs,
             batch,
-            order: (0..).take(rows).collect(),
+            advantages: Advantages::new(rows),
             recomputed_log_probs: vec![0.0; recompute],
             recomputed_values: vec![0.0; recompute],
             eval_ws,
@@ -804,11 +468,42 @@ impl<P: ActorCritic> Ppo<P> {
         })
     }
 
-    /// The configuration of the rollout buffers [`Ppo::update`] accepts: `n_steps` x
-    /// `n_envs` rows of this policy's observations and actions, with this `gamma` and
-    /// `gae_lambda`.
-    pub fn rollout_config(&self) -> RolloutConfig {
-        rollout_config_of(&self.config, &self.learner.policy)
+    /// The schema of the rollouts [`Ppo::update`] trains on: this policy's observations
+    /// and actions in the layout of
+    /// [`TransitionSchema::for_rollout`](rl_core::TransitionSchema::for_rollout).
+    pub fn rollout_schema(&self) -> &Schema {
+        self.batch.schema()
+    }
+
+    /// Environments per rollout.
+    pub fn envs(&self) -> usize {
+        self.envs
+    }
+
+    /// What [`Ppo::rollout_buffer`] allocates.
+    ///
+    /// # Errors
+    /// As [`RolloutBuffer::plan`].
+    pub fn rollout_plan(&self) -> Result<MemoryPlan> {
+        Ok(RolloutBuffer::plan(
+            self.rollout_schema(),
+            self.config.n_steps,
+            self.envs,
+        )?)
+    }
+
+    /// A rollout buffer for [`Ppo::update`]: `n_steps x envs` rows of
+    /// [`Ppo::rollout_schema`], refused first if its plan does not fit `budget`.
+    ///
+    /// # Errors
+    /// As [`RolloutBuffer::new`].
+    pub fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer> {
+        Ok(RolloutBuffer::new(
+            self.rollout_schema().clone(),
+            self.config.n_steps,
+            self.envs,
+            budget,
+        )?)
     }
 
     /// The configuration.
@@ -850,8 +545,8 @@ impl<P: ActorCritic> Ppo<P> {
     }
 
     /// What the learner holds besides the policy's weights: Adam's moments and scratch,
-    /// the minibatch, the order and scratch rows, and the recomputed old log-probs and
-    /// values when configured.
+    /// the minibatch, the advantages and scratch rows, and the recomputed old log-probs
+    /// and values when configured.
     pub fn memory_plan(&self) -> MemoryPlan {
         let f32s = |n: usize| (n * size_of::<f32>()) as u64;
         let mut plan = MemoryPlan::new();
@@ -880,15 +575,11 @@ impl<P: ActorCritic> Ppo<P> {
             );
         }
         plan.nest("ppo/minibatch", &self.batch.memory_plan());
-        plan.add(
-            "ppo/minibatch_order",
-            Location::Ram,
-            (self.order.len() * size_of::<u32>()) as u64,
-        );
+        plan.nest("ppo", &Advantages::plan(self.advantages.advantages().len()));
         plan.add(
             "ppo/scratch_rows",
             Location::Ram,
-            f32s(6 * self.config.minibatch_size),
+            f32s(7 * self.config.batch_size),
         );
         if self.config.recompute_old_log_probs {
             plan.add(
@@ -958,9 +649,12 @@ impl<P: ActorCritic> Ppo<P> {
         if let Some(normalizer) = &state.obs_normalizer {
             normalizer.check(policy.obs_len())?;
         }
-        match (&state.reward_normalizer, self.config.normalize_reward) {
+        match (
+            &state.reward_normalizer,
+            self.config.normalize_reward.is_some(),
+        ) {
             (Some(normalizer), true) => {
-                normalizer.check(self.config.n_envs, f64::from(self.config.gamma))?;
+                normalizer.check(self.envs, f64::from(self.config.gamma))?;
             }
             (None, false) => {}
             (Some(_), false) | (None, true) => {
@@ -1067,84 +761,58 @@ impl<P: ActorCritic> Ppo<P> {
         self.reward_normalizer.as_ref()
     }
 
-    /// With [`PpoConfig::normalize_reward`], prepares a collected rollout (full, with
-    /// advantages computed) for [`Ppo::update`]: merges its discounted returns (raw
-    /// rewards, episodes ended by `terminated` or `truncated`) into the
-    /// [`RewardNormalizer`], then multiplies its rewards by the new scale, clips them to
-    /// [`PpoConfig::reward_clip`] and recomputes its advantages
-    /// ([`RolloutBuffer::scale_rewards`]). Without, does nothing. Call it once per
-    /// rollout: the statistics assume each rollout continues the previous one.
-    /// Allocates nothing.
+    /// One PPO update on a full rollout from [`Ppo::rollout_buffer`] (see the module
+    /// documentation for the loss and the two sources of old log-probabilities). With
+    /// [`PpoConfig::normalize_reward`] the rollout's rewards first update the
+    /// [`RewardNormalizer`] (once per rollout: the statistics assume each rollout
+    /// continues the previous one). The advantages are computed once; the epochs then
+    /// read the rollout in its own shuffled minibatch order.
     ///
     /// # Errors
-    /// - [`Error::Config`] for a rollout of another number of environments;
-    /// - [`Error::Storage`] for a rollout that is not full or has no advantages (the
-    ///   statistics are then unchanged).
-    pub fn normalize_rewards(&mut self, rollout: &mut RolloutBuffer) -> Result<()> {
-        let Some(normalizer) = &mut self.reward_normalizer else {
-            return Ok(());
-        };
-        if rollout.config().envs != normalizer.envs() {
-            return Err(Error::config(
-                "rollout buffer",
-                format!(
-                    "holds {} environments but the reward normalizer {}: make it from Ppo::rollout_config()",
-                    rollout.config().envs,
-                    normalizer.envs()
-                ),
-            ));
-        }
-        if !rollout.is_full() || rollout.advantages().is_none() {
-            return Err(rl_storage::Error::AdvantagesNotComputed.into());
-        }
-        let (terminated, truncated) = (rollout.terminated(), rollout.truncated());
-        normalizer.update(rollout.rewards(), |row| {
-            terminated[row].get() || truncated[row].get()
-        })?;
-        rollout.scale_rewards(normalizer.scale(), self.config.reward_clip)?;
-        Ok(())
-    }
-
-    /// One PPO update on a full rollout with advantages computed (see the module
-    /// documentation for the loss and the two sources of old log-probabilities).
-    ///
-    /// # Errors
-    /// - [`Error::Config`] for a rollout of another shape than [`Ppo::rollout_config`]
-    ///   (steps, environments, observation length, action shape);
-    /// - [`Error::Storage`] for a rollout that is not full or has no advantages;
+    /// - [`Error::Config`] for a rollout of another schema or size than
+    ///   [`Ppo::rollout_buffer`]'s, or one that is not full (nothing changes then);
     /// - [`Error::Diverged`] when a loss or the gradient norm is not finite (the step is
     ///   not applied; earlier steps of this update were);
     /// - the policy's errors (an action out of range ...).
-    pub fn update(&mut self, rollout: &RolloutBuffer) -> Result<UpdateStats> {
-        let expected = self.rollout_config();
-        let given = rollout.config();
-        if (given.steps, given.envs, given.obs_len, given.action)
-            != (
-                expected.steps,
-                expected.envs,
-                expected.obs_len,
-                expected.action,
-            )
-        {
+    pub fn update(&mut self, rollout: &mut RolloutBuffer) -> Result<UpdateStats> {
+        let expected = (self.rollout_schema(), self.config.n_steps, self.envs);
+        if (rollout.schema(), rollout.steps(), rollout.envs()) != expected || !rollout.is_full() {
             return Err(Error::config(
                 "rollout buffer",
                 format!(
-                    "is {} steps x {} envs of {} observation elements and {:?} actions, but this PPO trains on {} x {} of {} and {:?}: make it from Ppo::rollout_config()",
-                    given.steps,
-                    given.envs,
-                    given.obs_len,
-                    given.action,
-                    expected.steps,
-                    expected.envs,
-                    expected.obs_len,
-                    expected.action
+                    "holds {} of {} steps x {} envs of {:?}, but this PPO trains on full rollouts of {} x {} of {:?}: make it with Ppo::rollout_buffer and fill it",
+                    rollout.len(),
+                    rollout.steps(),
+                    rollout.envs(),
+                    rollout.schema(),
+                    expected.1,
+                    expected.2,
+                    expected.0,
                 ),
             ));
         }
-        let returns = rollout
-            .returns()
-            .ok_or(rl_storage::Error::AdvantagesNotComputed)?;
-        let explained_variance = explained_variance(rollout.values(), returns);
+        let transform = match (&mut self.reward_normalizer, self.config.normalize_reward) {
+            (Some(normalizer), Some(settings)) => {
+                let terminated = rollout.field::<rl_core::Flag>(Field::Terminated)?;
+                let truncated = rollout.field::<rl_core::Flag>(Field::Truncated)?;
+                normalizer.update(rollout.field(Field::Reward)?, |row| {
+                    terminated[row].get() || truncated[row].get()
+                })?;
+                RewardTransform {
+                    scale: normalizer.scale(),
+                    clip: settings.clip.unwrap_or(f32::INFINITY),
+                }
+            }
+            _ => RewardTransform::IDENTITY,
+        };
+        self.advantages.compute(
+            rollout,
+            self.config.gamma,
+            self.config.gae_lambda,
+            transform,
+        )?;
+        let values = rollout.field::<f32>(Field::Value)?;
+        let explained_variance = explained_variance(values, self.advantages.returns());
 
         let env_steps = self.env_steps + rollout.rows() as u64;
         let (lr, clip) = self.config.scheduled(env_steps);
@@ -1152,9 +820,9 @@ impl<P: ActorCritic> Ppo<P> {
             adam.set_lr(lr)?;
         }
         if let Some(ws) = &mut self.eval_ws {
-            let actions = P::stored_actions(rollout.actions())?;
+            let actions = rollout.field::<P::Act>(Field::Action)?;
             self.learner.policy.evaluate_minibatched(
-                rollout.obs(),
+                rollout.field(Field::Obs)?,
                 actions,
                 &mut self.recomputed_log_probs,
                 &mut self.recomputed_values,
@@ -1169,16 +837,27 @@ impl<P: ActorCritic> Ppo<P> {
         let mut sums = Sums::default();
         let mut early_stopped = false;
         'epochs: for _ in 0..self.config.epochs {
-            shuffle(&mut self.order, &mut self.rng);
-            for indices in self.order.chunks(self.config.minibatch_size) {
+            rollout.shuffle(&mut self.rng);
+            for indices in rollout.minibatches(self.config.batch_size)? {
                 rollout.gather(indices, &mut self.batch)?;
-                let old = &mut self.learner.old_log_probs[..indices.len()];
+                let rows = indices.len();
+                let learner = &mut self.learner;
+                let (advantages, returns) =
+                    (self.advantages.advantages(), self.advantages.returns());
+                let scratch = learner.advantages[..rows]
+                    .iter_mut()
+                    .zip(&mut learner.returns[..rows]);
+                for ((advantage, ret), &row) in scratch.zip(indices) {
+                    *advantage = advantages[row as usize];
+                    *ret = returns[row as usize];
+                }
+                let old = &mut learner.old_log_probs[..rows];
                 if self.config.recompute_old_log_probs {
                     for (slot, &row) in old.iter_mut().zip(indices) {
                         *slot = self.recomputed_log_probs[row as usize];
                     }
                 } else {
-                    old.copy_from_slice(self.batch.log_probs());
+                    old.copy_from_slice(self.batch.field(Field::LogProb)?);
                 }
                 if !self
                     .learner
@@ -1189,10 +868,10 @@ impl<P: ActorCritic> Ppo<P> {
                 }
             }
         }
-        if self.config.normalize_obs
+        if self.config.normalize_obs.is_some()
             && let Some(normalizer) = self.learner.policy.obs_normalizer_mut()
         {
-            normalizer.update(rollout.obs())?;
+            normalizer.update(rollout.field(Field::Obs)?)?;
         }
         self.env_steps = env_steps;
         self.updates += 1;
@@ -1214,217 +893,55 @@ impl<P: ActorCritic> Ppo<P> {
     }
 }
 
-/// Running reward normalisation (Stable-Baselines3's `VecNormalize(norm_reward=True)`):
-/// the running variance of each environment's discounted return, and the scale
-/// `1 / sqrt(var + 1e-8)` that divides the rewards by its standard deviation.
-///
-/// Per environment `e` and step `t`, as SB3's `VecNormalize`:
-/// `returns[e] = returns[e] * gamma + r_t`; the `N` returns of the step are merged into
-/// the running statistics as one batch (mean 0, variance 1 and count `1e-4` to start,
-/// Chan et al.'s parallel formula in `f64`, as [`ObsNormalizer`](crate::ObsNormalizer)); then
-/// `returns[e] = 0` where the step ended the episode (terminated or truncated).
-/// The rewards themselves are not centred, only scaled.
-///
-/// PPO with [`PpoConfig::normalize_reward`] updates
-/// it from each rollout and scales the rollout's rewards
-/// ([`Ppo::normalize_rewards`]). Checkpoints save it,
-/// returns in flight included.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RewardNormalizer {
-    /// Discounted return in flight of each environment.
-    pub returns: Vec<f64>,
-    /// Running mean of the discounted returns.
-    pub mean: f64,
-    /// Running (population) variance of the discounted returns.
-    pub var: f64,
-    /// Returns counted (starts at `1e-4`).
-    pub count: f64,
-    /// The discount of the returns.
-    pub gamma: f64,
-}
-
-impl RewardNormalizer {
-    /// Statistics for `envs` environments discounting by `gamma`: returns 0, mean 0,
-    /// variance 1, count `1e-4`.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for `envs` of 0 or a `gamma` outside `[0, 1]`.
-    pub fn new(envs: usize, gamma: f64) -> Result<Self> {
-        if envs == 0 {
-            return Err(Error::config(
-                "reward normalizer environments",
-                "is 0: use the number of environments",
-            ));
-        }
-        if !(0.0..=1.0).contains(&gamma) {
-            return Err(Error::config(
-                "reward normalizer gamma",
-                format!("is {gamma}: it must lie in [0, 1]"),
-            ));
-        }
-        Ok(Self {
-            returns: vec![0.0; envs],
-            mean: 0.0,
-            var: 1.0,
-            count: 1e-4,
-            gamma,
-        })
-    }
-
-    /// Environments.
-    pub fn envs(&self) -> usize {
-        self.returns.len()
-    }
-
-    /// Advances the returns through time-major steps of `envs()` rewards each (row
-    /// `t * envs + e`), merging each step's returns into the statistics, and resets the
-    /// returns of environments whose episode ended (`done[row]`, terminated or
-    /// truncated). Allocates nothing.
-    ///
-    /// # Errors
-    /// [`Error::ShapeMismatch`] if `rewards` is not a whole number of steps; nothing
-    /// changes then.
-    pub fn update(&mut self, rewards: &[f32], done: impl Fn(usize) -> bool) -> Result<()> {
-        let envs = self.envs();
-        let whole = rewards.len() / envs * envs;
-        if whole != rewards.len() {
-            return Err(Error::ShapeMismatch {
-                what: "rewards",
-                expected: whole,
-                actual: rewards.len(),
-            });
-        }
-        let n = envs as f64;
-        for (t, step) in rewards.chunks_exact(envs).enumerate() {
-            for (ret, &reward) in self.returns.iter_mut().zip(step) {
-                *ret = *ret * self.gamma + f64::from(reward);
-            }
-            let batch_mean = self.returns.iter().sum::<f64>() / n;
-            let batch_var = self
-                .returns
-                .iter()
-                .map(|x| (x - batch_mean).powi(2))
-                .sum::<f64>()
-                / n;
-            let total = self.count + n;
-            let delta = batch_mean - self.mean;
-            let m2 = self.var * self.count + batch_var * n + delta * delta * self.count * n / total;
-            self.mean += delta * n / total;
-            self.var = m2 / total;
-            self.count = total;
-            for (e, ret) in self.returns.iter_mut().enumerate() {
-                if done(t * envs + e) {
-                    *ret = 0.0;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The factor that normalises rewards: `1 / sqrt(var + 1e-8)`.
-    pub fn scale(&self) -> f32 {
-        (1.0 / (self.var + 1e-8).sqrt()) as f32
-    }
-
-    /// Checks that the statistics are usable for `envs` environments discounting by
-    /// `gamma`: that many returns, finite values, a non-negative variance, a positive
-    /// count, the same discount.
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming what is wrong.
-    pub fn check(&self, envs: usize, gamma: f64) -> Result<()> {
-        if self.returns.len() != envs {
-            return Err(Error::config(
-                "reward normalizer",
-                format!(
-                    "holds the returns of {} environments but there are {envs}",
-                    self.returns.len()
-                ),
-            ));
-        }
-        if self.gamma != gamma {
-            return Err(Error::config(
-                "reward normalizer",
-                format!("discounts by {} but gamma is {gamma}", self.gamma),
-            ));
-        }
-        let finite = self.returns.iter().all(|r| r.is_finite())
-            && self.mean.is_finite()
-            && self.var.is_finite()
-            && self.var >= 0.0
-            && self.count.is_finite()
-            && self.count > 0.0;
-        if finite {
-            Ok(())
-        } else {
-            Err(Error::config(
-                "reward normalizer",
-                "holds a non-finite or negative statistic: build it anew",
-            ))
-        }
-    }
-}
-
 /// The first field (other than `seed`) where the checkpoint's configuration differs from
 /// the trainer's, as an error.
 fn config_difference(ours: &PpoConfig, theirs: &PpoConfig) -> Result<()> {
-    let theirs = PpoConfig {
-        seed: ours.seed,
-        ..*theirs
-    };
-    if *ours == theirs {
-        return Ok(());
-    }
-    let fields = |config: &PpoConfig| match serde_json::to_value(config) {
-        Ok(serde_json::Value::Object(map)) => map,
-        _ => serde_json::Map::new(),
-    };
-    let (expected, actual) = (fields(ours), fields(&theirs));
-    let differing = expected
-        .iter()
-        .find(|(key, value)| actual.get(*key) != Some(*value));
-    Err(match differing {
-        Some((key, value)) => Error::CheckpointMismatch {
-            what: format!("ppo.{key}"),
-            expected: value.to_string(),
-            actual: actual
-                .get(key)
-                .map_or_else(|| "missing".to_owned(), ToString::to_string),
-        },
-        // Values equal as JSON but not as floats (a NaN): name the whole configuration.
-        None => Error::CheckpointMismatch {
-            what: "ppo configuration".to_owned(),
-            expected: format!("{ours:?}"),
-            actual: format!("{theirs:?}"),
-        },
-    })
+    first_difference!(
+        PpoConfig,
+        "ppo",
+        ours,
+        theirs,
+        [
+            n_steps,
+            batch_size,
+            epochs,
+            gamma,
+            gae_lambda,
+            clip_range,
+            clip_range_end,
+            clip_range_vf,
+            ent_coef,
+            vf_coef,
+            max_grad_norm,
+            target_kl,
+            adam,
+            learning_rate_end,
+            schedule_steps,
+            normalize_advantage,
+            recompute_old_log_probs,
+            eval_minibatch,
+            normalize_obs,
+            normalize_reward,
+        ],
+        except[seed]
+    )
 }
 
-/// Fisher-Yates over the identity, as `RolloutBuffer::shuffle`: the order depends only on
-/// the generator's state.
-fn shuffle(order: &mut [u32], rng: &mut Xoshiro256PlusPlus) {
-    for (slot, index) in order.iter_mut().zip(0u32..) {
-        *slot = index;
-    }
-    for i in (1..order.len()).rev() {
-        let j = rng.random_range(0..=i);
-        order.swap(i, j);
-    }
-}
-
-/// The rollout buffers a PPO over `policy` trains on: `n_steps` x `n_envs` rows of its
-/// observations and actions, with `gamma` and `gae_lambda`.
-fn rollout_config_of<P: ActorCritic>(config: &PpoConfig, policy: &P) -> RolloutConfig {
-    let action = if <P::Act as Element>::DTYPE == DType::U32 {
-        ActionShape::Discrete
+/// The rollout layout of `policy`'s observations and actions.
+fn rollout_schema_of<P: ActorCritic>(policy: &P) -> Result<Schema> {
+    let action_shape: &[usize] = if <P::Act as Element>::DTYPE == rl_core::DType::U32 {
+        &[]
     } else {
-        ActionShape::Continuous(policy.act_len())
+        &[policy.act_len()]
     };
-    RolloutConfig {
-        gamma: config.gamma,
-        gae_lambda: config.gae_lambda,
-        ..RolloutConfig::new(config.n_steps, config.n_envs, policy.obs_len(), action)
-    }
+    Ok(TransitionSchema::new(
+        rl_core::DType::F32,
+        &[policy.obs_len()],
+        <P::Act as Element>::DTYPE,
+        action_shape,
+    )
+    .for_rollout()
+    .build()?)
 }
 
 #[cfg(test)]

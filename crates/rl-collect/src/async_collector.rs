@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::lanes::Lanes;
 use crate::policy::{ActOutput, ActionSampler, Policy, RandomAction};
 use crate::stats::EpisodeStats;
-use crate::sync::{BatchReport, CollectorConfig, element_slice, replay_layout};
+use crate::sync::{BatchReport, CollectorConfig, Layout, element_slice};
 
 /// Settings of an [`AsyncCollector`]. Defaults in [`AsyncConfig::new`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -795,7 +795,7 @@ where
         &mut self,
         replay: &mut ReplayBuffer<S, Q>,
     ) -> Result<BatchReport> {
-        replay_layout(replay.schema())?;
+        Layout::replay(replay.schema())?;
         let (rows, written) = {
             let chunk = self.next_chunk()?;
             (chunk.rows(), chunk.write_to(replay))
@@ -972,8 +972,8 @@ impl<O: Element, A: Element> ChunkRef<'_, O, A> {
         &self,
         replay: &mut ReplayBuffer<S, Q>,
     ) -> Result<()> {
-        let layout = replay_layout(replay.schema())?;
-        let all: [ColumnSlice<'_>; 8] = [
+        let layout = Layout::replay(replay.schema())?;
+        let columns = layout.arrange([
             element_slice(self.obs()),
             element_slice(self.actions()),
             self.rewards().into(),
@@ -982,13 +982,9 @@ impl<O: Element, A: Element> ChunkRef<'_, O, A> {
             element_slice(self.next_obs()),
             self.log_probs().into(),
             self.values().into(),
-        ];
-        let mut columns = [ColumnSlice::U8(&[]); 8];
-        let count = replay.schema().columns().len();
-        for (slot, &source) in columns.iter_mut().zip(&layout).take(count) {
-            *slot = all[source];
-        }
-        replay.extend(&columns[..count])?;
+            ColumnSlice::F32(&[]),
+        ]);
+        replay.extend(layout.columns(&columns))?;
         Ok(())
     }
 }

@@ -26,9 +26,6 @@ pub(crate) struct Lanes<E: Env> {
     pub(crate) rewards: Vec<f32>,
     pub(crate) terminated: Vec<Flag>,
     pub(crate) truncated: Vec<Flag>,
-    /// The flags again as `bool`, for consumers that take them so (rollouts).
-    pub(crate) terminated_bool: Vec<bool>,
-    pub(crate) truncated_bool: Vec<bool>,
     returns: Vec<f64>,
     lengths: Vec<u32>,
     check_finite: bool,
@@ -93,8 +90,6 @@ impl<E: Env> Lanes<E> {
             rewards: vec![0.0; n],
             terminated: vec![Flag::default(); n],
             truncated: vec![Flag::default(); n],
-            terminated_bool: vec![false; n],
-            truncated_bool: vec![false; n],
             returns: vec![0.0; n],
             lengths: vec![0; n],
             check_finite,
@@ -111,7 +106,7 @@ impl<E: Env> Lanes<E> {
     pub(crate) fn memory_plan(&self) -> MemoryPlan {
         let n = self.len() as u64;
         let obs = 2 * n * (self.obs_len * size_of::<E::Obs>()) as u64;
-        let per_env = n * (4 + 2 + 2 + 8 + 4) as u64;
+        let per_env = n * (4 + 2 + 8 + 4) as u64;
         MemoryPlan::new()
             .with("lanes/observations", Location::Ram, obs)
             .with("lanes/per-environment", Location::Ram, per_env)
@@ -144,8 +139,6 @@ impl<E: Env> Lanes<E> {
             self.rewards[i] = outcome.reward;
             self.terminated[i] = Flag::new(outcome.terminated);
             self.truncated[i] = Flag::new(outcome.truncated);
-            self.terminated_bool[i] = outcome.terminated;
-            self.truncated_bool[i] = outcome.truncated;
         }
         if self.check_finite && E::Obs::DTYPE == DType::F32 {
             let values: &[f32] = bytemuck::cast_slice(&self.next_obs);

@@ -1,9 +1,7 @@
 //! The synchronous collector: `N` environments stepped in the caller's thread.
 
 use rl_core::{DType, Device, Env, Field, Flag, Location, MemoryPlan, ProcessMemory};
-use rl_storage::{
-    Actions, ColumnSlice, HostStorage, ReplayBuffer, RolloutBuffer, Sampler, StepData,
-};
+use rl_storage::{ColumnSlice, HostStorage, ReplayBuffer, RolloutBuffer, Sampler};
 
 use crate::error::{Error, Result};
 use crate::lanes::Lanes;
@@ -154,18 +152,6 @@ pub struct SyncCollector<E: Env, P: Policy<Obs = E::Obs, Act = E::Act>> {
     steps: u64,
     failed: bool,
 }
-
-/// Names of the replay columns a collector fills, in the order it lays them out: every
-/// transition field.
-const REPLAY_COLUMNS: [&str; 8] = {
-    let mut names = [""; 8];
-    let mut i = 0;
-    while i < 8 {
-        names[i] = Field::ALL[i].name();
-        i += 1;
-    }
-    names
-};
 
 impl<E, P> SyncCollector<E, P>
 where
@@ -319,7 +305,7 @@ where
         replay: &mut ReplayBuffer<S, Q>,
     ) -> Result<BatchReport> {
         self.check_running()?;
-        let layout = replay_layout(replay.schema())?;
+        let layout = Layout::replay(replay.schema())?;
         let steps = self.batch_steps();
         for _ in 0..steps {
             let result = self.replay_step(replay, &layout);
@@ -345,12 +331,12 @@ where
     fn replay_step<S: HostStorage, Q: Sampler>(
         &mut self,
         replay: &mut ReplayBuffer<S, Q>,
-        layout: &[usize; 8],
+        layout: &Layout,
     ) -> Result<()> {
         self.decide()?;
         self.lanes.step(&self.actions, self.steps)?;
         let lanes = &self.lanes;
-        let all: [ColumnSlice<'_>; 8] = [
+        let columns = layout.arrange([
             element_slice(&lanes.obs),
             element_slice(&self.actions),
             (&lanes.rewards).into(),
@@ -359,13 +345,9 @@ where
             element_slice(&lanes.next_obs),
             (&self.log_probs).into(),
             (&self.values).into(),
-        ];
-        let mut columns = [ColumnSlice::U8(&[]); 8];
-        let count = replay.schema().columns().len();
-        for (slot, &source) in columns.iter_mut().zip(layout).take(count) {
-            *slot = all[source];
-        }
-        replay.extend(&columns[..count])?;
+            ColumnSlice::F32(&[]),
+        ]);
+        replay.extend(layout.columns(&columns))?;
         self.advance()
     }
 }
@@ -376,50 +358,80 @@ where
     E::Act: RandomAction,
     P: ValuePolicy<Obs = E::Obs, Act = E::Act>,
 {
-    /// Fills `rollout` (its `steps` steps of all environments; it must be empty and sized
-    /// for this collector's environments, observation and action shapes), then computes
-    /// its advantages with the policy's value of the observations after the last step.
-    /// Truncated episodes bootstrap from the value of their final observation.
+    /// Fills `rollout` with its `steps` steps of all environments. It must be empty, sized
+    /// for this collector's environments and hold the columns of
+    /// [`TransitionSchema::for_rollout`](rl_core::TransitionSchema::for_rollout) (in
+    /// any order, no others). The acting policy records each action's log-probability
+    /// and value; `final_value` is the policy's value of the next observation where the
+    /// trajectory is cut without terminating (at a truncation, the final observation's;
+    /// at the rollout's last step, the next one's), 0 elsewhere. Advantages are the
+    /// learner's to compute.
     ///
     /// # Errors
-    /// A rollout of another shape or observations that are not `f32`; an environment's
-    /// or the policy's error, naming the environment and step (the collector then stops);
-    /// a storage error.
+    /// A rollout of another shape or with other columns; an environment's or the
+    /// policy's error, naming the environment and step (the collector then stops); a
+    /// storage error.
     pub fn collect_rollout(&mut self, rollout: &mut RolloutBuffer) -> Result<BatchReport> {
         self.check_running()?;
-        let config = *rollout.config();
-        if config.envs != self.lanes.len()
-            || config.obs_len != self.lanes.obs_len
-            || config.action.width() != self.lanes.act_len
-            || config.action.dtype() != <E::Act as rl_core::Element>::DTYPE
-            || <E::Obs as rl_core::Element>::DTYPE != DType::F32
-        {
+        let layout = Layout::rollout(rollout.schema())?;
+        let schema = rollout.schema();
+        for (field, dtype, numel) in [
+            (
+                Field::Obs,
+                <E::Obs as rl_core::Element>::DTYPE,
+                self.lanes.obs_len,
+            ),
+            (
+                Field::Action,
+                <E::Act as rl_core::Element>::DTYPE,
+                self.lanes.act_len,
+            ),
+        ] {
+            let column = schema.index_of(field.name()).map(|i| &schema.columns()[i]);
+            if let Some(column) = column
+                && (column.dtype() != dtype || column.numel() != numel)
+            {
+                return Err(Error::config(
+                    format!("rollout column `{field}`"),
+                    format!(
+                        "holds {} x {} per row; the collector's environments give {dtype} x {numel}: build the schema from their spaces",
+                        column.dtype(),
+                        column.numel()
+                    ),
+                ));
+            }
+        }
+        if rollout.envs() != self.lanes.len() || !rollout.is_empty() {
             return Err(Error::config(
                 "rollout buffer",
                 format!(
-                    "is shaped for {} environments, observations of {} and actions of {} {}; the collector has {} environments with {} f32 observations and {} actions",
-                    config.envs,
-                    config.obs_len,
-                    config.action.width(),
-                    config.action.dtype(),
+                    "holds {} of {} steps of {} environments; the collector fills an empty one of {} environments: clear() it, or build it for these environments",
+                    rollout.len(),
+                    rollout.steps(),
+                    rollout.envs(),
                     self.lanes.len(),
-                    self.lanes.obs_len,
-                    self.lanes.act_len,
                 ),
             ));
         }
-        let result = self.fill_rollout(rollout, config.steps);
+        let steps = rollout.steps();
+        let result = self.fill_rollout(rollout, &layout, steps);
         if result.is_err() {
             self.failed = true;
         }
-        result.map(|()| self.report((config.steps * self.lanes.len()) as u64))
+        result.map(|()| self.report((steps * self.lanes.len()) as u64))
     }
 
-    fn fill_rollout(&mut self, rollout: &mut RolloutBuffer, steps: usize) -> Result<()> {
-        for _ in 0..steps {
+    fn fill_rollout(
+        &mut self,
+        rollout: &mut RolloutBuffer,
+        layout: &Layout,
+        steps: usize,
+    ) -> Result<()> {
+        for t in 0..steps {
             self.decide()?;
             self.lanes.step(&self.actions, self.steps)?;
-            if self.lanes.truncated_bool.iter().any(|&t| t) {
+            let last = t + 1 == steps;
+            if last || self.lanes.truncated.iter().any(|t| t.get()) {
                 self.policy
                     .values(&self.lanes.next_obs, &self.states, &mut self.final_values)
                     .map_err(|source| Error::Policy {
@@ -427,29 +439,27 @@ where
                         source,
                     })?;
             }
-            let actions = match <E::Act as rl_core::Element>::DTYPE {
-                DType::U32 => Actions::Discrete(bytemuck::cast_slice(&self.actions)),
-                _ => Actions::Continuous(bytemuck::cast_slice(&self.actions)),
-            };
-            rollout.push_step(StepData {
-                obs: bytemuck::cast_slice(&self.lanes.obs),
-                actions,
-                rewards: &self.lanes.rewards,
-                terminated: &self.lanes.terminated_bool,
-                truncated: &self.lanes.truncated_bool,
-                values: &self.values,
-                log_probs: &self.log_probs,
-                final_values: &self.final_values,
-            })?;
+            let cut = self.lanes.terminated.iter().zip(&self.lanes.truncated);
+            for (value, (terminated, truncated)) in self.final_values.iter_mut().zip(cut) {
+                if terminated.get() || !(last || truncated.get()) {
+                    *value = 0.0;
+                }
+            }
+            let lanes = &self.lanes;
+            let columns = layout.arrange([
+                element_slice(&lanes.obs),
+                element_slice(&self.actions),
+                (&lanes.rewards).into(),
+                (&lanes.terminated).into(),
+                (&lanes.truncated).into(),
+                ColumnSlice::F32(&[]),
+                (&self.log_probs).into(),
+                (&self.values).into(),
+                (&self.final_values).into(),
+            ]);
+            rollout.push_step(layout.columns(&columns))?;
             self.advance()?;
         }
-        self.policy
-            .values(&self.lanes.obs, &self.states, &mut self.final_values)
-            .map_err(|source| Error::Policy {
-                step: self.steps,
-                source,
-            })?;
-        rollout.compute_gae(&self.final_values)?;
         Ok(())
     }
 }
@@ -466,40 +476,98 @@ pub(crate) fn element_slice<T: rl_core::Element>(values: &[T]) -> ColumnSlice<'_
     }
 }
 
-/// For each column of `schema`, the index of the collector's slice that fills it.
-pub(crate) fn replay_layout(schema: &rl_core::Schema) -> Result<[usize; 8]> {
-    let mut layout = [0usize; 8];
-    if schema.columns().len() > REPLAY_COLUMNS.len() {
-        return Err(Error::config(
-            "replay schema",
-            format!(
-                "has {} columns; a collector fills at most {:?}",
-                schema.columns().len(),
-                REPLAY_COLUMNS
-            ),
-        ));
+/// How a collector's columns fill a buffer's schema: for each schema column, the
+/// transition field (index into [`Field::ALL`]) whose data it takes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    fields: [usize; Field::ALL.len()],
+    count: usize,
+}
+
+impl Layout {
+    /// A replay buffer's: every field but `final_value`, the first six required.
+    pub(crate) fn replay(schema: &rl_core::Schema) -> Result<Self> {
+        let available = &Field::ALL[..8];
+        Self::new(schema, "replay schema", available, &available[..6])
     }
-    for (slot, column) in layout.iter_mut().zip(schema.columns()) {
-        *slot = REPLAY_COLUMNS
-            .iter()
-            .position(|&name| name == column.name())
-            .ok_or_else(|| {
-                Error::config(
-                    format!("replay column `{}`", column.name()),
-                    format!("is not one a collector fills: use {REPLAY_COLUMNS:?}"),
-                )
-            })?;
+
+    /// A rollout buffer's: every field but `next_obs`, all of them required.
+    pub(crate) fn rollout(schema: &rl_core::Schema) -> Result<Self> {
+        let fields = [
+            Field::Obs,
+            Field::Action,
+            Field::Reward,
+            Field::Terminated,
+            Field::Truncated,
+            Field::LogProb,
+            Field::Value,
+            Field::FinalValue,
+        ];
+        Self::new(schema, "rollout schema", &fields, &fields)
     }
-    for required in &REPLAY_COLUMNS[..6] {
-        if schema.index_of(required).is_none() {
+
+    fn new(
+        schema: &rl_core::Schema,
+        what: &str,
+        available: &[Field],
+        required: &[Field],
+    ) -> Result<Self> {
+        let names = |fields: &[Field]| fields.iter().map(|f| f.name()).collect::<Vec<_>>();
+        let mut layout = Self {
+            fields: [0; Field::ALL.len()],
+            count: schema.columns().len(),
+        };
+        if layout.count > available.len() {
             return Err(Error::config(
-                "replay schema",
+                what,
                 format!(
-                    "has no `{required}` column: a collector writes {:?} (build it with rl_core::TransitionSchema)",
-                    &REPLAY_COLUMNS[..6]
+                    "has {} columns; a collector fills at most {:?}",
+                    layout.count,
+                    names(available)
                 ),
             ));
         }
+        for (slot, column) in layout.fields.iter_mut().zip(schema.columns()) {
+            let field = Field::from_name(column.name())
+                .filter(|f| available.contains(f))
+                .ok_or_else(|| {
+                    Error::config(
+                        format!("{what} column `{}`", column.name()),
+                        format!("is not one a collector fills: use {:?}", names(available)),
+                    )
+                })?;
+            *slot = Field::ALL.iter().position(|&f| f == field).unwrap_or(0);
+        }
+        if let Some(missing) = required
+            .iter()
+            .find(|f| schema.index_of(f.name()).is_none())
+        {
+            return Err(Error::config(
+                what,
+                format!(
+                    "has no `{missing}` column: a collector writes {:?} (build it with rl_core::TransitionSchema)",
+                    names(required)
+                ),
+            ));
+        }
+        Ok(layout)
     }
-    Ok(layout)
+
+    /// Puts `all` (the data of each field, in [`Field::ALL`]'s order) in schema order;
+    /// the first [`Layout::columns`] entries are meaningful.
+    pub(crate) fn arrange<'a>(
+        &self,
+        all: [ColumnSlice<'a>; Field::ALL.len()],
+    ) -> [ColumnSlice<'a>; Field::ALL.len()] {
+        let mut columns = [ColumnSlice::U8(&[]); Field::ALL.len()];
+        for (slot, &source) in columns.iter_mut().zip(&self.fields).take(self.count) {
+            *slot = all[source];
+        }
+        columns
+    }
+
+    /// The schema's columns of an [`Layout::arrange`]d array.
+    pub(crate) fn columns<'s, 'a>(&self, arranged: &'s [ColumnSlice<'a>]) -> &'s [ColumnSlice<'a>] {
+        &arranged[..self.count]
+    }
 }

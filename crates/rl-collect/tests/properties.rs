@@ -22,10 +22,8 @@ use rl_collect::{
     ActOutput, AsyncCollector, AsyncConfig, ChunkRef, CollectorConfig, EpisodeStats, Error, Policy,
     PolicyError, SyncCollector, ValuePolicy,
 };
-use rl_core::{BoxSpace, Column, DType, Env, Flag, Schema, Space, Step};
-use rl_storage::{
-    ActionShape, Actions, RamStorage, ReplayBuffer, RolloutBuffer, RolloutConfig, Uniform,
-};
+use rl_core::{BoxSpace, Column, DType, Env, Field, Flag, Schema, Space, Step, TransitionSchema};
+use rl_storage::{RamStorage, ReplayBuffer, RolloutBuffer, Uniform};
 
 /// Observation elements: environment, episode, step within the episode.
 const OBS_LEN: usize = 3;
@@ -213,9 +211,11 @@ impl ValuePolicy for Recorder {
 enum Next {
     /// The next observation (replay buffers, chunks).
     Obs([f32; OBS_LEN]),
-    /// What a rollout keeps instead: the value of the final observation where the episode
-    /// was truncated and not terminated, 0 elsewhere.
-    FinalValue(f32),
+    /// What a rollout keeps instead: the value of the next observation where the
+    /// trajectory is cut without terminating (a truncation: the final observation; the
+    /// rollout's last step: the next one), 0 elsewhere; and whether the row is of the
+    /// rollout's last step.
+    FinalValue(f32, bool),
 }
 
 /// One transition, as stored or as the model expects it.
@@ -236,14 +236,14 @@ impl Transition {
         self.terminated || self.truncated
     }
 
-    /// The transition as a rollout stores it.
-    fn in_rollout(&self) -> Self {
+    /// The transition as a rollout stores it, at its last step or not.
+    fn in_rollout(&self, last: bool) -> Self {
         let final_value = match self.next {
-            Next::Obs(next) if self.truncated && !self.terminated => code(&next),
+            Next::Obs(next) if (self.truncated || last) && !self.terminated => code(&next),
             _ => 0.0,
         };
         Self {
-            next: Next::FinalValue(final_value),
+            next: Next::FinalValue(final_value, last),
             ..*self
         }
     }
@@ -357,7 +357,7 @@ impl Expect {
         let model = self.want(env, k);
         let want = match row.next {
             Next::Obs(_) => model,
-            Next::FinalValue(_) => model.in_rollout(),
+            Next::FinalValue(_, last) => model.in_rollout(last),
         };
         prop_assert_eq!(
             row.obs,
@@ -490,19 +490,20 @@ fn replay_rows(replay: &ReplayBuffer, from: usize) -> Vec<Transition> {
 
 /// The rows of a filled rollout, time-major.
 fn rollout_rows(rollout: &RolloutBuffer) -> Vec<Transition> {
-    let Actions::Discrete(actions) = rollout.actions() else {
-        panic!("a discrete rollout holds indices");
-    };
+    let f32s = |field| rollout.field::<f32>(field).unwrap();
+    let flags = |field| rollout.field::<Flag>(field).unwrap();
+    let actions = rollout.field::<u32>(Field::Action).unwrap();
+    let last_step = (rollout.steps() - 1) * rollout.envs();
     (0..rollout.rows())
         .map(|r| Transition {
-            obs: row_of(rollout.obs(), r),
+            obs: row_of(f32s(Field::Obs), r),
             action: actions[r],
-            reward: rollout.rewards()[r],
-            terminated: rollout.terminated()[r].get(),
-            truncated: rollout.truncated()[r].get(),
-            log_prob: rollout.log_probs()[r],
-            value: rollout.values()[r],
-            next: Next::FinalValue(rollout.final_values()[r]),
+            reward: f32s(Field::Reward)[r],
+            terminated: flags(Field::Terminated)[r].get(),
+            truncated: flags(Field::Truncated)[r].get(),
+            log_prob: f32s(Field::LogProb)[r],
+            value: f32s(Field::Value)[r],
+            next: Next::FinalValue(f32s(Field::FinalValue)[r], r >= last_step),
         })
         .collect()
 }
@@ -557,8 +558,11 @@ fn check_sync(
     };
     let mut collector = SyncCollector::new(scripted(schedules), Recorder, config).unwrap();
     let mut replay = replay(order, n * steps * batches);
-    let mut rollout =
-        RolloutBuffer::new(RolloutConfig::new(steps, n, OBS_LEN, ActionShape::Discrete)).unwrap();
+    let rollout_schema = TransitionSchema::new(DType::F32, &[OBS_LEN], DType::U32, &[])
+        .for_rollout()
+        .build()
+        .unwrap();
+    let mut rollout = RolloutBuffer::new(rollout_schema, steps, n, None).unwrap();
     for batch in 0..batches {
         let report = match sinks[batch % sinks.len()] {
             Sink::Replay => {
@@ -577,12 +581,19 @@ fn check_sync(
                 for row in rollout_rows(&rollout) {
                     expect.check(&row, &format!("rollout batch {batch}"))?;
                 }
-                // GAE bootstraps from the value of where each environment goes on: its
-                // next transition's observation (a reset one after an episode ended).
-                let last = rollout.last_values().unwrap();
+                // The last step's final values (checked row by row above) are where GAE
+                // bootstraps from: an environment that goes on continues from exactly
+                // that observation.
+                let last = &rollout.field::<f32>(Field::FinalValue).unwrap()[(steps - 1) * n..];
+                let terminated =
+                    &rollout.field::<Flag>(Field::Terminated).unwrap()[(steps - 1) * n..];
+                let truncated =
+                    &rollout.field::<Flag>(Field::Truncated).unwrap()[(steps - 1) * n..];
                 for (env, &value) in last.iter().enumerate() {
-                    let next = expect.want(env, expect.seen[env]);
-                    prop_assert_eq!(value, code(&next.obs), "last value of env {}", env);
+                    if !terminated[env].get() && !truncated[env].get() {
+                        let next = expect.want(env, expect.seen[env]);
+                        prop_assert_eq!(value, code(&next.obs), "last value of env {}", env);
+                    }
                 }
                 report
             }

@@ -9,9 +9,11 @@ use rl_collect::{
     ActOutput, CollectorConfig, ConstantPolicy, Error, Policy, PolicyError, RandomPolicy,
     SyncCollector, ValuePolicy,
 };
-use rl_core::{BoxSpace, Column, DType, Device, Env, Flag, Schema, Space, Step};
+use rl_core::{
+    BoxSpace, Column, DType, Device, Env, Field, Flag, Schema, Space, Step, TransitionSchema,
+};
 use rl_envs::CartPole;
-use rl_storage::{ActionShape, RamStorage, ReplayBuffer, RolloutBuffer, RolloutConfig, Uniform};
+use rl_storage::{RamStorage, ReplayBuffer, RolloutBuffer, Uniform};
 use rl_testkit::{CountingAllocator, measure};
 
 #[global_allocator]
@@ -176,32 +178,54 @@ fn replay_rows_are_real_transitions_with_final_observations() {
     assert_eq!(finals as u64, collector.stats().terminated());
 }
 
+fn rollout(steps: usize, envs: usize, obs: usize) -> RolloutBuffer {
+    let schema = TransitionSchema::new(DType::F32, &[obs], DType::U32, &[])
+        .for_rollout()
+        .build()
+        .unwrap();
+    RolloutBuffer::new(schema, steps, envs, None).unwrap()
+}
+
 #[test]
 fn rollouts_bootstrap_truncation_from_the_final_observation() {
     let envs: Vec<Counter> = (0..3).map(|_| Counter::new(4, None)).collect();
     let mut collector = SyncCollector::new(envs, LinearValue, CollectorConfig::new(3)).unwrap();
-    let mut rollout =
-        RolloutBuffer::new(RolloutConfig::new(10, 3, 1, ActionShape::Discrete)).unwrap();
+    let mut rollout = rollout(10, 3, 1);
     collector.collect_rollout(&mut rollout).unwrap();
     assert!(rollout.is_full());
-    let truncated = rollout.truncated();
-    let final_values = rollout.final_values();
+    let truncated = rollout.field::<Flag>(Field::Truncated).unwrap();
+    let final_values = rollout.field::<f32>(Field::FinalValue).unwrap();
     let mut cuts = 0;
     for (row, flag) in truncated.iter().enumerate() {
         if flag.get() {
             cuts += 1;
             // Final observation [4], value 40: not the reset observation's value 0.
             assert_eq!(final_values[row], 40.0, "row {row}");
+        } else if row < 27 {
+            assert_eq!(final_values[row], 0.0, "row {row}: not a cut");
         }
     }
     assert_eq!(cuts, 2 * 3, "steps 4 and 8 of each environment");
-    assert!(rollout.advantages().is_some(), "GAE was computed");
-    assert_eq!(rollout.log_probs()[0], -0.5);
+    // The last step (observation [1] of the third episode) bootstraps from V([2]).
+    assert_eq!(final_values[27..], [20.0; 3]);
+    assert_eq!(rollout.field::<f32>(Field::LogProb).unwrap()[0], -0.5);
     assert_eq!(
-        rollout.values()[3],
+        rollout.field::<f32>(Field::Value).unwrap()[3],
         10.0,
         "V([1]) for the second step of environment 0"
     );
+    // A rollout that is not empty, or of other environments, is refused untouched.
+    let err = collector.collect_rollout(&mut rollout).unwrap_err();
+    assert!(err.to_string().contains("clear()"), "{err}");
+    assert_eq!(rollout.len(), 10);
+    let mut other = self::rollout(10, 2, 1);
+    let err = collector.collect_rollout(&mut other).unwrap_err();
+    assert!(err.to_string().contains("2 environments"), "{err}");
+    assert!(other.is_empty());
+    let mut wide = self::rollout(10, 3, 2);
+    let err = collector.collect_rollout(&mut wide).unwrap_err();
+    assert!(err.to_string().contains("rollout column `obs`"), "{err}");
+    assert!(wide.is_empty());
 }
 
 #[test]
@@ -343,8 +367,7 @@ fn a_thousand_batches_after_the_first_allocate_nothing() {
     let random = RandomPolicy::new(&Space::discrete(2).unwrap(), 3).unwrap();
     let mut collector =
         SyncCollector::new(cartpoles(16), random, CollectorConfig::new(16)).unwrap();
-    let mut rollout =
-        RolloutBuffer::new(RolloutConfig::new(32, 16, 4, ActionShape::Discrete)).unwrap();
+    let mut rollout = rollout(32, 16, 4);
     collector.collect_rollout(&mut rollout).unwrap();
     let (result, stats) = measure(|| -> Result<(), Error> {
         for _ in 0..100 {

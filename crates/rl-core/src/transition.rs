@@ -28,11 +28,15 @@ pub enum Field {
     LogProb,
     /// `V(s)` of the acting policy (`value`, `f32`).
     Value,
+    /// `V(next_obs)` where a trajectory is cut without terminating: at a truncation (the
+    /// final observation's value) and at the last step of a rollout; 0 elsewhere
+    /// (`final_value`, `f32`). What on-policy learners bootstrap from.
+    FinalValue,
 }
 
 impl Field {
     /// Every field, in the order a full transition lays its columns out.
-    pub const ALL: [Field; 8] = [
+    pub const ALL: [Field; 9] = [
         Field::Obs,
         Field::Action,
         Field::Reward,
@@ -41,6 +45,7 @@ impl Field {
         Field::NextObs,
         Field::LogProb,
         Field::Value,
+        Field::FinalValue,
     ];
 
     /// The column name.
@@ -54,6 +59,7 @@ impl Field {
             Field::NextObs => "next_obs",
             Field::LogProb => "log_prob",
             Field::Value => "value",
+            Field::FinalValue => "final_value",
         }
     }
 
@@ -70,7 +76,8 @@ impl fmt::Display for Field {
 }
 
 /// Builds transition schemas: observation, action, reward and both end flags always, the
-/// next observation and the acting policy's log-prob and value on request.
+/// next observation and the acting policy's log-prob and value on request, or the layout
+/// of an on-policy rollout ([`TransitionSchema::for_rollout`]).
 ///
 /// ```
 /// use rl_core::{Field, Space, TransitionSchema};
@@ -88,6 +95,7 @@ pub struct TransitionSchema {
     action: (DType, Vec<usize>),
     next_obs: bool,
     policy_outputs: bool,
+    final_value: bool,
 }
 
 impl TransitionSchema {
@@ -104,6 +112,7 @@ impl TransitionSchema {
             action: (action_dtype, action_shape.to_vec()),
             next_obs: false,
             policy_outputs: false,
+            final_value: false,
         }
     }
 
@@ -128,6 +137,15 @@ impl TransitionSchema {
     /// Adds [`Field::LogProb`] and [`Field::Value`] (what an actor-critic records).
     pub fn with_log_prob_and_value(mut self) -> Self {
         self.policy_outputs = true;
+        self
+    }
+
+    /// The layout of an on-policy rollout: adds [`Field::LogProb`], [`Field::Value`] and
+    /// [`Field::FinalValue`] (no next observation: the values of the cut points stand in
+    /// for it).
+    pub fn for_rollout(mut self) -> Self {
+        self.policy_outputs = true;
+        self.final_value = true;
         self
     }
 
@@ -156,6 +174,9 @@ impl TransitionSchema {
         if self.policy_outputs {
             columns.push(Column::scalar(Field::LogProb.name(), DType::F32));
             columns.push(Column::scalar(Field::Value.name(), DType::F32));
+        }
+        if self.final_value {
+            columns.push(Column::scalar(Field::FinalValue.name(), DType::F32));
         }
         Schema::new(columns)
     }
@@ -201,6 +222,24 @@ mod tests {
         for (column, field) in full.columns().iter().zip(Field::ALL) {
             assert_eq!(column.name(), field.name());
         }
+        let rollout = TransitionSchema::for_spaces(&obs, &act)
+            .for_rollout()
+            .build()
+            .unwrap();
+        let names: Vec<_> = rollout.columns().iter().map(|c| c.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "obs",
+                "action",
+                "reward",
+                "terminated",
+                "truncated",
+                "log_prob",
+                "value",
+                "final_value"
+            ]
+        );
         assert_eq!(full.columns()[1].dtype(), DType::U32);
         assert_eq!(full.columns()[5].dtype(), DType::U8);
         assert!(

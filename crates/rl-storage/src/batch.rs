@@ -91,6 +91,12 @@ impl Batch {
         Ok(plan)
     }
 
+    /// What this batch holds, as [`Batch::plan`].
+    pub fn memory_plan(&self) -> MemoryPlan {
+        // A built batch has a valid plan.
+        Self::plan(&self.schema, self.room).unwrap_or_default()
+    }
+
     /// The schema the batch was made for.
     pub fn schema(&self) -> &Schema {
         &self.schema
@@ -208,6 +214,28 @@ impl Batch {
             });
         }
         self.positions[..rows].copy_from_slice(positions);
+        self.weights[..rows].fill(1.0);
+        self.gather_drawn(storage, rows);
+        Ok(())
+    }
+
+    /// Gathers the rows at `indices` (already checked to be below the storage's rows) of
+    /// `storage` into this batch, with weights 1. Allocates nothing.
+    pub(crate) fn gather_indices<S: HostStorage + ?Sized>(
+        &mut self,
+        storage: &S,
+        indices: &[u32],
+    ) -> Result<()> {
+        let rows = indices.len();
+        if rows > self.room {
+            return Err(Error::NotEnoughRows {
+                requested: rows,
+                available: self.room,
+            });
+        }
+        for (position, &index) in self.positions.iter_mut().zip(indices) {
+            *position = index as usize;
+        }
         self.weights[..rows].fill(1.0);
         self.gather_drawn(storage, rows);
         Ok(())

@@ -98,7 +98,7 @@ pub enum Error {
 
     /// A rollout buffer already holds all its steps.
     #[error(
-        "the rollout buffer is full ({steps} steps of {envs} environments): call compute_gae, train on it, then clear() before pushing the next step"
+        "the rollout buffer is full ({steps} steps of {envs} environments): train on it, then clear() before pushing the next step"
     )]
     RolloutFull {
         /// Steps per rollout.
@@ -107,7 +107,7 @@ pub enum Error {
         envs: usize,
     },
 
-    /// A rollout buffer is used (GAE, minibatches) before it holds all its steps.
+    /// A rollout buffer is read in minibatches before it holds all its steps.
     #[error(
         "the rollout buffer holds {pushed} of its {steps} steps: push the remaining steps first"
     )]
@@ -117,12 +117,6 @@ pub enum Error {
         /// Steps per rollout.
         steps: usize,
     },
-
-    /// Minibatches were requested before advantages were computed for the stored data.
-    #[error(
-        "advantages are not computed for the stored data: call compute_gae(last_values) on the full buffer (again after values_mut) before gather"
-    )]
-    AdvantagesNotComputed,
 
     /// A batch's schema differs from the buffer's.
     #[error(

@@ -8,8 +8,8 @@
 //!   configuration over budget.
 //! - **Buffers**: [`ReplayBuffer`] (FIFO ring writer, `push`/`extend` from column slices,
 //!   sampling into a caller-owned [`Batch`]), [`DedupReplay`] (each observation stored
-//!   once, final observations kept), and [`RolloutBuffer`] (on-policy, `T x N`, GAE in
-//!   place, shuffled minibatches).
+//!   once, final observations kept), and [`RolloutBuffer`] (on-policy, `T x N` rows of a
+//!   schema, shuffled minibatches; advantages are the learner's business).
 //! - **Devices**: storage location and sample device are separate choices.
 //!   [`DeviceReplay`] keeps columns in device memory and gathers batches on the device;
 //!   [`ToDevice`] moves host batches (from RAM or memmap storage) to a device through a
@@ -106,7 +106,7 @@ pub use memmap::{MemmapOptions, MemmapStorage};
 pub use prioritized::{Prioritized, PrioritizedConfig};
 pub use ram::RamStorage;
 pub use replay::{NonFinite, ReplayBuffer};
-pub use rollout::{ActionShape, Actions, RolloutBatch, RolloutBuffer, RolloutConfig, StepData};
+pub use rollout::RolloutBuffer;
 pub use sampler::{SampleContext, Sampler, Uniform};
 pub use slice::SliceSampler;
 pub use storage::{COLUMN_ALIGN, ColumnLayout, HostStorage, RingState, Storage};

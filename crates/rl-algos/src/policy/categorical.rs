@@ -6,7 +6,6 @@ use rand::Rng;
 use rl_collect::{ActOutput, Policy, PolicyError, ValuePolicy};
 use rl_core::{Env, Space};
 use rl_nn::Weights;
-use rl_storage::Actions;
 
 use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace, policy_networks};
 use super::{ActorCritic, Mode, PolicyConfig, PolicyKind, check_len, describe, rows_of};
@@ -348,16 +347,6 @@ impl ActorCritic for CategoricalPolicy {
 
     fn act_len(&self) -> usize {
         1
-    }
-
-    fn stored_actions(actions: Actions<'_>) -> Result<&[u32]> {
-        match actions {
-            Actions::Discrete(indices) => Ok(indices),
-            Actions::Continuous(_) => Err(Error::config(
-                "stored actions",
-                "are continuous but the policy is categorical: use a GaussianPolicy",
-            )),
-        }
     }
 
     fn workspace(&self, max_rows: usize) -> PolicyWorkspace {

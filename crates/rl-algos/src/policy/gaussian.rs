@@ -6,7 +6,6 @@ use rand_distr::{Distribution, StandardNormal};
 use rl_collect::{ActOutput, Policy, PolicyError, ValuePolicy};
 use rl_core::{Env, Space};
 use rl_nn::Weights;
-use rl_storage::Actions;
 
 use super::categorical::copy_weights;
 use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace, policy_networks};
@@ -273,16 +272,6 @@ impl ActorCritic for GaussianPolicy {
 
     fn act_len(&self) -> usize {
         self.core.out()
-    }
-
-    fn stored_actions(actions: Actions<'_>) -> Result<&[f32]> {
-        match actions {
-            Actions::Continuous(values) => Ok(values),
-            Actions::Discrete(_) => Err(Error::config(
-                "stored actions",
-                "are discrete indices but the policy is Gaussian: use a CategoricalPolicy",
-            )),
-        }
     }
 
     fn workspace(&self, max_rows: usize) -> PolicyWorkspace {

@@ -4,9 +4,9 @@
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, CollectorConfig, Policy, SyncCollector, ValuePolicy};
-use rl_core::{BoxSpace, Column, DType, Env, Schema, Space};
+use rl_core::{BoxSpace, Column, DType, Env, Field, Schema, Space, TransitionSchema};
 use rl_envs::{CartPole, Pendulum};
-use rl_storage::{ActionShape, RamStorage, ReplayBuffer, RolloutBuffer, RolloutConfig, Uniform};
+use rl_storage::{RamStorage, ReplayBuffer, RolloutBuffer, Uniform};
 
 use rl_nn::{Activation, Architecture};
 
@@ -998,14 +998,16 @@ fn check_recorded<P: ActorCritic>(policy: &P, rollout: &RolloutBuffer, actions: 
     let rows = rollout.rows();
     let (mut log_probs, mut values) = (vec![0.0; rows], vec![0.0; rows]);
     let mut ws = policy.workspace(10);
+    let obs = rollout.field::<f32>(Field::Obs).unwrap();
     policy
-        .evaluate_minibatched(rollout.obs(), actions, &mut log_probs, &mut values, &mut ws)
+        .evaluate_minibatched(obs, actions, &mut log_probs, &mut values, &mut ws)
         .unwrap();
-    assert!(rollout.log_probs().iter().all(|lp| lp.is_finite()));
+    let recorded = rollout.field::<f32>(Field::LogProb).unwrap();
+    assert!(recorded.iter().all(|lp| lp.is_finite()));
     // Bit for bit, although `act` saw 4 rows at a time and the evaluation 10: PPO's
     // first ratio is exactly 1 whichever way the old log-probs were obtained.
-    assert_eq!(log_probs, rollout.log_probs());
-    assert_eq!(values, rollout.values());
+    assert_eq!(log_probs, recorded);
+    assert_eq!(values, rollout.field::<f32>(Field::Value).unwrap());
 }
 
 #[test]
@@ -1022,12 +1024,16 @@ fn sync_collector_drives_the_categorical_policy_on_cartpole() {
     }
     assert_eq!(replay.len(), 192);
 
-    let mut rollout =
-        RolloutBuffer::new(RolloutConfig::new(32, 4, 4, ActionShape::Discrete)).unwrap();
+    let schema = TransitionSchema::new(DType::F32, &[4], DType::U32, &[])
+        .for_rollout()
+        .build()
+        .unwrap();
+    let mut rollout = RolloutBuffer::new(schema, 32, 4, None).unwrap();
     collector.collect_rollout(&mut rollout).unwrap();
-    assert!(rollout.log_probs().iter().all(|&lp| lp <= 0.0));
-    let actions = CategoricalPolicy::stored_actions(rollout.actions()).unwrap();
-    assert!(GaussianPolicy::stored_actions(rollout.actions()).is_err());
+    let log_probs = rollout.field::<f32>(Field::LogProb).unwrap();
+    assert!(log_probs.iter().all(|&lp| lp <= 0.0));
+    let actions = rollout.field::<u32>(Field::Action).unwrap();
+    assert!(rollout.field::<f32>(Field::Action).is_err());
     check_recorded(collector.policy(), &rollout, actions);
     assert!(actions.contains(&0) && actions.contains(&1));
 }
@@ -1058,11 +1064,14 @@ fn sync_collector_drives_the_gaussian_policy_on_pendulum() {
     }
     assert_eq!(replay.len(), 192);
 
-    let mut rollout =
-        RolloutBuffer::new(RolloutConfig::new(64, 4, 3, ActionShape::Continuous(1))).unwrap();
+    let schema = TransitionSchema::new(DType::F32, &[3], DType::F32, &[1])
+        .for_rollout()
+        .build()
+        .unwrap();
+    let mut rollout = RolloutBuffer::new(schema, 64, 4, None).unwrap();
     collector.collect_rollout(&mut rollout).unwrap();
-    let actions = GaussianPolicy::stored_actions(rollout.actions()).unwrap();
-    assert!(CategoricalPolicy::stored_actions(rollout.actions()).is_err());
+    let actions = rollout.field::<f32>(Field::Action).unwrap();
+    assert!(rollout.field::<u32>(Field::Action).is_err());
     // Stored unclipped: with a standard deviation of e^0.5 some exceed the torque limit 2.
     assert!(actions.iter().any(|a| a.abs() > 2.0));
     check_recorded(collector.policy(), &rollout, actions);

@@ -5,10 +5,11 @@
 
 use rl_collect::{CollectorConfig, SyncCollector};
 use rl_envs::CartPole;
-use rl_storage::{Actions, StepData};
+use rl_storage::{ColumnSlice, RolloutBuffer};
 
 use super::*;
 use crate::policy::{ActorCritic, CategoricalPolicy, PolicyConfig, PolicyNetworks};
+use rl_nn::AdamConfig;
 
 /// Loss and gradient with respect to the log-probs of `clipped_surrogate` for ratios
 /// `ratios` (old log-probs 0).
@@ -132,7 +133,7 @@ fn clipped_surrogate_checks_rows() {
 
 #[test]
 fn config_defaults_validate_and_bad_fields_are_named() {
-    PpoConfig::new().validate().expect("defaults are valid");
+    PpoConfig::new().validate(1).expect("defaults are valid");
     let bad: [(&str, PpoConfig); 10] = [
         (
             "ppo.n_steps",
@@ -142,9 +143,9 @@ fn config_defaults_validate_and_bad_fields_are_named() {
             },
         ),
         (
-            "ppo.minibatch_size",
+            "ppo.batch_size",
             PpoConfig {
-                minibatch_size: 4096,
+                batch_size: 4096,
                 ..PpoConfig::new()
             },
         ),
@@ -191,9 +192,12 @@ fn config_defaults_validate_and_bad_fields_are_named() {
             },
         ),
         (
-            "ppo.learning_rate",
+            "ppo.adam",
             PpoConfig {
-                learning_rate: -1e-3,
+                adam: AdamConfig {
+                    lr: -1e-3,
+                    ..PpoConfig::new().adam
+                },
                 ..PpoConfig::new()
             },
         ),
@@ -206,7 +210,7 @@ fn config_defaults_validate_and_bad_fields_are_named() {
         ),
     ];
     for (field, config) in bad {
-        match config.validate() {
+        match config.validate(1) {
             Err(Error::Config { what, .. }) => assert_eq!(what, field),
             other => panic!("{field}: {other:?}"),
         }
@@ -216,7 +220,10 @@ fn config_defaults_validate_and_bad_fields_are_named() {
 #[test]
 fn linear_schedules() {
     let config = PpoConfig {
-        learning_rate: 1e-3,
+        adam: AdamConfig {
+            lr: 1e-3,
+            ..PpoConfig::new().adam
+        },
         learning_rate_end: Some(0.0),
         clip_range: 0.2,
         clip_range_end: Some(0.1),
@@ -254,8 +261,11 @@ fn normalize_and_explained_variance() {
 
 type Cart = CategoricalPolicy;
 
+/// Environments of the CartPole tests.
+const ENVS: usize = 8;
+
 fn cartpole_setup(config: PpoConfig, seed: u64) -> (SyncCollector<CartPole, Cart>, Ppo<Cart>) {
-    let envs: Vec<CartPole> = (0..config.n_envs as u64)
+    let envs: Vec<CartPole> = (0..ENVS as u64)
         .map(|i| CartPole::new(seed * 1000 + i))
         .collect();
     let policy = Cart::for_env(&envs[0], PolicyConfig::new(), seed).expect("policy");
@@ -265,11 +275,11 @@ fn cartpole_setup(config: PpoConfig, seed: u64) -> (SyncCollector<CartPole, Cart
         CollectorConfig {
             seed,
             stats_window: 20,
-            ..CollectorConfig::new(config.n_envs)
+            ..CollectorConfig::new(ENVS)
         },
     )
     .expect("collector");
-    let ppo = Ppo::new(policy, config).expect("ppo");
+    let ppo = Ppo::new(policy, config, ENVS).expect("ppo");
     // The normaliser `Ppo::new` may install goes to the collector's copy too.
     ppo.copy_policy_into(collector.policy_mut()).expect("copy");
     (collector, ppo)
@@ -278,12 +288,14 @@ fn cartpole_setup(config: PpoConfig, seed: u64) -> (SyncCollector<CartPole, Cart
 fn small_config() -> PpoConfig {
     PpoConfig {
         n_steps: 32,
-        n_envs: 8,
-        minibatch_size: 64,
+        batch_size: 64,
         epochs: 4,
         gamma: 0.98,
         gae_lambda: 0.8,
-        learning_rate: 1e-3,
+        adam: AdamConfig {
+            lr: 1e-3,
+            ..PpoConfig::new().adam
+        },
         ..PpoConfig::new()
     }
 }
@@ -298,19 +310,20 @@ fn recorded_and_recomputed_old_log_probs_agree() -> Result<()> {
             ..small_config()
         };
         let (mut collector, mut ppo) = cartpole_setup(config, 3);
-        let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+        let mut rollout = ppo.rollout_buffer(None)?;
         collector.collect_rollout(&mut rollout).expect("collect");
         // Recorded log-probs equal the recomputed ones up to rounding.
         let mut lp = vec![0.0; rollout.rows()];
         let mut v = vec![0.0; rollout.rows()];
-        let actions = Cart::stored_actions(rollout.actions())?;
+        let actions = rollout.field::<u32>(Field::Action)?;
+        let obs = rollout.field::<f32>(Field::Obs)?;
         let mut ws = ppo.policy().workspace(100);
         ppo.policy()
-            .evaluate_minibatched(rollout.obs(), actions, &mut lp, &mut v, &mut ws)?;
-        for (a, b) in lp.iter().zip(rollout.log_probs()) {
+            .evaluate_minibatched(obs, actions, &mut lp, &mut v, &mut ws)?;
+        for (a, b) in lp.iter().zip(rollout.field::<f32>(Field::LogProb)?) {
             assert!((a - b).abs() < 1e-5, "{a} vs {b}");
         }
-        stats.push(ppo.update(&rollout)?);
+        stats.push(ppo.update(&mut rollout)?);
     }
     let (a, b) = (stats[0], stats[1]);
     assert_eq!(a.minibatches, b.minibatches);
@@ -327,9 +340,9 @@ fn target_kl_stops_early_and_rollout_shape_is_checked() -> Result<()> {
         ..small_config()
     };
     let (mut collector, mut ppo) = cartpole_setup(config, 5);
-    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+    let mut rollout = ppo.rollout_buffer(None)?;
     collector.collect_rollout(&mut rollout).expect("collect");
-    let stats = ppo.update(&rollout)?;
+    let stats = ppo.update(&mut rollout)?;
     assert!(stats.early_stopped, "{stats:?}");
     // The first minibatch has (almost) zero KL and steps; the second sees the change.
     assert!(
@@ -337,13 +350,11 @@ fn target_kl_stops_early_and_rollout_shape_is_checked() -> Result<()> {
         "{stats:?}"
     );
 
-    let other = RolloutBuffer::new(RolloutConfig {
-        steps: 16,
-        ..ppo.rollout_config()
-    })?;
-    assert!(matches!(ppo.update(&other), Err(Error::Config { .. })));
-    let empty = RolloutBuffer::new(ppo.rollout_config())?;
-    assert!(matches!(ppo.update(&empty), Err(Error::Storage { .. })));
+    let mut other = RolloutBuffer::new(ppo.rollout_schema().clone(), 16, ENVS, None)?;
+    assert!(matches!(ppo.update(&mut other), Err(Error::Config { .. })));
+    let mut empty = ppo.rollout_buffer(None)?;
+    let err = ppo.update(&mut empty).unwrap_err();
+    assert!(err.to_string().contains("full rollouts"), "{err}");
     Ok(())
 }
 
@@ -355,12 +366,14 @@ fn short_cartpole_run_beats_random_clearly() -> Result<()> {
     let seed = 1;
     let config = PpoConfig {
         n_steps: 32,
-        n_envs: 8,
-        minibatch_size: 64,
+        batch_size: 64,
         epochs: 5,
         gamma: 0.98,
         gae_lambda: 0.8,
-        learning_rate: 2e-3,
+        adam: AdamConfig {
+            lr: 2e-3,
+            ..PpoConfig::new().adam
+        },
         learning_rate_end: Some(0.0),
         clip_range_end: Some(0.0),
         schedule_steps: Some(100_000),
@@ -368,7 +381,7 @@ fn short_cartpole_run_beats_random_clearly() -> Result<()> {
         ..PpoConfig::new()
     };
     let (mut collector, mut ppo) = cartpole_setup(config, seed);
-    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+    let mut rollout = ppo.rollout_buffer(None)?;
     let mut best = 0.0f32;
     while collector.frames() < 20_000 {
         rollout.clear();
@@ -379,7 +392,7 @@ fn short_cartpole_run_beats_random_clearly() -> Result<()> {
         if best >= 150.0 {
             break;
         }
-        let stats = ppo.update(&rollout)?;
+        let stats = ppo.update(&mut rollout)?;
         assert!(stats.policy_loss.is_finite() && stats.value_loss.is_finite());
         assert_eq!(stats.minibatches, 20);
         ppo.copy_policy_into(collector.policy_mut())?;
@@ -401,8 +414,7 @@ fn gaussian_updates_with_every_option_on() -> Result<()> {
     type Pend = GaussianPolicy;
     let config = PpoConfig {
         n_steps: 64,
-        n_envs: 2,
-        minibatch_size: 32,
+        batch_size: 32,
         epochs: 2,
         clip_range_vf: Some(1.0),
         ent_coef: 0.01,
@@ -423,12 +435,12 @@ fn gaussian_updates_with_every_option_on() -> Result<()> {
     let before = policy.log_std().to_vec();
     let mut collector =
         SyncCollector::new(envs, policy.clone(), CollectorConfig::new(2)).expect("collector");
-    let mut ppo = Ppo::new(policy, config)?;
-    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+    let mut ppo = Ppo::new(policy, config, 2)?;
+    let mut rollout = ppo.rollout_buffer(None)?;
     for update in 1..=3u64 {
         rollout.clear();
         collector.collect_rollout(&mut rollout).expect("collect");
-        let stats = ppo.update(&rollout)?;
+        let stats = ppo.update(&mut rollout)?;
         for value in [
             stats.policy_loss,
             stats.value_loss,
@@ -471,38 +483,33 @@ fn train_once(
 ) -> Result<UpdateStats> {
     rollout.clear();
     collector.collect_rollout(rollout).expect("collect");
-    ppo.normalize_rewards(rollout)?;
     let stats = ppo.update(rollout)?;
     ppo.copy_policy_into(collector.policy_mut())?;
     Ok(stats)
 }
 
-/// A copy of a full rollout with advantages computed, through the public interface.
+/// A copy of a full CartPole rollout, through the public interface.
 fn replay(source: &RolloutBuffer) -> RolloutBuffer {
-    let config = *source.config();
-    let n = config.envs;
-    let mut copy = RolloutBuffer::new(config).expect("buffer");
-    let Actions::Discrete(actions) = source.actions() else {
-        panic!("CartPole actions are discrete")
-    };
-    let bools = |flags: &[rl_core::Flag]| flags.iter().map(|f| f.get()).collect::<Vec<_>>();
-    let (terminated, truncated) = (bools(source.terminated()), bools(source.truncated()));
-    for t in 0..config.steps {
+    let (steps, n) = (source.steps(), source.envs());
+    let mut copy = RolloutBuffer::new(source.schema().clone(), steps, n, None).expect("buffer");
+    let f32s = |field| source.field::<f32>(field).expect("f32 column");
+    let flags = |field| source.field::<rl_core::Flag>(field).expect("flag column");
+    let actions = source.field::<u32>(Field::Action).expect("actions");
+    let obs_len = f32s(Field::Obs).len() / (steps * n);
+    for t in 0..steps {
         let rows = t * n..(t + 1) * n;
-        copy.push_step(StepData {
-            obs: &source.obs()[t * n * config.obs_len..(t + 1) * n * config.obs_len],
-            actions: Actions::Discrete(&actions[rows.clone()]),
-            rewards: &source.rewards()[rows.clone()],
-            terminated: &terminated[rows.clone()],
-            truncated: &truncated[rows.clone()],
-            values: &source.values()[rows.clone()],
-            log_probs: &source.log_probs()[rows.clone()],
-            final_values: &source.final_values()[rows],
-        })
+        copy.push_step(&[
+            ColumnSlice::from(&f32s(Field::Obs)[t * n * obs_len..(t + 1) * n * obs_len]),
+            (&actions[rows.clone()]).into(),
+            (&f32s(Field::Reward)[rows.clone()]).into(),
+            (&flags(Field::Terminated)[rows.clone()]).into(),
+            (&flags(Field::Truncated)[rows.clone()]).into(),
+            (&f32s(Field::LogProb)[rows.clone()]).into(),
+            (&f32s(Field::Value)[rows.clone()]).into(),
+            (&f32s(Field::FinalValue)[rows]).into(),
+        ])
         .expect("push");
     }
-    copy.compute_gae(source.last_values().expect("gae computed"))
-        .expect("gae");
     copy
 }
 
@@ -524,8 +531,8 @@ fn checkpoint_round_trip_with_reward_normalisation() -> Result<()> {
 
 fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
     let config = PpoConfig {
-        normalize_obs,
-        normalize_reward,
+        normalize_obs: normalize_obs.then(ObsNormalization::default),
+        normalize_reward: normalize_reward.then(RewardNormalization::default),
         learning_rate_end: Some(0.0),
         clip_range_end: Some(0.0),
         schedule_steps: Some(10_000),
@@ -533,7 +540,7 @@ fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
         ..small_config()
     };
     let (mut collector, mut ppo) = cartpole_setup(PpoConfig { seed: 3, ..config }, 3);
-    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+    let mut rollout = ppo.rollout_buffer(None)?;
     for _ in 0..3 {
         train_once(&mut collector, &mut ppo, &mut rollout)?;
     }
@@ -615,15 +622,28 @@ fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
     rollout.clear();
     collector.collect_rollout(&mut rollout).expect("collect");
     let mut copy = replay(&rollout);
-    ppo.normalize_rewards(&mut rollout)?;
-    resumed.normalize_rewards(&mut copy)?;
-    assert_eq!(rollout.rewards(), copy.rewards());
-    assert_eq!(rollout.advantages(), copy.advantages());
+    let a = ppo.update(&mut rollout)?;
+    let b = resumed.update(&mut copy)?;
+    assert_eq!(ppo.advantages.returns(), resumed.advantages.returns());
+    // The rollout keeps the raw rewards (CartPole's are all 1).
+    assert!(
+        rollout
+            .field::<f32>(Field::Reward)?
+            .iter()
+            .all(|&r| r == 1.0)
+    );
     if normalize_reward {
-        assert!(rollout.rewards().iter().all(|&r| r != 1.0));
+        // The returns were computed from scaled rewards.
+        let max = ppo
+            .advantages
+            .returns()
+            .iter()
+            .fold(0.0f32, |m, &r| m.max(r));
+        assert!(
+            max < 20.0,
+            "returns up to {max}: the rewards were not scaled"
+        );
     }
-    let a = ppo.update(&rollout)?;
-    let b = resumed.update(&copy)?;
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
     let (after_a, after_b) = (ppo.checkpoint(), resumed.checkpoint());
     assert_ne!(bits(&after_a), bits(&saved));
@@ -635,12 +655,12 @@ fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
 #[test]
 fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing() -> Result<()> {
     let (mut collector, mut ppo) = cartpole_setup(small_config(), 5);
-    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+    let mut rollout = ppo.rollout_buffer(None)?;
     train_once(&mut collector, &mut ppo, &mut rollout)?;
     let saved = ppo.checkpoint();
 
     let (mut target_collector, mut target) = cartpole_setup(small_config(), 6);
-    let mut target_rollout = RolloutBuffer::new(target.rollout_config())?;
+    let mut target_rollout = target.rollout_buffer(None)?;
     train_once(&mut target_collector, &mut target, &mut target_rollout)?;
     train_once(&mut target_collector, &mut target, &mut target_rollout)?;
     let before = target.checkpoint();
@@ -666,13 +686,13 @@ fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing()
         ..PolicyConfig::new()
     };
     let small = CategoricalPolicy::new(4, 2, config32, 1)?;
-    let small_ckpt = Ppo::new(small, small_config())?.checkpoint();
+    let small_ckpt = Ppo::new(small, small_config(), ENVS)?.checkpoint();
     let tanh_config = PolicyConfig {
         activation: rl_nn::Activation::Tanh,
         ..PolicyConfig::new()
     };
     let tanh = CategoricalPolicy::new(4, 2, tanh_config, 1)?;
-    let tanh_ckpt = Ppo::new(tanh, small_config())?.checkpoint();
+    let tanh_ckpt = Ppo::new(tanh, small_config(), ENVS)?.checkpoint();
     for other in [&small_ckpt, &tanh_ckpt] {
         let err = target.restore(other).unwrap_err();
         assert!(
@@ -736,7 +756,7 @@ fn short_training(seed: u64) -> (Vec<Vec<u32>>, String) {
             ..small_config()
         };
         let (mut collector, mut ppo) = cartpole_setup(config, seed);
-        let mut rollout = RolloutBuffer::new(ppo.rollout_config()).expect("rollout");
+        let mut rollout = ppo.rollout_buffer(None).expect("rollout");
         while collector.frames() < 6 * 256 {
             train_once(&mut collector, &mut ppo, &mut rollout).expect("update");
         }
@@ -890,16 +910,16 @@ fn reward_normalizer_statistics_with_resets() -> Result<()> {
 #[test]
 fn short_cartpole_run_with_reward_normalisation() -> Result<()> {
     let config = PpoConfig {
-        normalize_reward: true,
+        normalize_reward: Some(RewardNormalization::default()),
         seed: 2,
         ..small_config()
     };
     let (mut collector, mut ppo) = cartpole_setup(config, 2);
-    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
-    // Refused before GAE.
+    let mut rollout = ppo.rollout_buffer(None)?;
+    // An empty rollout is refused before the statistics change.
     assert!(matches!(
-        ppo.normalize_rewards(&mut rollout),
-        Err(Error::Storage { .. })
+        ppo.update(&mut rollout),
+        Err(Error::Config { .. })
     ));
     assert_eq!(ppo.reward_normalizer().map(|n| n.count), Some(1e-4));
     for update in 1..=20u32 {
@@ -910,16 +930,61 @@ fn short_cartpole_run_with_reward_normalisation() -> Result<()> {
         assert!((normalizer.count - expected).abs() < 1e-9);
         let scale = normalizer.scale();
         assert!(scale.is_finite() && scale > 0.0);
-        // CartPole pays 1 per step: every stored reward is now the scale (at most 10).
-        assert!(rollout.rewards().iter().all(|&r| r == scale.min(10.0)));
+        // CartPole pays 1 per step: the update's returns are those of rewards equal to
+        // the scale (at most 10), while the rollout keeps the raw ones.
+        assert!(
+            rollout
+                .field::<f32>(Field::Reward)?
+                .iter()
+                .all(|&r| r == 1.0)
+        );
+        let mut scaled = replay(&rollout);
+        let mut reference = Advantages::new(scaled.rows());
+        let rewards = vec![scale.min(10.0); scaled.rows()];
+        scaled.clear();
+        let source = replay(&rollout);
+        for t in 0..source.steps() {
+            let rows = t * ENVS..(t + 1) * ENVS;
+            let column = |field| &source.field::<f32>(field).expect("f32")[rows.clone()];
+            let flags = |field| &source.field::<rl_core::Flag>(field).expect("flags")[rows.clone()];
+            scaled
+                .push_step(&[
+                    ColumnSlice::from(
+                        &source.field::<f32>(Field::Obs)?[t * ENVS * 4..(t + 1) * ENVS * 4],
+                    ),
+                    (&source.field::<u32>(Field::Action)?[rows.clone()]).into(),
+                    (&rewards[rows.clone()]).into(),
+                    flags(Field::Terminated).into(),
+                    flags(Field::Truncated).into(),
+                    column(Field::LogProb).into(),
+                    column(Field::Value).into(),
+                    column(Field::FinalValue).into(),
+                ])
+                .expect("push");
+        }
+        reference.compute(
+            &scaled,
+            config.gamma,
+            config.gae_lambda,
+            RewardTransform::IDENTITY,
+        )?;
+        assert_eq!(reference.returns(), ppo.advantages.returns());
     }
-    // Without the option nothing changes.
+    // Without the option the returns are those of the raw rewards.
     let (mut collector, mut plain) = cartpole_setup(small_config(), 2);
     rollout.clear();
     collector.collect_rollout(&mut rollout).expect("collect");
-    plain.normalize_rewards(&mut rollout)?;
+    plain.update(&mut rollout)?;
     assert!(plain.reward_normalizer().is_none());
-    assert!(rollout.rewards().iter().all(|&r| r == 1.0));
+    let mut reference = Advantages::new(rollout.rows());
+    let config = small_config();
+    reference.compute(
+        &rollout,
+        config.gamma,
+        config.gae_lambda,
+        RewardTransform::IDENTITY,
+    )?;
+    assert_eq!(reference.returns(), plain.advantages.returns());
     Ok(())
 }
 
@@ -933,17 +998,18 @@ fn a_full_update_allocates_nothing_after_the_first() -> Result<()> {
         eval_minibatch: 100,
         clip_range_vf: Some(1.0),
         ent_coef: 0.01,
-        normalize_obs: true,
+        normalize_obs: Some(ObsNormalization::default()),
+        normalize_reward: Some(RewardNormalization::default()),
         learning_rate_end: Some(0.0),
         schedule_steps: Some(100_000),
         ..small_config()
     };
     let (mut collector, mut ppo) = cartpole_setup(config, 9);
-    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+    let mut rollout = ppo.rollout_buffer(None)?;
     train_once(&mut collector, &mut ppo, &mut rollout)?;
     rollout.clear();
     collector.collect_rollout(&mut rollout).expect("collect");
-    let (stats, alloc) = rl_testkit::measure(|| ppo.update(&rollout));
+    let (stats, alloc) = rl_testkit::measure(|| ppo.update(&mut rollout));
     assert_eq!(stats?.minibatches, 16);
     assert_eq!(alloc.allocations, 0, "{alloc:?}");
 
@@ -955,17 +1021,16 @@ fn a_full_update_allocates_nothing_after_the_first() -> Result<()> {
         SyncCollector::new(envs, policy.clone(), CollectorConfig::new(2)).expect("collector");
     let config = PpoConfig {
         n_steps: 64,
-        n_envs: 2,
-        minibatch_size: 32,
+        batch_size: 32,
         epochs: 2,
         ..config
     };
-    let mut ppo = Ppo::new(policy, config)?;
+    let mut ppo = Ppo::new(policy, config, 2)?;
     ppo.copy_policy_into(collector.policy_mut())?;
-    let mut rollout = RolloutBuffer::new(ppo.rollout_config())?;
+    let mut rollout = ppo.rollout_buffer(None)?;
     collector.collect_rollout(&mut rollout).expect("collect");
-    ppo.update(&rollout)?;
-    let (stats, alloc) = rl_testkit::measure(|| ppo.update(&rollout));
+    ppo.update(&mut rollout)?;
+    let (stats, alloc) = rl_testkit::measure(|| ppo.update(&mut rollout));
     assert_eq!(stats?.minibatches, 8);
     assert_eq!(alloc.allocations, 0, "{alloc:?}");
     Ok(())

@@ -8,7 +8,7 @@ use rl_core::{Env, Location, MemoryPlan};
 use rl_storage::RolloutBuffer;
 
 use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::eval::{EvalReport, Predict, evaluate};
 use crate::policy::ActorCritic;
 use crate::ppo::{CHECKPOINT_KIND, Ppo, PpoConfig, PpoState, UpdateStats};
@@ -24,8 +24,8 @@ const TRAINER: &str = "on_policy";
 /// statistics and sampling generator copied into the collector's policy (the trainer
 /// does this; nothing for the caller to keep in step).
 ///
-/// `ppo.n_envs` must equal `run.n_envs` (both say how many environments there are; the
-/// trainer refuses a disagreement rather than pick one).
+/// The run owns the number of environments (`run.n_envs`); a rollout holds
+/// `ppo.n_steps x run.n_envs` rows.
 ///
 /// ```
 /// use rl_algos::trainer::{Goal, OnPolicyTrainer, RunConfig};
@@ -33,7 +33,7 @@ const TRAINER: &str = "on_policy";
 /// use rl_envs::CartPole;
 ///
 /// let policy = CategoricalPolicy::for_env(&CartPole::new(0), PolicyConfig::new(), 0)?;
-/// let ppo = PpoConfig { n_envs: 4, n_steps: 32, ..PpoConfig::new() };
+/// let ppo = PpoConfig { n_steps: 32, ..PpoConfig::new() };
 /// let run = RunConfig { n_envs: 4, goal: Some(Goal::TrainingReturn { mean_return: 475.0, window: 20 }), ..RunConfig::new(1_024) };
 /// let mut trainer = OnPolicyTrainer::new(CartPole::new, policy, ppo, run)?;
 /// let summary = trainer.train(&mut ())?;
@@ -86,7 +86,7 @@ where
     /// environments start new episodes.
     ///
     /// # Errors
-    /// A directory of another run ([`Error::CheckpointMismatch`]), missing or corrupt
+    /// A directory of another run ([`Error::CheckpointMismatch`](crate::Error::CheckpointMismatch)), missing or corrupt
     /// files, and the errors of [`OnPolicyTrainer::new`].
     pub fn resume(
         dir: &Path,
@@ -108,16 +108,7 @@ where
         resume: Option<(&Path, RunCounters)>,
     ) -> Result<Self> {
         run.validate()?;
-        if config.n_envs != run.n_envs {
-            return Err(Error::config(
-                "ppo.n_envs",
-                format!(
-                    "is {} but run.n_envs is {}: give both the number of environments",
-                    config.n_envs, run.n_envs
-                ),
-            ));
-        }
-        let mut ppo = Ppo::new(policy.clone(), config)?;
+        let mut ppo = Ppo::new(policy.clone(), config, run.n_envs)?;
         let (steps_before, last_eval_steps) = match &resume {
             Some((dir, counters)) => {
                 ppo.load(dir.join(LEARNER_FILE))?;
@@ -125,9 +116,8 @@ where
             }
             None => (0, 0),
         };
-        let rollout_config = ppo.rollout_config();
         let mut plan = MemoryPlan::new();
-        plan.nest("rollout", &RolloutBuffer::plan(&rollout_config)?);
+        plan.nest("rollout", &ppo.rollout_plan()?);
         plan.nest("learner", &ppo.memory_plan());
         let params: usize = ppo.adams().iter().map(|a| a.num_params()).sum();
         plan.add(
@@ -138,7 +128,7 @@ where
         if let Some(budget) = &run.budget {
             plan.check(budget)?;
         }
-        let rollout = RolloutBuffer::new(rollout_config)?;
+        let rollout = ppo.rollout_buffer(None)?;
         let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
         let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
         let mut collector = SyncCollector::new(
@@ -220,7 +210,7 @@ where
     /// the last rollout of the budget is learned from, as Stable-Baselines3 does.
     ///
     /// # Errors
-    /// Environment, policy and learner errors ([`Error::Diverged`] ...).
+    /// Environment, policy and learner errors ([`Error::Diverged`](crate::Error::Diverged) ...).
     pub fn train(&mut self, callback: &mut dyn Callback<UpdateStats>) -> Result<TrainSummary> {
         let run = self.run.clone();
         let mut clock = Clock::start(self.env_steps(), self.last_eval_steps);
@@ -234,10 +224,9 @@ where
             if clock.stop.is_some() {
                 break;
             }
-            // Scales the rewards when configured; the episode statistics above were
-            // taken from the raw rewards.
-            self.ppo.normalize_rewards(&mut self.rollout)?;
-            self.last_stats = Some(self.ppo.update(&self.rollout)?);
+            // Scales the rewards when configured (the episode statistics above were
+            // taken from the raw rewards, which the rollout keeps).
+            self.last_stats = Some(self.ppo.update(&mut self.rollout)?);
             self.ppo.copy_policy_into(self.collector.policy_mut())?;
             clock.evaluate_if_due(
                 &run,

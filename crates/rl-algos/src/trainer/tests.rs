@@ -74,8 +74,7 @@ fn fixed(_seed: u64) -> Fixed {
 fn ppo_config(seed: u64) -> PpoConfig {
     PpoConfig {
         n_steps: LEN,
-        n_envs: 2,
-        minibatch_size: 8,
+        batch_size: 8,
         epochs: 2,
         seed,
         ..PpoConfig::new()
@@ -352,7 +351,6 @@ fn goals_callbacks_and_evaluations_stop_and_report() {
         ..RunConfig::new(10_000)
     };
     let ppo = PpoConfig {
-        n_envs: 2,
         n_steps: 64,
         ..PpoConfig::new()
     };
@@ -446,17 +444,22 @@ fn invalid_loop_settings_name_the_field() {
             .to_string()
             .contains("gradient_steps")
     );
-    // PPO and the run must agree on the number of environments.
+    // The minibatch must fit the rollout of the run's environments.
     let policy = CategoricalPolicy::for_env(&CartPole::new(0), PolicyConfig::new(), 0).unwrap();
     let err = OnPolicyTrainer::new(
         CartPole::new,
         policy,
         PpoConfig {
-            n_envs: 3,
+            n_steps: 4,
+            batch_size: 9,
             ..PpoConfig::new()
         },
-        RunConfig::new(10),
+        RunConfig {
+            n_envs: 2,
+            ..RunConfig::new(10)
+        },
     )
     .unwrap_err();
-    assert!(err.to_string().contains("ppo.n_envs"), "{err}");
+    assert!(err.to_string().contains("ppo.batch_size"), "{err}");
+    assert!(err.to_string().contains("4 x 2 = 8"), "{err}");
 }
