@@ -21,7 +21,7 @@ use std::num::{NonZeroU64, NonZeroUsize};
 use anyhow::bail;
 use clap::{ArgAction, Parser};
 use rl::algos::trainer::{Goal, OffPolicyConfig};
-use rl::algos::{DiscreteSac, SacConfig};
+use rl::algos::{AdamConfig, DiscreteSac, SacConfig};
 use rl::core::{DType, MemoryBudget, TransitionSchema};
 use rl::envs::LargeDiscrete;
 use rl::storage::RamStorage;
@@ -81,7 +81,10 @@ fn main() -> anyhow::Result<()> {
     let sac = SacConfig {
         hidden: vec![64, 64],
         batch_size: args.batch.get(),
-        lr: args.lr,
+        adam: AdamConfig {
+            lr: args.lr,
+            ..SacConfig::sb3().adam
+        },
         chunk: args.chunk.get(),
         target_entropy: Some(args.entropy_ratio * (n as f32).ln()),
         seed: args.run.seed,

@@ -68,12 +68,12 @@ fn main() -> anyhow::Result<()> {
     let mut config = OffPolicyConfig::new(run);
     let mut sac = SacConfig::sb3();
     if let Preset::Tuned = args.preset {
-        (sac.hidden, sac.lr, config.learning_starts) = (vec![64, 64], 1e-3, 1_000);
+        (sac.hidden, sac.adam.lr, config.learning_starts) = (vec![64, 64], 1e-3, 1_000);
     }
     if let Some(width) = args.hidden {
         sac.hidden = vec![width.get(), width.get()];
     }
-    sac.lr = args.lr.unwrap_or(sac.lr);
+    sac.adam.lr = args.lr.unwrap_or(sac.adam.lr);
     sac.batch_size = args.batch.map_or(sac.batch_size, NonZeroUsize::get);
     sac.seed = args.run.seed;
     config.learning_starts = args.learning_starts.unwrap_or(config.learning_starts);

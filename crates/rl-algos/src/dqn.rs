@@ -19,7 +19,7 @@ use rl_nn::{
 use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, first_difference};
 use crate::policy::{Mode, describe};
 
 /// The `kind` of DQN checkpoints.
@@ -887,17 +887,25 @@ impl Dqn {
                 actual: format!("{:?}", state.architecture),
             });
         }
-        let comparable = DqnConfig {
-            seed: self.config.seed,
-            ..state.config.clone()
-        };
-        if comparable != self.config {
-            return Err(Error::CheckpointMismatch {
-                what: "DQN configuration".to_owned(),
-                expected: format!("{:?}", self.config),
-                actual: format!("{:?}", state.config),
-            });
-        }
+        first_difference!(
+            DqnConfig,
+            "dqn",
+            &self.config,
+            &state.config,
+            [
+                hidden,
+                activation,
+                batch_size,
+                adam,
+                gamma,
+                target_update,
+                double,
+                exploration,
+                max_grad_norm,
+                huber_delta,
+            ],
+            except[seed]
+        )?;
         let (q, target) = (checkpoint.network(Q)?, checkpoint.network(Q_TARGET)?);
         q.check_fits(&self.q, Some(&self.adam))?;
         target.check_fits(&self.target, None)?;

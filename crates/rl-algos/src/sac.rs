@@ -23,7 +23,7 @@ use rl_nn::{
     Module, NetworkState, Parameters, Weights,
 };
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, first_difference};
 use crate::policy::Mode;
 
 pub use continuous::{CHECKPOINT_KIND as SAC_CHECKPOINT_KIND, Sac};
@@ -51,10 +51,10 @@ pub struct SacConfig {
     pub hidden: Vec<usize>,
     /// Transitions per gradient step. Default 256.
     pub batch_size: usize,
-    /// Learning rate of the actor, the critics and the entropy coefficient. Default 3e-4.
-    pub lr: f64,
-    /// Adam's epsilon. Default 1e-8 (PyTorch's, which Stable-Baselines3 keeps for SAC).
-    pub adam_eps: f64,
+    /// The optimiser of the actor, the critics and the entropy coefficient: Adam with
+    /// learning rate 3e-4, betas `[0.9, 0.999]` and `eps` 1e-8 (PyTorch's, which
+    /// Stable-Baselines3 keeps for SAC) by default.
+    pub adam: AdamConfig,
     /// Discount. Default 0.99.
     pub gamma: f32,
     /// Polyak coefficient of the target critics. Default 0.005.
@@ -91,8 +91,12 @@ impl SacConfig {
         Self {
             hidden: vec![256, 256],
             batch_size: 256,
-            lr: 3e-4,
-            adam_eps: 1e-8,
+            adam: AdamConfig {
+                lr: 3e-4,
+                betas: [0.9, 0.999],
+                eps: 1e-8,
+                weight_decay: None,
+            },
             gamma: 0.99,
             tau: 0.005,
             target_update_interval: 1,
@@ -168,16 +172,9 @@ impl SacConfig {
                 format!("is {target}: use a finite entropy (or None for the default)"),
             ));
         }
-        Ok(self.adam().validate()?)
-    }
-
-    fn adam(&self) -> AdamConfig {
-        AdamConfig {
-            lr: self.lr,
-            betas: [0.9, 0.999],
-            eps: self.adam_eps,
-            weight_decay: None,
-        }
+        self.adam.validate().map_err(|e| {
+            Error::config("sac.adam", format!("{e} (3e-4 is the usual learning rate)"))
+        })
     }
 
     fn spec(&self, input: usize, output: usize) -> MlpSpec {
@@ -288,16 +285,16 @@ impl Core {
         let actor = Mlp::new(config.spec(actor_in, actor_out), Init::Uniform, &mut rng)?;
         let critics = TwinCritics::new(
             &config.spec(critic_in, critic_out),
-            config.adam(),
+            config.adam,
             config.batch_size,
             &mut rng,
         )?;
         let target_entropy = config.target_entropy.unwrap_or(default_target_entropy);
         Ok(Self {
-            actor_adam: Adam::new(actor.num_params(), config.adam())?,
+            actor_adam: Adam::new(actor.num_params(), config.adam)?,
             actor_grads: vec![0.0; actor.num_params()],
             critics,
-            temperature: Temperature::new(config.ent_coef, target_entropy, config.adam())?,
+            temperature: Temperature::new(config.ent_coef, target_entropy, config.adam)?,
             actor,
             rng: seeded(config.seed ^ 0x5ac5_ac5a_c5ac_5ac5),
             mode: Mode::Sample,
@@ -693,18 +690,24 @@ fn f32_bytes(count: usize) -> u64 {
 
 /// The configuration fields that must agree for a checkpoint to resume exactly.
 fn check_config(ours: &SacConfig, theirs: &SacConfig) -> Result<()> {
-    let comparable = SacConfig {
-        seed: ours.seed,
-        ..theirs.clone()
-    };
-    if &comparable != ours {
-        return Err(Error::CheckpointMismatch {
-            what: "SAC configuration".to_owned(),
-            expected: format!("{ours:?}"),
-            actual: format!("{theirs:?}"),
-        });
-    }
-    Ok(())
+    first_difference!(
+        SacConfig,
+        "sac",
+        ours,
+        theirs,
+        [
+            hidden,
+            batch_size,
+            adam,
+            gamma,
+            tau,
+            target_update_interval,
+            ent_coef,
+            target_entropy,
+            chunk,
+        ],
+        except[seed]
+    )
 }
 
 fn seeded(seed: u64) -> Xoshiro256PlusPlus {

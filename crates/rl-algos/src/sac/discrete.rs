@@ -223,7 +223,7 @@ impl DiscreteSac {
         let n = discrete_n(action_space)?;
         check_table_rows(&initial, n, action_space)?;
         let (rows, dim) = (initial.rows(), initial.dim());
-        let adam = Adam::new(rows * dim, config.adam())?;
+        let adam = Adam::new(rows * dim, config.adam)?;
         let side = format!("{n} scored by a learned {rows}x{dim} table");
         let scorer = ChunkedScorer::new(initial, config.chunk, config.batch_size.max(ACT_ROWS))?;
         let mut sac = Self::build(observation_space, n, scorer, config, side)?;

@@ -4,6 +4,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{BoxSpace, DType, Env, FeatureTable, Flag, Space, Step};
 use rl_envs::LargeDiscrete;
+use rl_nn::AdamConfig;
 use rl_storage::{Batch, ColumnSlice, RamStorage, ReplayBuffer, Uniform};
 
 use super::continuous::squash;
@@ -277,7 +278,18 @@ fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
     let untouched = other.core.actor.params().to_vec();
     assert!(other.restore(&sac.checkpoint()).is_err());
     assert_eq!(other.core.actor.params(), &untouched[..]);
-    let mut other = Sac::new(&obs, &act, SacConfig { lr: 1e-3, ..config }).unwrap();
+    let mut other = Sac::new(
+        &obs,
+        &act,
+        SacConfig {
+            adam: AdamConfig {
+                lr: 1e-3,
+                ..config.adam
+            },
+            ..config
+        },
+    )
+    .unwrap();
     assert!(matches!(
         other.restore(&sac.checkpoint()),
         Err(Error::CheckpointMismatch { .. })
@@ -305,7 +317,10 @@ fn invalid_configurations_and_spaces_are_typed_errors() {
             ..SacConfig::sb3()
         },
         SacConfig {
-            lr: -1.0,
+            adam: AdamConfig {
+                lr: -1.0,
+                ..SacConfig::sb3().adam
+            },
             ..SacConfig::sb3()
         },
         SacConfig {
@@ -540,7 +555,10 @@ fn continuous_sac_finds_the_best_action_of_a_one_step_task() {
         act_space: box_space(-1.0, 1.0, 1),
     };
     let config = SacConfig {
-        lr: 3e-3,
+        adam: AdamConfig {
+            lr: 3e-3,
+            ..SacConfig::sb3().adam
+        },
         ent_coef: EntropyCoef::Auto { initial: 0.1 },
         ..small_config(32)
     };
@@ -566,7 +584,10 @@ fn discrete_sac_learns_a_thousand_action_task() {
     let config = SacConfig {
         hidden: vec![32, 32],
         batch_size: 32,
-        lr: 3e-3,
+        adam: AdamConfig {
+            lr: 3e-3,
+            ..SacConfig::sb3().adam
+        },
         target_entropy: Some(0.5 * 1000f32.ln()),
         chunk: 256,
         ..SacConfig::sb3()
@@ -645,7 +666,10 @@ fn discrete_sac_learns_with_a_table_learned_from_scratch() {
     let config = SacConfig {
         hidden: vec![32, 32],
         batch_size: 32,
-        lr: 3e-3,
+        adam: AdamConfig {
+            lr: 3e-3,
+            ..SacConfig::sb3().adam
+        },
         target_entropy: Some(0.5 * 100f32.ln()),
         chunk: 64,
         ..SacConfig::sb3()
@@ -670,7 +694,7 @@ fn the_sb3_preset_holds_stable_baselines3_defaults() {
     let c = SacConfig::sb3();
     assert_eq!(c.hidden, vec![256, 256]);
     assert_eq!(c.batch_size, 256);
-    assert_eq!((c.lr, c.adam_eps), (3e-4, 1e-8));
+    assert_eq!((c.adam.lr, c.adam.eps), (3e-4, 1e-8));
     assert_eq!((c.gamma, c.tau), (0.99, 0.005));
     assert_eq!(c.target_update_interval, 1);
     assert_eq!(c.ent_coef, EntropyCoef::Auto { initial: 1.0 });
@@ -763,7 +787,10 @@ fn masked_discrete_sac_only_acts_and_learns_among_available_actions() {
     let config = SacConfig {
         hidden: vec![32, 32],
         batch_size: 32,
-        lr: 3e-3,
+        adam: AdamConfig {
+            lr: 3e-3,
+            ..SacConfig::sb3().adam
+        },
         target_entropy: Some(0.5 * 50f32.ln()),
         chunk: 32,
         ..SacConfig::sb3()
