@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use rl::algos::trainer::{
     Callback, Control, OffPolicyConfig, OffPolicyTrainer, Progress, RunConfig, StopReason,
 };
-use rl::algos::{DiscreteSac, OffPolicyLearner, Sac, SacConfig};
+use rl::algos::{AdamConfig, DiscreteSac, OffPolicyLearner, Sac, SacConfig};
 use rl::collect::{CollectorConfig, SyncCollector};
 use rl::core::{
     BoxSpace, Column, DType, Env, Location, MemoryBudget, MemoryPlan, ProcessMemory, Schema, Space,
@@ -262,7 +262,10 @@ fn discrete_sac_trains_through_the_trainer_with_flat_memory() {
         batch_size: 16,
         // Four chunks of the 500 actions.
         chunk: 128,
-        lr: 1e-3,
+        adam: AdamConfig {
+            lr: 1e-3,
+            ..SacConfig::sb3().adam
+        },
         seed: 3,
         ..SacConfig::sb3()
     };
