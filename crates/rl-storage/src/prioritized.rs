@@ -10,8 +10,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{Location, MemoryPlan};
 
 use crate::error::{Error, Result};
-use crate::sampler::{SampleContext, Sampler};
-use crate::sampler::{check_capacity, check_context, try_filled};
+use crate::sampler::{Draw, SampleContext, Sampler, begin_draw, try_filled};
 use crate::storage::RingState;
 
 /// Exponents of [`Prioritized`] sampling.
@@ -321,13 +320,11 @@ impl Sampler for Prioritized {
         indices: &mut [usize],
         weights: &mut [f32],
     ) -> Result<usize> {
-        check_context(context)?;
-        let ring = context.ring;
-        if ring.len == 0 {
-            return Err(Error::Empty);
-        }
-        let capacity = context.capacity;
-        check_capacity(capacity, self.capacity)?;
+        let Draw {
+            ring,
+            capacity,
+            room,
+        } = begin_draw(context, Some(self.capacity), indices, weights)?;
         let out_of_step = || {
             Error::config(
                 "prioritized sampler",
@@ -348,7 +345,7 @@ impl Sampler for Prioritized {
                 format!("sum to {total}: rescale the priorities or lower alpha"),
             ));
         }
-        let rows = rows.min(indices.len()).min(weights.len());
+        let rows = rows.min(room);
         let segment = total / rows as f64;
         let below_total = total.next_down();
         let min_priority = self.min[1];

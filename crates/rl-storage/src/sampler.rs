@@ -87,12 +87,12 @@ impl Sampler for Uniform {
         indices: &mut [usize],
         weights: &mut [f32],
     ) -> Result<usize> {
-        let ring = context.ring;
-        if ring.len == 0 {
-            return Err(Error::Empty);
-        }
-        let rows = rows.min(indices.len());
-        let capacity = context.capacity;
+        let Draw {
+            ring,
+            capacity,
+            room,
+        } = begin_draw(context, None, indices, weights)?;
+        let rows = rows.min(room);
         let oldest = ring.oldest(capacity);
         let len = ring.len as u128;
         for index in &mut indices[..rows] {
@@ -105,6 +105,42 @@ impl Sampler for Uniform {
         weights[..rows].fill(1.0);
         Ok(rows)
     }
+}
+
+/// What a sampler may draw from, once [`begin_draw`] accepted a call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Draw {
+    /// The stored rows (at least one).
+    pub(crate) ring: RingState,
+    /// Rows the storage holds.
+    pub(crate) capacity: usize,
+    /// Rows the output slices have room for: the shorter of `indices` and `weights`.
+    pub(crate) room: usize,
+}
+
+/// The checks every sampler makes before it draws, in this order: the context is
+/// self-consistent ([`check_context`]), the buffer holds at least one row
+/// ([`Error::Empty`]), and, for a sampler `built_for` a capacity (per-row state), the
+/// buffer has that capacity ([`check_capacity`]).
+pub(crate) fn begin_draw(
+    context: &SampleContext<'_>,
+    built_for: Option<usize>,
+    indices: &[usize],
+    weights: &[f32],
+) -> Result<Draw> {
+    check_context(context)?;
+    let ring = context.ring;
+    if ring.len == 0 {
+        return Err(Error::Empty);
+    }
+    if let Some(built_for) = built_for {
+        check_capacity(context.capacity, built_for)?;
+    }
+    Ok(Draw {
+        ring,
+        capacity: context.capacity,
+        room: indices.len().min(weights.len()),
+    })
 }
 
 /// Checks that a sample context is self-consistent, so that the samplers never index out
@@ -202,5 +238,58 @@ mod tests {
             sampler.sample(&empty, 1, &mut indices, &mut weights),
             Err(Error::Empty)
         ));
+    }
+
+    #[test]
+    fn every_sampler_begins_with_the_same_checks() {
+        use crate::{LastBatch, Prioritized, PrioritizedConfig, SliceSampler, WithoutReplacement};
+
+        let stored = RingState {
+            cursor: 2,
+            len: 2,
+            written: 2,
+            ..RingState::default()
+        };
+        let context = |ring: RingState, capacity: usize| SampleContext {
+            ring,
+            capacity,
+            terminated: None,
+            truncated: None,
+        };
+        let mut prioritized = Prioritized::new(4, PrioritizedConfig::default(), 0).unwrap();
+        prioritized.rows_written(&RingState::default(), 2, 4);
+        let mut samplers: [Box<dyn Sampler>; 4] = [
+            Box::new(Uniform::new(0)),
+            Box::new(prioritized),
+            Box::new(WithoutReplacement::new(4, LastBatch::Keep, 0).unwrap()),
+            Box::new(SliceSampler::new(1, 0).unwrap()),
+        ];
+        let (mut indices, mut weights) = ([0; 4], [0.0; 4]);
+        for sampler in &mut samplers {
+            let mut draw = |context: &SampleContext<'_>, weights: &mut [f32]| {
+                sampler.sample(context, 2, &mut indices, weights)
+            };
+            // A ring that does not fit the capacity, before anything else.
+            let too_long = RingState {
+                len: 5,
+                ..RingState::default()
+            };
+            let err = draw(&context(too_long, 4), &mut weights).unwrap_err();
+            assert!(err.to_string().contains("sample context"), "{err}");
+            assert!(matches!(
+                draw(&context(RingState::default(), 4), &mut weights),
+                Err(Error::Empty)
+            ));
+            assert_eq!(draw(&context(stored, 4), &mut weights).unwrap(), 2);
+            // Weights shorter than indices bound the draw (no panic).
+            assert_eq!(draw(&context(stored, 4), &mut weights[..1]).unwrap(), 1);
+        }
+        // Samplers with per-row state refuse a buffer of another capacity.
+        for sampler in &mut samplers[1..3] {
+            let err = sampler
+                .sample(&context(stored, 5), 2, &mut indices, &mut weights)
+                .unwrap_err();
+            assert!(err.to_string().contains("was built for 4 rows"), "{err}");
+        }
     }
 }

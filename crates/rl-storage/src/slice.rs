@@ -5,8 +5,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::error::{Error, Result};
-use crate::sampler::check_context;
-use crate::sampler::{SampleContext, Sampler};
+use crate::sampler::{Draw, SampleContext, Sampler, begin_draw};
 
 /// Rejection draws per window before falling back to counting the valid starts.
 const ATTEMPTS: usize = 64;
@@ -193,12 +192,8 @@ impl Sampler for SliceSampler {
                 ),
             ));
         }
-        check_context(context)?;
-        let ring = context.ring;
-        if ring.len == 0 {
-            return Err(Error::Empty);
-        }
-        let windows = rows.min(indices.len()).min(weights.len()) / slice_len;
+        let Draw { ring, room, .. } = begin_draw(context, None, indices, weights)?;
+        let windows = rows.min(room) / slice_len;
         if windows == 0 {
             return Ok(0);
         }

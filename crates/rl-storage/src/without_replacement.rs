@@ -8,7 +8,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{Location, MemoryPlan};
 
 use crate::error::{Error, Result};
-use crate::sampler::{SampleContext, Sampler, check_capacity, check_context, try_filled};
+use crate::sampler::{Draw, SampleContext, Sampler, begin_draw, try_filled};
 use crate::storage::RingState;
 
 /// What [`WithoutReplacement`] does at the end of an epoch when fewer rows than a batch
@@ -170,20 +170,17 @@ impl Sampler for WithoutReplacement {
         indices: &mut [usize],
         weights: &mut [f32],
     ) -> Result<usize> {
-        check_context(context)?;
-        let ring = context.ring;
-        if ring.len == 0 {
-            return Err(Error::Empty);
-        }
-        let capacity = context.capacity;
-        check_capacity(capacity, self.order.len())?;
+        let Draw {
+            ring,
+            capacity,
+            room,
+        } = begin_draw(context, Some(self.order.len()), indices, weights)?;
         if rows > ring.len {
             return Err(Error::NotEnoughRows {
                 requested: rows,
                 available: ring.len,
             });
         }
-        let room = indices.len().min(weights.len());
         let rows = match self.last {
             LastBatch::Merge => {
                 let needed = rows.saturating_mul(2).saturating_sub(1);
