@@ -76,6 +76,13 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
         Self::from_parts(storage, sampler, ring)
     }
 
+    /// A buffer over `storage` whose `sampler` already knows the rows `ring` holds (its
+    /// state was restored from a checkpoint).
+    pub(crate) fn with_restored_sampler(storage: S, sampler: P, ring: RingState) -> Self {
+        let ring = RingWriter::new(storage.schema(), storage.capacity(), ring);
+        Self::from_parts(storage, sampler, ring)
+    }
+
     fn from_parts(storage: S, sampler: P, ring: RingWriter) -> Self {
         let bytes = storage
             .schema()

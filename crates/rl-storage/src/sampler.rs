@@ -2,13 +2,16 @@
 //!
 //! A sampler draws row *positions* (in `0..capacity`) of rows the buffer holds; the buffer
 //! gathers those rows into a caller-owned [`crate::Batch`]. Samplers allocate at
-//! construction (and say so in [`Sampler::memory_plan`]), never while sampling.
+//! construction (and say so in [`Sampler::memory_plan`]), never while sampling. Their
+//! state (generator, per-row state) goes into checkpoints through
+//! [`Sampler::save_state`] and comes back through [`Sampler::load_state`].
 
 use rand::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{Flag, MemoryPlan};
 
 use crate::error::{Error, Result};
+use crate::sampler_state::{self, StateFormat, StateReader, StateWriter};
 use crate::storage::RingState;
 
 /// What a sampler sees of a buffer when it draws.
@@ -62,6 +65,49 @@ pub trait Sampler: Send {
     fn memory_plan(&self) -> MemoryPlan {
         MemoryPlan::new()
     }
+
+    /// The kind and layout version of the state [`Sampler::save_state`] writes, or `None`
+    /// (the default) for a sampler that saves no state. A checkpoint of a buffer whose
+    /// sampler saves no state holds the rows only; loading it leaves the sampler as
+    /// constructed (told about the loaded rows through [`Sampler::rows_written`]), so its
+    /// draws do not continue the saved buffer's.
+    fn state_format(&self) -> Option<StateFormat> {
+        None
+    }
+
+    /// Writes everything the sampler's future draws depend on (generator, per-row state,
+    /// position in an epoch) for a checkpoint ([`crate::ReplayBuffer::save`]). Called
+    /// only when [`Sampler::state_format`] is `Some`. The default writes nothing.
+    ///
+    /// # Errors
+    /// I/O errors of `out`.
+    fn save_state(&self, out: &mut StateWriter<'_>) -> Result<()> {
+        let _ = out;
+        Ok(())
+    }
+
+    /// This sampler with the state [`Sampler::save_state`] wrote, for a buffer whose ring
+    /// is `ring` over `capacity` positions (the positions are those of the saved buffer).
+    /// Called only when the saved kind and version equal [`Sampler::state_format`]'s.
+    /// Implementations check every value before using it; the sampler is taken by value,
+    /// so that on error none is left half restored. The default returns the sampler
+    /// unchanged.
+    ///
+    /// # Errors
+    /// [`Error::SamplerMismatch`] for a state saved by a sampler built otherwise,
+    /// [`Error::Corrupt`] for values no sampler could have saved, I/O errors.
+    fn load_state(
+        self,
+        ring: &RingState,
+        capacity: usize,
+        input: &mut StateReader<'_>,
+    ) -> Result<Self>
+    where
+        Self: Sized,
+    {
+        let _ = (ring, capacity, input);
+        Ok(self)
+    }
 }
 
 /// Uniform sampling with replacement over every stored row.
@@ -80,6 +126,24 @@ impl Uniform {
 }
 
 impl Sampler for Uniform {
+    /// Kind `uniform`, version 1: the generator.
+    fn state_format(&self) -> Option<StateFormat> {
+        Some(StateFormat {
+            kind: "uniform",
+            version: 1,
+        })
+    }
+
+    fn save_state(&self, out: &mut StateWriter<'_>) -> Result<()> {
+        sampler_state::write_rng(out, &self.rng)
+    }
+
+    fn load_state(self, _: &RingState, _: usize, input: &mut StateReader<'_>) -> Result<Self> {
+        Ok(Self {
+            rng: sampler_state::read_rng(input)?,
+        })
+    }
+
     fn sample(
         &mut self,
         context: &SampleContext<'_>,
