@@ -5,9 +5,16 @@
 //!
 //! - `column-<index>.bin`: the stored rows of one column, oldest first, raw little-endian
 //!   elements, streamed straight from (and back into) the storage's memory;
-//! - `meta.json`: format name and version, schema, capacity, ring counters and each
-//!   column's byte length. Written last, through a temporary file and a rename, so a
-//!   directory with a `meta.json` is a complete checkpoint.
+//! - `sampler.bin`: the sampler's state (generator, priorities, epoch), when the sampler
+//!   saves one ([`crate::Sampler::state_format`]); format in [`crate::StateWriter`]'s
+//!   module: versioned, checksummed, written beside the old file and renamed into place;
+//! - `meta.json`: format name and version, schema, capacity, ring counters and cursor,
+//!   each column's byte length, and the sampler's kind (`null` when it saved no state).
+//!   Written last, through a temporary file and a rename, so a directory with a
+//!   `meta.json` is a complete checkpoint.
+//!
+//! Checkpoints written before samplers saved their state have no `sampler` field and no
+//! `sampler.bin`: they load with the sampler as constructed (see [`ReplayBuffer::load`]).
 //!
 //! Memory-mapped buffers need none of this: their file *is* the checkpoint
 //! ([`ReplayBuffer::commit`]).
@@ -23,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::ram::RamStorage;
 use crate::replay::ReplayBuffer;
 use crate::sampler::Sampler;
+use crate::sampler_state;
 use crate::storage::{HostStorage, RingState, Storage};
 
 const FORMAT: &str = "rl-storage-checkpoint";
@@ -37,6 +45,19 @@ struct Meta {
     capacity: usize,
     ring: RingState,
     column_bytes: Vec<u64>,
+    /// Kind of the sampler whose state `sampler.bin` holds; absent from checkpoints
+    /// written before samplers saved their state, `None` for a sampler without state.
+    #[serde(default)]
+    sampler: Option<String>,
+}
+
+/// The positions of the stored rows, oldest first, as two runs: from the oldest to the end
+/// of the ring, then from position 0 (possibly empty). Column files hold the rows in
+/// this order.
+fn stored_runs(ring: &RingState, capacity: usize) -> [std::ops::Range<usize>; 2] {
+    let oldest = ring.oldest(capacity);
+    let first = (capacity - oldest).min(ring.len);
+    [oldest..oldest + first, 0..ring.len - first]
 }
 
 fn column_file(dir: &Path, index: usize) -> std::path::PathBuf {
@@ -44,8 +65,14 @@ fn column_file(dir: &Path, index: usize) -> std::path::PathBuf {
 }
 
 impl<P: Sampler> ReplayBuffer<RamStorage, P> {
-    /// Saves the stored rows to `dir` (created if missing; an earlier checkpoint there is
-    /// replaced). Streams each column from the buffer's memory: no second copy.
+    /// Saves the stored rows and the sampler's state to `dir` (created if missing; an
+    /// earlier checkpoint there is replaced). Streams each column, and the sampler's
+    /// state, from memory: no second copy.
+    ///
+    /// The sampler's state is what [`Sampler::save_state`] writes (for the samplers of
+    /// this crate: the generator, and the priorities or the epoch in progress), so that
+    /// [`ReplayBuffer::load`] gives a buffer that draws exactly what this one would draw
+    /// next. A sampler without state ([`Sampler::state_format`] `None`) saves none.
     ///
     /// # Errors
     /// I/O errors, naming the file.
@@ -53,8 +80,7 @@ impl<P: Sampler> ReplayBuffer<RamStorage, P> {
         std::fs::create_dir_all(dir).map_err(Error::io(format!("creating {}", dir.display())))?;
         let storage = self.storage();
         let ring = self.ring();
-        let capacity = storage.capacity();
-        let oldest = ring.oldest(capacity);
+        let runs = stored_runs(&ring, storage.capacity());
         let mut column_bytes = Vec::with_capacity(storage.schema().columns().len());
         for (index, column) in storage.schema().columns().iter().enumerate() {
             let path = column_file(dir, index);
@@ -62,22 +88,22 @@ impl<P: Sampler> ReplayBuffer<RamStorage, P> {
             let mut file = File::create(&path).map_err(io())?;
             let row_bytes = column.row_bytes();
             let bytes = storage.column(index);
-            // Oldest first: the rows from `oldest` to the end, then the wrapped part.
-            let first = (capacity - oldest).min(ring.len);
-            file.write_all(&bytes[oldest * row_bytes..(oldest + first) * row_bytes])
-                .map_err(io())?;
-            file.write_all(&bytes[..(ring.len - first) * row_bytes])
-                .map_err(io())?;
+            for run in &runs {
+                file.write_all(&bytes[run.start * row_bytes..run.end * row_bytes])
+                    .map_err(io())?;
+            }
             file.sync_all().map_err(io())?;
             column_bytes.push((ring.len * row_bytes) as u64);
         }
+        let sampler = sampler_state::save(self.sampler(), dir)?.map(str::to_owned);
         let meta = Meta {
             format: FORMAT.to_owned(),
             version: VERSION,
             schema: storage.schema().clone(),
-            capacity,
+            capacity: storage.capacity(),
             ring,
             column_bytes,
+            sampler,
         };
         let json = serde_json::to_vec_pretty(&meta).map_err(|e| Error::Corrupt {
             path: dir.join(META),
@@ -93,12 +119,27 @@ impl<P: Sampler> ReplayBuffer<RamStorage, P> {
     }
 
     /// Loads a checkpoint saved by [`ReplayBuffer::save`] into a new RAM buffer with
-    /// `sampler`. The stored rows land at positions `0..len`, oldest first; counters
-    /// (rows written, episodes) carry over.
+    /// `sampler`. The stored rows land at the positions they had, and the ring (cursor,
+    /// counters) carries over.
+    ///
+    /// **The sampler**: when the checkpoint holds a sampler state, `sampler` takes it
+    /// ([`Sampler::load_state`]; its seed no longer matters), and the buffer draws
+    /// exactly the positions and weights the saved buffer would have drawn next. It must
+    /// be a sampler of the same kind built for the same shape (capacity, window length,
+    /// last-batch mode): anything else is refused. When the checkpoint holds no sampler
+    /// state (it was written before samplers saved theirs, or by a sampler without
+    /// state), `sampler` is left as constructed and told about the loaded rows, as for
+    /// a reopened file: [`Prioritized`](crate::Prioritized) gives them all its initial
+    /// priority, and draws follow the new sampler's seed.
+    ///
+    /// Everything is read into a new buffer: on error nothing else changed (and
+    /// `sampler` is dropped).
     ///
     /// # Errors
-    /// [`Error::Corrupt`] for missing or unreadable metadata, [`Error::UnsupportedVersion`],
-    /// [`Error::Truncated`] for a column file shorter than its metadata says, I/O errors.
+    /// [`Error::Corrupt`] for missing or unreadable metadata or a damaged sampler file,
+    /// [`Error::UnsupportedVersion`], [`Error::Truncated`] for a column or sampler file
+    /// shorter than it should be, [`Error::SamplerMismatch`] for a sampler state saved by
+    /// a sampler of another kind or shape, I/O errors.
     pub fn load(dir: &Path, sampler: P) -> Result<Self> {
         let meta_path = dir.join(META);
         let text = std::fs::read(&meta_path)
@@ -125,6 +166,8 @@ impl<P: Sampler> ReplayBuffer<RamStorage, P> {
             });
         }
         let mut storage = RamStorage::new(meta.schema.clone(), meta.capacity)?;
+        let (ring, capacity) = (meta.ring, meta.capacity);
+        let runs = stored_runs(&ring, capacity);
         for (index, column) in meta.schema.columns().iter().enumerate() {
             let expected = (meta.ring.len * column.row_bytes()) as u64;
             let path = column_file(dir, index);
@@ -141,128 +184,23 @@ impl<P: Sampler> ReplayBuffer<RamStorage, P> {
                     actual,
                 });
             }
-            file.read_exact(&mut storage.column_mut(index)[..expected as usize])
-                .map_err(Error::io(format!("reading {}", path.display())))?;
+            // Back at the positions they were saved from.
+            let row_bytes = column.row_bytes();
+            let target = storage.column_mut(index);
+            for run in &runs {
+                file.read_exact(&mut target[run.start * row_bytes..run.end * row_bytes])
+                    .map_err(Error::io(format!("reading {}", path.display())))?;
+            }
         }
-        let ring = RingState {
-            cursor: meta.ring.len % meta.capacity,
-            ..meta.ring
-        };
-        Ok(ReplayBuffer::with_ring(storage, sampler, ring))
+        Ok(match &meta.sampler {
+            Some(kind) => {
+                let sampler = sampler_state::load(sampler, dir, kind, &ring, capacity)?;
+                ReplayBuffer::with_restored_sampler(storage, sampler, ring)
+            }
+            None => ReplayBuffer::with_ring(storage, sampler, ring),
+        })
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-    use rl_core::{Column, DType, Flag};
-
-    use super::*;
-    use crate::{ColumnSlice, Uniform};
-
-    fn schema() -> Schema {
-        Schema::new([
-            Column::new("obs", DType::U8, &[5]),
-            Column::scalar("id", DType::I64),
-            Column::scalar("terminated", DType::Bool),
-        ])
-        .unwrap()
-    }
-
-    fn write(buffer: &mut ReplayBuffer, ids: std::ops::Range<i64>) {
-        let obs: Vec<u8> = ids.clone().flat_map(|i| [i as u8; 5]).collect();
-        let id: Vec<i64> = ids.clone().collect();
-        let done: Vec<Flag> = ids.map(|i| Flag::new(i % 4 == 3)).collect();
-        buffer
-            .extend(&[ColumnSlice::from(&obs), (&id).into(), (&done).into()])
-            .unwrap();
-    }
-
-    fn ids(buffer: &ReplayBuffer) -> Vec<i64> {
-        let id = buffer.column::<i64>("id").unwrap();
-        let obs = buffer.column::<u8>("obs").unwrap();
-        buffer
-            .positions()
-            .map(|p| {
-                assert_eq!(obs[p * 5..p * 5 + 5], [id[p] as u8; 5]);
-                id[p]
-            })
-            .collect()
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(24))]
-
-        /// Loading a checkpoint returns exactly the rows and counters that were saved.
-        #[test]
-        fn save_then_load_round_trips(capacity in 1usize..30, rows in 0i64..80) {
-            let dir = tempfile::tempdir().unwrap();
-            let mut buffer = ReplayBuffer::new(RamStorage::new(schema(), capacity).unwrap(), Uniform::new(0));
-            write(&mut buffer, 0..rows);
-            buffer.save(dir.path()).unwrap();
-            let loaded: ReplayBuffer = ReplayBuffer::load(dir.path(), Uniform::new(0)).unwrap();
-            prop_assert_eq!(ids(&loaded), ids(&buffer));
-            prop_assert_eq!(loaded.ring().written, buffer.ring().written);
-            prop_assert_eq!(loaded.ring().episodes, buffer.ring().episodes);
-            // The loaded buffer keeps going like the original.
-            let mut loaded = loaded;
-            write(&mut loaded, rows..rows + 7);
-            write(&mut buffer, rows..rows + 7);
-            prop_assert_eq!(ids(&loaded), ids(&buffer));
-        }
-    }
-
-    #[test]
-    fn damaged_checkpoints_are_typed_errors() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut buffer = ReplayBuffer::new(RamStorage::new(schema(), 10).unwrap(), Uniform::new(0));
-        write(&mut buffer, 0..6);
-        buffer.save(dir.path()).unwrap();
-        let column = column_file(dir.path(), 1);
-        let full = std::fs::read(&column).unwrap();
-        std::fs::write(&column, &full[..full.len() - 3]).unwrap();
-        let err =
-            ReplayBuffer::<RamStorage, Uniform>::load(dir.path(), Uniform::new(0)).unwrap_err();
-        assert!(matches!(err, Error::Truncated { .. }), "{err}");
-        std::fs::write(&column, &full).unwrap();
-        let meta = dir.path().join(META);
-        let text = std::fs::read_to_string(&meta).unwrap();
-        std::fs::write(&meta, text.replace("\"version\": 1", "\"version\": 99")).unwrap();
-        let err =
-            ReplayBuffer::<RamStorage, Uniform>::load(dir.path(), Uniform::new(0)).unwrap_err();
-        assert!(
-            matches!(err, Error::UnsupportedVersion { found: 99, .. }),
-            "{err}"
-        );
-        std::fs::write(&meta, "{ not json").unwrap();
-        let err =
-            ReplayBuffer::<RamStorage, Uniform>::load(dir.path(), Uniform::new(0)).unwrap_err();
-        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
-        let missing =
-            ReplayBuffer::<RamStorage, Uniform>::load(&dir.path().join("nope"), Uniform::new(0));
-        assert!(matches!(missing, Err(Error::Io { .. })));
-    }
-
-    #[test]
-    fn saving_and_loading_make_no_second_copy() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut buffer =
-            ReplayBuffer::new(RamStorage::new(schema(), 200_000).unwrap(), Uniform::new(0));
-        write(&mut buffer, 0..200_000);
-        let data_bytes = 200_000 * schema().row_bytes();
-        let (saved, stats) = rl_testkit::measure(|| buffer.save(dir.path()));
-        saved.unwrap();
-        assert!(
-            stats.peak_live_bytes < (data_bytes / 20) as i64,
-            "save: {stats:?} for {data_bytes} bytes"
-        );
-        let (loaded, stats) = rl_testkit::measure(|| {
-            ReplayBuffer::<RamStorage, Uniform>::load(dir.path(), Uniform::new(0))
-        });
-        assert_eq!(loaded.unwrap().len(), 200_000);
-        assert!(
-            stats.peak_live_bytes < (data_bytes / 20) as i64,
-            "load: {stats:?} for {data_bytes} bytes"
-        );
-    }
-}
+mod tests;

@@ -7,8 +7,8 @@ use crate::column::{ColumnSlice, column_index};
 use crate::device::{DeviceBackend, DeviceBatch, encode_pairs};
 use crate::error::{Error, Result};
 use crate::replay::NonFinite;
-use crate::ring;
-use crate::sampler::{SampleContext, Sampler, Uniform, try_filled};
+use crate::ring::{self, CopyError, RingWriter, RowSink, WritePlan};
+use crate::sampler::{Sampler, Uniform, try_filled};
 use crate::storage::RingState;
 
 /// How a [`DeviceReplay`] is built. Plain data; every field has a documented default.
@@ -123,8 +123,7 @@ pub struct DeviceReplay<D: DeviceBackend, P: Sampler = Uniform> {
     pairs: D::Buffer,
     gather_rows: usize,
     sampler: P,
-    ring: RingState,
-    non_finite: NonFinite,
+    ring: RingWriter,
     plan: MemoryPlan,
 }
 
@@ -265,6 +264,8 @@ impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
                 .transpose()
         };
         let (terminated, truncated) = (host_flags(terminated)?, host_flags(truncated)?);
+        let mut ring = RingWriter::new(&schema, capacity, RingState::default());
+        ring.set_non_finite(options.non_finite);
         Ok(Self {
             device,
             schema,
@@ -276,8 +277,7 @@ impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
             pairs,
             gather_rows: options.gather_rows,
             sampler,
-            ring: RingState::default(),
-            non_finite: options.non_finite,
+            ring,
             plan,
         })
     }
@@ -294,12 +294,12 @@ impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
 
     /// Rows stored.
     pub fn len(&self) -> usize {
-        self.ring.len
+        self.ring.state().len
     }
 
     /// Whether no row is stored.
     pub fn is_empty(&self) -> bool {
-        self.ring.len == 0
+        self.ring.state().len == 0
     }
 
     /// Rows the buffer holds at most.
@@ -309,7 +309,7 @@ impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
 
     /// Cursor, fill and counters of the ring.
     pub fn ring(&self) -> RingState {
-        self.ring
+        self.ring.state()
     }
 
     /// The sampler.
@@ -332,8 +332,8 @@ impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
 
     /// Storage positions of the stored rows, oldest first.
     pub fn positions(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
-        let capacity = self.capacity;
-        (0..self.ring.len).map(move |i| self.ring.position(i, capacity))
+        let (ring, capacity) = (self.ring.state(), self.capacity);
+        (0..ring.len).map(move |i| ring.position(i, capacity))
     }
 
     /// Copies all `capacity` rows of column `name` to host memory, indexed by position
@@ -387,65 +387,14 @@ impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
     /// [`Error::ColumnCount`], [`Error::DTypeMismatch`], [`Error::RowMismatch`],
     /// [`Error::NonFinite`] (unless allowed), or a driver error.
     pub fn extend(&mut self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
-        let rows = ring::validate_write(&self.schema, columns, self.non_finite)?;
-        if rows == 0 {
-            return Ok(0);
-        }
-        let capacity = self.capacity;
-        let plan = ring::plan_write(&self.ring, rows, capacity);
-        let segments = plan.segments(capacity);
-        if let Err(error) = self.upload(columns, &segments) {
-            // Positions `plan.start.cursor ..` (wrapping) may now hold parts of new rows:
-            // keep only the stored rows the write did not reach.
-            self.ring = RingState {
-                len: plan.start.len.min(capacity - plan.written),
-                ..plan.start
-            };
-            return Err(error);
-        }
-        for host in [&mut self.terminated, &mut self.truncated]
-            .into_iter()
-            .flatten()
-        {
-            if let ColumnSlice::Bool(source) = columns[host.column] {
-                for segment in segments {
-                    host.flags[segment.position..][..segment.rows]
-                        .copy_from_slice(&source[segment.source_row..][..segment.rows]);
-                }
-            }
-        }
-        let ends = ring::episode_ends(
-            self.terminated.as_ref().map(|h| h.column),
-            self.truncated.as_ref().map(|h| h.column),
-            columns,
-            rows,
-        );
-        self.ring = ring::ring_after(&self.ring, &plan, capacity, ends);
-        self.sampler
-            .rows_written(&plan.start, plan.written, capacity);
-        Ok(rows)
-    }
-
-    /// Uploads every column's segments of a validated write.
-    fn upload(&mut self, columns: &[ColumnSlice<'_>], segments: &[ring::Segment; 2]) -> Result<()> {
-        for ((column, slice), target) in self
-            .schema
-            .columns()
-            .iter()
-            .zip(columns)
-            .zip(&mut self.columns)
-        {
-            let row_bytes = column.row_bytes();
-            let source = slice.as_bytes();
-            for segment in segments.iter().filter(|s| s.rows > 0) {
-                self.device.upload(
-                    &source[segment.source_row * row_bytes..][..segment.rows * row_bytes],
-                    target,
-                    segment.position * row_bytes,
-                )?;
-            }
-        }
-        Ok(())
+        let mut sink = DeviceSink {
+            device: &self.device,
+            schema: &self.schema,
+            capacity: self.capacity,
+            columns: &mut self.columns,
+            flags: [self.terminated.as_mut(), self.truncated.as_mut()],
+        };
+        self.ring.write(&mut sink, &mut self.sampler, columns)
     }
 
     /// Samples `batch.room()` rows into `batch`.
@@ -471,21 +420,19 @@ impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
             return Err(Error::BatchSchema);
         }
         batch.set_len(0);
-        if self.ring.len == 0 {
+        if self.ring.state().len == 0 {
             return Err(Error::Empty);
         }
-        let context = SampleContext {
-            ring: self.ring,
-            capacity: self.capacity,
-            terminated: self.terminated.as_ref().map(|h| h.flags.as_slice()),
-            truncated: self.truncated.as_ref().map(|h| h.flags.as_slice()),
-        };
+        let context = self.ring.context(
+            self.terminated.as_ref().map(|h| h.flags.as_slice()),
+            self.truncated.as_ref().map(|h| h.flags.as_slice()),
+        );
         let (_, _, positions, weights) = batch.parts_mut();
         let drawn = self
             .sampler
             .sample(&context, rows, positions, weights)?
             .min(positions.len());
-        self.check_stored(&positions[..drawn])?;
+        self.ring.check_stored(&positions[..drawn])?;
         self.gather_drawn(batch, drawn)
     }
 
@@ -508,26 +455,11 @@ impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
                 available: batch.room(),
             });
         }
-        self.check_stored(positions)?;
+        self.ring.check_stored(positions)?;
         let (_, _, slots, weights) = batch.parts_mut();
         slots[..rows].copy_from_slice(positions);
         weights[..rows].fill(1.0);
         self.gather_drawn(batch, rows)
-    }
-
-    /// Refuses positions that hold no stored row (a sampler's bug must not become an
-    /// out-of-bounds read on the device).
-    fn check_stored(&self, positions: &[usize]) -> Result<()> {
-        let capacity = self.capacity;
-        let oldest = self.ring.oldest(capacity);
-        let stored = |p: usize| p < capacity && (p + capacity - oldest) % capacity < self.ring.len;
-        match positions.iter().find(|&&p| !stored(p)) {
-            Some(&bad) => Err(Error::config(
-                format!("position {bad}"),
-                format!("holds no row ({} rows stored of {capacity})", self.ring.len),
-            )),
-            None => Ok(()),
-        }
     }
 
     /// Gathers, on the device, the rows at the first `rows` positions of `batch` into
@@ -561,6 +493,60 @@ impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
     }
 }
 
+/// The device columns (and the host copies of the episode flags) as a [`RowSink`].
+struct DeviceSink<'a, D: DeviceBackend> {
+    device: &'a D,
+    schema: &'a Schema,
+    capacity: usize,
+    columns: &'a mut [D::Buffer],
+    flags: [Option<&'a mut HostFlags>; 2],
+}
+
+impl<D: DeviceBackend> RowSink for DeviceSink<'_, D> {
+    fn schema(&self) -> &Schema {
+        self.schema
+    }
+
+    /// Uploads every column's runs, then copies the episode flags to their host copies.
+    /// A device failure part-way may have overwritten some positions: it is
+    /// [`CopyError::Partial`].
+    fn copy_rows(
+        &mut self,
+        plan: &WritePlan,
+        columns: &[ColumnSlice<'_>],
+    ) -> Result<(), CopyError> {
+        let segments = plan.segments(self.capacity);
+        for ((column, slice), target) in self
+            .schema
+            .columns()
+            .iter()
+            .zip(columns)
+            .zip(&mut *self.columns)
+        {
+            let row_bytes = column.row_bytes();
+            let source = slice.as_bytes();
+            for segment in segments.iter().filter(|s| s.rows > 0) {
+                self.device
+                    .upload(
+                        &source[segment.source_row * row_bytes..][..segment.rows * row_bytes],
+                        target,
+                        segment.position * row_bytes,
+                    )
+                    .map_err(CopyError::Partial)?;
+            }
+        }
+        for host in self.flags.iter_mut().flatten() {
+            if let ColumnSlice::Bool(source) = columns[host.column] {
+                for segment in segments {
+                    host.flags[segment.position..][..segment.rows]
+                        .copy_from_slice(&source[segment.source_row..][..segment.rows]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
@@ -576,6 +562,7 @@ mod tests {
     use crate::prioritized::{Prioritized, PrioritizedConfig};
     use crate::ram::RamStorage;
     use crate::replay::ReplayBuffer;
+    use crate::sampler::SampleContext;
     use crate::slice::SliceSampler;
 
     fn schema() -> Schema {

@@ -170,6 +170,20 @@ pub enum Error {
         found: String,
     },
 
+    /// A checkpoint's sampler state was saved by a sampler of another kind, or built
+    /// otherwise (another capacity, window length, ...), than the one it is loaded into.
+    #[error(
+        "{path}: the checkpoint holds {found} but it is loaded into {expected}: load it with a sampler built like the one that saved it"
+    )]
+    SamplerMismatch {
+        /// The sampler file.
+        path: PathBuf,
+        /// The sampler loading it.
+        expected: String,
+        /// What the file holds.
+        found: String,
+    },
+
     /// Another writer holds the file.
     #[error(
         "{path}: another writer has the file open (it is locked): close it first, or open read-only"

@@ -24,7 +24,9 @@
 //! - **Bootstrap masks** ([`BootstrapMasks`]): an ensemble of up to 64 heads shares one
 //!   copy of the data.
 //! - **Checkpoints**: RAM buffers save to and load from a directory without a second
-//!   copy ([`ReplayBuffer::save`]); memmap buffers commit in place.
+//!   copy ([`ReplayBuffer::save`]), the sampler's state included ([`Sampler::save_state`]),
+//!   so a loaded buffer draws exactly what the saved one would have drawn next; memmap
+//!   buffers commit their rows in place.
 //!
 //! After construction, writing, sampling and committing allocate nothing.
 //!
@@ -85,6 +87,7 @@ mod replay;
 mod ring;
 mod rollout;
 mod sampler;
+mod sampler_state;
 mod slice;
 mod storage;
 mod tiered;
@@ -108,6 +111,7 @@ pub use ram::RamStorage;
 pub use replay::{NonFinite, ReplayBuffer};
 pub use rollout::RolloutBuffer;
 pub use sampler::{SampleContext, Sampler, Uniform};
+pub use sampler_state::{StateFormat, StateReader, StateWriter};
 pub use slice::SliceSampler;
 pub use storage::{COLUMN_ALIGN, ColumnLayout, HostStorage, RingState, Storage};
 pub use tiered::{TierCounts, TieredConfig, TieredReplay};

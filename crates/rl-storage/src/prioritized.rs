@@ -10,8 +10,8 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{Location, MemoryPlan};
 
 use crate::error::{Error, Result};
-use crate::sampler::{SampleContext, Sampler};
-use crate::sampler::{check_capacity, check_context, try_filled};
+use crate::sampler::{Draw, SampleContext, Sampler, begin_draw, try_filled};
+use crate::sampler_state::{self, StateFormat, StateReader, StateWriter};
 use crate::storage::RingState;
 
 /// Exponents of [`Prioritized`] sampling.
@@ -99,6 +99,11 @@ fn validate_beta(beta: f64) -> Result<()> {
 /// - **Weights** are `w_i = (N * P(i))^-beta / max_j (N * P(j))^-beta
 ///   = (p_i / p_min)^-beta`, in `[0, 1]` (1 for the rows of smallest priority), written
 ///   as `f32`.
+/// - **Checkpoints** ([`Sampler::save_state`], kind `prioritized`) hold the generator,
+///   the configuration (`beta` as last set included), the largest priority so far and
+///   every position's priority (8 bytes per row of capacity); the trees are rebuilt from
+///   them on load, to the bit. Loading takes all of it, so the configuration the sampler
+///   was built with is replaced; the capacity must be the saved one.
 ///
 /// # Example
 /// ```
@@ -278,6 +283,17 @@ impl Prioritized {
         position < self.capacity && self.min[self.leaves + position].is_finite()
     }
 
+    /// Recomputes every inner node of both trees from the leaves, bottom up: the values
+    /// [`Prioritized::set_leaf`] keeps, since each inner node is always the sum (the
+    /// minimum) of its two children as last computed.
+    fn rebuild(&mut self) {
+        for node in (1..self.leaves).rev() {
+            let (left, right) = (2 * node, 2 * node + 1);
+            self.sum[node] = self.sum[left] + self.sum[right];
+            self.min[node] = self.min[left].min(self.min[right]);
+        }
+    }
+
     /// Sets the priority of `position` in both trees and updates the nodes above it.
     fn set_leaf(&mut self, position: usize, value: f64) {
         let mut node = self.leaves + position;
@@ -321,13 +337,11 @@ impl Sampler for Prioritized {
         indices: &mut [usize],
         weights: &mut [f32],
     ) -> Result<usize> {
-        check_context(context)?;
-        let ring = context.ring;
-        if ring.len == 0 {
-            return Err(Error::Empty);
-        }
-        let capacity = context.capacity;
-        check_capacity(capacity, self.capacity)?;
+        let Draw {
+            ring,
+            capacity,
+            room,
+        } = begin_draw(context, Some(self.capacity), indices, weights)?;
         let out_of_step = || {
             Error::config(
                 "prioritized sampler",
@@ -348,7 +362,7 @@ impl Sampler for Prioritized {
                 format!("sum to {total}: rescale the priorities or lower alpha"),
             ));
         }
-        let rows = rows.min(indices.len()).min(weights.len());
+        let rows = rows.min(room);
         let segment = total / rows as f64;
         let below_total = total.next_down();
         let min_priority = self.min[1];
@@ -389,6 +403,86 @@ impl Sampler for Prioritized {
             }
             self.set_leaf(position, value);
         }
+    }
+
+    /// Kind `prioritized`, version 1: capacity, `alpha`, `beta`, `epsilon`, the
+    /// generator, the largest `p + epsilon`, and each position's stored priority
+    /// (`+inf` where no row is stored).
+    fn state_format(&self) -> Option<StateFormat> {
+        Some(StateFormat {
+            kind: "prioritized",
+            version: 1,
+        })
+    }
+
+    fn save_state(&self, out: &mut StateWriter<'_>) -> Result<()> {
+        out.write_u64(self.capacity as u64)?;
+        out.write_f64(self.config.alpha)?;
+        out.write_f64(self.config.beta)?;
+        out.write_f64(self.config.epsilon)?;
+        sampler_state::write_rng(out, &self.rng)?;
+        out.write_f64(self.max_priority)?;
+        // The min tree's leaves: the stored priority, +inf where no row is.
+        out.write_f64s(&self.min[self.leaves..self.leaves + self.capacity])
+    }
+
+    fn load_state(
+        mut self,
+        ring: &RingState,
+        capacity: usize,
+        input: &mut StateReader<'_>,
+    ) -> Result<Self> {
+        let saved = input.read_u64()?;
+        if saved != self.capacity as u64 {
+            return Err(input.mismatch(
+                format!("a prioritized sampler for {} rows", self.capacity),
+                format!("the state of one for {saved} rows"),
+            ));
+        }
+        let config = PrioritizedConfig {
+            alpha: input.read_f64()?,
+            beta: input.read_f64()?,
+            epsilon: input.read_f64()?,
+        };
+        config
+            .validate()
+            .map_err(|e| input.corrupt(format!("the saved configuration is invalid: {e}")))?;
+        let rng = sampler_state::read_rng(input)?;
+        let max_priority = input.read_f64()?;
+        if !(max_priority.is_finite() && max_priority >= 1.0) {
+            return Err(input.corrupt(format!(
+                "the largest priority is {max_priority} (finite and at least 1 expected)"
+            )));
+        }
+        let leaves = self.leaves..self.leaves + self.capacity;
+        input.read_f64s(&mut self.min[leaves.clone()])?;
+        let mut stored = 0;
+        for (position, node) in leaves.enumerate() {
+            let value = self.min[node];
+            if value.is_finite() && value >= f64::MIN_POSITIVE {
+                stored += 1;
+                self.sum[node] = value;
+            } else if value == f64::INFINITY {
+                self.sum[node] = 0.0;
+            } else {
+                return Err(input.corrupt(format!(
+                    "the priority of position {position} is {value} (positive, or +inf for no row,                      expected)"
+                )));
+            }
+        }
+        self.rebuild();
+        let ring_stored = (0..ring.len).all(|i| self.is_stored(ring.position(i, capacity)));
+        if capacity != self.capacity || stored != ring.len || !ring_stored {
+            return Err(input.corrupt(format!(
+                "the sampler has priorities for {stored} rows but not for the {} rows of the                  checkpoint's ring",
+                ring.len
+            )));
+        }
+        self.rng = rng;
+        self.config = config;
+        self.max_priority = max_priority;
+        self.stored = stored;
+        Ok(self)
     }
 
     fn memory_plan(&self) -> MemoryPlan {

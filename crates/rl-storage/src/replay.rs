@@ -1,14 +1,14 @@
 //! The FIFO replay buffer: a ring writer over a storage, and a sampler.
 
-use rl_core::{Element, Flag, MemoryPlan, Schema};
+use rl_core::{Element, MemoryPlan, Schema};
 
 use crate::batch::Batch;
 use crate::column::{ColumnSlice, column_index, typed};
-use crate::copy::{self, Stores};
+use crate::copy::Stores;
 use crate::error::{Error, Result};
 use crate::ram::RamStorage;
-use crate::ring;
-use crate::sampler::{SampleContext, Sampler, Uniform};
+use crate::ring::{self, HostSink, RingWriter};
+use crate::sampler::{Sampler, Uniform};
 use crate::storage::{HostStorage, RingState};
 
 /// What a write does with NaN or infinite values in `f32` columns.
@@ -57,10 +57,7 @@ pub enum NonFinite {
 pub struct ReplayBuffer<S = RamStorage, P = Uniform> {
     storage: S,
     sampler: P,
-    ring: RingState,
-    non_finite: NonFinite,
-    terminated: Option<usize>,
-    truncated: Option<usize>,
+    ring: RingWriter,
     /// Streaming stores for rings larger than the cache.
     stores: Stores,
 }
@@ -74,31 +71,34 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
     }
 
     pub(crate) fn with_ring(storage: S, mut sampler: P, ring: RingState) -> Self {
-        let capacity = storage.capacity();
-        if ring.len > 0 {
-            let empty_before = RingState {
-                cursor: ring.oldest(capacity),
-                len: 0,
-                ..ring
-            };
-            sampler.rows_written(&empty_before, ring.len, capacity);
-        }
-        let (terminated, truncated) = ring::flag_columns(storage.schema());
-        let bytes = storage.schema().row_bytes().saturating_mul(capacity);
+        let ring = RingWriter::new(storage.schema(), storage.capacity(), ring);
+        ring.announce_stored(&mut sampler);
+        Self::from_parts(storage, sampler, ring)
+    }
+
+    /// A buffer over `storage` whose `sampler` already knows the rows `ring` holds (its
+    /// state was restored from a checkpoint).
+    pub(crate) fn with_restored_sampler(storage: S, sampler: P, ring: RingState) -> Self {
+        let ring = RingWriter::new(storage.schema(), storage.capacity(), ring);
+        Self::from_parts(storage, sampler, ring)
+    }
+
+    fn from_parts(storage: S, sampler: P, ring: RingWriter) -> Self {
+        let bytes = storage
+            .schema()
+            .row_bytes()
+            .saturating_mul(storage.capacity());
         Self {
             storage,
             sampler,
             ring,
-            non_finite: NonFinite::default(),
-            terminated,
-            truncated,
             stores: Stores::for_storage_bytes(bytes),
         }
     }
 
     /// This buffer with another policy for non-finite values.
     pub fn with_non_finite(mut self, policy: NonFinite) -> Self {
-        self.non_finite = policy;
+        self.ring.set_non_finite(policy);
         self
     }
 
@@ -109,12 +109,12 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
 
     /// Rows stored.
     pub fn len(&self) -> usize {
-        self.ring.len
+        self.ring.state().len
     }
 
     /// Whether no row is stored.
     pub fn is_empty(&self) -> bool {
-        self.ring.len == 0
+        self.ring.state().len == 0
     }
 
     /// Rows the buffer holds at most.
@@ -124,7 +124,7 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
 
     /// Cursor, fill and counters of the ring.
     pub fn ring(&self) -> RingState {
-        self.ring
+        self.ring.state()
     }
 
     /// The storage.
@@ -152,8 +152,8 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
 
     /// Storage positions of the stored rows, oldest first.
     pub fn positions(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
-        let capacity = self.capacity();
-        (0..self.ring.len).map(move |i| self.ring.position(i, capacity))
+        let (ring, capacity) = (self.ring.state(), self.capacity());
+        (0..ring.len).map(move |i| ring.position(i, capacity))
     }
 
     /// Column `name` of the storage, indexed by position (all `capacity` rows; only the
@@ -185,31 +185,11 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
     /// [`Error::ColumnCount`], [`Error::DTypeMismatch`], [`Error::RowMismatch`],
     /// [`Error::NonFinite`] (unless allowed), or a storage I/O error.
     pub fn extend(&mut self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
-        let rows = ring::validate_write(self.schema(), columns, self.non_finite)?;
-        if rows == 0 {
-            return Ok(0);
-        }
-        let capacity = self.capacity();
-        let plan = ring::plan_write(&self.ring, rows, capacity);
-        self.storage.prepare_write(&plan.start, plan.written)?;
-        for (index, slice) in columns.iter().enumerate() {
-            let row_bytes = self.schema().columns()[index].row_bytes();
-            let source = slice.as_bytes();
-            let target = self.storage.column_mut(index);
-            for segment in plan.segments(capacity) {
-                copy::copy(
-                    &mut target[segment.position * row_bytes..][..segment.rows * row_bytes],
-                    &source[segment.source_row * row_bytes..][..segment.rows * row_bytes],
-                    self.stores,
-                );
-            }
-        }
-        copy::fence(self.stores);
-        let ends = ring::episode_ends(self.terminated, self.truncated, columns, rows);
-        self.ring = ring::ring_after(&self.ring, &plan, capacity, ends);
-        self.sampler
-            .rows_written(&plan.start, plan.written, capacity);
-        Ok(rows)
+        let mut sink = HostSink {
+            storage: &mut self.storage,
+            stores: self.stores,
+        };
+        self.ring.write(&mut sink, &mut self.sampler, columns)
     }
 
     /// Samples `batch.room()` rows into `batch`.
@@ -242,18 +222,10 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
         positions: &mut [usize],
         weights: &mut [f32],
     ) -> Result<usize> {
-        if self.ring.len == 0 {
+        if self.ring.state().len == 0 {
             return Err(Error::Empty);
         }
-        let flags = |index: Option<usize>| {
-            index.map(|i| bytemuck::cast_slice::<u8, Flag>(self.storage.column(i)))
-        };
-        let context = SampleContext {
-            ring: self.ring,
-            capacity: self.storage.capacity(),
-            terminated: flags(self.terminated),
-            truncated: flags(self.truncated),
-        };
+        let context = self.ring.host_context(&self.storage);
         self.sampler.sample(&context, rows, positions, weights)
     }
 
@@ -266,17 +238,7 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
         if batch.schema() != self.storage.schema() {
             return Err(Error::BatchSchema);
         }
-        let capacity = self.capacity();
-        let oldest = self.ring.oldest(capacity);
-        if let Some(&bad) = positions
-            .iter()
-            .find(|&&p| p >= capacity || (p + capacity - oldest) % capacity >= self.ring.len)
-        {
-            return Err(Error::config(
-                format!("position {bad}"),
-                format!("holds no row ({} rows stored of {capacity})", self.ring.len),
-            ));
-        }
+        self.ring.check_stored(positions)?;
         batch.gather_positions(&self.storage, positions)
     }
 
@@ -285,12 +247,12 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
     /// # Errors
     /// Storage I/O errors.
     pub fn commit(&mut self) -> Result<()> {
-        self.storage.commit(&self.ring)
+        self.storage.commit(&self.ring.state())
     }
 
     /// Takes the buffer apart.
     pub fn into_parts(self) -> (S, P, RingState) {
-        (self.storage, self.sampler, self.ring)
+        (self.storage, self.sampler, self.ring.state())
     }
 }
 
@@ -299,7 +261,7 @@ mod tests {
     use std::collections::VecDeque;
 
     use proptest::prelude::*;
-    use rl_core::{Column, DType, MemoryBudget};
+    use rl_core::{Column, DType, Flag, MemoryBudget};
     use rl_testkit::measure;
 
     use super::*;

@@ -1,12 +1,241 @@
-//! Ring-writer bookkeeping shared by every buffer that writes rows around a ring,
-//! wherever the rows live (host storages, device storages, tiers).
+//! The ring writer shared by every buffer that writes rows around a ring, wherever the
+//! rows live (host storages, device storages, tiers).
+//!
+//! [`RingWriter`] owns a buffer's [`RingState`] and carries out the write protocol:
+//! validate the column slices against the schema, plan where the rows go (wrapping at the
+//! capacity, skipping what a write longer than the ring would overwrite itself), let the
+//! backend copy them, count the episode ends, advance the ring and tell the sampler. The
+//! backend's copy (host memory, device uploads, both tiers) is the only part that varies.
 
 use rl_core::{Column, DType, Flag, Schema};
 
 use crate::column::{ColumnSlice, reject_non_finite};
+use crate::copy::{self, Stores};
 use crate::error::{Error, Result};
 use crate::replay::NonFinite;
-use crate::storage::RingState;
+use crate::sampler::{SampleContext, Sampler};
+use crate::storage::{HostStorage, RingState};
+
+/// How a failed copy left the positions a write covers.
+#[derive(Debug)]
+pub(crate) enum CopyError {
+    /// No stored row was touched: the ring stays as it was.
+    Untouched(Error),
+    /// Positions the write covers may hold parts of new rows: the rows stored there are
+    /// dropped from the ring, so that no half-written row is ever sampled.
+    Partial(Error),
+}
+
+/// Where a [`RingWriter`] puts the rows of a write: the one part of the write protocol
+/// that differs between buffers (host memory, device uploads, both tiers).
+pub(crate) trait RowSink {
+    /// The row layout writes are validated against.
+    fn schema(&self) -> &Schema;
+
+    /// Puts the rows of a validated write (`columns`) at the positions `plan` covers: row
+    /// `segment.source_row + k` of every column at position `segment.position + k`, for
+    /// both [`WritePlan::segments`].
+    ///
+    /// # Errors
+    /// A storage or device error, saying how it left the positions the write covers.
+    fn copy_rows(&mut self, plan: &WritePlan, columns: &[ColumnSlice<'_>])
+    -> Result<(), CopyError>;
+}
+
+/// A host storage as a [`RowSink`]: the storage prepares the write (persistent storages
+/// reserve the positions first), then the rows are copied.
+pub(crate) struct HostSink<'a, S: ?Sized> {
+    pub(crate) storage: &'a mut S,
+    pub(crate) stores: Stores,
+}
+
+impl<S: HostStorage + ?Sized> HostSink<'_, S> {
+    /// Lets the storage prepare the positions of `plan` (a persistent storage makes sure
+    /// no committed row is overwritten before a new commit). Nothing is written yet.
+    pub(crate) fn prepare(&mut self, plan: &WritePlan) -> Result<(), CopyError> {
+        self.storage
+            .prepare_write(&plan.start, plan.written)
+            .map_err(CopyError::Untouched)
+    }
+
+    /// Copies the rows of a prepared write, column by column, at most two runs each (up
+    /// to the end of the ring, then from position 0), then orders the streaming stores.
+    pub(crate) fn copy(&mut self, plan: &WritePlan, columns: &[ColumnSlice<'_>]) {
+        let capacity = self.storage.capacity();
+        for (index, slice) in columns.iter().enumerate() {
+            let row_bytes = self.storage.schema().columns()[index].row_bytes();
+            let source = slice.as_bytes();
+            let target = self.storage.column_mut(index);
+            for segment in plan.segments(capacity) {
+                copy::copy(
+                    &mut target[segment.position * row_bytes..][..segment.rows * row_bytes],
+                    &source[segment.source_row * row_bytes..][..segment.rows * row_bytes],
+                    self.stores,
+                );
+            }
+        }
+        copy::fence(self.stores);
+    }
+}
+
+impl<S: HostStorage + ?Sized> RowSink for HostSink<'_, S> {
+    fn schema(&self) -> &Schema {
+        self.storage.schema()
+    }
+
+    fn copy_rows(
+        &mut self,
+        plan: &WritePlan,
+        columns: &[ColumnSlice<'_>],
+    ) -> Result<(), CopyError> {
+        self.prepare(plan)?;
+        self.copy(plan, columns);
+        Ok(())
+    }
+}
+
+/// The ring of one buffer and the write protocol around it.
+///
+/// Every buffer that writes rows around a ring (host, device, tiered) holds one, so that
+/// all of them store the same rows at the same positions for the same writes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RingWriter {
+    state: RingState,
+    capacity: usize,
+    non_finite: NonFinite,
+    /// Indices of the one-element `Bool` columns `terminated` and `truncated`.
+    terminated: Option<usize>,
+    truncated: Option<usize>,
+}
+
+impl RingWriter {
+    /// The writer of a ring of `capacity` rows of `schema`, resuming from `state`.
+    pub(crate) fn new(schema: &Schema, capacity: usize, state: RingState) -> Self {
+        let (terminated, truncated) = flag_columns(schema);
+        Self {
+            state,
+            capacity,
+            non_finite: NonFinite::default(),
+            terminated,
+            truncated,
+        }
+    }
+
+    /// The ring as it is now.
+    #[inline]
+    pub(crate) fn state(&self) -> RingState {
+        self.state
+    }
+
+    /// What writes do with NaN or infinite values from now on.
+    pub(crate) fn set_non_finite(&mut self, policy: NonFinite) {
+        self.non_finite = policy;
+    }
+
+    /// Tells a new sampler about the rows the ring already holds (a reopened file, a
+    /// loaded checkpoint), as if they had just been written, oldest first.
+    pub(crate) fn announce_stored<P: Sampler + ?Sized>(&self, sampler: &mut P) {
+        if self.state.len > 0 {
+            let empty_before = RingState {
+                cursor: self.state.oldest(self.capacity),
+                len: 0,
+                ..self.state
+            };
+            sampler.rows_written(&empty_before, self.state.len, self.capacity);
+        }
+    }
+
+    /// Writes `columns` (one slice per column of the sink's schema, in schema order):
+    /// validates the whole write, plans it, lets `sink` put the rows at the positions of
+    /// the plan, then counts episode ends, advances the ring and tells `sampler`. Returns
+    /// the rows of the write (0 for an empty write, which the sink never sees).
+    ///
+    /// A refused write changes nothing; a failed copy changes the ring as its
+    /// [`CopyError`] says, and the sampler is not told.
+    pub(crate) fn write<P: Sampler + ?Sized>(
+        &mut self,
+        sink: &mut impl RowSink,
+        sampler: &mut P,
+        columns: &[ColumnSlice<'_>],
+    ) -> Result<usize> {
+        let rows = validate_write(sink.schema(), columns, self.non_finite)?;
+        if rows == 0 {
+            return Ok(0);
+        }
+        let capacity = self.capacity;
+        let plan = plan_write(&self.state, rows, capacity);
+        match sink.copy_rows(&plan, columns) {
+            Ok(()) => {}
+            Err(CopyError::Untouched(error)) => return Err(error),
+            Err(CopyError::Partial(error)) => {
+                // Positions `plan.start.cursor ..` (wrapping) may now hold parts of new
+                // rows: keep only the stored rows the write did not reach.
+                self.state = RingState {
+                    len: plan.start.len.min(capacity - plan.written),
+                    ..plan.start
+                };
+                return Err(error);
+            }
+        }
+        let ends = episode_ends(self.terminated, self.truncated, columns, rows);
+        self.state = ring_after(&self.state, &plan, capacity, ends);
+        sampler.rows_written(&plan.start, plan.written, capacity);
+        Ok(rows)
+    }
+
+    /// What a sampler sees of the ring, with the episode flag columns by position.
+    pub(crate) fn context<'a>(
+        &self,
+        terminated: Option<&'a [Flag]>,
+        truncated: Option<&'a [Flag]>,
+    ) -> SampleContext<'a> {
+        SampleContext {
+            ring: self.state,
+            capacity: self.capacity,
+            terminated,
+            truncated,
+        }
+    }
+
+    /// What a sampler sees of the ring, with the episode flag columns of a host storage.
+    pub(crate) fn host_context<'a, S: HostStorage + ?Sized>(
+        &self,
+        storage: &'a S,
+    ) -> SampleContext<'a> {
+        let flags = |index: Option<usize>| {
+            index.map(|i| bytemuck::cast_slice::<u8, Flag>(storage.column(i)))
+        };
+        self.context(flags(self.terminated), flags(self.truncated))
+    }
+
+    /// The logical index (0 = oldest) of the row stored at `position`, or an error naming
+    /// a position that holds no row (a sampler's bug must never become an out-of-bounds
+    /// read).
+    #[inline]
+    pub(crate) fn stored_index(&self, position: usize) -> Result<usize> {
+        let (ring, capacity) = (self.state, self.capacity);
+        let oldest = ring.oldest(capacity);
+        let index = if position >= oldest {
+            position - oldest
+        } else {
+            position + capacity - oldest
+        };
+        if position >= capacity || index >= ring.len {
+            return Err(Error::config(
+                format!("position {position}"),
+                format!("holds no row ({} rows stored of {capacity})", ring.len),
+            ));
+        }
+        Ok(index)
+    }
+
+    /// Refuses positions that hold no stored row (see [`RingWriter::stored_index`]).
+    pub(crate) fn check_stored(&self, positions: &[usize]) -> Result<()> {
+        positions
+            .iter()
+            .try_for_each(|&position| self.stored_index(position).map(|_| ()))
+    }
+}
 
 /// Where the rows of one write go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,45 +424,4 @@ pub(crate) fn check_single_row(schema: &Schema, row: &[ColumnSlice<'_>]) -> Resu
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plans_split_at_the_end_of_the_ring_and_skip_what_a_long_write_overwrites() {
-        let ring = RingState {
-            cursor: 8,
-            len: 8,
-            written: 8,
-            ..RingState::default()
-        };
-        let plan = plan_write(&ring, 5, 10);
-        assert_eq!((plan.skipped, plan.written), (0, 5));
-        let [a, b] = plan.segments(10);
-        assert_eq!((a.position, a.source_row, a.rows), (8, 0, 2));
-        assert_eq!((b.position, b.source_row, b.rows), (0, 2, 3));
-        let after = ring_after(
-            &ring,
-            &plan,
-            10,
-            EpisodeEnds {
-                count: 1,
-                last: Some(3),
-            },
-        );
-        assert_eq!((after.cursor, after.len, after.written), (3, 10, 13));
-        assert_eq!((after.episodes, after.episode_start), (1, 12));
-        let long = plan_write(&ring, 25, 10);
-        assert_eq!(
-            (
-                long.skipped,
-                long.written,
-                long.start.cursor,
-                long.start.len
-            ),
-            (15, 10, 3, 0)
-        );
-        let [a, b] = long.segments(10);
-        assert_eq!((a.position, a.source_row, a.rows), (3, 15, 7));
-        assert_eq!((b.position, b.source_row, b.rows), (0, 22, 3));
-    }
-}
+mod tests;

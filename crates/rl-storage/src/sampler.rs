@@ -2,13 +2,16 @@
 //!
 //! A sampler draws row *positions* (in `0..capacity`) of rows the buffer holds; the buffer
 //! gathers those rows into a caller-owned [`crate::Batch`]. Samplers allocate at
-//! construction (and say so in [`Sampler::memory_plan`]), never while sampling.
+//! construction (and say so in [`Sampler::memory_plan`]), never while sampling. Their
+//! state (generator, per-row state) goes into checkpoints through
+//! [`Sampler::save_state`] and comes back through [`Sampler::load_state`].
 
 use rand::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{Flag, MemoryPlan};
 
 use crate::error::{Error, Result};
+use crate::sampler_state::{self, StateFormat, StateReader, StateWriter};
 use crate::storage::RingState;
 
 /// What a sampler sees of a buffer when it draws.
@@ -62,6 +65,49 @@ pub trait Sampler: Send {
     fn memory_plan(&self) -> MemoryPlan {
         MemoryPlan::new()
     }
+
+    /// The kind and layout version of the state [`Sampler::save_state`] writes, or `None`
+    /// (the default) for a sampler that saves no state. A checkpoint of a buffer whose
+    /// sampler saves no state holds the rows only; loading it leaves the sampler as
+    /// constructed (told about the loaded rows through [`Sampler::rows_written`]), so its
+    /// draws do not continue the saved buffer's.
+    fn state_format(&self) -> Option<StateFormat> {
+        None
+    }
+
+    /// Writes everything the sampler's future draws depend on (generator, per-row state,
+    /// position in an epoch) for a checkpoint ([`crate::ReplayBuffer::save`]). Called
+    /// only when [`Sampler::state_format`] is `Some`. The default writes nothing.
+    ///
+    /// # Errors
+    /// I/O errors of `out`.
+    fn save_state(&self, out: &mut StateWriter<'_>) -> Result<()> {
+        let _ = out;
+        Ok(())
+    }
+
+    /// This sampler with the state [`Sampler::save_state`] wrote, for a buffer whose ring
+    /// is `ring` over `capacity` positions (the positions are those of the saved buffer).
+    /// Called only when the saved kind and version equal [`Sampler::state_format`]'s.
+    /// Implementations check every value before using it; the sampler is taken by value,
+    /// so that on error none is left half restored. The default returns the sampler
+    /// unchanged.
+    ///
+    /// # Errors
+    /// [`Error::SamplerMismatch`] for a state saved by a sampler built otherwise,
+    /// [`Error::Corrupt`] for values no sampler could have saved, I/O errors.
+    fn load_state(
+        self,
+        ring: &RingState,
+        capacity: usize,
+        input: &mut StateReader<'_>,
+    ) -> Result<Self>
+    where
+        Self: Sized,
+    {
+        let _ = (ring, capacity, input);
+        Ok(self)
+    }
 }
 
 /// Uniform sampling with replacement over every stored row.
@@ -80,6 +126,24 @@ impl Uniform {
 }
 
 impl Sampler for Uniform {
+    /// Kind `uniform`, version 1: the generator.
+    fn state_format(&self) -> Option<StateFormat> {
+        Some(StateFormat {
+            kind: "uniform",
+            version: 1,
+        })
+    }
+
+    fn save_state(&self, out: &mut StateWriter<'_>) -> Result<()> {
+        sampler_state::write_rng(out, &self.rng)
+    }
+
+    fn load_state(self, _: &RingState, _: usize, input: &mut StateReader<'_>) -> Result<Self> {
+        Ok(Self {
+            rng: sampler_state::read_rng(input)?,
+        })
+    }
+
     fn sample(
         &mut self,
         context: &SampleContext<'_>,
@@ -87,12 +151,12 @@ impl Sampler for Uniform {
         indices: &mut [usize],
         weights: &mut [f32],
     ) -> Result<usize> {
-        let ring = context.ring;
-        if ring.len == 0 {
-            return Err(Error::Empty);
-        }
-        let rows = rows.min(indices.len());
-        let capacity = context.capacity;
+        let Draw {
+            ring,
+            capacity,
+            room,
+        } = begin_draw(context, None, indices, weights)?;
+        let rows = rows.min(room);
         let oldest = ring.oldest(capacity);
         let len = ring.len as u128;
         for index in &mut indices[..rows] {
@@ -105,6 +169,42 @@ impl Sampler for Uniform {
         weights[..rows].fill(1.0);
         Ok(rows)
     }
+}
+
+/// What a sampler may draw from, once [`begin_draw`] accepted a call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Draw {
+    /// The stored rows (at least one).
+    pub(crate) ring: RingState,
+    /// Rows the storage holds.
+    pub(crate) capacity: usize,
+    /// Rows the output slices have room for: the shorter of `indices` and `weights`.
+    pub(crate) room: usize,
+}
+
+/// The checks every sampler makes before it draws, in this order: the context is
+/// self-consistent ([`check_context`]), the buffer holds at least one row
+/// ([`Error::Empty`]), and, for a sampler `built_for` a capacity (per-row state), the
+/// buffer has that capacity ([`check_capacity`]).
+pub(crate) fn begin_draw(
+    context: &SampleContext<'_>,
+    built_for: Option<usize>,
+    indices: &[usize],
+    weights: &[f32],
+) -> Result<Draw> {
+    check_context(context)?;
+    let ring = context.ring;
+    if ring.len == 0 {
+        return Err(Error::Empty);
+    }
+    if let Some(built_for) = built_for {
+        check_capacity(context.capacity, built_for)?;
+    }
+    Ok(Draw {
+        ring,
+        capacity: context.capacity,
+        room: indices.len().min(weights.len()),
+    })
 }
 
 /// Checks that a sample context is self-consistent, so that the samplers never index out
@@ -202,5 +302,58 @@ mod tests {
             sampler.sample(&empty, 1, &mut indices, &mut weights),
             Err(Error::Empty)
         ));
+    }
+
+    #[test]
+    fn every_sampler_begins_with_the_same_checks() {
+        use crate::{LastBatch, Prioritized, PrioritizedConfig, SliceSampler, WithoutReplacement};
+
+        let stored = RingState {
+            cursor: 2,
+            len: 2,
+            written: 2,
+            ..RingState::default()
+        };
+        let context = |ring: RingState, capacity: usize| SampleContext {
+            ring,
+            capacity,
+            terminated: None,
+            truncated: None,
+        };
+        let mut prioritized = Prioritized::new(4, PrioritizedConfig::default(), 0).unwrap();
+        prioritized.rows_written(&RingState::default(), 2, 4);
+        let mut samplers: [Box<dyn Sampler>; 4] = [
+            Box::new(Uniform::new(0)),
+            Box::new(prioritized),
+            Box::new(WithoutReplacement::new(4, LastBatch::Keep, 0).unwrap()),
+            Box::new(SliceSampler::new(1, 0).unwrap()),
+        ];
+        let (mut indices, mut weights) = ([0; 4], [0.0; 4]);
+        for sampler in &mut samplers {
+            let mut draw = |context: &SampleContext<'_>, weights: &mut [f32]| {
+                sampler.sample(context, 2, &mut indices, weights)
+            };
+            // A ring that does not fit the capacity, before anything else.
+            let too_long = RingState {
+                len: 5,
+                ..RingState::default()
+            };
+            let err = draw(&context(too_long, 4), &mut weights).unwrap_err();
+            assert!(err.to_string().contains("sample context"), "{err}");
+            assert!(matches!(
+                draw(&context(RingState::default(), 4), &mut weights),
+                Err(Error::Empty)
+            ));
+            assert_eq!(draw(&context(stored, 4), &mut weights).unwrap(), 2);
+            // Weights shorter than indices bound the draw (no panic).
+            assert_eq!(draw(&context(stored, 4), &mut weights[..1]).unwrap(), 1);
+        }
+        // Samplers with per-row state refuse a buffer of another capacity.
+        for sampler in &mut samplers[1..3] {
+            let err = sampler
+                .sample(&context(stored, 5), 2, &mut indices, &mut weights)
+                .unwrap_err();
+            assert!(err.to_string().contains("was built for 4 rows"), "{err}");
+        }
     }
 }

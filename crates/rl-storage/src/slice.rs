@@ -5,8 +5,9 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::error::{Error, Result};
-use crate::sampler::check_context;
-use crate::sampler::{SampleContext, Sampler};
+use crate::sampler::{Draw, SampleContext, Sampler, begin_draw};
+use crate::sampler_state::{self, StateFormat, StateReader, StateWriter};
+use crate::storage::RingState;
 
 /// Rejection draws per window before falling back to counting the valid starts.
 const ATTEMPTS: usize = 64;
@@ -177,6 +178,32 @@ enum Scan {
 }
 
 impl Sampler for SliceSampler {
+    /// Kind `slice`, version 1: the window length (loading needs the same) and the
+    /// generator.
+    fn state_format(&self) -> Option<StateFormat> {
+        Some(StateFormat {
+            kind: "slice",
+            version: 1,
+        })
+    }
+
+    fn save_state(&self, out: &mut StateWriter<'_>) -> Result<()> {
+        out.write_u64(self.slice_len as u64)?;
+        sampler_state::write_rng(out, &self.rng)
+    }
+
+    fn load_state(mut self, _: &RingState, _: usize, input: &mut StateReader<'_>) -> Result<Self> {
+        let saved = input.read_u64()?;
+        if saved != self.slice_len as u64 {
+            return Err(input.mismatch(
+                format!("a slice sampler of {}-row windows", self.slice_len),
+                format!("the state of one of {saved}-row windows"),
+            ));
+        }
+        self.rng = sampler_state::read_rng(input)?;
+        Ok(self)
+    }
+
     fn sample(
         &mut self,
         context: &SampleContext<'_>,
@@ -193,12 +220,8 @@ impl Sampler for SliceSampler {
                 ),
             ));
         }
-        check_context(context)?;
-        let ring = context.ring;
-        if ring.len == 0 {
-            return Err(Error::Empty);
-        }
-        let windows = rows.min(indices.len()).min(weights.len()) / slice_len;
+        let Draw { ring, room, .. } = begin_draw(context, None, indices, weights)?;
+        let windows = rows.min(room) / slice_len;
         if windows == 0 {
             return Ok(0);
         }

@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use rl_core::{Column, Flag, Location, MemoryBudget, MemoryPlan, Schema};
+use rl_core::{Column, Location, MemoryBudget, MemoryPlan, Schema};
 
 use crate::column::ColumnSlice;
 use crate::copy::{self, Stores};
@@ -24,8 +24,8 @@ use crate::device::{DeviceBackend, DeviceBatch, encode_pairs};
 use crate::error::{Error, Result};
 use crate::memmap::{MemmapOptions, MemmapStorage};
 use crate::replay::NonFinite;
-use crate::ring;
-use crate::sampler::{SampleContext, Sampler};
+use crate::ring::{self, CopyError, HostSink, RingWriter, RowSink, WritePlan};
+use crate::sampler::Sampler;
 use crate::storage::{HostStorage, RingState, Storage};
 
 /// Bytes of one encoded (source position, destination slot) pair, see [`encode_pairs`].
@@ -259,11 +259,8 @@ pub struct TieredReplay<D: DeviceBackend, P: Sampler> {
     device: D,
     storage: MemmapStorage,
     sampler: P,
-    ring: RingState,
+    ring: RingWriter,
     config: TieredConfig,
-    non_finite: NonFinite,
-    terminated: Option<usize>,
-    truncated: Option<usize>,
     /// Streaming stores for files larger than the cache.
     stores: Stores,
     /// The newest rows the hot tier holds for sure: `min(hot_rows, len)`, unless an
@@ -419,16 +416,8 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
             device.alloc_staging(batch * PAIR_BYTES)?,
             device.alloc_staging(batch * PAIR_BYTES)?,
         ];
-        let ring = storage.restored();
-        if ring.len > 0 {
-            let empty_before = RingState {
-                cursor: ring.oldest(capacity),
-                len: 0,
-                ..ring
-            };
-            sampler.rows_written(&empty_before, ring.len, capacity);
-        }
-        let (terminated, truncated) = ring::flag_columns(schema);
+        let ring = RingWriter::new(schema, capacity, storage.restored());
+        ring.announce_stored(&mut sampler);
         let stores = Stores::for_storage_bytes(schema.row_bytes().saturating_mul(capacity));
         let mut replay = Self {
             device,
@@ -436,9 +425,6 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
             sampler,
             ring,
             config,
-            non_finite: NonFinite::default(),
-            terminated,
-            truncated,
             stores,
             hot_len: 0,
             hot,
@@ -459,7 +445,7 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
 
     /// This buffer with another policy for non-finite values.
     pub fn with_non_finite(mut self, policy: NonFinite) -> Self {
-        self.non_finite = policy;
+        self.ring.set_non_finite(policy);
         self
     }
 
@@ -470,12 +456,12 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
 
     /// Rows stored (in the file; the newest of them on the device too).
     pub fn len(&self) -> usize {
-        self.ring.len
+        self.ring.state().len
     }
 
     /// Whether no row is stored.
     pub fn is_empty(&self) -> bool {
-        self.ring.len == 0
+        self.ring.state().len == 0
     }
 
     /// Rows the buffer holds at most.
@@ -506,7 +492,7 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
 
     /// Cursor, fill and counters of the ring.
     pub fn ring(&self) -> RingState {
-        self.ring
+        self.ring.state()
     }
 
     /// The file (the cold tier: every stored row).
@@ -585,56 +571,20 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
     /// [`Error::ColumnCount`], [`Error::DTypeMismatch`], [`Error::RowMismatch`],
     /// [`Error::NonFinite`] (unless allowed), a file I/O error, or a device error.
     pub fn extend(&mut self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
-        let rows = ring::validate_write(self.storage.schema(), columns, self.non_finite)?;
-        if rows == 0 {
-            return Ok(0);
-        }
-        let capacity = self.capacity();
-        let hot_rows = self.config.hot_rows;
-        let plan = ring::plan_write(&self.ring, rows, capacity);
-        self.storage.prepare_write(&plan.start, plan.written)?;
-
-        // Row `s` of the write is the `ring.written + s`-th row ever written.
-        let fresh = plan.written.min(hot_rows);
-        let first = rows - fresh;
-        let hot_start = ((self.ring.written + first as u64) % hot_rows as u64) as usize;
-        for (index, slice) in columns.iter().enumerate() {
-            let row_bytes = self.storage.schema().columns()[index].row_bytes();
-            let uploaded = upload_rows(
-                &self.device,
-                &mut self.hot[index],
-                row_bytes,
-                slice.as_bytes(),
-                first,
-                hot_start,
-                fresh,
-            );
-            if let Err(error) = uploaded {
-                self.hot_len = 0;
-                return Err(error);
-            }
-        }
-
-        for (index, slice) in columns.iter().enumerate() {
-            let row_bytes = self.storage.schema().columns()[index].row_bytes();
-            let source = slice.as_bytes();
-            let target = self.storage.column_mut(index);
-            for segment in plan.segments(capacity) {
-                copy::copy(
-                    &mut target[segment.position * row_bytes..][..segment.rows * row_bytes],
-                    &source[segment.source_row * row_bytes..][..segment.rows * row_bytes],
-                    self.stores,
-                );
-            }
-        }
-        copy::fence(self.stores);
-        let ends = ring::episode_ends(self.terminated, self.truncated, columns, rows);
-        self.ring = ring::ring_after(&self.ring, &plan, capacity, ends);
-        self.hot_len = (self.hot_len + plan.written)
-            .min(hot_rows)
-            .min(self.ring.len);
-        self.sampler
-            .rows_written(&plan.start, plan.written, capacity);
+        let mut sink = TieredSink {
+            file: HostSink {
+                storage: &mut self.storage,
+                stores: self.stores,
+            },
+            device: &self.device,
+            hot: &mut self.hot,
+            hot_rows: self.config.hot_rows,
+            hot_len: &mut self.hot_len,
+        };
+        let rows = self.ring.write(&mut sink, &mut self.sampler, columns)?;
+        self.hot_len = (self.hot_len + rows.min(self.capacity()))
+            .min(self.config.hot_rows)
+            .min(self.ring.state().len);
         Ok(rows)
     }
 
@@ -647,12 +597,13 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
     pub fn refill_hot(&mut self) -> Result<()> {
         self.hot_len = 0;
         let capacity = self.capacity();
-        let rows = self.config.hot_rows.min(self.ring.len);
+        let ring = self.ring.state();
+        let rows = self.config.hot_rows.min(ring.len);
         if rows == 0 {
             return Ok(());
         }
-        let first = self.ring.position(self.ring.len - rows, capacity);
-        let global = self.ring.written - rows as u64;
+        let first = ring.position(ring.len - rows, capacity);
+        let global = ring.written - rows as u64;
         let hot_start = (global % self.config.hot_rows as u64) as usize;
         for (index, column) in self.storage.schema().columns().iter().enumerate() {
             upload_rows(
@@ -688,19 +639,11 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
     pub fn sample_rows(&mut self, batch: &mut DeviceBatch<D>, rows: usize) -> Result<()> {
         batch.set_len(0);
         self.check_batch(batch, rows)?;
-        if self.ring.len == 0 {
+        if self.ring.state().len == 0 {
             return Err(Error::Empty);
         }
         let (_, columns, positions, weights) = batch.parts_mut();
-        let flags = |index: Option<usize>| {
-            index.map(|i| bytemuck::cast_slice::<u8, Flag>(self.storage.column(i)))
-        };
-        let context = SampleContext {
-            ring: self.ring,
-            capacity: self.storage.capacity(),
-            terminated: flags(self.terminated),
-            truncated: flags(self.truncated),
-        };
+        let context = self.ring.host_context(&self.storage);
         let drawn = self.sampler.sample(&context, rows, positions, weights)?;
         if drawn > rows.min(positions.len()) {
             return Err(Error::config(
@@ -743,13 +686,13 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
     /// # Errors
     /// File I/O errors.
     pub fn commit(&mut self) -> Result<()> {
-        self.storage.commit(&self.ring)
+        self.storage.commit(&self.ring.state())
     }
 
     /// Takes the buffer apart: the file, the sampler and the ring (the device tier is
     /// freed).
     pub fn into_parts(self) -> (MemmapStorage, P, RingState) {
-        (self.storage, self.sampler, self.ring)
+        (self.storage, self.sampler, self.ring.state())
     }
 
     /// Checks that `batch` was made for this schema and `rows` fits the scratch buffers.
@@ -776,23 +719,11 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
         self.hot_split.clear();
         self.cold_positions.clear();
         self.cold_slots.clear();
-        let ring = self.ring;
-        let capacity = self.capacity();
-        let oldest = ring.oldest(capacity);
+        let ring = self.ring.state();
         let first_hot = ring.len - self.hot_len;
         let hot_rows = self.config.hot_rows as u64;
         for (slot, &position) in positions.iter().enumerate() {
-            let index = if position >= oldest {
-                position - oldest
-            } else {
-                position + capacity - oldest
-            };
-            if position >= capacity || index >= ring.len {
-                return Err(Error::config(
-                    format!("position {position}"),
-                    format!("holds no row ({} rows stored of {capacity})", ring.len),
-                ));
-            }
+            let index = self.ring.stored_index(position)?;
             if index >= first_hot {
                 let global = ring.written - (ring.len - index) as u64;
                 self.hot_split.push(((global % hot_rows) as usize, slot));
@@ -857,6 +788,56 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
         };
         self.total.hot += hot as u64;
         self.total.cold += cold as u64;
+        Ok(())
+    }
+}
+
+/// Both tiers as a [`RowSink`]: the file reserves the positions, the newest rows go to the
+/// hot ring first (a device failure then leaves the file and the ring as they were and
+/// marks the hot tier empty), then every row is copied into the file.
+struct TieredSink<'a, D: DeviceBackend> {
+    file: HostSink<'a, MemmapStorage>,
+    device: &'a D,
+    hot: &'a mut [D::Buffer],
+    hot_rows: usize,
+    hot_len: &'a mut usize,
+}
+
+impl<D: DeviceBackend> RowSink for TieredSink<'_, D> {
+    fn schema(&self) -> &Schema {
+        self.file.schema()
+    }
+
+    fn copy_rows(
+        &mut self,
+        plan: &WritePlan,
+        columns: &[ColumnSlice<'_>],
+    ) -> Result<(), CopyError> {
+        self.file.prepare(plan)?;
+        // Row `s` of the write is the `before + s`-th row ever written (`before`: the rows
+        // written before it), so its newest `fresh` rows, from row `first` on, start at hot
+        // position `(before + first) % hot_rows`. `plan.start.written` is `before` plus
+        // the skipped rows, and `first` is the skipped rows plus `written - fresh`.
+        let fresh = plan.written.min(self.hot_rows);
+        let first = plan.rows - fresh;
+        let hot_start = (plan.start.written + (plan.written - fresh) as u64) % self.hot_rows as u64;
+        for (index, slice) in columns.iter().enumerate() {
+            let row_bytes = self.file.schema().columns()[index].row_bytes();
+            let uploaded = upload_rows(
+                self.device,
+                &mut self.hot[index],
+                row_bytes,
+                slice.as_bytes(),
+                first,
+                hot_start as usize,
+                fresh,
+            );
+            if let Err(error) = uploaded {
+                *self.hot_len = 0;
+                return Err(CopyError::Untouched(error));
+            }
+        }
+        self.file.copy(plan, columns);
         Ok(())
     }
 }

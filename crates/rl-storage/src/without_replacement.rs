@@ -8,7 +8,8 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{Location, MemoryPlan};
 
 use crate::error::{Error, Result};
-use crate::sampler::{SampleContext, Sampler, check_capacity, check_context, try_filled};
+use crate::sampler::{Draw, SampleContext, Sampler, begin_draw, try_filled};
+use crate::sampler_state::{self, StateFormat, StateReader, StateWriter};
 use crate::storage::RingState;
 
 /// What [`WithoutReplacement`] does at the end of an epoch when fewer rows than a batch
@@ -170,20 +171,17 @@ impl Sampler for WithoutReplacement {
         indices: &mut [usize],
         weights: &mut [f32],
     ) -> Result<usize> {
-        check_context(context)?;
-        let ring = context.ring;
-        if ring.len == 0 {
-            return Err(Error::Empty);
-        }
-        let capacity = context.capacity;
-        check_capacity(capacity, self.order.len())?;
+        let Draw {
+            ring,
+            capacity,
+            room,
+        } = begin_draw(context, Some(self.order.len()), indices, weights)?;
         if rows > ring.len {
             return Err(Error::NotEnoughRows {
                 requested: rows,
                 available: ring.len,
             });
         }
-        let room = indices.len().min(weights.len());
         let rows = match self.last {
             LastBatch::Merge => {
                 let needed = rows.saturating_mul(2).saturating_sub(1);
@@ -229,12 +227,116 @@ impl Sampler for WithoutReplacement {
         Ok(take)
     }
 
+    /// Kind `without_replacement`, version 1: capacity and [`LastBatch`] (loading needs
+    /// the same), the generator, the epoch counter, the ring the epoch started from, its
+    /// draw order and how far it got.
+    fn state_format(&self) -> Option<StateFormat> {
+        Some(StateFormat {
+            kind: "without_replacement",
+            version: 1,
+        })
+    }
+
+    fn save_state(&self, out: &mut StateWriter<'_>) -> Result<()> {
+        out.write_u64(self.order.len() as u64)?;
+        out.write_u64(last_batch_code(self.last))?;
+        sampler_state::write_rng(out, &self.rng)?;
+        out.write_u64s(&[self.epochs, self.next as u64, self.end as u64])?;
+        let ring = self.epoch_ring;
+        out.write_u64s(&[
+            ring.cursor as u64,
+            ring.len as u64,
+            ring.written,
+            ring.episodes,
+            ring.episode_start,
+        ])?;
+        out.write_u32s(&self.order[..self.end])
+    }
+
+    fn load_state(mut self, _: &RingState, _: usize, input: &mut StateReader<'_>) -> Result<Self> {
+        let capacity = self.order.len();
+        let (saved, last) = (input.read_u64()?, input.read_u64()?);
+        let saved_last = [LastBatch::Keep, LastBatch::Merge, LastBatch::Drop]
+            .into_iter()
+            .find(|&mode| last_batch_code(mode) == last)
+            .ok_or_else(|| input.corrupt(format!("unknown last-batch mode {last}")))?;
+        if saved != capacity as u64 || saved_last != self.last {
+            return Err(input.mismatch(
+                format!(
+                    "a sampler without replacement for {capacity} rows with {:?}",
+                    self.last
+                ),
+                format!("the state of one for {saved} rows with {saved_last:?}"),
+            ));
+        }
+        let rng = sampler_state::read_rng(input)?;
+        let mut counters = [0u64; 8];
+        input.read_u64s(&mut counters)?;
+        let [
+            epochs,
+            next,
+            end,
+            cursor,
+            len,
+            written,
+            episodes,
+            episode_start,
+        ] = counters;
+        let index = |value: u64| usize::try_from(value).ok().filter(|&v| v <= capacity);
+        let (Some(next), Some(end), Some(cursor), Some(len)) =
+            (index(next), index(end), index(cursor), index(len))
+        else {
+            return Err(input.corrupt(format!(
+                "the epoch's positions ({next}, {end}, {cursor}, {len}) exceed the capacity of                  {capacity} rows"
+            )));
+        };
+        let epoch_ring = RingState {
+            cursor,
+            len,
+            written,
+            episodes,
+            episode_start,
+        };
+        let consistent = next <= end
+            && if epochs == 0 {
+                end == 0 && epoch_ring == RingState::default()
+            } else {
+                end == len && epoch_ring.validate(capacity).is_ok()
+            };
+        if !consistent {
+            return Err(input.corrupt(format!(
+                "the epoch is inconsistent: {epochs} epochs, at {next} of {end}, ring {epoch_ring:?}"
+            )));
+        }
+        input.read_u32s(&mut self.order[..end])?;
+        if let Some(bad) = self.order[..end].iter().find(|&&p| p as usize >= capacity) {
+            return Err(input.corrupt(format!(
+                "the epoch's order holds position {bad}, outside the capacity of {capacity} rows"
+            )));
+        }
+        self.rng = rng;
+        self.epochs = epochs;
+        self.next = next;
+        self.end = end;
+        self.epoch_ring = epoch_ring;
+        Ok(self)
+    }
+
     fn memory_plan(&self) -> MemoryPlan {
         MemoryPlan::new().with(
             "permutation",
             Location::Ram,
             (self.order.len() * size_of::<u32>()) as u64,
         )
+    }
+}
+
+/// How a [`LastBatch`] is saved.
+fn last_batch_code(last: LastBatch) -> u64 {
+    match last {
+        LastBatch::Keep => 0,
+        LastBatch::Merge => 1,
+        LastBatch::Drop => 2,
     }
 }
 

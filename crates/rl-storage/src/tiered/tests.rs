@@ -2,7 +2,7 @@ use std::ops::Range;
 use std::sync::atomic::Ordering;
 
 use proptest::prelude::*;
-use rl_core::{DType, Element};
+use rl_core::{DType, Element, Flag};
 use rl_testkit::measure;
 
 use super::*;
