@@ -70,7 +70,7 @@ fn replay() -> anyhow::Result<ReplayBuffer> {
         Column::new("next_obs", DType::F32, &[4]),
     ])?;
     Ok(ReplayBuffer::new(
-        RamStorage::new(schema, REPLAY_ROWS)?,
+        RamStorage::new(schema, REPLAY_ROWS, None)?,
         Uniform::new(0),
     ))
 }

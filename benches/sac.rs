@@ -168,7 +168,7 @@ fn time_updates<T: SacTrainer>(
         .numel();
     let batch_size = trainer.config().batch_size;
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(schema.clone(), REPLAY_ROWS)?,
+        RamStorage::new(schema.clone(), REPLAY_ROWS, None)?,
         Uniform::new(0),
     );
     let flag = [Flag(u8::from(terminated))];

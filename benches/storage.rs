@@ -126,7 +126,12 @@ impl Chunk {
 fn one_config(backend: &str, dim: usize, capacity: usize) -> anyhow::Result<()> {
     let schema = transition_schema(dim)?;
     match backend {
-        "ram" => measure(backend, dim, capacity, RamStorage::new(schema, capacity)?),
+        "ram" => measure(
+            backend,
+            dim,
+            capacity,
+            RamStorage::new(schema, capacity, None)?,
+        ),
         "memmap" => {
             let dir = tempfile::tempdir()?;
             let path = dir.path().join("replay.rl");

@@ -133,7 +133,7 @@ fn to_device(device: &CudaDevice, dim: usize, capacity: usize) -> anyhow::Result
         replay.extend(&chunk.columns())?;
     }
     let mut batch = Batch::new(&schema(dim)?, BATCH)?;
-    let mut transfer = ToDevice::new(device.clone(), &schema(dim)?, BATCH)?;
+    let mut transfer = ToDevice::new(device.clone(), &schema(dim)?, BATCH, None)?;
     let rounds = if dim > 64 { 400 } else { 4000 };
     let start = Instant::now();
     for _ in 0..rounds {
@@ -159,6 +159,7 @@ fn device_sample(device: &CudaDevice, dim: usize, capacity: usize) -> anyhow::Re
         capacity,
         Uniform::new(1),
         DeviceReplayOptions::default(),
+        None,
     )?;
     let chunk = Chunk::new(dim);
     for _ in 0..capacity.div_ceil(CHUNK) {
@@ -190,6 +191,7 @@ fn tiered_sample(device: &CudaDevice, dim: usize, capacity: usize) -> anyhow::Re
         capacity,
         config,
         Uniform::new(2),
+        None,
     )?;
     let chunk = Chunk::new(dim);
     for _ in 0..capacity.div_ceil(CHUNK) {

@@ -53,7 +53,7 @@ fn main() -> anyhow::Result<()> {
     let capacity = args.steps as usize;
     println!("replay plan\n{}", RamStorage::plan(&schema, capacity)?);
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(schema.clone(), capacity)?,
+        RamStorage::new(schema.clone(), capacity, None)?,
         Uniform::new(args.seed),
     );
     while collector.frames() < args.steps {

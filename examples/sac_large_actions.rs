@@ -65,7 +65,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     let budget = MemoryBudget::ram(BUDGET_BYTES);
     match (
-        RamStorage::with_budget(schema, 1_000_000, &budget),
+        RamStorage::new(schema, 1_000_000, Some(&budget)),
         args.store.as_str(),
     ) {
         (Err(error), "one-hot") => bail!("one-hot stored actions: {error}"),

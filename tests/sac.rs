@@ -82,7 +82,7 @@ fn one_hot_actions_for_100k_actions_are_refused_before_allocating() {
 
     let rss_before = rss();
     let (result, allocated) =
-        measure(|| RamStorage::with_budget(schema.clone(), ROWS, &MemoryBudget::ram(GIB)));
+        measure(|| RamStorage::new(schema.clone(), ROWS, Some(&MemoryBudget::ram(GIB))));
     let rss_after = rss();
     let error = result.unwrap_err();
     assert!(
@@ -202,7 +202,7 @@ fn acting_error_on_pendulum(sac: Sac) -> rl::algos::Error {
         .unwrap()
         .replay_schema()
         .unwrap();
-    let mut replay = ReplayBuffer::new(RamStorage::new(schema, 16).unwrap(), Uniform::new(0));
+    let mut replay = ReplayBuffer::new(RamStorage::new(schema, 16, None).unwrap(), Uniform::new(0));
     let error = collector.collect(&mut replay).unwrap_err();
     assert!(
         replay.is_empty(),
@@ -245,7 +245,7 @@ fn sac_built_for_other_spaces_is_refused_when_collecting() {
     let schema = own.replay_schema().unwrap();
     let mut collector =
         SyncCollector::new(vec![Pendulum::new(0)], own, CollectorConfig::new(8)).unwrap();
-    let mut replay = ReplayBuffer::new(RamStorage::new(schema, 16).unwrap(), Uniform::new(0));
+    let mut replay = ReplayBuffer::new(RamStorage::new(schema, 16, None).unwrap(), Uniform::new(0));
     collector.collect(&mut replay).unwrap();
     assert_eq!(replay.len(), 8);
 }

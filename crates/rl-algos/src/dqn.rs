@@ -351,7 +351,7 @@ pub struct DqnState {
 /// let config = DqnConfig { hidden: vec![32, 32], batch_size: 8, ..DqnConfig::default() };
 /// let mut dqn = Dqn::for_env(&CartPole::new(0), config)?;
 /// let schema = dqn.replay_schema()?;
-/// let mut replay = ReplayBuffer::new(RamStorage::new(schema.clone(), 64)?, Uniform::new(0));
+/// let mut replay = ReplayBuffer::new(RamStorage::new(schema.clone(), 64, None)?, Uniform::new(0));
 /// # for i in 0..16 {
 /// #     let obs = [0.0, 0.1, i as f32 / 16.0, 0.0];
 /// #     replay.push(&[ColumnSlice::F32(&obs), ColumnSlice::U32(&[i % 2]), ColumnSlice::F32(&[1.0]),

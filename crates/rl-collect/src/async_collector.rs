@@ -483,7 +483,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// let mut config = AsyncConfig::new(2, 16, CollectorConfig::new(32));
 /// config.collector.total_frames = Some(128);
 /// let mut collector = AsyncCollector::new(envs, ConstantPolicy::new(&[1u32]), config)?;
-/// let mut replay = ReplayBuffer::new(RamStorage::new(schema, 1_000)?, Uniform::new(0));
+/// let mut replay = ReplayBuffer::new(RamStorage::new(schema, 1_000, None)?, Uniform::new(0));
 /// loop {
 ///     let report = collector.collect(&mut replay)?;
 ///     assert_eq!(report.frames, 32);

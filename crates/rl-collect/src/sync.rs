@@ -130,7 +130,7 @@ pub struct BatchReport {
 ///     .with_next_obs()
 ///     .build()?;
 /// let mut collector = SyncCollector::new(envs, ConstantPolicy::new(&[1u32]), CollectorConfig::new(64))?;
-/// let mut replay = ReplayBuffer::new(RamStorage::new(schema, 10_000)?, Uniform::new(0));
+/// let mut replay = ReplayBuffer::new(RamStorage::new(schema, 10_000, None)?, Uniform::new(0));
 /// let report = collector.collect(&mut replay)?;
 /// assert_eq!(report.frames, 64);
 /// assert_eq!(replay.len(), 64);

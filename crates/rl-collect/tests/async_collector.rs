@@ -44,7 +44,7 @@ fn schema() -> Schema {
 
 fn replay(capacity: usize) -> ReplayBuffer {
     ReplayBuffer::new(
-        RamStorage::new(schema(), capacity).unwrap(),
+        RamStorage::new(schema(), capacity, None).unwrap(),
         Uniform::new(0),
     )
 }
@@ -438,7 +438,7 @@ fn write_to_copies_the_chunk_and_checks_the_schema() {
         Column::scalar("truncated", DType::Bool),
     ])
     .unwrap();
-    let mut buffer = ReplayBuffer::new(RamStorage::new(six, 100).unwrap(), Uniform::new(0));
+    let mut buffer = ReplayBuffer::new(RamStorage::new(six, 100, None).unwrap(), Uniform::new(0));
     chunk.write_to(&mut buffer).unwrap();
     assert_eq!(buffer.len(), 20);
     assert_eq!(&buffer.column::<f32>("obs").unwrap()[..80], chunk.obs());
@@ -460,7 +460,7 @@ fn write_to_copies_the_chunk_and_checks_the_schema() {
         Column::scalar("priority", DType::F32),
     ])
     .unwrap();
-    let mut wrong = ReplayBuffer::new(RamStorage::new(extra, 100).unwrap(), Uniform::new(0));
+    let mut wrong = ReplayBuffer::new(RamStorage::new(extra, 100, None).unwrap(), Uniform::new(0));
     assert!(matches!(chunk.write_to(&mut wrong), Err(Error::Config(_))));
     assert_eq!(wrong.len(), 0);
     drop(chunk);

@@ -21,7 +21,10 @@ fn replay() -> ReplayBuffer {
         Column::new("next_obs", DType::F32, &[4]),
     ])
     .unwrap();
-    ReplayBuffer::new(RamStorage::new(schema, 50_000).unwrap(), Uniform::new(0))
+    ReplayBuffer::new(
+        RamStorage::new(schema, 50_000, None).unwrap(),
+        Uniform::new(0),
+    )
 }
 
 #[test]

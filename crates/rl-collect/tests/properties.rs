@@ -453,7 +453,7 @@ fn schema(order: &[usize]) -> Schema {
 
 fn replay(order: &[usize], capacity: usize) -> ReplayBuffer {
     ReplayBuffer::new(
-        RamStorage::new(schema(order), capacity).unwrap(),
+        RamStorage::new(schema(order), capacity, None).unwrap(),
         Uniform::new(0),
     )
 }

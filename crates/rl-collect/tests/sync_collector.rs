@@ -141,7 +141,7 @@ fn replay_rows_are_real_transitions_with_final_observations() {
     )
     .unwrap();
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(replay_schema(4), 10_000).unwrap(),
+        RamStorage::new(replay_schema(4), 10_000, None).unwrap(),
         Uniform::new(0),
     );
     let report = collector.collect(&mut replay).unwrap();
@@ -235,7 +235,7 @@ fn failures_name_the_environment_and_step_and_stop_the_collector() {
     let mut collector =
         SyncCollector::new(envs, ConstantPolicy::new(&[0u32]), CollectorConfig::new(40)).unwrap();
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(replay_schema(1), 100).unwrap(),
+        RamStorage::new(replay_schema(1), 100, None).unwrap(),
         Uniform::new(0),
     );
     let err = collector.collect(&mut replay).unwrap_err();
@@ -279,7 +279,7 @@ fn failures_name_the_environment_and_step_and_stop_the_collector() {
 
 fn replay_for_cartpole() -> ReplayBuffer {
     ReplayBuffer::new(
-        RamStorage::new(replay_schema(4), 100).unwrap(),
+        RamStorage::new(replay_schema(4), 100, None).unwrap(),
         Uniform::new(0),
     )
 }
@@ -303,7 +303,7 @@ fn bad_configurations_are_refused() {
         Column::scalar("extra", DType::F32),
     ])
     .unwrap();
-    let mut replay = ReplayBuffer::new(RamStorage::new(wrong, 10).unwrap(), Uniform::new(0));
+    let mut replay = ReplayBuffer::new(RamStorage::new(wrong, 10, None).unwrap(), Uniform::new(0));
     assert!(collector.collect(&mut replay).is_err());
 }
 
@@ -317,7 +317,7 @@ fn total_and_random_frames_are_honoured() {
     let policy = ConstantPolicy::new(&[1u32]);
     let mut collector = SyncCollector::new(cartpoles(8), policy, config).unwrap();
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(replay_schema(4), 1000).unwrap(),
+        RamStorage::new(replay_schema(4), 1000, None).unwrap(),
         Uniform::new(0),
     );
     let mut frames = 0;
@@ -351,7 +351,7 @@ fn a_thousand_batches_after_the_first_allocate_nothing() {
     )
     .unwrap();
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(replay_schema(4), 100_000).unwrap(),
+        RamStorage::new(replay_schema(4), 100_000, None).unwrap(),
         Uniform::new(0),
     );
     collector.collect(&mut replay).unwrap();

@@ -165,7 +165,7 @@ impl<P: Sampler> ReplayBuffer<RamStorage, P> {
                 reason: "the column list does not match the schema".into(),
             });
         }
-        let mut storage = RamStorage::new(meta.schema.clone(), meta.capacity)?;
+        let mut storage = RamStorage::new(meta.schema.clone(), meta.capacity, None)?;
         let (ring, capacity) = (meta.ring, meta.capacity);
         let runs = stored_runs(&ring, capacity);
         for (index, column) in meta.schema.columns().iter().enumerate() {

@@ -51,7 +51,7 @@ const MAX_REDRAWS: usize = 1000;
 ///     Column::scalar("terminated", DType::Bool),
 ///     Column::scalar("truncated", DType::Bool),
 /// ])?;
-/// let mut buffer = DedupReplay::new(RamStorage::new(schema, 16)?, Uniform::new(0))?;
+/// let mut buffer = DedupReplay::new(RamStorage::new(schema, 16, None)?, Uniform::new(0))?;
 /// let no = [Flag::new(false)];
 /// buffer.push_step(&[(&[0.0f32]).into(), (&[1.0f32]).into(), (&no).into(), (&no).into()], None)?;
 /// // The time limit cuts the episode after its second step: the final observation is kept.

@@ -93,7 +93,7 @@ struct HostFlags {
 ///
 /// // FakeDevice keeps "device" memory on the host; CudaDevice puts it on a GPU.
 /// let device = FakeDevice::new();
-/// let mut buffer = DeviceReplay::new(device.clone(), schema.clone(), 3, Uniform::new(0), options)?;
+/// let mut buffer = DeviceReplay::new(device.clone(), schema.clone(), 3, Uniform::new(0), options, None)?;
 /// for step in 0..5u32 {
 ///     let obs = [step as f32, 0.0];
 ///     buffer.push(&[(&obs).into(), (&[step]).into(), (&[Flag::new(step == 4)]).into()])?;
@@ -209,42 +209,25 @@ impl<D: DeviceBackend> DeviceReplay<D> {
 }
 
 impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
-    /// An empty buffer of `capacity` rows of `schema` on `device`, sampled by `sampler`.
+    /// An empty buffer of `capacity` rows of `schema` on `device`, sampled by `sampler`,
+    /// refusing first (before allocating anything) a configuration whose plan does not
+    /// fit `budget` (GPU and RAM lines alike).
     ///
     /// # Errors
-    /// As [`DeviceReplay::plan`], out of device memory, or a driver error.
+    /// As [`DeviceReplay::plan`], over budget (naming the plan's largest lines), out of
+    /// device memory, or a driver error.
     pub fn new(
         device: D,
         schema: Schema,
         capacity: usize,
         sampler: P,
         options: DeviceReplayOptions,
-    ) -> Result<Self> {
-        Self::with_budget(
-            device,
-            schema,
-            capacity,
-            sampler,
-            options,
-            &MemoryBudget::unlimited(),
-        )
-    }
-
-    /// As [`DeviceReplay::new`], but refuses (before allocating anything) a configuration
-    /// whose plan does not fit `budget` (GPU and RAM lines alike).
-    ///
-    /// # Errors
-    /// As [`DeviceReplay::new`], plus over-budget with the plan's largest lines.
-    pub fn with_budget(
-        device: D,
-        schema: Schema,
-        capacity: usize,
-        sampler: P,
-        options: DeviceReplayOptions,
-        budget: &MemoryBudget,
+        budget: Option<&MemoryBudget>,
     ) -> Result<Self> {
         let plan = DeviceReplay::<D>::plan(&schema, capacity, &options)?;
-        plan.check(budget)?;
+        if let Some(budget) = budget {
+            plan.check(budget)?;
+        }
         let columns = schema
             .columns()
             .iter()
@@ -640,12 +623,13 @@ mod tests {
             capacity,
             sampler,
             options(gather_rows),
+            None,
         )
         .unwrap()
     }
 
     fn host_replay<P: Sampler>(capacity: usize, sampler: P) -> ReplayBuffer<RamStorage, P> {
-        ReplayBuffer::new(RamStorage::new(schema(), capacity).unwrap(), sampler)
+        ReplayBuffer::new(RamStorage::new(schema(), capacity, None).unwrap(), sampler)
     }
 
     /// Every byte of every column of the device buffer equals the host buffer's, at every
@@ -850,6 +834,7 @@ mod tests {
                 non_finite: NonFinite::Allow,
                 ..options(4)
             },
+            None,
         )
         .unwrap();
         device.extend(&bad.columns()).unwrap();
@@ -930,13 +915,13 @@ mod tests {
         assert_eq!(gpu, (1000 * schema().row_bytes() + 64 * 8) as u64);
         assert_eq!(plan.total(Location::Ram), 64 * 8 + 2 * 1000);
         let budget = MemoryBudget::unlimited().with_gpu(gpu - 1);
-        let err = DeviceReplay::with_budget(
+        let err = DeviceReplay::new(
             fake.clone(),
             schema(),
             1000,
             Uniform::new(0),
             options,
-            &budget,
+            Some(&budget),
         )
         .unwrap_err();
         assert!(
@@ -954,13 +939,19 @@ mod tests {
         assert_eq!(fake.allocated_bytes(), 0, "nothing allocated");
         // The host copies of the flags count against the RAM budget.
         let ram = MemoryBudget::ram(plan.total(Location::Ram) - 1);
-        let err =
-            DeviceReplay::with_budget(fake.clone(), schema(), 1000, Uniform::new(0), options, &ram)
-                .unwrap_err();
+        let err = DeviceReplay::new(
+            fake.clone(),
+            schema(),
+            1000,
+            Uniform::new(0),
+            options,
+            Some(&ram),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("host_copy"), "{err}");
         // Exactly at the budget it fits.
         let exact = MemoryBudget::ram(plan.total(Location::Ram)).with_gpu(gpu);
-        DeviceReplay::with_budget(fake, schema(), 1000, Uniform::new(0), options, &exact).unwrap();
+        DeviceReplay::new(fake, schema(), 1000, Uniform::new(0), options, Some(&exact)).unwrap();
     }
 
     #[test]
@@ -986,7 +977,7 @@ mod tests {
         let fake = FakeDevice::new();
         let options = options(100);
         let buffer =
-            DeviceReplay::new(fake.clone(), schema(), 777, Uniform::new(0), options).unwrap();
+            DeviceReplay::new(fake.clone(), schema(), 777, Uniform::new(0), options, None).unwrap();
         let plan = DeviceReplay::<FakeDevice>::plan(&schema(), 777, &options).unwrap();
         assert_eq!(fake.allocated_bytes(), plan.total(Location::Gpu));
         assert_eq!(buffer.memory_plan(), plan, "Uniform holds nothing");
@@ -1037,7 +1028,7 @@ mod tests {
     fn a_device_failure_mid_write_drops_the_rows_it_may_have_overwritten() {
         let flaky = FailingDevice::new();
         let mut buffer =
-            DeviceReplay::new(flaky, schema(), 10, Uniform::new(0), options(4)).unwrap();
+            DeviceReplay::new(flaky, schema(), 10, Uniform::new(0), options(4), None).unwrap();
         buffer.extend(&Rows::new(0..10).columns()).unwrap();
         let before = buffer.ring();
         // The next write of 3 rows overwrites positions 0..3 (rows 0, 1, 2); fail after

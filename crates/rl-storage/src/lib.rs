@@ -45,7 +45,7 @@
 //! ])?;
 //! // The plan is known before anything is allocated; over budget is refused up front.
 //! println!("{}", RamStorage::plan(&schema, 100_000)?);
-//! let storage = RamStorage::with_budget(schema.clone(), 100_000, &MemoryBudget::ram(64 << 20))?;
+//! let storage = RamStorage::new(schema.clone(), 100_000, Some(&MemoryBudget::ram(64 << 20)))?;
 //! let mut buffer = ReplayBuffer::new(storage, Uniform::new(0));
 //!
 //! // Two transitions, written column by column.

@@ -31,22 +31,17 @@ impl RamStorage {
         Ok(plan_of(schema, &layout, Location::Ram))
     }
 
-    /// Allocates and pre-faults the columns.
+    /// Allocates and pre-faults the columns, refusing first (before allocating anything)
+    /// a configuration whose plan does not fit `budget`.
     ///
     /// # Errors
-    /// Invalid configuration for a zero or overflowing capacity; I/O if the mapping fails.
-    pub fn new(schema: Schema, capacity: usize) -> Result<Self> {
-        Self::with_budget(schema, capacity, &MemoryBudget::unlimited())
-    }
-
-    /// As [`RamStorage::new`], but refuses (before allocating anything) a configuration
-    /// whose plan does not fit `budget`.
-    ///
-    /// # Errors
-    /// As [`RamStorage::new`], plus over-budget with the plan's largest lines.
-    pub fn with_budget(schema: Schema, capacity: usize, budget: &MemoryBudget) -> Result<Self> {
+    /// Invalid configuration for a zero or overflowing capacity; over budget, naming the
+    /// plan's largest lines; I/O if the mapping fails.
+    pub fn new(schema: Schema, capacity: usize, budget: Option<&MemoryBudget>) -> Result<Self> {
         let layout = ColumnLayout::new(&schema, capacity)?;
-        plan_of(&schema, &layout, Location::Ram).check(budget)?;
+        if let Some(budget) = budget {
+            plan_of(&schema, &layout, Location::Ram).check(budget)?;
+        }
         let mut memory = MmapOptions::new()
             .len(layout.total())
             .map_anon()
@@ -155,16 +150,16 @@ mod tests {
 
     #[test]
     fn over_budget_is_refused_before_allocating() {
-        let err = RamStorage::with_budget(schema(1024), 1_000_000, &MemoryBudget::ram(1 << 30))
+        let err = RamStorage::new(schema(1024), 1_000_000, Some(&MemoryBudget::ram(1 << 30)))
             .unwrap_err()
             .to_string();
         assert!(err.contains("obs (ram, 3.81 GiB)"), "{err}");
-        assert!(RamStorage::new(schema(4), 0).is_err());
+        assert!(RamStorage::new(schema(4), 0, None).is_err());
     }
 
     #[test]
     fn columns_are_zeroed_aligned_and_independent() {
-        let mut storage = RamStorage::new(schema(3), 100).unwrap();
+        let mut storage = RamStorage::new(schema(3), 100, None).unwrap();
         assert!(storage.column(0).iter().all(|&b| b == 0));
         assert_eq!(storage.column(0).len(), 1200);
         assert_eq!(storage.column(1).as_ptr() as usize % 4096, 0);
@@ -180,7 +175,7 @@ mod tests {
             .unwrap()
             .total(Location::Ram);
         let before = ProcessMemory::read().unwrap().rss_anon_bytes;
-        let storage = RamStorage::new(schema, 100_000).unwrap();
+        let storage = RamStorage::new(schema, 100_000, None).unwrap();
         let after = ProcessMemory::read().unwrap().rss_anon_bytes;
         let grown = after.saturating_sub(before) as f64;
         // Other tests run in parallel threads and allocate too: allow 5% plus 8 MiB.

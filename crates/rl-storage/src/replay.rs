@@ -40,7 +40,7 @@ pub enum NonFinite {
 ///     Column::scalar("action", DType::U32),
 ///     Column::scalar("terminated", DType::Bool),
 /// ])?;
-/// let storage = RamStorage::new(schema.clone(), 3)?;
+/// let storage = RamStorage::new(schema.clone(), 3, None)?;
 /// let mut buffer = ReplayBuffer::new(storage, Uniform::new(0));
 /// for step in 0..5u32 {
 ///     let obs = [step as f32, 0.0];
@@ -314,7 +314,7 @@ mod tests {
 
     fn buffer(capacity: usize) -> ReplayBuffer {
         ReplayBuffer::new(
-            RamStorage::new(schema(), capacity).unwrap(),
+            RamStorage::new(schema(), capacity, None).unwrap(),
             Uniform::new(3),
         )
     }

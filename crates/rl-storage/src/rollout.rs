@@ -127,7 +127,7 @@ impl RolloutBuffer {
         if let Some(budget) = budget {
             Self::plan(&schema, steps, envs)?.check(budget)?;
         }
-        let storage = RamStorage::new(schema, rows)?;
+        let storage = RamStorage::new(schema, rows, None)?;
         Ok(Self {
             storage,
             steps,

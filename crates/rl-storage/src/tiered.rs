@@ -235,7 +235,7 @@ impl TierCounts {
 /// println!("{}", config.plan(&schema, 100)?); // file, GPU and staging bytes, up front
 ///
 /// let mut replay =
-///     TieredReplay::create(&path, device.clone(), schema, 100, config, Uniform::new(0))?;
+///     TieredReplay::create(&path, device.clone(), schema, 100, config, Uniform::new(0), None)?;
 /// let obs: Vec<f32> = (0..20).map(|i| i as f32).collect();
 /// let reward: Vec<f32> = (0..10).map(|i| i as f32).collect();
 /// replay.extend(&[ColumnSlice::from(&obs[..]), ColumnSlice::from(&reward[..])])?;
@@ -250,7 +250,7 @@ impl TierCounts {
 ///
 /// replay.commit()?; // durable: reopening gives the 10 rows back, hot tier refilled
 /// drop(replay);
-/// let replay = TieredReplay::open(&path, device, TieredConfig::new(2, 8), Uniform::new(0))?;
+/// let replay = TieredReplay::open(&path, device, TieredConfig::new(2, 8), Uniform::new(0), None)?;
 /// assert_eq!((replay.len(), replay.hot_len()), (10, 2));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -299,10 +299,13 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
     }
 
     /// Creates the file at `path` (see [`MemmapStorage::create`]) and the device tier on
-    /// `device`.
+    /// `device`, refusing first, before creating or allocating anything, a configuration
+    /// whose plan (with the sampler's memory) does not fit `budget`.
     ///
     /// # Errors
-    /// As [`TieredReplay::create_with_budget`], without a budget.
+    /// An invalid configuration (see [`TieredConfig::plan`]), over budget, the errors of
+    /// [`MemmapStorage::create`], or a device allocation or upload error (the new file is
+    /// removed then).
     pub fn create(
         path: impl AsRef<Path>,
         device: D,
@@ -310,28 +313,11 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
         capacity: usize,
         config: TieredConfig,
         sampler: P,
+        budget: Option<&MemoryBudget>,
     ) -> Result<Self> {
-        let budget = MemoryBudget::unlimited();
-        Self::create_with_budget(path, device, schema, capacity, config, sampler, &budget)
-    }
-
-    /// As [`TieredReplay::create`], but refuses, before creating or allocating anything,
-    /// a configuration whose plan (with the sampler's memory) does not fit `budget`.
-    ///
-    /// # Errors
-    /// An invalid configuration (see [`TieredConfig::plan`]), over budget, the errors of
-    /// [`MemmapStorage::create`], or a device allocation or upload error (the new file is
-    /// removed then).
-    pub fn create_with_budget(
-        path: impl AsRef<Path>,
-        device: D,
-        schema: Schema,
-        capacity: usize,
-        config: TieredConfig,
-        sampler: P,
-        budget: &MemoryBudget,
-    ) -> Result<Self> {
-        check_budget(&schema, capacity, &config, &sampler, budget)?;
+        if let Some(budget) = budget {
+            check_budget(&schema, capacity, &config, &sampler, budget)?;
+        }
         let storage = MemmapStorage::create(path, schema, capacity, config.memmap)?;
         let path = storage.path().to_path_buf();
         Self::build(storage, device, config, sampler).inspect_err(|_| {
@@ -346,38 +332,29 @@ impl<D: DeviceBackend, P: Sampler> TieredReplay<D, P> {
     /// file. `config.hot_rows` and `config.batch_rows` may differ from the run that wrote
     /// the file.
     ///
+    /// Refuses, before allocating anything on the device, a configuration whose plan
+    /// (with the sampler's memory) does not fit `budget`.
+    ///
     /// # Errors
-    /// As [`TieredReplay::open_with_budget`], without a budget.
+    /// The errors of [`MemmapStorage::open`], an invalid configuration for the file's
+    /// capacity, over budget, or a device allocation or upload error.
     pub fn open(
         path: impl AsRef<Path>,
         device: D,
         config: TieredConfig,
         sampler: P,
-    ) -> Result<Self> {
-        Self::open_with_budget(path, device, config, sampler, &MemoryBudget::unlimited())
-    }
-
-    /// As [`TieredReplay::open`], but refuses, before allocating anything on the device,
-    /// a configuration whose plan (with the sampler's memory) does not fit `budget`.
-    ///
-    /// # Errors
-    /// The errors of [`MemmapStorage::open`], an invalid configuration for the file's
-    /// capacity, over budget, or a device allocation or upload error.
-    pub fn open_with_budget(
-        path: impl AsRef<Path>,
-        device: D,
-        config: TieredConfig,
-        sampler: P,
-        budget: &MemoryBudget,
+        budget: Option<&MemoryBudget>,
     ) -> Result<Self> {
         let storage = MemmapStorage::open(path, config.memmap)?;
-        check_budget(
-            storage.schema(),
-            storage.capacity(),
-            &config,
-            &sampler,
-            budget,
-        )?;
+        if let Some(budget) = budget {
+            check_budget(
+                storage.schema(),
+                storage.capacity(),
+                &config,
+                &sampler,
+                budget,
+            )?;
+        }
         Self::build(storage, device, config, sampler)
     }
 

@@ -26,12 +26,12 @@ use crate::error::{Error, Result};
 ///     Column::new("obs", DType::F32, &[2]),
 ///     Column::scalar("action", DType::U32),
 /// ])?;
-/// let mut buffer = ReplayBuffer::new(RamStorage::new(schema.clone(), 100)?, Uniform::new(0));
+/// let mut buffer = ReplayBuffer::new(RamStorage::new(schema.clone(), 100, None)?, Uniform::new(0));
 /// buffer.extend(&[ColumnSlice::from(&[1.0f32, 2.0, 3.0, 4.0]), (&[7u32, 8]).into()])?;
 ///
 /// let device = FakeDevice::new(); // or a CudaDevice
 /// let mut batch = Batch::new(&schema, 32)?;
-/// let mut to_device = ToDevice::new(device.clone(), &schema, 32)?;
+/// let mut to_device = ToDevice::new(device.clone(), &schema, 32, None)?;
 /// buffer.sample(&mut batch)?;
 /// let on_device = to_device.to_device(&batch)?;
 /// let mut actions = [0u32; 32];
@@ -84,27 +84,22 @@ impl<D: DeviceBackend> ToDevice<D> {
     }
 
     /// A transfer of up to `rows` rows of `schema` to `device`: allocates the device
-    /// batch and the staging buffers, once.
+    /// batch and the staging buffers, once, refusing first (before allocating anything)
+    /// a configuration whose plan does not fit `budget`.
     ///
     /// # Errors
-    /// As [`ToDevice::plan`], out of (device or page-locked) memory, or a driver error.
-    pub fn new(device: D, schema: &Schema, rows: usize) -> Result<Self> {
-        Self::with_budget(device, schema, rows, &MemoryBudget::unlimited())
-    }
-
-    /// As [`ToDevice::new`], but refuses (before allocating anything) a configuration
-    /// whose plan does not fit `budget`.
-    ///
-    /// # Errors
-    /// As [`ToDevice::new`], plus over-budget with the plan's largest lines.
-    pub fn with_budget(
+    /// As [`ToDevice::plan`], over budget (naming the plan's largest lines), out of
+    /// (device or page-locked) memory, or a driver error.
+    pub fn new(
         device: D,
         schema: &Schema,
         rows: usize,
-        budget: &MemoryBudget,
+        budget: Option<&MemoryBudget>,
     ) -> Result<Self> {
         let plan = Self::plan(schema, rows)?;
-        plan.check(budget)?;
+        if let Some(budget) = budget {
+            plan.check(budget)?;
+        }
         let batch = DeviceBatch::new(&device, schema, rows)?;
         let staging = schema
             .columns()
@@ -307,7 +302,8 @@ mod tests {
     fn round_trips_every_dtype_positions_and_weights() {
         let capacity = 50;
         let sampler = Prioritized::new(capacity, PrioritizedConfig::default(), 5).unwrap();
-        let mut buffer = ReplayBuffer::new(RamStorage::new(schema(), capacity).unwrap(), sampler);
+        let mut buffer =
+            ReplayBuffer::new(RamStorage::new(schema(), capacity, None).unwrap(), sampler);
         buffer.extend(&Rows::new(0..70).columns()).unwrap();
         let stored: Vec<usize> = buffer.positions().collect();
         let priorities: Vec<f32> = (0..stored.len()).map(|i| 0.1 + i as f32).collect();
@@ -316,7 +312,7 @@ mod tests {
             .update_priorities(&stored, &priorities)
             .unwrap();
         let device = FakeDevice::new();
-        let mut to_device = ToDevice::new(device.clone(), &schema(), 40).unwrap();
+        let mut to_device = ToDevice::new(device.clone(), &schema(), 40, None).unwrap();
         let mut batch = Batch::new(&schema(), 40).unwrap();
         for rows in [40, 17, 1] {
             buffer.sample_rows(&mut batch, rows).unwrap();
@@ -354,7 +350,7 @@ mod tests {
         buffer.extend(&second.columns()).unwrap();
         assert_eq!(buffer.storage().column(1).len(), 300 * 4);
         let device = FakeDevice::new();
-        let mut to_device = ToDevice::new(device.clone(), &schema(), 64).unwrap();
+        let mut to_device = ToDevice::new(device.clone(), &schema(), 64, None).unwrap();
         let mut batch = Batch::new(&schema(), 64).unwrap();
         buffer.sample(&mut batch).unwrap();
         let on_device = to_device.to_device(&batch).unwrap();
@@ -385,8 +381,11 @@ mod tests {
     #[test]
     fn foreign_and_oversized_batches_are_refused() {
         let device = FakeDevice::new();
-        let mut to_device = ToDevice::new(device.clone(), &schema(), 4).unwrap();
-        let mut buffer = ReplayBuffer::new(RamStorage::new(schema(), 10).unwrap(), Uniform::new(0));
+        let mut to_device = ToDevice::new(device.clone(), &schema(), 4, None).unwrap();
+        let mut buffer = ReplayBuffer::new(
+            RamStorage::new(schema(), 10, None).unwrap(),
+            Uniform::new(0),
+        );
         buffer.extend(&Rows::new(0..10).columns()).unwrap();
         let mut small = Batch::new(&schema(), 4).unwrap();
         buffer.sample(&mut small).unwrap();
@@ -411,7 +410,7 @@ mod tests {
         // A batch that was never sampled moves zero rows.
         let empty = Batch::new(&schema(), 4).unwrap();
         assert!(to_device.to_device(&empty).unwrap().is_empty());
-        assert!(ToDevice::new(device, &schema(), 0).is_err());
+        assert!(ToDevice::new(device, &schema(), 0, None).is_err());
     }
 
     #[test]
@@ -421,7 +420,7 @@ mod tests {
         let row_bytes = schema().row_bytes() as u64;
         assert_eq!(plan.total(Location::Gpu), 128 * row_bytes);
         assert_eq!(plan.total(Location::Ram), 128 * row_bytes + 128 * 12);
-        let to_device = ToDevice::new(device.clone(), &schema(), 128).unwrap();
+        let to_device = ToDevice::new(device.clone(), &schema(), 128, None).unwrap();
         assert_eq!(device.allocated_bytes(), plan.total(Location::Gpu));
         assert_eq!(to_device.memory_plan(), plan);
         assert_eq!(to_device.room(), 128);
@@ -431,14 +430,14 @@ mod tests {
         );
         drop(to_device);
         let budget = MemoryBudget::unlimited().with_gpu(128 * row_bytes - 1);
-        let err = ToDevice::with_budget(device.clone(), &schema(), 128, &budget).unwrap_err();
+        let err = ToDevice::new(device.clone(), &schema(), 128, Some(&budget)).unwrap_err();
         assert!(
             err.to_string().contains("to_device/device_batch/obs"),
             "{err}"
         );
         assert_eq!(device.allocated_bytes(), 0, "nothing allocated");
         let ram = MemoryBudget::ram(plan.total(Location::Ram) - 1);
-        let err = ToDevice::with_budget(device.clone(), &schema(), 128, &ram).unwrap_err();
+        let err = ToDevice::new(device.clone(), &schema(), 128, Some(&ram)).unwrap_err();
         assert!(err.to_string().contains("to_device/staging/obs"), "{err}");
     }
 }

@@ -64,8 +64,16 @@ fn prioritized_sampling_over_both_tiers_survives_a_reopen_and_allocates_nothing(
     let path = dir.path().join("tiered.rlmm");
     let device = FakeDevice::new();
     let config = TieredConfig::new(100, 32);
-    let mut replay =
-        TieredReplay::create(&path, device.clone(), schema(), CAPACITY, config, sampler()).unwrap();
+    let mut replay = TieredReplay::create(
+        &path,
+        device.clone(),
+        schema(),
+        CAPACITY,
+        config,
+        sampler(),
+        None,
+    )
+    .unwrap();
     assert_eq!(
         device.allocated_bytes(),
         config
@@ -110,7 +118,7 @@ fn prioritized_sampling_over_both_tiers_survives_a_reopen_and_allocates_nothing(
 
     // Reopen with a smaller hot tier: same rows, hot tier refilled from the file.
     let config = TieredConfig::new(50, 32);
-    let mut replay = TieredReplay::open(&path, device.clone(), config, sampler()).unwrap();
+    let mut replay = TieredReplay::open(&path, device.clone(), config, sampler(), None).unwrap();
     assert_eq!(replay.ring(), ring);
     assert_eq!(replay.hot_len(), 50);
     let mut batch = replay.new_batch().unwrap();

@@ -66,7 +66,7 @@ fn push_rows<P: Sampler>(replay: &mut ReplayBuffer<RamStorage, P>, rows: &[Row])
 /// A batch holding `rows` in order, with weights 1.
 fn batch_of(schema: &rl_core::Schema, rows: &[Row]) -> Batch {
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(schema.clone(), rows.len()).unwrap(),
+        RamStorage::new(schema.clone(), rows.len(), None).unwrap(),
         Uniform::new(0),
     );
     push_rows(&mut replay, rows);
@@ -87,7 +87,7 @@ fn weighted_batch_of(schema: &rl_core::Schema, rows: &[Row], seed: u64) -> Batch
         ..PrioritizedConfig::default()
     };
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(schema.clone(), n).unwrap(),
+        RamStorage::new(schema.clone(), n, None).unwrap(),
         Prioritized::new(n, config, seed).unwrap(),
     );
     push_rows(&mut replay, rows);
@@ -736,7 +736,7 @@ fn bad_batches_are_refused_and_change_nothing() {
         .build()
         .unwrap();
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(continuous.clone(), 8).unwrap(),
+        RamStorage::new(continuous.clone(), 8, None).unwrap(),
         Uniform::new(0),
     );
     for row in random_rows(3, 4, 8, 13) {
@@ -766,7 +766,7 @@ fn bad_batches_are_refused_and_change_nothing() {
     ])
     .unwrap();
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(wide_reward.clone(), 8).unwrap(),
+        RamStorage::new(wide_reward.clone(), 8, None).unwrap(),
         Uniform::new(0),
     );
     for row in random_rows(3, 4, 8, 14) {
@@ -1034,7 +1034,7 @@ fn dqn_learns_the_shortest_path_of_a_corridor() {
     let dqn = Dqn::for_env(&Corridor::new(), config).unwrap();
     let schema = dqn.replay_schema().unwrap();
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(schema.clone(), 10_000).unwrap(),
+        RamStorage::new(schema.clone(), 10_000, None).unwrap(),
         Uniform::new(0),
     );
     let mut batch = Batch::new(&schema, 32).unwrap();

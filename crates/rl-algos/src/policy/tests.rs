@@ -1016,7 +1016,7 @@ fn sync_collector_drives_the_categorical_policy_on_cartpole() {
     let policy = CategoricalPolicy::for_env(&envs[0], width(32), 1).unwrap();
     let mut collector = SyncCollector::new(envs, policy, CollectorConfig::new(64)).unwrap();
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(replay_schema(4, DType::U32, 1), 1_000).unwrap(),
+        RamStorage::new(replay_schema(4, DType::U32, 1), 1_000, None).unwrap(),
         Uniform::new(0),
     );
     for _ in 0..3 {
@@ -1056,7 +1056,7 @@ fn sync_collector_drives_the_gaussian_policy_on_pendulum() {
     .unwrap();
     let mut collector = SyncCollector::new(envs, policy, CollectorConfig::new(64)).unwrap();
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(replay_schema(3, DType::F32, 1), 1_000).unwrap(),
+        RamStorage::new(replay_schema(3, DType::F32, 1), 1_000, None).unwrap(),
         Uniform::new(0),
     );
     for _ in 0..3 {

@@ -57,7 +57,7 @@ const HALF_LN_2PI: f32 = 0.918_938_5;
 /// // ... fill `batch` from a replay buffer, then:
 /// # use rl_storage::{RamStorage, ReplayBuffer, Uniform, ColumnSlice};
 /// # use rl_core::Flag;
-/// # let mut replay = ReplayBuffer::new(RamStorage::new(sac.replay_schema()?, 64)?, Uniform::new(0));
+/// # let mut replay = ReplayBuffer::new(RamStorage::new(sac.replay_schema()?, 64, None)?, Uniform::new(0));
 /// # for i in 0..16 {
 /// #     let obs = [1.0, 0.0, i as f32 / 16.0];
 /// #     replay.push(&[ColumnSlice::F32(&obs), ColumnSlice::F32(&[0.5]), ColumnSlice::F32(&[-1.0]),

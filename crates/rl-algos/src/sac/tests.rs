@@ -33,7 +33,7 @@ fn random_batch(
 ) -> Batch {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(schema.clone(), rows).unwrap(),
+        RamStorage::new(schema.clone(), rows, None).unwrap(),
         Uniform::new(seed),
     );
     for i in 0..rows {
@@ -81,7 +81,7 @@ fn fixed_batch(
     let rows = actions.len();
     let reward_width = rewards.len() / rows;
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(schema.clone(), rows).unwrap(),
+        RamStorage::new(schema.clone(), rows, None).unwrap(),
         Uniform::new(0),
     );
     let obs = vec![0.1f32; obs_dim];
@@ -523,7 +523,7 @@ where
     let config = trainer.core().config().clone();
     let schema = trainer.replay_schema().unwrap();
     let mut replay = ReplayBuffer::new(
-        RamStorage::new(schema.clone(), 10_000).unwrap(),
+        RamStorage::new(schema.clone(), 10_000, None).unwrap(),
         Uniform::new(0),
     );
     let mut batch = Batch::new(&schema, config.batch_size).unwrap();

@@ -255,7 +255,7 @@ where
             None => {
                 let budget = run.budget.unwrap_or_else(MemoryBudget::unlimited);
                 let storage =
-                    RamStorage::with_budget(schema.clone(), config.buffer_capacity, &budget)?;
+                    RamStorage::new(schema.clone(), config.buffer_capacity, Some(&budget))?;
                 (
                     ReplayBuffer::new(storage, ReplaySampler::new(&config)?),
                     0,

@@ -45,7 +45,7 @@ proptest! {
     #[test]
     fn save_then_load_round_trips(capacity in 1usize..30, rows in 0i64..80) {
         let dir = tempfile::tempdir().unwrap();
-        let mut buffer = ReplayBuffer::new(RamStorage::new(schema(), capacity).unwrap(), Uniform::new(0));
+        let mut buffer = ReplayBuffer::new(RamStorage::new(schema(), capacity, None).unwrap(), Uniform::new(0));
         write(&mut buffer, 0..rows);
         buffer.save(dir.path()).unwrap();
         let loaded: ReplayBuffer = ReplayBuffer::load(dir.path(), Uniform::new(0)).unwrap();
@@ -63,7 +63,10 @@ proptest! {
 #[test]
 fn damaged_checkpoints_are_typed_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let mut buffer = ReplayBuffer::new(RamStorage::new(schema(), 10).unwrap(), Uniform::new(0));
+    let mut buffer = ReplayBuffer::new(
+        RamStorage::new(schema(), 10, None).unwrap(),
+        Uniform::new(0),
+    );
     write(&mut buffer, 0..6);
     buffer.save(dir.path()).unwrap();
     let column = column_file(dir.path(), 1);
@@ -91,8 +94,10 @@ fn damaged_checkpoints_are_typed_errors() {
 #[test]
 fn saving_and_loading_make_no_second_copy() {
     let dir = tempfile::tempdir().unwrap();
-    let mut buffer =
-        ReplayBuffer::new(RamStorage::new(schema(), 200_000).unwrap(), Uniform::new(0));
+    let mut buffer = ReplayBuffer::new(
+        RamStorage::new(schema(), 200_000, None).unwrap(),
+        Uniform::new(0),
+    );
     write(&mut buffer, 0..200_000);
     let data_bytes = 200_000 * schema().row_bytes();
     let (saved, stats) = rl_testkit::measure(|| buffer.save(dir.path()));
@@ -174,7 +179,7 @@ fn resumes_exactly<P: Sampler>(
     after: &[Step],
 ) -> std::result::Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
-    let storage = RamStorage::new(schema(), capacity).unwrap();
+    let storage = RamStorage::new(schema(), capacity, None).unwrap();
     let mut original = Run {
         buffer: ReplayBuffer::new(storage, sampler(1)),
         next: 0,
@@ -269,7 +274,7 @@ impl Sampler for Stateless {
 
 /// A buffer of 10 rows holding rows 0..13 (wrapped), saved to `dir`.
 fn saved<P: Sampler>(dir: &Path, sampler: P) -> ReplayBuffer<RamStorage, P> {
-    let mut buffer = ReplayBuffer::new(RamStorage::new(schema(), 10).unwrap(), sampler);
+    let mut buffer = ReplayBuffer::new(RamStorage::new(schema(), 10, None).unwrap(), sampler);
     write(&mut buffer, 0..13);
     buffer.save(dir).unwrap();
     buffer
@@ -483,7 +488,10 @@ fn saving_and_loading_priorities_make_no_second_copy() {
     let dir = tempfile::tempdir().unwrap();
     let capacity = 200_000;
     let sampler = || Prioritized::new(capacity, PrioritizedConfig::default(), 0).unwrap();
-    let mut buffer = ReplayBuffer::new(RamStorage::new(schema(), capacity).unwrap(), sampler());
+    let mut buffer = ReplayBuffer::new(
+        RamStorage::new(schema(), capacity, None).unwrap(),
+        sampler(),
+    );
     write(&mut buffer, 0..capacity as i64);
     let positions: Vec<usize> = (0..capacity).step_by(3).collect();
     let priorities: Vec<f32> = positions.iter().map(|&p| p as f32).collect();

@@ -14,7 +14,11 @@ fn columns(obs: usize) -> Vec<Column> {
 
 fn dedup(capacity: usize) -> DedupReplay {
     let schema = DedupReplay::<RamStorage>::schema(columns(2)).unwrap();
-    DedupReplay::new(RamStorage::new(schema, capacity).unwrap(), Uniform::new(5)).unwrap()
+    DedupReplay::new(
+        RamStorage::new(schema, capacity, None).unwrap(),
+        Uniform::new(5),
+    )
+    .unwrap()
 }
 
 /// Observation of step `t` of episode `e`: unique per (episode, step).
@@ -149,7 +153,7 @@ fn frame_stacks_never_cross_an_episode_start() {
         Column::scalar("truncated", DType::Bool),
     ])
     .unwrap();
-    let mut buffer = DedupReplay::new(RamStorage::new(schema, 64).unwrap(), Uniform::new(9))
+    let mut buffer = DedupReplay::new(RamStorage::new(schema, 64, None).unwrap(), Uniform::new(9))
         .unwrap()
         .with_frame_stack(4)
         .unwrap();

@@ -83,12 +83,13 @@ fn create<D: DeviceBackend, P: Sampler>(
         capacity,
         config,
         sampler,
+        None,
     )
     .unwrap()
 }
 
 fn reference<P: Sampler>(capacity: usize, sampler: P) -> ReplayBuffer<RamStorage, P> {
-    ReplayBuffer::new(RamStorage::new(schema(), capacity).unwrap(), sampler)
+    ReplayBuffer::new(RamStorage::new(schema(), capacity, None).unwrap(), sampler)
 }
 
 /// The gathered rows of every column of a device batch, as bytes.
@@ -317,7 +318,7 @@ proptest! {
 
         let device = FakeDevice::new();
         let config = TieredConfig::new(hot_after, batch_rows);
-        let mut replay = TieredReplay::open(dir.path().join("replay.rlmm"), device.clone(), config, Uniform::new(seed)).unwrap();
+        let mut replay = TieredReplay::open(dir.path().join("replay.rlmm"), device.clone(), config, Uniform::new(seed), None).unwrap();
         prop_assert_eq!(replay.ring(), committed);
         prop_assert_eq!(replay.hot_len(), hot_after.min(committed.len));
         prop_assert_eq!(device.allocated_bytes(), config.plan(&schema(), capacity).unwrap().total(Location::Gpu));
@@ -382,6 +383,7 @@ fn device_bytes_are_the_planned_bytes() {
         1000,
         config,
         Uniform::new(0),
+        None,
     )
     .unwrap();
     assert_eq!(device.allocated_bytes(), plan.total(Location::Gpu));
@@ -506,21 +508,28 @@ fn bad_configurations_are_refused_before_anything_is_created() {
     for (hot, batch) in [(0, 8), (11, 8), (4, 0)] {
         let config = TieredConfig::new(hot, batch);
         assert!(config.plan(&schema(), 10).is_err());
-        let created =
-            TieredReplay::create(&path, device.clone(), schema(), 10, config, Uniform::new(0));
+        let created = TieredReplay::create(
+            &path,
+            device.clone(),
+            schema(),
+            10,
+            config,
+            Uniform::new(0),
+            None,
+        );
         assert!(created.is_err(), "hot {hot}, batch {batch}");
         assert!(!path.exists());
     }
     let config = TieredConfig::new(4, 8);
     let tight = MemoryBudget::unlimited().with_gpu(100);
-    let err = TieredReplay::create_with_budget(
+    let err = TieredReplay::create(
         &path,
         device.clone(),
         schema(),
         10,
         config,
         Uniform::new(0),
-        &tight,
+        Some(&tight),
     )
     .unwrap_err();
     assert!(
@@ -536,8 +545,16 @@ fn bad_configurations_are_refused_before_anything_is_created() {
     assert!(!path.exists());
     assert_eq!(device.allocated_bytes(), 0);
     // A file of 10 rows cannot be reopened with a hot tier of 11.
-    let mut replay =
-        TieredReplay::create(&path, device.clone(), schema(), 10, config, Uniform::new(0)).unwrap();
+    let mut replay = TieredReplay::create(
+        &path,
+        device.clone(),
+        schema(),
+        10,
+        config,
+        Uniform::new(0),
+        None,
+    )
+    .unwrap();
     replay.commit().unwrap();
     drop(replay);
     let open = TieredReplay::open(
@@ -545,14 +562,14 @@ fn bad_configurations_are_refused_before_anything_is_created() {
         device.clone(),
         TieredConfig::new(11, 8),
         Uniform::new(0),
+        None,
     );
     assert!(open.is_err());
-    let budget =
-        TieredReplay::open_with_budget(&path, device.clone(), config, Uniform::new(0), &tight);
+    let budget = TieredReplay::open(&path, device.clone(), config, Uniform::new(0), Some(&tight));
     assert!(budget.is_err());
     assert_eq!(device.allocated_bytes(), 0);
     // The file is left as it was: it opens fine.
-    TieredReplay::open(&path, device, config, Uniform::new(0)).unwrap();
+    TieredReplay::open(&path, device, config, Uniform::new(0), None).unwrap();
 }
 
 #[test]
