@@ -20,7 +20,7 @@ use anyhow::bail;
 use rl_collect::{AsyncCollector, AsyncConfig, CollectorConfig, ConstantPolicy, SyncCollector};
 use rl_core::{Column, DType, ProcessMemory, Schema};
 use rl_envs::CartPole;
-use rl_storage::{RamStorage, ReplayBuffer, Uniform};
+use rl_storage::{ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 
 mod common;
 

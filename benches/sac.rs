@@ -29,7 +29,7 @@ use rl::algos::{DiscreteSac, Sac, SacConfig, SacTrainer};
 use rl::collect::{ActOutput, Policy};
 use rl::core::{Env, Flag};
 use rl::envs::{LargeDiscrete, Pendulum};
-use rl::storage::{Batch, ColumnSlice, RamStorage, ReplayBuffer, Uniform};
+use rl::storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 
 mod common;
 

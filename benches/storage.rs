@@ -27,8 +27,13 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use rl_core::{Column, DType, Flag, ProcessMemory, Schema};
 use rl_storage::{
-    Batch, ColumnSlice, DedupReplay, HostStorage, MemmapOptions, MemmapStorage, RamStorage,
-    ReplayBuffer, Uniform,
+    Batch, ColumnSlice,
+    dedup::DedupReplay,
+    memmap::{MemmapOptions, MemmapStorage},
+    ram::RamStorage,
+    replay::ReplayBuffer,
+    sampler::Uniform,
+    storage::HostStorage,
 };
 
 mod common;

@@ -17,8 +17,14 @@ use std::time::Instant;
 
 use rl_core::{Column, DType, Flag, Schema};
 use rl_storage::{
-    Batch, ColumnSlice, CudaDevice, DeviceBackend, DeviceReplay, DeviceReplayOptions,
-    MemmapOptions, MemmapStorage, ReplayBuffer, TieredConfig, TieredReplay, ToDevice, Uniform,
+    Batch, ColumnSlice,
+    device::{
+        CudaDevice, DeviceBackend, DeviceReplay, DeviceReplayOptions, TieredConfig, TieredReplay,
+        ToDevice,
+    },
+    memmap::{MemmapOptions, MemmapStorage},
+    replay::ReplayBuffer,
+    sampler::Uniform,
 };
 
 mod common;
@@ -165,7 +171,7 @@ fn device_sample(device: &CudaDevice, dim: usize, capacity: usize) -> anyhow::Re
     for _ in 0..capacity.div_ceil(CHUNK) {
         replay.extend(&chunk.columns())?;
     }
-    let mut batch = rl_storage::DeviceBatch::new(device, &schema(dim)?, BATCH)?;
+    let mut batch = rl_storage::device::DeviceBatch::new(device, &schema(dim)?, BATCH)?;
     let rounds = 4000;
     let start = Instant::now();
     for _ in 0..rounds {

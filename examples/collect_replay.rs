@@ -17,7 +17,7 @@ use clap::Parser;
 use rl::collect::{CollectorConfig, RandomPolicy, SyncCollector};
 use rl::core::{Env, TransitionSchema};
 use rl::envs::CartPole;
-use rl::storage::{Batch, RamStorage, ReplayBuffer, Uniform};
+use rl::storage::{Batch, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 
 #[derive(Debug, Parser)]
 struct Args {

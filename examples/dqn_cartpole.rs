@@ -23,7 +23,7 @@ use clap::{ArgAction, Parser};
 use rl::algos::trainer::{Goal, OffPolicyConfig};
 use rl::algos::{Dqn, DqnConfig};
 use rl::envs::CartPole;
-use rl::storage::PrioritizedConfig;
+use rl::storage::sampler::PrioritizedConfig;
 
 #[derive(Debug, Parser)]
 struct Args {

@@ -24,7 +24,7 @@ use rl::algos::trainer::{Goal, OffPolicyConfig};
 use rl::algos::{AdamConfig, DiscreteSac, SacConfig};
 use rl::core::{DType, MemoryBudget, TransitionSchema};
 use rl::envs::LargeDiscrete;
-use rl::storage::RamStorage;
+use rl::storage::ram::RamStorage;
 
 const BUDGET_BYTES: u64 = 1 << 30;
 

@@ -14,7 +14,7 @@ use rl::core::{
     BoxSpace, Column, DType, Env, Location, MemoryBudget, MemoryPlan, ProcessMemory, Schema, Space,
 };
 use rl::envs::{CartPole, LargeDiscrete, Pendulum};
-use rl::storage::{RamStorage, ReplayBuffer, Uniform};
+use rl::storage::{ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 // `measure` counts through the `CountingAllocator` that `envs_through_facade` installs
 // as this test binary's global allocator.
 use rl_testkit::measure;

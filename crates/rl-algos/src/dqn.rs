@@ -345,7 +345,7 @@ pub struct DqnState {
 /// use rl_algos::{Dqn, DqnConfig};
 /// use rl_core::Flag;
 /// use rl_envs::CartPole;
-/// use rl_storage::{Batch, ColumnSlice, RamStorage, ReplayBuffer, Uniform};
+/// use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 ///
 /// # fn main() -> rl_algos::Result<()> {
 /// let config = DqnConfig { hidden: vec![32, 32], batch_size: 8, ..DqnConfig::default() };

@@ -79,7 +79,7 @@ use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{Element, Field, Location, MemoryBudget, MemoryPlan, Schema, TransitionSchema};
 use rl_nn::{Adam, Checkpoint, NetworkState};
-use rl_storage::{Batch, RolloutBuffer};
+use rl_storage::{Batch, rollout::RolloutBuffer};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, first_difference};

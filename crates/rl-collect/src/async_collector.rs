@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rl_core::{Element, Env, Flag, Location, MemoryPlan, ProcessMemory};
-use rl_storage::{ColumnSlice, HostStorage, ReplayBuffer, Sampler};
+use rl_storage::{ColumnSlice, replay::ReplayBuffer, sampler::Sampler, storage::HostStorage};
 
 use crate::error::{Error, Result};
 use crate::lanes::Lanes;
@@ -473,7 +473,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// use rl_collect::{AsyncCollector, AsyncConfig, CollectorConfig, ConstantPolicy};
 /// use rl_core::{Env, TransitionSchema};
 /// use rl_envs::CartPole;
-/// use rl_storage::{RamStorage, ReplayBuffer, Uniform};
+/// use rl_storage::{ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 ///
 /// let envs: Vec<CartPole> = (0..4).map(CartPole::new).collect();
 /// let schema = TransitionSchema::for_spaces(envs[0].observation_space(), envs[0].action_space())

@@ -1,7 +1,10 @@
 //! The synchronous collector: `N` environments stepped in the caller's thread.
 
 use rl_core::{DType, Device, Env, Field, Flag, Location, MemoryPlan, ProcessMemory};
-use rl_storage::{ColumnSlice, HostStorage, ReplayBuffer, RolloutBuffer, Sampler};
+use rl_storage::{
+    ColumnSlice, replay::ReplayBuffer, rollout::RolloutBuffer, sampler::Sampler,
+    storage::HostStorage,
+};
 
 use crate::error::{Error, Result};
 use crate::lanes::Lanes;
@@ -123,7 +126,7 @@ pub struct BatchReport {
 /// use rl_collect::{CollectorConfig, ConstantPolicy, SyncCollector};
 /// use rl_core::{Env, TransitionSchema};
 /// use rl_envs::CartPole;
-/// use rl_storage::{RamStorage, ReplayBuffer, Uniform};
+/// use rl_storage::{ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 ///
 /// let envs: Vec<CartPole> = (0..8).map(CartPole::new).collect();
 /// let schema = TransitionSchema::for_spaces(envs[0].observation_space(), envs[0].action_space())

@@ -19,7 +19,7 @@ use rl_collect::{
 };
 use rl_core::{Column, DType, Device, Env, Flag, Schema, Space, Step};
 use rl_envs::CartPole;
-use rl_storage::{RamStorage, ReplayBuffer, Uniform};
+use rl_storage::{ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 
 #[global_allocator]
 static A: rl_testkit::CountingAllocator = rl_testkit::CountingAllocator;

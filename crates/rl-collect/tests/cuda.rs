@@ -9,7 +9,7 @@
 use rl_collect::{AsyncCollector, AsyncConfig, CollectorConfig, ConstantPolicy, SyncCollector};
 use rl_core::{Column, DType, Schema};
 use rl_envs::CartPole;
-use rl_storage::{RamStorage, ReplayBuffer, Uniform};
+use rl_storage::{ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 
 fn replay() -> ReplayBuffer {
     let schema = Schema::new([
@@ -50,12 +50,12 @@ fn cpu_collectors_never_touch_cuda() {
     drop(collector);
     assert!(replay.len() >= 10 * (128 * 16 + 64 * 16));
     assert_eq!(
-        rl_storage::cuda_initializations(),
+        rl_storage::device::cuda_initializations(),
         0,
         "a CPU-only run initialised CUDA"
     );
     assert!(
-        !rl_storage::libcuda_loaded(),
+        !rl_storage::device::libcuda_loaded(),
         "a CPU-only run loaded the CUDA driver library"
     );
 }

@@ -23,7 +23,7 @@ use rl_collect::{
     PolicyError, SyncCollector, ValuePolicy,
 };
 use rl_core::{BoxSpace, Column, DType, Env, Field, Flag, Schema, Space, Step, TransitionSchema};
-use rl_storage::{RamStorage, ReplayBuffer, RolloutBuffer, Uniform};
+use rl_storage::{ram::RamStorage, replay::ReplayBuffer, rollout::RolloutBuffer, sampler::Uniform};
 
 /// Observation elements: environment, episode, step within the episode.
 const OBS_LEN: usize = 3;

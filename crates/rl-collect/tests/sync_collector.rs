@@ -13,7 +13,7 @@ use rl_core::{
     BoxSpace, Column, DType, Device, Env, Field, Flag, Schema, Space, Step, TransitionSchema,
 };
 use rl_envs::CartPole;
-use rl_storage::{RamStorage, ReplayBuffer, RolloutBuffer, Uniform};
+use rl_storage::{ram::RamStorage, replay::ReplayBuffer, rollout::RolloutBuffer, sampler::Uniform};
 use rl_testkit::{CountingAllocator, measure};
 
 #[global_allocator]

@@ -18,7 +18,7 @@ pub const BOOTSTRAP_MASK: &str = "bootstrap_mask";
 /// Draws per-row masks: bit `h` is set with probability `p`, independently per head.
 ///
 /// ```
-/// use rl_storage::BootstrapMasks;
+/// use rl_storage::bootstrap::BootstrapMasks;
 ///
 /// let mut masks = BootstrapMasks::new(10, 0.5, 7)?;
 /// let mut column = [0i64; 4];

@@ -6,7 +6,7 @@
 //! - `column-<index>.bin`: the stored rows of one column, oldest first, raw little-endian
 //!   elements, streamed straight from (and back into) the storage's memory;
 //! - `sampler.bin`: the sampler's state (generator, priorities, epoch), when the sampler
-//!   saves one ([`crate::Sampler::state_format`]); format in [`crate::StateWriter`]'s
+//!   saves one ([`crate::sampler::Sampler::state_format`]); format in [`crate::sampler::StateWriter`]'s
 //!   module: versioned, checksummed, written beside the old file and renamed into place;
 //! - `meta.json`: format name and version, schema, capacity, ring counters and cursor,
 //!   each column's byte length, and the sampler's kind (`null` when it saved no state).
@@ -129,7 +129,7 @@ impl<P: Sampler> ReplayBuffer<RamStorage, P> {
     /// last-batch mode): anything else is refused. When the checkpoint holds no sampler
     /// state (it was written before samplers saved theirs, or by a sampler without
     /// state), `sampler` is left as constructed and told about the loaded rows, as for
-    /// a reopened file: [`Prioritized`](crate::Prioritized) gives them all its initial
+    /// a reopened file: [`Prioritized`](crate::sampler::Prioritized) gives them all its initial
     /// priority, and draws follow the new sampler's seed.
     ///
     /// Everything is read into a new buffer: on error nothing else changed (and

@@ -15,7 +15,7 @@
 //! Naming a device ([`rl_core::Device::Cuda`]) is plain data; only [`CudaDevice::open`]
 //! (and [`CudaDevice::device_count`]) touch the driver.
 //!
-//! With the `cuda` feature, [`CudaDevice`] is a [`crate::DeviceBackend`]: device buffers
+//! With the `cuda` feature, [`CudaDevice`] is a [`crate::device::DeviceBackend`]: device buffers
 //! ([`CudaBuffer`]), page-locked staging buffers ([`CudaStaging`]), copies on the device's
 //! stream, and a row gather kernel written in PTX and compiled by the driver (no CUDA
 //! toolkit and no NVRTC needed at build or run time).
@@ -44,7 +44,7 @@ static CUDA_INITIALIZATIONS: AtomicU64 = AtomicU64::new(0);
 ///
 /// ```
 /// // A CPU-only program never initialises CUDA.
-/// assert_eq!(rl_storage::cuda_initializations(), 0);
+/// assert_eq!(rl_storage::device::cuda_initializations(), 0);
 /// ```
 pub fn cuda_initializations() -> u64 {
     // A monotonic counter: no other memory is published through it, and a test that
@@ -63,7 +63,7 @@ pub fn cuda_initializations() -> u64 {
 ///
 /// ```
 /// // A CPU-only program never loads the driver library.
-/// assert!(!rl_storage::libcuda_loaded());
+/// assert!(!rl_storage::device::libcuda_loaded());
 /// ```
 pub fn libcuda_loaded() -> bool {
     #[cfg(target_os = "linux")]
@@ -98,23 +98,23 @@ fn maps_name_libcuda(maps: &[u8]) -> bool {
 /// Cloning is cheap and shares the context (the context is released when the last clone
 /// is dropped).
 ///
-/// # As a [`DeviceBackend`](crate::DeviceBackend) (feature `cuda`)
+/// # As a [`DeviceBackend`](crate::device::DeviceBackend) (feature `cuda`)
 ///
 /// Every operation is queued on the context's default stream, in call order:
 ///
-/// - [`alloc`](crate::DeviceBackend::alloc) returns zeroed device memory
-///   (`CudaBuffer`); [`alloc_staging`](crate::DeviceBackend::alloc_staging) returns
+/// - [`alloc`](crate::device::DeviceBackend::alloc) returns zeroed device memory
+///   (`CudaBuffer`); [`alloc_staging`](crate::device::DeviceBackend::alloc_staging) returns
 ///   zeroed page-locked host memory (`CudaStaging`). Allocate both up front: the copy
 ///   and gather calls below allocate no host memory.
-/// - [`upload_staging`](crate::DeviceBackend::upload_staging) and
-///   [`gather`](crate::DeviceBackend::gather) are asynchronous: they return once the work
-///   is queued. [`staging_mut`](crate::DeviceBackend::staging_mut) waits until earlier
+/// - [`upload_staging`](crate::device::DeviceBackend::upload_staging) and
+///   [`gather`](crate::device::DeviceBackend::gather) are asynchronous: they return once the work
+///   is queued. [`staging_mut`](crate::device::DeviceBackend::staging_mut) waits until earlier
 ///   copies out of that staging buffer have finished, so refilling it is always safe.
-/// - [`upload`](crate::DeviceBackend::upload) returns once `src` may be reused: a copy
+/// - [`upload`](crate::device::DeviceBackend::upload) returns once `src` may be reused: a copy
 ///   from ordinary (pageable) memory is staged by the driver before it returns, a copy
 ///   from page-locked memory is waited for.
-/// - [`download`](crate::DeviceBackend::download) and
-///   [`synchronize`](crate::DeviceBackend::synchronize) wait for everything queued.
+/// - [`download`](crate::device::DeviceBackend::download) and
+///   [`synchronize`](crate::device::DeviceBackend::synchronize) wait for everything queued.
 ///
 /// The gather kernel is loaded on the first gather (or by [`CudaDevice::load_kernels`])
 /// and shared by clones. Sizes are checked on the host before each launch; the pairs'
@@ -130,7 +130,7 @@ fn maps_name_libcuda(maps: &[u8]) -> bool {
 /// [`Error::CudaNotCompiled`].
 ///
 /// ```
-/// use rl_storage::{CudaDevice, Error};
+/// use rl_storage::{Error, device::CudaDevice};
 ///
 /// match CudaDevice::open(0) {
 ///     Ok(gpu) => println!("cuda:{} is open", gpu.ordinal()),
@@ -246,7 +246,7 @@ impl CudaDevice {
     }
 
     /// Loads the gather kernels now, instead of on the first
-    /// [`gather`](crate::DeviceBackend::gather): the driver compiles their PTX for this
+    /// [`gather`](crate::device::DeviceBackend::gather): the driver compiles their PTX for this
     /// GPU, which takes milliseconds. Loading twice does nothing the second time.
     ///
     /// # Errors
@@ -266,7 +266,7 @@ impl CudaDevice {
 
     /// A staging buffer of `bytes` bytes in write-combined page-locked memory: the host
     /// writes it and the device reads it faster than a `CudaStaging` from
-    /// [`alloc_staging`](crate::DeviceBackend::alloc_staging), but reading it from the host
+    /// [`alloc_staging`](crate::device::DeviceBackend::alloc_staging), but reading it from the host
     /// is very slow (uncached). For buffers the host only fills.
     ///
     /// # Errors
@@ -283,9 +283,9 @@ impl CudaDevice {
     }
 }
 
-/// Device memory of a [`CudaDevice`]: its [`DeviceBackend::Buffer`](crate::DeviceBackend).
+/// Device memory of a [`CudaDevice`]: its [`DeviceBackend::Buffer`](crate::device::DeviceBackend).
 ///
-/// Allocated zeroed by [`DeviceBackend::alloc`](crate::DeviceBackend::alloc) on the
+/// Allocated zeroed by [`DeviceBackend::alloc`](crate::device::DeviceBackend::alloc) on the
 /// device's stream and freed, in stream order, when dropped. [`CudaBuffer::view`] lends it
 /// to other `cudarc` code (kernels of a network, say).
 #[cfg(feature = "cuda")]
@@ -322,10 +322,10 @@ impl CudaBuffer {
 }
 
 /// Page-locked host memory of a [`CudaDevice`]: its
-/// [`DeviceBackend::Staging`](crate::DeviceBackend).
+/// [`DeviceBackend::Staging`](crate::device::DeviceBackend).
 ///
 /// The device copies from it asynchronously, at full bus speed. Fill it through
-/// [`DeviceBackend::staging_mut`](crate::DeviceBackend::staging_mut), which first waits for
+/// [`DeviceBackend::staging_mut`](crate::device::DeviceBackend::staging_mut), which first waits for
 /// the copies still reading it; dropping it waits for them too.
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
@@ -521,7 +521,7 @@ mod driver {
         }
     }
 
-    /// A host-side range check with the same message as [`crate::FakeDevice`]'s.
+    /// A host-side range check with the same message as [`crate::device::FakeDevice`]'s.
     fn range(what: &str, offset: usize, len: usize, size: usize) -> Result<Range<usize>> {
         match offset.checked_add(len) {
             Some(end) if end <= size => Ok(offset..end),

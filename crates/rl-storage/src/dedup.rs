@@ -43,7 +43,7 @@ const MAX_REDRAWS: usize = 1000;
 ///
 /// ```
 /// use rl_core::{Column, DType, Field, Flag};
-/// use rl_storage::{Batch, DedupReplay, RamStorage, Uniform};
+/// use rl_storage::{Batch, dedup::DedupReplay, ram::RamStorage, sampler::Uniform};
 ///
 /// let schema = DedupReplay::<RamStorage>::schema([
 ///     Column::new("obs", DType::F32, &[1]),

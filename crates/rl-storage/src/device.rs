@@ -1,10 +1,21 @@
-//! Device memory behind one interface: a CUDA GPU, or host memory standing in for one.
+//! Device memory behind one interface: a CUDA GPU, or host memory standing in for one;
+//! and the buffers on it: [`DeviceReplay`] (columns in device memory), [`ToDevice`] (host
+//! batches moved through a reused staging buffer) and [`TieredReplay`] (a memmap file with
+//! the newest rows also on the device).
 //!
 //! Storages and transfers that put rows on a device are generic over [`DeviceBackend`].
-//! The CUDA backend ([`crate::CudaDevice`], feature `cuda`) is the real thing;
+//! The CUDA backend ([`CudaDevice`], feature `cuda`) is the real thing;
 //! [`FakeDevice`] keeps "device" buffers in host memory behind the same interface, so the
 //! logic above it (tiers, indices, staging, error paths) is tested on every CI run, on
 //! machines without a GPU.
+
+#[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+pub use crate::cuda::{CudaBuffer, CudaStaging};
+pub use crate::cuda::{CudaDevice, cuda_initializations, libcuda_loaded};
+pub use crate::device_replay::{DeviceReplay, DeviceReplayOptions};
+pub use crate::tiered::{TierCounts, TieredConfig, TieredReplay};
+pub use crate::transfer::ToDevice;
 
 use std::fmt;
 use std::sync::Arc;

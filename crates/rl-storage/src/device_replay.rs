@@ -14,7 +14,7 @@ use crate::storage::RingState;
 /// How a [`DeviceReplay`] is built. Plain data; every field has a documented default.
 ///
 /// ```
-/// use rl_storage::{DeviceReplayOptions, NonFinite};
+/// use rl_storage::{device::DeviceReplayOptions, replay::NonFinite};
 ///
 /// let options = DeviceReplayOptions::default();
 /// assert_eq!(options.gather_rows, 4096);
@@ -51,24 +51,24 @@ struct HostFlags {
 }
 
 /// A fixed-capacity FIFO replay buffer whose columns live in device memory (GPU memory
-/// when `D` is [`crate::CudaDevice`]), sampled into [`DeviceBatch`]es without the rows
+/// when `D` is [`crate::device::CudaDevice`]), sampled into [`DeviceBatch`]es without the rows
 /// ever leaving the device.
 ///
 /// Where the rows live and where batches land are separate choices: this type is for rows
 /// that live on the device. For rows in RAM or in a memory-mapped file and batches on the
-/// device, use a host [`crate::ReplayBuffer`] and move its batches with
-/// [`crate::ToDevice`].
+/// device, use a host [`crate::replay::ReplayBuffer`] and move its batches with
+/// [`crate::device::ToDevice`].
 ///
 /// - **Writes** come from host memory: [`DeviceReplay::extend`] validates the whole write
 ///   first (a refused write changes nothing), then uploads each column with at most two
 ///   copies (up to the end of the ring, then from position 0). The ring bookkeeping is
-///   the host [`crate::ReplayBuffer`]'s, so both store the same rows at the same
+///   the host [`crate::replay::ReplayBuffer`]'s, so both store the same rows at the same
 ///   positions.
 /// - **Sampling** happens in two halves. The sampler draws positions on the host, into
 ///   the batch's positions and weights; they are encoded as (position, slot) pairs into
 ///   a reused host staging buffer (page-locked on CUDA), uploaded once into a reused
 ///   device buffer, and then every column is gathered on the device into the batch.
-/// - **Episode flags**: samplers that respect episodes ([`crate::SliceSampler`]) read
+/// - **Episode flags**: samplers that respect episodes ([`crate::sampler::SliceSampler`]) read
 ///   `terminated` and `truncated` on the host, so the buffer keeps a host copy of those
 ///   two columns when the schema has them as one-element `Bool` columns: `capacity`
 ///   bytes each, in RAM, listed in the plan. No other column is copied to the host.
@@ -80,7 +80,7 @@ struct HostFlags {
 ///
 /// ```
 /// use rl_core::{Column, DType, Flag, Location, Schema};
-/// use rl_storage::{DeviceBatch, DeviceReplay, DeviceReplayOptions, FakeDevice, Uniform};
+/// use rl_storage::{device::{DeviceBatch, DeviceReplay, DeviceReplayOptions, FakeDevice}, sampler::Uniform};
 ///
 /// let schema = Schema::new([
 ///     Column::new("obs", DType::F32, &[2]),
@@ -362,7 +362,7 @@ impl<D: DeviceBackend, P: Sampler> DeviceReplay<D, P> {
     /// nothing. If the device fails part-way through the upload, the rows the write was
     /// overwriting (the oldest) are dropped from the ring before the error is returned,
     /// so no half-written row is ever sampled. (A sampler with per-row state, such as
-    /// [`crate::Prioritized`], keeps the dropped positions until they are written again,
+    /// [`crate::sampler::Prioritized`], keeps the dropped positions until they are written again,
     /// which the next write does first; until then a sample that draws one is refused
     /// with an error.) Allocates nothing.
     ///

@@ -2,29 +2,29 @@
 //! bounded by construction, and flat while a run goes on.
 //!
 //! - **Storages** hold `capacity` rows of a [`rl_core::Schema`], one contiguous column per
-//!   field: [`RamStorage`] (anonymous memory, allocated and pre-faulted once) and
-//!   [`MemmapStorage`] (a memory-mapped file with a versioned header and crash-safe ring
+//!   field: [`RamStorage`](crate::ram::RamStorage) (anonymous memory, allocated and pre-faulted once) and
+//!   [`MemmapStorage`](crate::memmap::MemmapStorage) (a memory-mapped file with a versioned header and crash-safe ring
 //!   commits). Both report a [`rl_core::MemoryPlan`] before allocating and refuse a
 //!   configuration over budget.
-//! - **Buffers**: [`ReplayBuffer`] (FIFO ring writer, `push`/`extend` from column slices,
-//!   sampling into a caller-owned [`Batch`]), [`DedupReplay`] (each observation stored
-//!   once, final observations kept), and [`RolloutBuffer`] (on-policy, `T x N` rows of a
+//! - **Buffers**: [`ReplayBuffer`](crate::replay::ReplayBuffer) (FIFO ring writer, `push`/`extend` from column slices,
+//!   sampling into a caller-owned [`Batch`]), [`DedupReplay`](crate::dedup::DedupReplay) (each observation stored
+//!   once, final observations kept), and [`RolloutBuffer`](crate::rollout::RolloutBuffer) (on-policy, `T x N` rows of a
 //!   schema, shuffled minibatches; advantages are the learner's business).
 //! - **Devices**: storage location and sample device are separate choices.
-//!   [`DeviceReplay`] keeps columns in device memory and gathers batches on the device;
-//!   [`ToDevice`] moves host batches (from RAM or memmap storage) to a device through a
-//!   reused staging buffer; [`TieredReplay`] keeps every row in a memmap file and the
+//!   [`DeviceReplay`](crate::device::DeviceReplay) keeps columns in device memory and gathers batches on the device;
+//!   [`ToDevice`](crate::device::ToDevice) moves host batches (from RAM or memmap storage) to a device through a
+//!   reused staging buffer; [`TieredReplay`](crate::device::TieredReplay) keeps every row in a memmap file and the
 //!   newest `H` also on the device, taking each sampled row from the fastest tier. All are
-//!   generic over [`DeviceBackend`]: [`CudaDevice`] (feature `cuda`) or [`FakeDevice`]
+//!   generic over [`DeviceBackend`](crate::device::DeviceBackend): [`CudaDevice`](crate::device::CudaDevice) (feature `cuda`) or [`FakeDevice`](crate::device::FakeDevice)
 //!   (host memory behind the same interface, for tests on machines without a GPU).
-//! - **Pixels**: [`DedupReplay::with_frame_stack`] rebuilds stacks of frames from indices
+//! - **Pixels**: [`DedupReplay::with_frame_stack`](crate::dedup::DedupReplay::with_frame_stack) rebuilds stacks of frames from indices
 //!   at sample time: each frame stored once, stacks never crossing an episode start.
-//! - **Samplers**: [`Uniform`], [`WithoutReplacement`] (epochs), [`Prioritized`] (sum
-//!   tree), [`SliceSampler`] (windows that never cross an episode end).
-//! - **Bootstrap masks** ([`BootstrapMasks`]): an ensemble of up to 64 heads shares one
+//! - **Samplers**: [`Uniform`](crate::sampler::Uniform), [`WithoutReplacement`](crate::sampler::WithoutReplacement) (epochs), [`Prioritized`](crate::sampler::Prioritized) (sum
+//!   tree), [`SliceSampler`](crate::sampler::SliceSampler) (windows that never cross an episode end).
+//! - **Bootstrap masks** ([`BootstrapMasks`](crate::bootstrap::BootstrapMasks)): an ensemble of up to 64 heads shares one
 //!   copy of the data.
 //! - **Checkpoints**: RAM buffers save to and load from a directory without a second
-//!   copy ([`ReplayBuffer::save`]), the sampler's state included ([`Sampler::save_state`]),
+//!   copy ([`ReplayBuffer::save`](crate::replay::ReplayBuffer::save)), the sampler's state included ([`Sampler::save_state`](crate::sampler::Sampler::save_state)),
 //!   so a loaded buffer draws exactly what the saved one would have drawn next; memmap
 //!   buffers commit their rows in place.
 //!
@@ -34,7 +34,7 @@
 //!
 //! ```
 //! use rl_core::{Column, DType, Flag, MemoryBudget, Schema};
-//! use rl_storage::{Batch, ColumnSlice, RamStorage, ReplayBuffer, Uniform};
+//! use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 //!
 //! let schema = Schema::new([
 //!     Column::new("obs", DType::F32, &[4]),
@@ -71,52 +71,32 @@
 )]
 
 mod batch;
-mod bootstrap;
+pub mod bootstrap;
 mod checkpoint;
 mod column;
 mod copy;
 mod cuda;
-mod dedup;
-mod device;
+pub mod dedup;
+pub mod device;
 mod device_replay;
 mod error;
-mod memmap;
+pub mod memmap;
 mod prioritized;
-mod ram;
-mod replay;
+pub mod ram;
+pub mod replay;
 mod ring;
-mod rollout;
-mod sampler;
+pub mod rollout;
+pub mod sampler;
 mod sampler_state;
 mod slice;
-mod storage;
+pub mod storage;
 mod tiered;
 mod transfer;
 mod without_replacement;
 
 pub use batch::Batch;
-pub use bootstrap::{BOOTSTRAP_MASK, BootstrapMasks};
 pub use column::ColumnSlice;
-#[cfg(feature = "cuda")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
-pub use cuda::{CudaBuffer, CudaStaging};
-pub use cuda::{CudaDevice, cuda_initializations, libcuda_loaded};
-pub use dedup::{DedupReplay, FINAL_OBS, NEXT_OBS};
-pub use device::{DeviceBackend, DeviceBatch, FakeBuffer, FakeDevice, encode_pairs};
-pub use device_replay::{DeviceReplay, DeviceReplayOptions};
 pub use error::{Error, Result};
-pub use memmap::{MemmapOptions, MemmapStorage};
-pub use prioritized::{Prioritized, PrioritizedConfig};
-pub use ram::RamStorage;
-pub use replay::{NonFinite, ReplayBuffer};
-pub use rollout::RolloutBuffer;
-pub use sampler::{SampleContext, Sampler, Uniform};
-pub use sampler_state::{StateFormat, StateReader, StateWriter};
-pub use slice::SliceSampler;
-pub use storage::{COLUMN_ALIGN, ColumnLayout, HostStorage, RingState, Storage};
-pub use tiered::{TierCounts, TieredConfig, TieredReplay};
-pub use transfer::ToDevice;
-pub use without_replacement::{LastBatch, WithoutReplacement};
 
 #[cfg(test)]
 #[global_allocator]

@@ -1,7 +1,7 @@
 //! Storage in one memory-mapped file, with commits that survive a crash of the process.
 //!
 //! A [`MemmapStorage`] keeps every column of a buffer in a single file: a header, then the
-//! columns laid out by [`ColumnLayout`] (each column page-aligned). The file is created
+//! columns laid out by `ColumnLayout` (each column page-aligned). The file is created
 //! sparse, so a 32 GiB buffer costs no disk and no RAM until rows are written; the page
 //! cache holds what is hot. The storage is a [`HostStorage`]: the write and gather paths
 //! read and write the mapped column bytes directly.
@@ -42,7 +42,7 @@ const MAX_SCHEMA_BYTES: u64 = 16 << 20;
 /// How a [`MemmapStorage`] is created or opened.
 ///
 /// ```
-/// use rl_storage::MemmapOptions;
+/// use rl_storage::memmap::MemmapOptions;
 ///
 /// let defaults = MemmapOptions::default(); // reserve_rows 0: chosen from the capacity
 /// let explicit = MemmapOptions { reserve_rows: 4096 };
@@ -199,7 +199,7 @@ struct Header {
 ///
 /// ```
 /// use rl_core::{Column, DType, Schema};
-/// use rl_storage::{HostStorage, MemmapOptions, MemmapStorage, RingState, Storage};
+/// use rl_storage::{storage::{HostStorage, RingState, Storage}, memmap::{MemmapOptions, MemmapStorage}};
 ///
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("replay.rlmm");
@@ -236,7 +236,7 @@ struct Header {
 /// | 128 | 64 | commit slot B |
 /// | 192 | `S` | the [`Schema`] as JSON (serde) |
 /// | 192 + `S` | .. | zeros up to `H` |
-/// | `H` | layout total | the columns, at `H +` [`ColumnLayout::offset`] |
+/// | `H` | layout total | the columns, at `H +` `ColumnLayout::offset` |
 ///
 /// A commit slot (64 bytes) holds six `u64`: a sequence number (0 = never written), then
 /// the [`RingState`] fields `cursor`, `len`, `written`, `episodes`, `episode_start`; then 8

@@ -107,7 +107,7 @@ fn validate_beta(beta: f64) -> Result<()> {
 ///
 /// # Example
 /// ```
-/// use rl_storage::{Prioritized, PrioritizedConfig, RingState, SampleContext, Sampler};
+/// use rl_storage::{sampler::{Prioritized, PrioritizedConfig, SampleContext, Sampler}, storage::RingState};
 ///
 /// let config = PrioritizedConfig { alpha: 1.0, ..PrioritizedConfig::default() };
 /// let mut sampler = Prioritized::new(4, config, 7)?;

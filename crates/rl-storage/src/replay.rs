@@ -33,7 +33,7 @@ pub enum NonFinite {
 ///
 /// ```
 /// use rl_core::{Column, DType, Flag, Schema};
-/// use rl_storage::{Batch, ColumnSlice, RamStorage, ReplayBuffer, Uniform};
+/// use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 ///
 /// let schema = Schema::new([
 ///     Column::new("obs", DType::F32, &[2]),

@@ -2,7 +2,7 @@
 //! filled one step of every environment at a time, read back in shuffled minibatches.
 //!
 //! It is plain columnar storage on the same model as the replay buffer (a
-//! [`RamStorage`] of the schema's columns, flags as [`Flag`]): it stores, it never
+//! [`RamStorage`] of the schema's columns, flags as [`Flag`](rl_core::Flag)): it stores, it never
 //! learns. Advantages, returns and reward normalisation belong to the learner
 //! (`rl-algos` computes them once per update from these columns). Rows are time-major:
 //! row `t * envs + e` is step `t` of environment `e`. The usual layout is
@@ -40,7 +40,7 @@ use crate::storage::{HostStorage, Storage};
 /// use rand::SeedableRng;
 /// use rand_xoshiro::Xoshiro256PlusPlus;
 /// use rl_core::{DType, Field, Flag, TransitionSchema};
-/// use rl_storage::{Batch, ColumnSlice, RolloutBuffer};
+/// use rl_storage::{Batch, ColumnSlice, rollout::RolloutBuffer};
 ///
 /// let schema = TransitionSchema::new(DType::F32, &[2], DType::U32, &[])
 ///     .for_rollout()

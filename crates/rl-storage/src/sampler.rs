@@ -1,4 +1,7 @@
-//! Samplers: which stored rows a batch gathers.
+//! Samplers: which stored rows a batch gathers: [`Uniform`], [`WithoutReplacement`]
+//! (epochs), [`Prioritized`] (sum tree) and [`SliceSampler`] (windows that never cross an
+//! episode end), and the [`Sampler`] interface with its checkpoint format
+//! ([`StateFormat`], [`StateWriter`], [`StateReader`]) for your own.
 //!
 //! A sampler draws row *positions* (in `0..capacity`) of rows the buffer holds; the buffer
 //! gathers those rows into a caller-owned [`crate::Batch`]. Samplers allocate at
@@ -11,8 +14,13 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{Flag, MemoryPlan};
 
 use crate::error::{Error, Result};
-use crate::sampler_state::{self, StateFormat, StateReader, StateWriter};
+use crate::sampler_state;
 use crate::storage::RingState;
+
+pub use crate::prioritized::{Prioritized, PrioritizedConfig};
+pub use crate::sampler_state::{StateFormat, StateReader, StateWriter};
+pub use crate::slice::SliceSampler;
+pub use crate::without_replacement::{LastBatch, WithoutReplacement};
 
 /// What a sampler sees of a buffer when it draws.
 #[derive(Clone, Copy, Debug)]
@@ -76,7 +84,7 @@ pub trait Sampler: Send {
     }
 
     /// Writes everything the sampler's future draws depend on (generator, per-row state,
-    /// position in an epoch) for a checkpoint ([`crate::ReplayBuffer::save`]). Called
+    /// position in an epoch) for a checkpoint ([`crate::replay::ReplayBuffer::save`]). Called
     /// only when [`Sampler::state_format`] is `Some`. The default writes nothing.
     ///
     /// # Errors
@@ -306,7 +314,9 @@ mod tests {
 
     #[test]
     fn every_sampler_begins_with_the_same_checks() {
-        use crate::{LastBatch, Prioritized, PrioritizedConfig, SliceSampler, WithoutReplacement};
+        use crate::sampler::{
+            LastBatch, Prioritized, PrioritizedConfig, SliceSampler, WithoutReplacement,
+        };
 
         let stored = RingState {
             cursor: 2,

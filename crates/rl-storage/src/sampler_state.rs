@@ -2,8 +2,8 @@
 //! writer and reader a sampler saves and restores its state through.
 //!
 //! A sampler's draws depend on more than the rows: its generator, and for some samplers
-//! per-row state (priorities) or a position in an epoch. [`crate::ReplayBuffer::save`]
-//! writes that state next to the rows, through [`crate::Sampler::save_state`], so that a
+//! per-row state (priorities) or a position in an epoch. [`crate::replay::ReplayBuffer::save`]
+//! writes that state next to the rows, through [`crate::sampler::Sampler::save_state`], so that a
 //! loaded buffer draws exactly what the saved one would have drawn next.
 //!
 //! Layout of `sampler.bin` (little-endian):
@@ -17,7 +17,7 @@
 //! | 8 | FNV-1a 64 checksum of the payload |
 //! | 4 | length of the sampler's kind, 1 to 64 bytes |
 //! | k | the kind ([`StateFormat::kind`]), UTF-8 |
-//! | n | the payload: what [`crate::Sampler::save_state`] wrote |
+//! | n | the payload: what [`crate::sampler::Sampler::save_state`] wrote |
 //!
 //! Loading checks the header, the file's length and the checksum before the sampler reads
 //! a byte, and that the sampler read the whole payload after.
@@ -74,7 +74,7 @@ impl Checksum {
     }
 }
 
-/// Where a sampler writes its state ([`crate::Sampler::save_state`]): numbers, in
+/// Where a sampler writes its state ([`crate::sampler::Sampler::save_state`]): numbers, in
 /// little-endian order, streamed to the checkpoint's sampler file without a copy of the
 /// state in memory.
 pub struct StateWriter<'a> {
@@ -166,7 +166,7 @@ impl StateWriter<'_> {
     }
 }
 
-/// Where a sampler reads its state back from ([`crate::Sampler::load_state`]): what
+/// Where a sampler reads its state back from ([`crate::sampler::Sampler::load_state`]): what
 /// [`StateWriter`] wrote, in the same order. The file's header, length and checksum were
 /// checked before the sampler reads anything; reading past the end of the state is an
 /// [`Error::Corrupt`] error.

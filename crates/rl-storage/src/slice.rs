@@ -37,7 +37,7 @@ const ATTEMPTS: usize = 64;
 /// # Example
 /// ```
 /// use rl_core::Flag;
-/// use rl_storage::{RingState, SampleContext, Sampler, SliceSampler};
+/// use rl_storage::{storage::RingState, sampler::{SampleContext, Sampler, SliceSampler}};
 ///
 /// // Six rows at positions 0..6; the row at position 2 ends an episode.
 /// let terminated: Vec<Flag> = [0, 0, 1, 0, 0, 0].map(|f| Flag::new(f == 1)).to_vec();

@@ -1,7 +1,7 @@
 //! The storage interface: where the columns of a buffer live.
 //!
 //! A storage owns `capacity` rows of every column of a [`Schema`], one contiguous column
-//! per field. It knows nothing about rings or sampling: buffers ([`crate::ReplayBuffer`])
+//! per field. It knows nothing about rings or sampling: buffers ([`crate::replay::ReplayBuffer`])
 //! decide which rows to write and read, and tell the storage through [`RingState`] what the
 //! ring looks like so that persistent storages can make it durable.
 //!
@@ -113,21 +113,21 @@ pub trait HostStorage: Storage {
 /// Byte layout of the columns of a schema at a capacity: each column starts on a page
 /// boundary, so it can be mapped, flushed and advised on its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ColumnLayout {
+pub(crate) struct ColumnLayout {
     offsets: Vec<usize>,
     lengths: Vec<usize>,
     total: usize,
 }
 
 /// Alignment of every column (a page, which also satisfies every element type).
-pub const COLUMN_ALIGN: usize = 4096;
+pub(crate) const COLUMN_ALIGN: usize = 4096;
 
 impl ColumnLayout {
     /// The layout of `schema` at `capacity` rows, or an error if it overflows.
     ///
     /// # Errors
     /// Invalid configuration if `capacity` is zero or the bytes overflow `usize`.
-    pub fn new(schema: &Schema, capacity: usize) -> Result<Self> {
+    pub(crate) fn new(schema: &Schema, capacity: usize) -> Result<Self> {
         if capacity == 0 {
             return Err(Error::config(
                 "capacity",
@@ -166,33 +166,29 @@ impl ColumnLayout {
     }
 
     /// Byte offset of column `index` from the start of the column area.
-    pub fn offset(&self, index: usize) -> usize {
+    pub(crate) fn offset(&self, index: usize) -> usize {
         self.offsets[index]
     }
 
     /// Byte length of column `index` (capacity x row bytes, without padding).
-    pub fn len(&self, index: usize) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self, index: usize) -> usize {
         self.lengths[index]
     }
 
     /// Byte range of column `index`.
-    pub fn range(&self, index: usize) -> std::ops::Range<usize> {
+    pub(crate) fn range(&self, index: usize) -> std::ops::Range<usize> {
         self.offsets[index]..self.offsets[index] + self.lengths[index]
     }
 
     /// Total bytes of all columns, with page padding.
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.total
     }
 
     /// Number of columns.
-    pub fn columns(&self) -> usize {
+    pub(crate) fn columns(&self) -> usize {
         self.offsets.len()
-    }
-
-    /// Whether the layout has no columns (never true for a valid schema).
-    pub fn is_empty(&self) -> bool {
-        self.offsets.is_empty()
     }
 }
 

@@ -38,7 +38,7 @@ const SPLIT_BYTES: usize = size_of::<(usize, usize)>() + 2 * size_of::<usize>();
 /// and how its file is created or opened.
 ///
 /// ```
-/// use rl_storage::{MemmapOptions, TieredConfig};
+/// use rl_storage::{memmap::MemmapOptions, device::TieredConfig};
 ///
 /// let config = TieredConfig::new(1 << 16, 256)
 ///     .with_memmap(MemmapOptions { reserve_rows: 4096 });
@@ -205,7 +205,7 @@ impl TierCounts {
 /// over all stored rows, and each drawn row is gathered from the fastest tier holding it.
 ///
 /// One index space: positions are the ring positions of the file, as in a
-/// [`crate::ReplayBuffer`] over a [`MemmapStorage`], and every sampler works unchanged.
+/// [`crate::replay::ReplayBuffer`] over a [`MemmapStorage`], and every sampler works unchanged.
 /// The row written `w`-th ever (counting from 0, across reopens) sits at hot position
 /// `w % hot_rows`, so the hot ring always holds the newest rows. A drawn row whose logical
 /// index `i` (0 = oldest stored) is at least `len - hot_len` is *hot*: its (hot position,
@@ -222,7 +222,7 @@ impl TierCounts {
 ///
 /// ```
 /// use rl_core::{Column, DType, Schema};
-/// use rl_storage::{ColumnSlice, FakeDevice, TieredConfig, TieredReplay, Uniform};
+/// use rl_storage::{ColumnSlice, device::{FakeDevice, TieredConfig, TieredReplay}, sampler::Uniform};
 ///
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("replay.rlmm");

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 ///
 /// ```
 /// use rl_core::{Column, DType, Schema};
-/// use rl_storage::{Batch, ColumnSlice, FakeDevice, RamStorage, ReplayBuffer, ToDevice, Uniform};
+/// use rl_storage::{Batch, ColumnSlice, device::{FakeDevice, ToDevice}, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 ///
 /// let schema = Schema::new([
 ///     Column::new("obs", DType::F32, &[2]),

@@ -56,7 +56,7 @@ pub enum LastBatch {
 ///
 /// # Example
 /// ```
-/// use rl_storage::{LastBatch, RingState, SampleContext, Sampler, WithoutReplacement};
+/// use rl_storage::{sampler::{LastBatch, SampleContext, Sampler, WithoutReplacement}, storage::RingState};
 ///
 /// let mut sampler = WithoutReplacement::new(8, LastBatch::Keep, 7)?;
 /// let context = SampleContext {

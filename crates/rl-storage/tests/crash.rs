@@ -20,7 +20,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rl_core::{Column, DType, Schema};
-use rl_storage::{HostStorage, MemmapOptions, MemmapStorage, RingState, Storage};
+use rl_storage::{
+    memmap::{MemmapOptions, MemmapStorage},
+    storage::{HostStorage, RingState, Storage},
+};
 
 /// Set in the child to the path of the file to write.
 const CHILD_ENV: &str = "RL_CRASH_CHILD";

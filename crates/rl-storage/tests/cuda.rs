@@ -4,8 +4,8 @@
 //! is set (GPU runners set it, so a broken driver cannot pass as "skipped"). Without the
 //! `cuda` feature only the not-compiled path is checked.
 //!
-//! With a GPU, the [`rl_storage::DeviceBackend`] implementation of
-//! [`rl_storage::CudaDevice`] is checked against [`rl_storage::FakeDevice`] (the same calls
+//! With a GPU, the [`rl_storage::device::DeviceBackend`] implementation of
+//! [`rl_storage::device::CudaDevice`] is checked against [`rl_storage::device::FakeDevice`] (the same calls
 //! on both must give the same bytes), and transfer rates are printed as JSON lines
 //! (`cargo test -p rl-storage --features cuda --release --test cuda -- --nocapture`).
 
@@ -18,7 +18,10 @@ static ALLOCATOR: rl_testkit::CountingAllocator = rl_testkit::CountingAllocator;
 #[cfg(not(feature = "cuda"))]
 #[test]
 fn without_the_feature_cuda_is_not_compiled() {
-    use rl_storage::{CudaDevice, Error, cuda_initializations, libcuda_loaded};
+    use rl_storage::{
+        Error,
+        device::{CudaDevice, cuda_initializations, libcuda_loaded},
+    };
 
     let err = CudaDevice::open(0).unwrap_err();
     assert!(matches!(err, Error::CudaNotCompiled), "{err:?}");
@@ -44,8 +47,11 @@ mod gpu {
     use rand_xoshiro::Xoshiro256PlusPlus;
     use rl_core::{Column, DType, Device, Schema};
     use rl_storage::{
-        CudaDevice, DeviceBackend, DeviceBatch, Error, FakeDevice, cuda_initializations,
-        encode_pairs, libcuda_loaded,
+        Error,
+        device::{
+            CudaDevice, DeviceBackend, DeviceBatch, FakeDevice, cuda_initializations, encode_pairs,
+            libcuda_loaded,
+        },
     };
 
     /// Returns normally when the test should be skipped (after saying so), panics when

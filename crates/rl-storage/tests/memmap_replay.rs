@@ -8,7 +8,10 @@
 
 use rl_core::{Column, DType, Flag, Schema};
 use rl_storage::{
-    Batch, ColumnSlice, MemmapOptions, MemmapStorage, ReplayBuffer, Uniform, WithoutReplacement,
+    Batch, ColumnSlice,
+    memmap::{MemmapOptions, MemmapStorage},
+    replay::ReplayBuffer,
+    sampler::{Uniform, WithoutReplacement},
 };
 use rl_testkit::{CountingAllocator, measure};
 
@@ -52,7 +55,9 @@ impl Rows {
     }
 }
 
-fn stored_ids<P: rl_storage::Sampler>(buffer: &ReplayBuffer<MemmapStorage, P>) -> Vec<i64> {
+fn stored_ids<P: rl_storage::sampler::Sampler>(
+    buffer: &ReplayBuffer<MemmapStorage, P>,
+) -> Vec<i64> {
     let id = buffer.column::<i64>("id").unwrap();
     let obs = buffer.column::<f32>("obs").unwrap();
     buffer

@@ -9,7 +9,9 @@
 
 use rl_core::{Column, DType, Flag, Location, Schema};
 use rl_storage::{
-    ColumnSlice, FakeDevice, Prioritized, PrioritizedConfig, TieredConfig, TieredReplay,
+    ColumnSlice,
+    device::{FakeDevice, TieredConfig, TieredReplay},
+    sampler::{Prioritized, PrioritizedConfig},
 };
 use rl_testkit::{CountingAllocator, measure};
 

@@ -4,7 +4,10 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{BoxSpace, Column, DType, Env, Field, Flag, Space, Step};
 use rl_storage::{
-    Batch, ColumnSlice, Prioritized, PrioritizedConfig, RamStorage, ReplayBuffer, Sampler, Uniform,
+    Batch, ColumnSlice,
+    ram::RamStorage,
+    replay::ReplayBuffer,
+    sampler::{Prioritized, PrioritizedConfig, Sampler, Uniform},
 };
 
 use super::*;

@@ -6,7 +6,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, CollectorConfig, Policy, SyncCollector, ValuePolicy};
 use rl_core::{BoxSpace, Column, DType, Env, Field, Schema, Space, TransitionSchema};
 use rl_envs::{CartPole, Pendulum};
-use rl_storage::{RamStorage, ReplayBuffer, RolloutBuffer, Uniform};
+use rl_storage::{ram::RamStorage, replay::ReplayBuffer, rollout::RolloutBuffer, sampler::Uniform};
 
 use rl_nn::{Activation, Architecture};
 

@@ -3,7 +3,7 @@
 //! a rollout, computed once per update from the rollout buffer's columns.
 
 use rl_core::{Field, Flag, Location, MemoryPlan};
-use rl_storage::RolloutBuffer;
+use rl_storage::rollout::RolloutBuffer;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};

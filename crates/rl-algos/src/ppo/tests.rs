@@ -5,7 +5,7 @@
 
 use rl_collect::{CollectorConfig, SyncCollector};
 use rl_envs::CartPole;
-use rl_storage::{ColumnSlice, RolloutBuffer};
+use rl_storage::{ColumnSlice, rollout::RolloutBuffer};
 
 use super::*;
 use crate::policy::{ActorCritic, CategoricalPolicy, PolicyConfig, PolicyNetworks};

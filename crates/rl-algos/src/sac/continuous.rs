@@ -55,7 +55,7 @@ const HALF_LN_2PI: f32 = 0.918_938_5;
 /// let mut sac = Sac::for_env(&Pendulum::new(0), config)?;
 /// let mut batch = Batch::new(&sac.replay_schema()?, 8)?;
 /// // ... fill `batch` from a replay buffer, then:
-/// # use rl_storage::{RamStorage, ReplayBuffer, Uniform, ColumnSlice};
+/// # use rl_storage::{ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 /// # use rl_core::Flag;
 /// # let mut replay = ReplayBuffer::new(RamStorage::new(sac.replay_schema()?, 64, None)?, Uniform::new(0));
 /// # for i in 0..16 {

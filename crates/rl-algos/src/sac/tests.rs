@@ -5,7 +5,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{BoxSpace, DType, Env, FeatureTable, Flag, Space, Step};
 use rl_envs::LargeDiscrete;
 use rl_nn::AdamConfig;
-use rl_storage::{Batch, ColumnSlice, RamStorage, ReplayBuffer, Uniform};
+use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 
 use super::continuous::squash;
 use super::*;

@@ -7,8 +7,11 @@ use rl_collect::{CollectorConfig, RandomAction, SyncCollector};
 use rl_core::{Env, Location, MemoryBudget, MemoryPlan};
 use rl_nn::Checkpoint;
 use rl_storage::{
-    Batch, Prioritized, PrioritizedConfig, RamStorage, ReplayBuffer, RingState, SampleContext,
-    Sampler, Uniform,
+    Batch,
+    ram::RamStorage,
+    replay::ReplayBuffer,
+    sampler::{Prioritized, PrioritizedConfig, SampleContext, Sampler, Uniform},
+    storage::RingState,
 };
 
 use super::learner::OffPolicyLearner;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use rl_collect::{CollectorConfig, RandomAction, SyncCollector};
 use rl_core::{Env, Location, MemoryPlan};
-use rl_storage::RolloutBuffer;
+use rl_storage::rollout::RolloutBuffer;
 
 use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
 use crate::error::Result;

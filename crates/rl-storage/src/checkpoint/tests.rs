@@ -4,8 +4,11 @@ use rl_core::{Column, DType, Flag};
 use super::*;
 use crate::sampler_state::SAMPLER_FILE;
 use crate::{
-    Batch, ColumnSlice, LastBatch, Prioritized, PrioritizedConfig, SampleContext, SliceSampler,
-    Uniform, WithoutReplacement,
+    Batch, ColumnSlice,
+    sampler::{
+        LastBatch, Prioritized, PrioritizedConfig, SampleContext, SliceSampler, Uniform,
+        WithoutReplacement,
+    },
 };
 
 fn schema() -> Schema {
