@@ -24,6 +24,7 @@ mod run;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use learner::ActorRng;
 pub use learner::OffPolicyLearner;
 pub use off_policy::{OffPolicyConfig, OffPolicyTrainer};
 pub use on_policy::OnPolicyTrainer;
