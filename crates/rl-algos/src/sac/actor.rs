@@ -34,7 +34,7 @@ fn copy_weights(dest: &mut Mlp, source: &Mlp) -> Result<()> {
 }
 
 /// The acting part of a [`Sac`]: the actor network, the action bounds, a workspace and
-/// noise buffers for [`ACT_ROWS`] rows, its own noise generator. It samples
+/// noise buffers for 64 rows, its own noise generator. It samples
 /// tanh-squashed Gaussian actions exactly as [`Sac`] does in [`Mode::Sample`].
 ///
 /// A clone draws other noise than its source (see
@@ -148,7 +148,7 @@ impl Policy for SacActor {
 }
 
 /// The acting part of a [`DiscreteSac`]: the actor network, a scorer over the action
-/// representation sized for [`ACT_ROWS`] rows, the action masks, its own noise
+/// representation sized for 64 rows, the action masks, its own noise
 /// generator. It samples actions exactly as [`DiscreteSac`] does in [`Mode::Sample`].
 ///
 /// A fixed table is shared, never copied (the scorer's transposed copy is made once, in
