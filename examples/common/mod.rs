@@ -81,7 +81,7 @@ pub(crate) fn off_policy<E, L>(
     config: OffPolicyConfig,
 ) -> anyhow::Result<()>
 where
-    E: Env<Obs = f32>,
+    E: Env<Obs = f32> + Send + 'static,
     E::Act: RandomAction,
     L: OffPolicyLearner<Act = E::Act>,
 {

@@ -5,8 +5,11 @@
 //! touches is allocated at construction, so memory is the [`Dqn::memory_plan`] from the
 //! first step to the last, and neither an update nor acting allocates.
 
+mod actor;
 #[cfg(test)]
 mod tests;
+
+pub use actor::DqnActor;
 
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -513,6 +516,47 @@ fn huber(x: f32, delta: f32) -> (f32, f32) {
     }
 }
 
+/// Epsilon-greedy acting over the Q network, at most [`ACT_ROWS`] rows at a time: with
+/// probability `epsilon` a uniformly random action, else the greedy one; greedy only
+/// when not `sample`. Shared by [`Dqn`] and [`DqnActor`], so both act alike.
+struct EpsilonGreedy<'a> {
+    q: &'a Mlp,
+    ws: &'a mut MlpWorkspace,
+    rng: &'a mut Xoshiro256PlusPlus,
+    epsilon: f32,
+    sample: bool,
+    n_actions: u32,
+}
+
+impl EpsilonGreedy<'_> {
+    fn act(self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
+        let obs_dim = self.q.input_dim();
+        let rows = obs.len() / obs_dim;
+        for (what, expected, actual) in [
+            ("observations", rows * obs_dim, obs.len()),
+            ("actions", rows, actions.len()),
+        ] {
+            if expected != actual {
+                return Err(Error::shape(what, expected, actual));
+            }
+        }
+        for (o, a) in obs
+            .chunks(ACT_ROWS * obs_dim)
+            .zip(actions.chunks_mut(ACT_ROWS))
+        {
+            let q = self.q.forward(o, a.len(), self.ws)?;
+            for (action, row) in a.iter_mut().zip(q.chunks_exact(self.n_actions as usize)) {
+                *action = if self.sample && self.rng.random::<f32>() < self.epsilon {
+                    self.rng.random_range(0..self.n_actions)
+                } else {
+                    argmax(row) as u32
+                };
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Dqn {
     /// A learner for observations in `observation_space` (an `f32` box, flattened) and
     /// actions in `action_space` (discrete).
@@ -822,32 +866,16 @@ impl Dqn {
     /// # Errors
     /// [`Error::ShapeMismatch`] for buffers of the wrong length.
     pub fn act_rows(&mut self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
-        let obs_dim = self.obs_dim;
-        let rows = obs.len() / obs_dim;
-        for (what, expected, actual) in [
-            ("observations", rows * obs_dim, obs.len()),
-            ("actions", rows, actions.len()),
-        ] {
-            if expected != actual {
-                return Err(Error::shape(what, expected, actual));
-            }
-        }
         let epsilon = self.epsilon();
-        for (o, a) in obs
-            .chunks(ACT_ROWS * obs_dim)
-            .zip(actions.chunks_mut(ACT_ROWS))
-        {
-            let q = self.q.forward(o, a.len(), &mut self.act_ws)?;
-            for (action, row) in a.iter_mut().zip(q.chunks_exact(self.n_actions as usize)) {
-                let explore = self.mode == Mode::Sample && self.rng.random::<f32>() < epsilon;
-                *action = if explore {
-                    self.rng.random_range(0..self.n_actions)
-                } else {
-                    argmax(row) as u32
-                };
-            }
+        EpsilonGreedy {
+            q: &self.q,
+            ws: &mut self.act_ws,
+            rng: &mut self.rng,
+            epsilon,
+            sample: self.mode == Mode::Sample,
+            n_actions: self.n_actions,
         }
-        Ok(())
+        .act(obs, actions)
     }
 
     /// The whole learner state: `q` with its Adam state, `q_target`, the counters and the
@@ -914,6 +942,9 @@ impl Dqn {
         self.updates = state.updates;
         self.env_steps = state.env_steps;
         self.rng = state.rng.clone();
+        // The generator is the checkpoint's, so the seed that made it is too (the one
+        // setting the comparison above leaves free).
+        self.config.seed = state.config.seed;
         self.scratch.priority_rows = 0;
         Ok(())
     }
@@ -932,6 +963,19 @@ impl crate::eval::Predict for Dqn {
 impl crate::OffPolicyLearner for Dqn {
     type Saved = DqnState;
     type Stats = DqnStats;
+    type Actor = DqnActor;
+
+    fn actor(&self) -> Result<DqnActor> {
+        Ok(DqnActor::new(self))
+    }
+
+    fn refresh_actor(&self, actor: &mut DqnActor) -> Result<()> {
+        actor.refresh(self)
+    }
+
+    fn actor_memory_plan(&self, copies: usize) -> MemoryPlan {
+        DqnActor::plan(self, copies)
+    }
 
     fn replay_schema(&self) -> Result<Schema> {
         Dqn::replay_schema(self)

@@ -60,8 +60,8 @@ mod sac;
 pub mod trainer;
 
 pub use dqn::{
-    CHECKPOINT_KIND as DQN_CHECKPOINT_KIND, Dqn, DqnArchitecture, DqnConfig, DqnState, DqnStats,
-    EpsilonSchedule, TargetUpdate,
+    CHECKPOINT_KIND as DQN_CHECKPOINT_KIND, Dqn, DqnActor, DqnArchitecture, DqnConfig, DqnState,
+    DqnStats, EpsilonSchedule, TargetUpdate,
 };
 pub use error::{Error, Result};
 pub use eval::{EvalConfig, EvalReport, Predict, evaluate};
@@ -77,8 +77,8 @@ pub use ppo::{
 /// The network layer's types that appear in this crate's signatures.
 pub use rl_nn::{Activation, AdamConfig, Checkpoint};
 pub use sac::{
-    ActionMaskFn, DISCRETE_SAC_CHECKPOINT_KIND, DiscreteSac, EntropyCoef, SAC_CHECKPOINT_KIND, Sac,
-    SacArchitecture, SacConfig, SacState, SacStats, SacTrainer,
+    ActionMaskFn, DISCRETE_SAC_CHECKPOINT_KIND, DiscreteSac, DiscreteSacActor, EntropyCoef,
+    SAC_CHECKPOINT_KIND, Sac, SacActor, SacArchitecture, SacConfig, SacState, SacStats, SacTrainer,
 };
 pub use trainer::{OffPolicyLearner, OffPolicyTrainer, OnPolicyTrainer};
 

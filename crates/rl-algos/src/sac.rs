@@ -7,6 +7,7 @@
 //! allocated at construction, so memory is the [`Sac::memory_plan`] from the first step
 //! to the last, and an update allocates nothing.
 
+mod actor;
 mod continuous;
 mod discrete;
 #[cfg(test)]
@@ -26,6 +27,7 @@ use rl_nn::{
 use crate::error::{Error, Result, first_difference};
 use crate::policy::Mode;
 
+pub use actor::{DiscreteSacActor, SacActor};
 pub use continuous::{CHECKPOINT_KIND as SAC_CHECKPOINT_KIND, Sac};
 pub use discrete::{ActionMaskFn, CHECKPOINT_KIND as DISCRETE_SAC_CHECKPOINT_KIND, DiscreteSac};
 
@@ -453,6 +455,7 @@ impl Core {
         fresh.temperature.log_alpha = saved_alpha;
         fresh.updates = state.updates;
         fresh.rng = state.rng.clone();
+        fresh.config.seed = state.config.seed;
         *self = fresh;
         Ok(())
     }

@@ -4,10 +4,14 @@
 //! and a typed [`TrainSummary`].
 //!
 //! - [`OffPolicyTrainer`] drives any [`OffPolicyLearner`] ([`crate::Sac`],
-//!   [`crate::DiscreteSac`], DQN) over a replay buffer: random actions for the
-//!   first `learning_starts` steps, then `gradient_steps` updates every `train_freq`
-//!   collector steps, with uniform or prioritized sampling. The learner is the
-//!   collector's policy, so every update reaches the next action without a copy.
+//!   [`crate::DiscreteSac`], [`crate::Dqn`]) over a replay buffer in RAM or in a
+//!   memory-mapped file ([`ReplayLocation`]): random actions for the first
+//!   `learning_starts` steps, then `gradient_steps` updates every `train_freq` steps of
+//!   every environment, with uniform or prioritized sampling. With the synchronous
+//!   collector the learner is the collector's policy, so every update reaches the next
+//!   action without a copy; with the asynchronous one ([`CollectorChoice::Async`])
+//!   worker threads act with copies of the learner's actor, and the trainer publishes
+//!   new weights after every training phase.
 //! - [`OnPolicyTrainer`] drives [`crate::Ppo`]: collect a rollout, scale rewards if
 //!   configured, update, hand the new weights to the collector's policy copy.
 //!
@@ -24,8 +28,12 @@ mod run;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use learner::ActorRng;
 pub use learner::OffPolicyLearner;
-pub use off_policy::{OffPolicyConfig, OffPolicyTrainer};
+pub use off_policy::{
+    CollectorChoice, OffPolicyConfig, OffPolicyReplay, OffPolicyTrainer, REPLAY_FILE,
+    ReplayLocation,
+};
 pub use on_policy::OnPolicyTrainer;
 pub use run::{
     Callback, CheckpointSchedule, Control, EvalSchedule, Goal, Progress, ProgressLog, RUN_FILE,

@@ -15,17 +15,18 @@
 //!   Adam's step counter and configuration), `state` (the trainer's state as JSON) and
 //!   one `torch.<network>` line describing the PyTorch module the weights fit.
 //!
-//! Files are written atomically (a temporary file in the same directory, flushed, then
-//! renamed): a crash leaves the previous file or the new one. Loading checks the format,
+//! The bytes are a function of the checkpoint alone (metadata and tensors in name order),
+//! so two saves of the same state are the same file. Files are written atomically (a
+//! temporary file in the same directory, flushed, then renamed): a crash leaves the previous file or the new one. Loading checks the format,
 //! version and kind first, then every tensor's presence, type and shape, before anything
 //! is handed back; restoring into a network checks its architecture before writing.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
 
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use safetensors::tensor::{Dtype, SafeTensors};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -185,21 +186,23 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
             })
     }
 
-    /// The checkpoint as safetensors bytes.
+    /// The checkpoint as safetensors bytes. The same checkpoint always gives the same
+    /// bytes: the header lists the metadata and the tensors sorted by name, and the data
+    /// follows in that order.
     ///
     /// # Errors
     /// [`Error::NonFinite`] if a weight or moment is NaN or infinite (training
     /// diverged), [`Error::CheckpointCorrupt`] if a network is inconsistent (tensors that
-    /// do not tile its parameters, moments of another length) or `state` cannot be
-    /// written.
+    /// do not tile its parameters, moments of another length, two tensors of one name) or
+    /// `state` cannot be written.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let corrupt = |problem: String| Error::CheckpointCorrupt {
             what: "checkpoint to save".to_owned(),
             problem,
         };
-        let mut buffers: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
+        let mut tensors: BTreeMap<String, (&[f32], &[usize])> = BTreeMap::new();
         let mut headers = Vec::with_capacity(self.networks.len());
-        let mut metadata = HashMap::new();
+        let mut metadata = BTreeMap::new();
         for net in &self.networks {
             check_layout(net).map_err(corrupt)?;
             let mut parts: Vec<(&str, &[f32])> = vec![("", &net.params)];
@@ -227,8 +230,12 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
                             value,
                         });
                     }
-                    let bytes = slice.iter().flat_map(|v| v.to_le_bytes()).collect();
-                    buffers.push((name, bytes, tensor.shape.clone()));
+                    if tensors
+                        .insert(name.clone(), (slice, &tensor.shape))
+                        .is_some()
+                    {
+                        return Err(corrupt(format!("two tensors are named {name:?}")));
+                    }
                 }
             }
             if let Some(torch) = torch_description(&net.architecture) {
@@ -254,14 +261,7 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
         metadata.insert("kind".to_owned(), self.kind.clone());
         metadata.insert("networks".to_owned(), json("networks", &headers)?);
         metadata.insert("state".to_owned(), json("state", &self.state)?);
-        let views = buffers
-            .iter()
-            .map(|(name, bytes, shape)| {
-                TensorView::new(Dtype::F32, shape.clone(), bytes).map(|view| (name.as_str(), view))
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| corrupt(e.to_string()))?;
-        safetensors::tensor::serialize(views, Some(metadata)).map_err(|e| corrupt(e.to_string()))
+        safetensors_bytes(&metadata, &tensors).map_err(corrupt)
     }
 
     /// Writes the checkpoint to `path` atomically: into a temporary file in the same
@@ -438,6 +438,68 @@ fn read(path: &Path) -> Result<Vec<u8>> {
             source,
         },
     })
+}
+
+/// One tensor's entry in a safetensors header.
+#[derive(Serialize)]
+struct TensorEntry<'a> {
+    dtype: &'static str,
+    shape: &'a [usize],
+    data_offsets: (usize, usize),
+}
+
+/// A safetensors header: the metadata first, then the tensors by name.
+#[derive(Serialize)]
+struct SafetensorsHeader<'a> {
+    #[serde(rename = "__metadata__")]
+    metadata: &'a BTreeMap<String, String>,
+    #[serde(flatten)]
+    tensors: BTreeMap<&'a str, TensorEntry<'a>>,
+}
+
+/// Safetensors bytes of `f32` tensors and string metadata, in a fixed order (the
+/// `safetensors` crate's writer takes its metadata as a `HashMap`, whose order changes
+/// from run to run): an 8-byte little-endian header length, the JSON header padded with
+/// spaces to a multiple of 8 bytes, then the tensors' data in name order.
+fn safetensors_bytes(
+    metadata: &BTreeMap<String, String>,
+    tensors: &BTreeMap<String, (&[f32], &[usize])>,
+) -> std::result::Result<Vec<u8>, String> {
+    let mut offset = 0;
+    let mut entries = BTreeMap::new();
+    for (name, (values, shape)) in tensors {
+        if shape.iter().product::<usize>() != values.len() {
+            return Err(format!(
+                "tensor {name:?} has shape {shape:?} but {} values",
+                values.len()
+            ));
+        }
+        let end = offset + size_of_val(*values);
+        entries.insert(
+            name.as_str(),
+            TensorEntry {
+                dtype: "F32",
+                shape,
+                data_offsets: (offset, end),
+            },
+        );
+        offset = end;
+    }
+    let header = SafetensorsHeader {
+        metadata,
+        tensors: entries,
+    };
+    let mut json = serde_json::to_vec(&header).map_err(|e| e.to_string())?;
+    json.resize(json.len().next_multiple_of(8), b' ');
+    let mut bytes = Vec::with_capacity(8 + json.len() + offset);
+    bytes.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&json);
+    for (values, _) in tensors.values() {
+        for v in *values {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    Ok(bytes)
 }
 
 /// Checks that a network's tensors tile its parameters exactly, in order.

@@ -5,12 +5,12 @@ use rand_distr::StandardNormal;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, Policy, PolicyError};
 use rl_core::{DType, Env, Location, MemoryPlan, Schema, Space, TransitionSchema};
-use rl_nn::{Checkpoint, Module};
+use rl_nn::{Checkpoint, Mlp, MlpWorkspace, Module};
 use rl_storage::Batch;
 
 use super::{
-    ACT_ROWS, ActorPasses, Core, SacConfig, SacState, SacStats, SacTrainer, Transitions, f32_bytes,
-    half_squared_error,
+    ACT_ROWS, ActorPasses, Core, SacActor, SacConfig, SacState, SacStats, SacTrainer, Transitions,
+    f32_bytes, half_squared_error,
 };
 use crate::error::{Error, Result};
 use crate::policy::{Mode, describe};
@@ -202,6 +202,63 @@ fn join(dst: &mut [f32], obs: &[f32], actions: &[f32], obs_dim: usize, act_dim: 
 fn fill_normal(rng: &mut Xoshiro256PlusPlus, out: &mut [f32]) {
     for x in out {
         *x = rng.sample(StandardNormal);
+    }
+}
+
+/// What acting for a collector reads and writes: the actor's forward pass over at most
+/// [`ACT_ROWS`] rows at a time, noise, squashed actions and log-probs in `ACT_ROWS`-row
+/// buffers, actions mapped onto the environment's bounds. Shared by [`Sac`] and
+/// [`super::SacActor`], so both act alike.
+pub(super) struct Acting<'a> {
+    pub(super) actor: &'a Mlp,
+    pub(super) ws: &'a mut MlpWorkspace,
+    pub(super) rng: &'a mut Xoshiro256PlusPlus,
+    pub(super) noise: &'a mut [f32],
+    pub(super) squashed: &'a mut [f32],
+    pub(super) logp: &'a mut [f32],
+    pub(super) scale: &'a [f32],
+    pub(super) offset: &'a [f32],
+    pub(super) deterministic: bool,
+}
+
+impl Acting<'_> {
+    /// Actions for `obs` in the environment's bounds and their log-probabilities.
+    pub(super) fn act(self, obs: &[f32], actions: &mut [f32], log_probs: &mut [f32]) -> Result<()> {
+        let (obs_dim, act_dim) = (self.actor.input_dim(), self.scale.len());
+        let rows = obs.len() / obs_dim;
+        for (what, expected, actual) in [
+            ("observations", rows * obs_dim, obs.len()),
+            ("actions", rows * act_dim, actions.len()),
+            ("log-prob output", rows, log_probs.len()),
+        ] {
+            if expected != actual {
+                return Err(Error::shape(what, expected, actual));
+            }
+        }
+        for ((o, a), lp) in obs
+            .chunks(ACT_ROWS * obs_dim)
+            .zip(actions.chunks_mut(ACT_ROWS * act_dim))
+            .zip(log_probs.chunks_mut(ACT_ROWS))
+        {
+            let n = lp.len();
+            if !self.deterministic {
+                fill_normal(self.rng, &mut self.noise[..n * act_dim]);
+            }
+            let out = self.actor.forward(o, n, self.ws)?;
+            squash(
+                out,
+                self.noise,
+                act_dim,
+                self.deterministic,
+                &mut self.squashed[..n * act_dim],
+                &mut self.logp[..n],
+            );
+            for ((dst, &src), j) in a.iter_mut().zip(&*self.squashed).zip((0..act_dim).cycle()) {
+                *dst = self.offset[j] + self.scale[j] * src;
+            }
+            lp.copy_from_slice(&self.logp[..n]);
+        }
+        Ok(())
     }
 }
 
@@ -515,43 +572,24 @@ impl Sac {
         actions: &mut [f32],
         log_probs: &mut [f32],
     ) -> Result<()> {
-        let (obs_dim, act_dim) = (self.obs_dim, self.act_dim);
-        let rows = obs.len() / obs_dim;
-        for (what, expected, actual) in [
-            ("observations", rows * obs_dim, obs.len()),
-            ("actions", rows * act_dim, actions.len()),
-            ("log-prob output", rows, log_probs.len()),
-        ] {
-            if expected != actual {
-                return Err(Error::shape(what, expected, actual));
-            }
-        }
-        let deterministic = self.core.mode == Mode::Deterministic;
         let s = &mut self.scratch;
-        for ((o, a), lp) in obs
-            .chunks(ACT_ROWS * obs_dim)
-            .zip(actions.chunks_mut(ACT_ROWS * act_dim))
-            .zip(log_probs.chunks_mut(ACT_ROWS))
-        {
-            let n = lp.len();
-            if !deterministic {
-                fill_normal(&mut self.core.rng, &mut s.act_noise[..n * act_dim]);
-            }
-            let out = self.core.actor.forward(o, n, &mut self.passes.act)?;
-            squash(
-                out,
-                &s.act_noise,
-                act_dim,
-                deterministic,
-                &mut s.act_actions[..n * act_dim],
-                &mut s.act_logp[..n],
-            );
-            for ((dst, &src), j) in a.iter_mut().zip(&s.act_actions).zip((0..act_dim).cycle()) {
-                *dst = self.offset[j] + self.scale[j] * src;
-            }
-            lp.copy_from_slice(&s.act_logp[..n]);
+        Acting {
+            actor: &self.core.actor,
+            ws: &mut self.passes.act,
+            rng: &mut self.core.rng,
+            noise: &mut s.act_noise,
+            squashed: &mut s.act_actions,
+            logp: &mut s.act_logp,
+            scale: &self.scale,
+            offset: &self.offset,
+            deterministic: self.core.mode == Mode::Deterministic,
         }
-        Ok(())
+        .act(obs, actions, log_probs)
+    }
+
+    /// The action mapping onto the environment's bounds: `offset + scale * a`.
+    pub(super) fn action_bounds(&self) -> (&[f32], &[f32]) {
+        (&self.scale, &self.offset)
     }
 
     /// The whole trainer state: actor, critics, targets, optimisers, `log alpha`, update
@@ -590,6 +628,19 @@ impl SacTrainer for Sac {
 impl crate::OffPolicyLearner for Sac {
     type Saved = SacState;
     type Stats = SacStats;
+    type Actor = SacActor;
+
+    fn actor(&self) -> Result<SacActor> {
+        Ok(SacActor::new(self))
+    }
+
+    fn refresh_actor(&self, actor: &mut SacActor) -> Result<()> {
+        actor.refresh(self)
+    }
+
+    fn actor_memory_plan(&self, copies: usize) -> MemoryPlan {
+        SacActor::plan(self, copies)
+    }
 
     fn replay_schema(&self) -> Result<Schema> {
         Sac::replay_schema(self)

@@ -8,13 +8,15 @@ use rl_collect::{ActOutput, Policy, PolicyError};
 use rl_core::{DType, Env, FeatureTable, Location, MemoryPlan, Schema, Space, TransitionSchema};
 use rl_storage::Batch;
 
+use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_nn::{
-    Adam, Architecture, Checkpoint, Module, NetworkState, Parameters, TensorSpec, Weights,
+    Adam, Architecture, Checkpoint, Mlp, MlpWorkspace, Module, NetworkState, Parameters,
+    TensorSpec, Weights,
 };
 
 use super::{
-    ACT_ROWS, ActorPasses, Core, SacConfig, SacState, SacStats, SacTrainer, Transitions, f32_bytes,
-    half_squared_error,
+    ACT_ROWS, ActorPasses, Core, DiscreteSacActor, SacConfig, SacState, SacStats, SacTrainer,
+    Transitions, f32_bytes, half_squared_error,
 };
 use crate::error::{Error, Result};
 use crate::policy::{Mode, describe};
@@ -582,41 +584,44 @@ impl DiscreteSac {
     /// # Errors
     /// [`Error::ShapeMismatch`] for buffers of the wrong length.
     pub fn act_rows(&mut self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
-        let obs_dim = self.obs_dim;
-        let rows = obs.len() / obs_dim;
-        for (what, expected, actual) in [
-            ("observations", rows * obs_dim, obs.len()),
-            ("actions", rows, actions.len()),
-        ] {
-            if expected != actual {
-                return Err(Error::shape(what, expected, actual));
-            }
+        DiscreteActing {
+            actor: &self.core.actor,
+            ws: &mut self.passes.act,
+            scorer: &mut self.scorer,
+            masking: self
+                .masking
+                .as_mut()
+                .map(|m| (&*m.available, m.act.as_mut_slice())),
+            rng: &mut self.core.rng,
+            scores: &mut self.scratch.act_scores,
+            mode: self.core.mode,
         }
-        for (o, a) in obs
-            .chunks(ACT_ROWS * obs_dim)
-            .zip(actions.chunks_mut(ACT_ROWS))
-        {
-            let m = a.len();
-            let u = self.core.actor.forward(o, m, &mut self.passes.act)?;
-            let masks = match &mut self.masking {
-                Some(masking) => {
-                    Masking::fill(&*masking.available, o, obs_dim, &mut masking.act[..m]);
-                    Masks::PerRow(&masking.act[..m])
-                }
-                None => Masks::None,
-            };
-            match self.core.mode {
-                Mode::Sample => {
-                    self.scorer
-                        .sample(u, masks, Sampling::InverseCdf, &mut self.core.rng, a)?
-                }
-                Mode::Deterministic => {
-                    self.scorer
-                        .top_k(u, masks, 1, a, &mut self.scratch.act_scores[..m])?;
-                }
-            }
-        }
-        Ok(())
+        .act(obs, actions)
+    }
+
+    /// The scorer, the mask function and whether the table is learned, for
+    /// [`super::DiscreteSacActor`].
+    pub(super) fn acting_parts(&self) -> (&ChunkedScorer, Option<&Arc<ActionMaskFn>>, bool) {
+        (
+            &self.scorer,
+            self.masking.as_ref().map(|m| &m.available),
+            self.learning.is_some(),
+        )
+    }
+
+    /// Bytes of one acting scorer (`ACT_ROWS` rows) besides any table: the learner's
+    /// scorer's per-row buffers (chunk scratch, accumulators) scaled to `ACT_ROWS` rows
+    /// (they are linear in the rows).
+    pub(super) fn acting_scorer_bytes(&self) -> u64 {
+        let per_batch: u64 = self
+            .scorer
+            .memory_plan()
+            .lines()
+            .iter()
+            .filter(|line| !line.component.contains("table"))
+            .map(|line| line.bytes)
+            .sum();
+        (per_batch * ACT_ROWS as u64).div_ceil(self.scorer.max_batch() as u64)
     }
 
     /// The whole trainer state (as [`crate::Sac::checkpoint`]), with the learned table
@@ -691,6 +696,61 @@ impl DiscreteSac {
     }
 }
 
+/// What acting for a collector reads and writes: the actor's forward pass over at most
+/// [`ACT_ROWS`] rows at a time, masks evaluated per row, sampling or the most likely
+/// action from the scorer. Shared by [`DiscreteSac`] and [`super::DiscreteSacActor`],
+/// so both act alike.
+pub(super) struct DiscreteActing<'a> {
+    pub(super) actor: &'a Mlp,
+    pub(super) ws: &'a mut MlpWorkspace,
+    pub(super) scorer: &'a mut ChunkedScorer,
+    /// The mask function and one reused mask per acting row.
+    pub(super) masking: Option<(&'a ActionMaskFn, &'a mut [ActionMask])>,
+    pub(super) rng: &'a mut Xoshiro256PlusPlus,
+    pub(super) scores: &'a mut [f32],
+    pub(super) mode: Mode,
+}
+
+impl DiscreteActing<'_> {
+    /// Actions for `obs`.
+    pub(super) fn act(mut self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
+        let obs_dim = self.actor.input_dim();
+        let rows = obs.len() / obs_dim;
+        for (what, expected, actual) in [
+            ("observations", rows * obs_dim, obs.len()),
+            ("actions", rows, actions.len()),
+        ] {
+            if expected != actual {
+                return Err(Error::shape(what, expected, actual));
+            }
+        }
+        for (o, a) in obs
+            .chunks(ACT_ROWS * obs_dim)
+            .zip(actions.chunks_mut(ACT_ROWS))
+        {
+            let m = a.len();
+            let u = self.actor.forward(o, m, self.ws)?;
+            let masks = match &mut self.masking {
+                Some((available, masks)) => {
+                    Masking::fill(*available, o, obs_dim, &mut masks[..m]);
+                    Masks::PerRow(&masks[..m])
+                }
+                None => Masks::None,
+            };
+            match self.mode {
+                Mode::Sample => {
+                    self.scorer
+                        .sample(u, masks, Sampling::InverseCdf, self.rng, a)?;
+                }
+                Mode::Deterministic => {
+                    self.scorer.top_k(u, masks, 1, a, &mut self.scores[..m])?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 fn check_table_rows(table: &FeatureTable, n: u32, action_space: &Space) -> Result<()> {
     if table.rows() == n as usize {
         return Ok(());
@@ -735,6 +795,23 @@ impl SacTrainer for DiscreteSac {
 impl crate::OffPolicyLearner for DiscreteSac {
     type Saved = SacState;
     type Stats = SacStats;
+    type Actor = DiscreteSacActor;
+
+    /// A new actor; with a fixed table it makes the acting scorer's transposed copy
+    /// (once: clones share it), with a learned table a copy of the current values.
+    fn actor(&self) -> Result<DiscreteSacActor> {
+        DiscreteSacActor::new(self)
+    }
+
+    /// Copies the actor's weights, and a learned table's values (a new copy when the
+    /// actor's clones still hold the previous values).
+    fn refresh_actor(&self, actor: &mut DiscreteSacActor) -> Result<()> {
+        actor.refresh(self)
+    }
+
+    fn actor_memory_plan(&self, copies: usize) -> MemoryPlan {
+        DiscreteSacActor::plan(self, copies)
+    }
 
     fn replay_schema(&self) -> Result<Schema> {
         DiscreteSac::replay_schema(self)

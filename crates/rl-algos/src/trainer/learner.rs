@@ -1,8 +1,14 @@
-//! What the off-policy trainer needs from an algorithm: act for the collector, name the
-//! replay columns, learn from sampled batches, and save and restore itself.
+//! What the off-policy trainer needs from an algorithm: act for the collector (itself, or
+//! a copy acting in worker threads), name the replay columns, learn from sampled
+//! batches, and save and restore itself.
 
 use std::fmt::Debug;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rl_collect::Policy;
 use rl_core::{MemoryPlan, Schema};
 use rl_nn::Checkpoint;
 use rl_storage::Batch;
@@ -12,15 +18,23 @@ use serde::de::DeserializeOwned;
 use crate::error::Result;
 use crate::eval::Predict;
 
-/// An off-policy learner ([`crate::Sac`], [`crate::DiscreteSac`], DQN): it is
-/// the collector's [`rl_collect::Policy`] (so new weights reach the collector without a
-/// copy), reads batches of the replay columns it names, and saves itself in the one
-/// checkpoint layout of `rl-nn`.
+/// An off-policy learner ([`crate::Sac`], [`crate::DiscreteSac`], [`crate::Dqn`]): it is
+/// the synchronous collector's [`rl_collect::Policy`] (so new weights reach the collector
+/// without a copy), gives an [`OffPolicyLearner::Actor`] for collectors that act in
+/// worker threads, reads batches of the replay columns it names, and saves itself in the
+/// one checkpoint layout of `rl-nn`.
 pub trait OffPolicyLearner: Predict<Obs = f32> {
     /// Typed learner state its checkpoints carry besides the networks.
     type Saved: Serialize + DeserializeOwned + Clone + Debug;
     /// What one gradient step measured.
     type Stats: Copy + Default + Debug + Serialize;
+    /// The acting part of the learner (actor or Q network, action mapping, exploration
+    /// state), which the asynchronous collector's workers act with. It always samples
+    /// (exploration on). A clone acts like its source with its own random stream, so
+    /// workers that start as clones of one actor explore independently; `clone_from`
+    /// takes the source's weights and exploration state in place, without allocating,
+    /// and keeps the destination's random stream (the way workers take new weights).
+    type Actor: Policy<Obs = f32, Act = Self::Act, State = ()> + Clone + Debug + 'static;
 
     /// The replay columns [`OffPolicyLearner::update`] reads (built with
     /// [`rl_core::TransitionSchema`]).
@@ -60,6 +74,28 @@ pub trait OffPolicyLearner: Predict<Obs = f32> {
     /// The whole learner state.
     fn checkpoint(&self) -> Checkpoint<Self::Saved>;
 
+    /// A new actor that acts as the learner would now (in [`crate::Mode::Sample`]).
+    ///
+    /// # Errors
+    /// None in practice for this crate's learners (their buffers are sized from what
+    /// the learner was built with).
+    fn actor(&self) -> Result<Self::Actor>;
+
+    /// Copies the learner's current weights and exploration state (DQN's epsilon at
+    /// [`OffPolicyLearner::set_env_steps`]) into `actor`, one built by
+    /// [`OffPolicyLearner::actor`] of this learner. Allocates nothing, except for
+    /// what the learner's documentation says (a learned action table is copied).
+    ///
+    /// # Errors
+    /// [`crate::Error::CheckpointMismatch`] for an actor of another architecture
+    /// (nothing copied).
+    fn refresh_actor(&self, actor: &mut Self::Actor) -> Result<()>;
+
+    /// What `copies` actors hold together: each copy's networks and buffers, and what
+    /// clones share once (a fixed action table's transposed copy). Constant for the
+    /// learner's life.
+    fn actor_memory_plan(&self, copies: usize) -> MemoryPlan;
+
     /// The `kind` its checkpoints carry, for [`Checkpoint::load`].
     fn checkpoint_kind(&self) -> &'static str;
 
@@ -68,4 +104,52 @@ pub trait OffPolicyLearner: Predict<Obs = f32> {
     /// # Errors
     /// [`crate::Error::CheckpointMismatch`] and checkpoint shape or state errors.
     fn restore(&mut self, checkpoint: &Checkpoint<Self::Saved>) -> Result<()>;
+}
+
+/// The random generator of an actor: each clone draws from its own stream, so that the
+/// workers of an asynchronous collector, which start as clones of one actor, explore
+/// independently; `clone_from` keeps the destination's stream (new weights arrive,
+/// the worker's noise goes on).
+#[derive(Debug)]
+pub(crate) struct ActorRng {
+    rng: Xoshiro256PlusPlus,
+    seed: u64,
+    /// Streams handed out so far by this actor and its clones.
+    streams: Arc<AtomicU64>,
+}
+
+impl ActorRng {
+    /// Stream 0 of `seed`.
+    pub(crate) fn new(seed: u64) -> Self {
+        Self {
+            rng: stream(seed, 0),
+            seed,
+            streams: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The generator.
+    pub(crate) fn rng(&mut self) -> &mut Xoshiro256PlusPlus {
+        &mut self.rng
+    }
+}
+
+/// Generator `index` of `seed`'s streams (SplitMix64 seeding of a distinct value).
+fn stream(seed: u64, index: u64) -> Xoshiro256PlusPlus {
+    Xoshiro256PlusPlus::seed_from_u64(seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+impl Clone for ActorRng {
+    /// The next unused stream of this generator's family.
+    fn clone(&self) -> Self {
+        let index = self.streams.fetch_add(1, Ordering::Relaxed) + 1;
+        Self {
+            rng: stream(self.seed, index),
+            seed: self.seed,
+            streams: Arc::clone(&self.streams),
+        }
+    }
+
+    /// Keeps this generator's own stream.
+    fn clone_from(&mut self, _source: &Self) {}
 }

@@ -1,19 +1,21 @@
-//! The off-policy trainer: a replay buffer filled by a collector whose policy is the
-//! learner itself, gradient steps on sampled batches.
+//! The off-policy trainer: a replay buffer (in RAM or a memory-mapped file) filled by a
+//! collector whose policy is the learner itself (sync) or copies of its actor in worker
+//! threads (async), gradient steps on sampled batches.
+
+mod collection;
+mod replay;
 
 use std::path::Path;
 
-use rl_collect::{CollectorConfig, RandomAction, SyncCollector};
-use rl_core::{Env, Location, MemoryBudget, MemoryPlan};
+use rl_collect::RandomAction;
+use rl_core::{Env, Location, MemoryBudget, MemoryPlan, Schema};
 use rl_nn::Checkpoint;
-use rl_storage::{
-    Batch,
-    ram::RamStorage,
-    replay::ReplayBuffer,
-    sampler::{Prioritized, PrioritizedConfig, SampleContext, Sampler, Uniform},
-    storage::RingState,
-};
+use rl_storage::{Batch, sampler::PrioritizedConfig};
 
+pub use self::collection::CollectorChoice;
+use self::collection::{Collection, async_plan};
+use self::replay::ReplaySampler;
+pub use self::replay::{OffPolicyReplay, REPLAY_FILE, ReplayLocation};
 use super::learner::OffPolicyLearner;
 use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
 use crate::error::{Error, Result};
@@ -30,33 +32,44 @@ const TRAINER: &str = "off_policy";
 pub struct OffPolicyConfig {
     /// Budget, seed, environments, goal, evaluation, checkpoints, memory budget.
     pub run: RunConfig,
-    /// Rows the replay buffer holds (in RAM). Default 1 000 000.
+    /// Rows the replay buffer holds. Default 1 000 000.
     pub buffer_capacity: usize,
+    /// Where the replay rows live: RAM (default) or a memory-mapped file.
+    pub replay_location: ReplayLocation,
     /// Env steps of uniformly random actions before the first update (not repeated
     /// after a resume). Default 100.
     pub learning_starts: u64,
-    /// Collector steps (each steps every environment once) between training phases.
+    /// Env steps between training phases, in steps of every environment: a phase is due
+    /// every `train_freq x run.n_envs` env steps (once `learning_starts` are stored).
     /// Default 1.
     pub train_freq: u64,
-    /// Gradient steps per training phase. Default 1.
+    /// Gradient steps per training phase. Default 1. The sync collector delivers one
+    /// phase's env steps per call; with the async collector the trainer does, after each
+    /// chunk, the phases that chunk's env steps complete (so updates per env step are
+    /// the same whichever collector runs).
     pub gradient_steps: usize,
     /// Prioritized replay (Schaul et al.): rows drawn in proportion to the learner's
     /// [`OffPolicyLearner::priorities`], with importance weights in the batch; `None`
     /// (default): uniform.
     pub prioritized: Option<PrioritizedConfig>,
+    /// Which collector steps the environments (default [`CollectorChoice::Sync`]).
+    pub collector: CollectorChoice,
 }
 
 impl OffPolicyConfig {
-    /// Stable-Baselines3's off-policy loop defaults (as for SAC): a 1 000 000-row buffer,
-    /// 100 random steps, one gradient step per env step, uniform sampling.
+    /// Stable-Baselines3's off-policy loop defaults (as for SAC): a 1 000 000-row buffer
+    /// in RAM, 100 random steps, one gradient step per env step, uniform sampling, the
+    /// synchronous collector.
     pub fn new(run: RunConfig) -> Self {
         Self {
             run,
             buffer_capacity: 1_000_000,
+            replay_location: ReplayLocation::Ram,
             learning_starts: 100,
             train_freq: 1,
             gradient_steps: 1,
             prioritized: None,
+            collector: CollectorChoice::Sync,
         }
     }
 
@@ -75,76 +88,52 @@ impl OffPolicyConfig {
         if self.gradient_steps == 0 {
             return Err(Error::config("gradient_steps", "is 0: use at least 1"));
         }
-        Ok(())
+        if self
+            .train_freq
+            .checked_mul(self.run.n_envs as u64)
+            .is_none_or(|steps| usize::try_from(steps).is_err())
+        {
+            return Err(Error::config(
+                "train_freq",
+                format!(
+                    "is {}: times run.n_envs it overflows; use a smaller value",
+                    self.train_freq
+                ),
+            ));
+        }
+        if let ReplayLocation::Memmap { dir } = &self.replay_location
+            && dir.as_os_str().is_empty()
+        {
+            return Err(Error::config(
+                "replay_location.dir",
+                "is empty: name the folder of the replay file",
+            ));
+        }
+        self.collector.validate(self.run.n_envs)
+    }
+
+    /// Env steps of one training phase: `train_freq x run.n_envs`.
+    fn phase_steps(&self) -> u64 {
+        self.train_freq * self.run.n_envs as u64
     }
 }
 
-/// Uniform or prioritized sampling, chosen by the configuration.
-#[derive(Debug)]
-enum ReplaySampler {
-    Uniform(Uniform),
-    Prioritized(Box<Prioritized>),
-}
-
-impl Sampler for ReplaySampler {
-    fn sample(
-        &mut self,
-        context: &SampleContext<'_>,
-        rows: usize,
-        indices: &mut [usize],
-        weights: &mut [f32],
-    ) -> rl_storage::Result<usize> {
-        match self {
-            Self::Uniform(s) => s.sample(context, rows, indices, weights),
-            Self::Prioritized(s) => s.sample(context, rows, indices, weights),
-        }
-    }
-
-    fn rows_written(&mut self, before: &RingState, rows: usize, capacity: usize) {
-        match self {
-            Self::Uniform(s) => s.rows_written(before, rows, capacity),
-            Self::Prioritized(s) => s.rows_written(before, rows, capacity),
-        }
-    }
-
-    fn memory_plan(&self) -> MemoryPlan {
-        match self {
-            Self::Uniform(s) => s.memory_plan(),
-            Self::Prioritized(s) => s.memory_plan(),
-        }
+/// Training phases due when the run's env steps go from `before` to `after`: one for
+/// every multiple of `phase_steps` in `(max(before, learning_starts), after]`.
+pub(super) fn phases_due(before: u64, after: u64, learning_starts: u64, phase_steps: u64) -> u64 {
+    let from = before.max(learning_starts);
+    if after <= from {
+        0
+    } else {
+        after / phase_steps - from / phase_steps
     }
 }
 
-impl ReplaySampler {
-    fn new(config: &OffPolicyConfig) -> Result<Self> {
-        Ok(match config.prioritized {
-            None => Self::Uniform(Uniform::new(config.run.seed)),
-            Some(p) => Self::Prioritized(Box::new(Prioritized::new(
-                config.buffer_capacity,
-                p,
-                config.run.seed,
-            )?)),
-        })
-    }
-
-    /// What the sampler holds, from the configuration alone.
-    fn plan(config: &OffPolicyConfig) -> MemoryPlan {
-        match config.prioritized {
-            None => MemoryPlan::new(),
-            // Two trees (sum, min) of f64 over the next power of two of the capacity.
-            Some(_) => MemoryPlan::new().with(
-                "sum and min trees",
-                Location::Ram,
-                (2 * 2 * config.buffer_capacity.next_power_of_two() * size_of::<f64>()) as u64,
-            ),
-        }
-    }
-}
-
-/// Off-policy training: `n_envs` environments stepped by a collector whose policy is the
-/// learner, transitions into a RAM replay buffer, `gradient_steps` updates on sampled
-/// batches every `train_freq` collector steps once `learning_starts` random steps are
-/// stored.
+/// Off-policy training: `n_envs` environments stepped by a collector
+/// ([`CollectorChoice`]: in this thread with the learner as policy, or in worker threads
+/// with copies of its actor), transitions into a replay buffer ([`ReplayLocation`]: RAM
+/// or a memory-mapped file), `gradient_steps` updates on sampled batches every
+/// `train_freq x n_envs` env steps once `learning_starts` random steps are stored.
 ///
 /// ```
 /// use rl_algos::trainer::{Goal, OffPolicyConfig, OffPolicyTrainer, RunConfig};
@@ -162,6 +151,28 @@ impl ReplaySampler {
 /// assert_eq!(summary.total_env_steps, 300);
 /// # Ok::<(), rl_algos::Error>(())
 /// ```
+///
+/// With worker threads and the buffer in a file (the same run, asynchronous):
+///
+/// ```
+/// use rl_algos::trainer::{CollectorChoice, OffPolicyConfig, OffPolicyTrainer, ReplayLocation, RunConfig};
+/// use rl_algos::{Sac, SacConfig};
+/// use rl_envs::Pendulum;
+///
+/// let dir = tempfile::tempdir().map_err(|e| rl_algos::Error::config("tempdir", e.to_string()))?;
+/// let sac = Sac::for_env(&Pendulum::new(0), SacConfig { hidden: vec![16, 16], batch_size: 32, ..SacConfig::sb3() })?;
+/// let config = OffPolicyConfig {
+///     buffer_capacity: 10_000,
+///     replay_location: ReplayLocation::Memmap { dir: dir.path().to_owned() },
+///     collector: CollectorChoice::Async { workers: 2, steps_per_chunk: 8 },
+///     ..OffPolicyConfig::new(RunConfig { n_envs: 4, ..RunConfig::new(320) })
+/// };
+/// let mut trainer = OffPolicyTrainer::new(Pendulum::new, sac, config)?;
+/// let summary = trainer.train(&mut ())?;
+/// assert_eq!(summary.total_env_steps, 320);
+/// assert_eq!(trainer.replay().len(), 320);
+/// # Ok::<(), rl_algos::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct OffPolicyTrainer<E, L>
 where
@@ -169,8 +180,8 @@ where
     L: OffPolicyLearner<Act = E::Act>,
 {
     config: OffPolicyConfig,
-    collector: SyncCollector<E, L>,
-    replay: ReplayBuffer<RamStorage, ReplaySampler>,
+    collection: Collection<E, L>,
+    replay: OffPolicyReplay,
     batch: Batch,
     eval_env: E,
     plan: MemoryPlan,
@@ -180,37 +191,60 @@ where
     last_stats: Option<L::Stats>,
 }
 
+/// The plan of everything but the collector: replay buffer, sampler, batch, learner.
+fn base_plan<L: OffPolicyLearner>(
+    learner: &L,
+    schema: &Schema,
+    config: &OffPolicyConfig,
+) -> Result<MemoryPlan> {
+    let mut plan = MemoryPlan::new();
+    plan.nest("replay", &OffPolicyReplay::plan(schema, config)?);
+    plan.nest("sampler", &ReplaySampler::plan(config));
+    plan.nest("batch", &Batch::plan(schema, learner.batch_size())?);
+    plan.nest("learner", &learner.memory_plan());
+    Ok(plan)
+}
+
 impl<E, L> OffPolicyTrainer<E, L>
 where
-    E: Env<Obs = f32>,
+    E: Env<Obs = f32> + Send + 'static,
     E::Act: RandomAction,
     L: OffPolicyLearner<Act = E::Act>,
 {
     /// The whole run's memory plan for `learner` under `config`, from the configuration
-    /// alone (nothing allocated): replay buffer, sampler, batch, learner.
+    /// alone (nothing allocated): replay buffer (`Ram` lines, or `File` lines for a
+    /// memmap location), sampler, batch, learner and, for the asynchronous collector,
+    /// its chunk pool, workers' buffers and actor copies (upper bounds of the
+    /// collector's own figures, which [`OffPolicyTrainer::memory_plan`] reports once it
+    /// exists). This is what a new run checks against `config.run.budget`.
     ///
     /// # Errors
     /// An invalid schema or capacity.
     pub fn plan(learner: &L, config: &OffPolicyConfig) -> Result<MemoryPlan> {
         let schema = learner.replay_schema()?;
-        let mut plan = MemoryPlan::new();
-        plan.nest(
-            "replay",
-            &RamStorage::plan(&schema, config.buffer_capacity)?,
-        );
-        plan.nest("sampler", &ReplaySampler::plan(config));
-        plan.nest("batch", &Batch::plan(&schema, learner.batch_size())?);
-        plan.nest("learner", &learner.memory_plan());
+        let mut plan = base_plan(learner, &schema, config)?;
+        if let CollectorChoice::Async {
+            workers,
+            steps_per_chunk,
+        } = config.collector
+        {
+            plan.nest(
+                "collector",
+                &async_plan(learner, &schema, config, workers, steps_per_chunk),
+            );
+        }
         Ok(plan)
     }
 
     /// A new run: `make_env(seed)` builds each training environment and the evaluation
-    /// environment. The plan is checked against `config.run.budget` before the replay
-    /// buffer is allocated.
+    /// environment. The configuration is checked first, then the plan against
+    /// `config.run.budget`, before the replay buffer, the collector or any environment
+    /// exists.
     ///
     /// # Errors
-    /// An invalid configuration, a plan over the budget, environments that do not fit
-    /// the learner.
+    /// An invalid configuration ([`Error::Config`] naming the field), a plan over the
+    /// budget, a memmap location whose file exists, environments that do not fit the
+    /// learner.
     pub fn new(
         make_env: impl FnMut(u64) -> E,
         learner: L,
@@ -221,18 +255,28 @@ where
 
     /// Continues the run saved in `dir` (by [`OffPolicyTrainer::save`] or a checkpoint
     /// schedule): learner, replay buffer and counters. `learner` must be built as the
-    /// saved one was, `config` must keep the seed and the number of environments.
-    /// Everything is checked before anything is loaded into the trainer.
+    /// saved one was, `config` must keep the seed, the number of environments, the
+    /// buffer's capacity and location (a memmap-located buffer is reopened in place);
+    /// the collector may differ. Everything is checked before anything is loaded into
+    /// the trainer.
+    ///
+    /// A run resumed from a synchronous save continues exactly as if it never stopped
+    /// (given environments whose episodes do not straddle the save); with the
+    /// asynchronous collector the chunks workers had filled but the trainer had not
+    /// written are not in the save, and the resumed run's workers start from new
+    /// environment resets, so it continues equivalently, not identically.
     ///
     /// # Errors
     /// A directory of another run ([`Error::CheckpointMismatch`]), missing or corrupt
-    /// files, and the errors of [`OffPolicyTrainer::new`].
+    /// files, a locked or changed memmap file, and the errors of
+    /// [`OffPolicyTrainer::new`].
     pub fn resume(
         dir: &Path,
         make_env: impl FnMut(u64) -> E,
         mut learner: L,
         config: OffPolicyConfig,
     ) -> Result<Self> {
+        config.validate()?;
         let counters = RunCounters::load(dir)?;
         counters.check(TRAINER, learner.checkpoint_kind(), &config.run)?;
         let saved =
@@ -250,59 +294,49 @@ where
         config.validate()?;
         let run = &config.run;
         let schema = learner.replay_schema()?;
-        let mut plan = Self::plan(&learner, &config)?;
+        let checked = Self::plan(&learner, &config)?;
         if let Some(budget) = &run.budget {
-            plan.check(budget)?;
+            checked.check(budget)?;
         }
+        let created = resume.is_none();
         let (replay, steps_before, last_eval_steps) = match resume {
             None => {
+                OffPolicyReplay::check_new(&config)?;
                 let budget = run.budget.unwrap_or_else(MemoryBudget::unlimited);
-                let storage =
-                    RamStorage::new(schema.clone(), config.buffer_capacity, Some(&budget))?;
-                (
-                    ReplayBuffer::new(storage, ReplaySampler::new(&config)?),
-                    0,
-                    0,
-                )
+                (OffPolicyReplay::create(&schema, &config, &budget)?, 0, 0)
             }
-            Some((dir, counters)) => {
-                let replay =
-                    ReplayBuffer::load(&dir.join(REPLAY_DIR), ReplaySampler::new(&config)?)?;
-                if replay.capacity() != config.buffer_capacity || replay.schema() != &schema {
-                    return Err(Error::CheckpointMismatch {
-                        what: "replay buffer".to_owned(),
-                        expected: format!(
-                            "{} rows of this learner's columns",
-                            config.buffer_capacity
-                        ),
-                        actual: format!(
-                            "{} rows of {} columns",
-                            replay.capacity(),
-                            replay.schema().columns().len()
-                        ),
-                    });
+            Some((dir, counters)) => (
+                OffPolicyReplay::load(&dir.join(REPLAY_DIR), &schema, &config)?,
+                counters.env_steps,
+                counters.last_eval_steps,
+            ),
+        };
+        let rest = (|| {
+            let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
+            let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
+            let collection = Collection::new(envs, learner, &config, steps_before)?;
+            let mut plan = base_plan(collection.learner(), &schema, &config)?;
+            plan.nest("collector", &collection.memory_plan());
+            if let Some(budget) = &run.budget {
+                plan.check(budget)?;
+            }
+            Ok((eval_env, collection, plan))
+        })();
+        let (eval_env, collection, plan) = match rest {
+            Ok(built) => built,
+            Err(error) => {
+                if created {
+                    // A new run that failed leaves no replay file behind to refuse the
+                    // next attempt.
+                    replay.discard();
                 }
-                (replay, counters.env_steps, counters.last_eval_steps)
+                return Err(error);
             }
         };
-        let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
-        let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
-        let random_frames = config.learning_starts.saturating_sub(steps_before);
-        let collector = SyncCollector::new(
-            envs,
-            learner,
-            CollectorConfig {
-                seed: run.seed.wrapping_add(steps_before),
-                random_frames,
-                stats_window: run.window(),
-                ..CollectorConfig::new(config.train_freq as usize * run.n_envs)
-            },
-        )?;
-        plan.nest("collector", &collector.memory_plan());
-        let batch = Batch::new(&schema, collector.policy().batch_size())?;
+        let batch = Batch::new(&schema, collection.learner().batch_size())?;
         Ok(Self {
             config,
-            collector,
+            collection,
             replay,
             batch,
             eval_env,
@@ -312,30 +346,45 @@ where
             last_stats: None,
         })
     }
+}
 
-    /// The whole run's memory plan (replay, sampler, batch, learner, collector).
+impl<E, L> OffPolicyTrainer<E, L>
+where
+    E: Env<Obs = f32>,
+    E::Act: RandomAction,
+    L: OffPolicyLearner<Act = E::Act>,
+{
+    /// The whole run's memory plan (replay, sampler, batch, learner, collector with,
+    /// when asynchronous, its actor copies).
     pub fn memory_plan(&self) -> &MemoryPlan {
         &self.plan
     }
 
-    /// The learner (also the collector's policy).
+    /// The learner (with the sync collector, also the collector's policy).
     pub fn learner(&self) -> &L {
-        self.collector.policy()
+        self.collection.learner()
     }
 
     /// The learner, mutably (to evaluate or predict between `train` calls).
     pub fn learner_mut(&mut self) -> &mut L {
-        self.collector.policy_mut()
+        self.collection.learner_mut()
     }
 
     /// The replay buffer.
-    pub fn replay(&self) -> &ReplayBuffer<RamStorage, impl Sampler> {
+    pub fn replay(&self) -> &OffPolicyReplay {
         &self.replay
     }
 
     /// The settings.
     pub fn config(&self) -> &OffPolicyConfig {
         &self.config
+    }
+
+    /// The version of the weights the asynchronous collector's workers were last given
+    /// (one per training phase; 0 before the first, and always 0 with the sync
+    /// collector, whose policy is the learner).
+    pub fn policy_version(&self) -> u64 {
+        self.collection.version()
     }
 
     /// Runs `episodes` deterministic episodes on the evaluation environment: the
@@ -352,12 +401,13 @@ where
             .unwrap_or(EvalSchedule::new(1, episodes));
         schedule.episodes = episodes;
         let config = self.config.run.eval_config(&schedule);
-        evaluate(&mut self.eval_env, self.collector.policy_mut(), &config)
+        evaluate(&mut self.eval_env, self.collection.learner_mut(), &config)
     }
 
-    /// Env steps over the run's life.
+    /// Env steps over the run's life: those in the replay buffer's writes (with the
+    /// async collector, steps workers took for chunks not yet written are not counted).
     pub fn env_steps(&self) -> u64 {
-        self.steps_before + self.collector.frames()
+        self.steps_before + self.collection.frames()
     }
 
     /// Runs until the goal, the budget or a callback stops it.
@@ -368,24 +418,32 @@ where
     pub fn train(&mut self, callback: &mut dyn Callback<L::Stats>) -> Result<TrainSummary> {
         let run = self.config.run.clone();
         let mut clock = Clock::start(self.env_steps(), self.last_eval_steps);
-        let episodes_before = self.collector.stats().episodes();
+        let episodes_before = self.collection.stats().episodes();
         while self.env_steps() < run.total_steps && clock.stop.is_none() {
+            let before = self.env_steps();
+            self.collection.collect(&mut self.replay, before)?;
             let steps = self.env_steps();
-            self.collector.policy_mut().set_env_steps(steps);
-            self.collector.collect(&mut self.replay)?;
-            let steps = self.env_steps();
-            let stats = self.collector.stats();
+            let stats = self.collection.stats();
             clock.check_training_goal(&run, steps, stats.window_len(), stats.mean_return());
-            if steps > self.config.learning_starts {
+            let phases = phases_due(
+                before,
+                steps,
+                self.config.learning_starts,
+                self.config.phase_steps(),
+            );
+            for _ in 0..phases {
                 for _ in 0..self.config.gradient_steps {
                     self.gradient_step()?;
                 }
+            }
+            if phases > 0 {
+                self.collection.publish(steps)?;
             }
             clock.evaluate_if_due(
                 &run,
                 steps,
                 &mut self.eval_env,
-                self.collector.policy_mut(),
+                self.collection.learner_mut(),
                 callback,
             )?;
             if clock.save_due(&run, steps) {
@@ -394,7 +452,7 @@ where
             let progress = clock.progress(
                 self.env_steps(),
                 self.learner().updates(),
-                self.collector.stats(),
+                self.collection.stats(),
                 self.last_stats.as_ref(),
             );
             clock.report(callback, &progress);
@@ -406,7 +464,7 @@ where
         Ok(clock.summary(
             self.env_steps(),
             self.learner().updates(),
-            self.collector.stats(),
+            self.collection.stats(),
             episodes_before,
             self.plan.total(Location::Ram),
         ))
@@ -414,12 +472,11 @@ where
 
     fn gradient_step(&mut self) -> Result<()> {
         self.replay.sample(&mut self.batch)?;
-        let learner = self.collector.policy_mut();
+        let learner = self.collection.learner_mut();
         self.last_stats = Some(learner.update(&self.batch)?);
-        if let (ReplaySampler::Prioritized(sampler), Some(priorities)) =
-            (self.replay.sampler_mut(), learner.priorities())
-        {
-            sampler.update_priorities(self.batch.positions(), priorities)?;
+        if let Some(priorities) = learner.priorities() {
+            self.replay
+                .update_priorities(self.batch.positions(), priorities)?;
         }
         Ok(())
     }
@@ -440,23 +497,25 @@ where
     }
 
     /// Saves the run into `dir` (learner, replay buffer, counters), replacing what was
-    /// there only once the new directory is whole.
+    /// there only once the new directory is whole. A RAM buffer's rows are written into
+    /// `dir/replay/`; a memmap buffer is committed in place and `dir/replay/` records its
+    /// file.
     ///
     /// # Errors
     /// I/O errors.
-    pub fn save(&self, dir: &Path) -> Result<()> {
-        let learner = self.learner();
+    pub fn save(&mut self, dir: &Path) -> Result<()> {
         let counters = RunCounters {
             trainer: TRAINER.to_owned(),
-            learner: learner.checkpoint_kind().to_owned(),
+            learner: self.learner().checkpoint_kind().to_owned(),
             env_steps: self.env_steps(),
-            updates: learner.updates(),
+            updates: self.learner().updates(),
             last_eval_steps: self.last_eval_steps,
             run: self.config.run.clone(),
         };
+        let (learner, replay) = (self.collection.learner(), &mut self.replay);
         run::save_dir(dir, |partial| {
             learner.checkpoint().save(partial.join(LEARNER_FILE))?;
-            self.replay.save(&partial.join(REPLAY_DIR))?;
+            replay.save(&partial.join(REPLAY_DIR))?;
             run::write_counters(partial, &counters)
         })
     }

@@ -106,20 +106,14 @@ fn on_policy(
     OnPolicyTrainer::new(fixed, small_policy(seed), ppo_config(seed), run).unwrap()
 }
 
-/// Whether two trainers hold the same learner: every network's weights and Adam state,
-/// and the typed state (counters, generators, configuration). (Checkpoint bytes are not
-/// compared: the safetensors header's metadata map has no fixed order.)
+/// Whether two trainers hold the same learner: their checkpoints (every network's weights
+/// and Adam state, the typed state: counters, generators, configuration) are the same
+/// bytes.
 fn same_learner(
     a: &mut OnPolicyTrainer<Fixed, CategoricalPolicy>,
     b: &mut OnPolicyTrainer<Fixed, CategoricalPolicy>,
 ) -> bool {
-    let (a, b) = (a.checkpoint(), b.checkpoint());
-    a.state == b.state
-        && a.networks.len() == b.networks.len()
-        && a.networks
-            .iter()
-            .zip(&b.networks)
-            .all(|(x, y)| x.name == y.name && x.params == y.params && x.optimizer == y.optimizer)
+    a.checkpoint().to_bytes().unwrap() == b.checkpoint().to_bytes().unwrap()
 }
 
 proptest! {
@@ -150,6 +144,120 @@ proptest! {
         prop_assert_eq!(summary.updates, first + more);
         prop_assert!(same_learner(&mut resumed, &mut whole), "the resumed learner differs");
     }
+}
+
+/// A DQN learner for [`Fixed`], seeded by `seed`.
+fn fixed_dqn(seed: u64) -> Dqn {
+    let config = DqnConfig {
+        hidden: vec![8],
+        batch_size: 8,
+        target_update: TargetUpdate::Hard { every: 5 },
+        exploration: EpsilonSchedule {
+            initial: 1.0,
+            end: 0.1,
+            decay_steps: 200,
+        },
+        seed,
+        ..DqnConfig::default()
+    };
+    Dqn::for_env(&fixed(0), config).unwrap()
+}
+
+/// An off-policy run over two [`Fixed`] environments: warm-up of one episode round,
+/// a training phase every 4 collector steps (8 env steps, so phases end with episodes),
+/// `prioritized` or uniform replay.
+fn off_policy_config(
+    total: u64,
+    seed: u64,
+    prioritized: bool,
+    dir: Option<&std::path::Path>,
+) -> OffPolicyConfig {
+    OffPolicyConfig {
+        buffer_capacity: 100,
+        learning_starts: (LEN * 2) as u64,
+        train_freq: 4,
+        gradient_steps: 3,
+        prioritized: prioritized.then(rl_storage::sampler::PrioritizedConfig::default),
+        ..OffPolicyConfig::new(RunConfig {
+            n_envs: 2,
+            seed,
+            checkpoint: dir.map(|d| CheckpointSchedule {
+                dir: d.to_owned(),
+                every_steps: None,
+            }),
+            ..RunConfig::new(total)
+        })
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(6))]
+
+    /// The off-policy half of the resume property: a DQN run saved after `first` episode
+    /// rounds (past the warm-up) and resumed in a trainer built from another seed's
+    /// weights ends with the same learner (weights, Adam state, target network,
+    /// generator, counters: the checkpoint's bytes) as a run that never stopped. The
+    /// replay buffer's rows and its sampler's state (the uniform generator, or the
+    /// prioritized trees) come back from the run directory; without the sampler's state
+    /// the resumed run would draw other batches. Episodes end with the saved segment,
+    /// so the environments hold no state the directory lacks.
+    #[test]
+    fn off_policy_resume_continues_exactly(
+        seed in 0u64..1000,
+        first in 1u64..4,
+        more in 1u64..4,
+        prioritized in any::<bool>(),
+    ) {
+        let round = (LEN * 2) as u64;
+        let total = round * (first + more);
+        let mut whole = OffPolicyTrainer::new(
+            fixed,
+            fixed_dqn(seed),
+            off_policy_config(total, seed, prioritized, None),
+        )
+        .unwrap();
+        whole.train(&mut ()).unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let saved = dir.path().join("run");
+        let mut part = OffPolicyTrainer::new(
+            fixed,
+            fixed_dqn(seed),
+            off_policy_config(round * first, seed, prioritized, Some(&saved)),
+        )
+        .unwrap();
+        prop_assert_eq!(part.train(&mut ()).unwrap().total_env_steps, round * first);
+        drop(part);
+        let mut resumed = OffPolicyTrainer::resume(
+            &saved,
+            fixed,
+            fixed_dqn(seed + 1),
+            off_policy_config(total, seed, prioritized, None),
+        )
+        .unwrap();
+        prop_assert_eq!(resumed.env_steps(), round * first);
+        let summary = resumed.train(&mut ()).unwrap();
+        prop_assert_eq!(summary.total_env_steps, total);
+        let bytes = |t: &OffPolicyTrainer<Fixed, Dqn>| t.learner().checkpoint().to_bytes().unwrap();
+        prop_assert!(bytes(&resumed) == bytes(&whole), "the resumed learner differs");
+    }
+}
+
+#[test]
+fn the_off_policy_comparison_sees_one_phase_of_difference() {
+    let round = (LEN * 2) as u64;
+    let run = |total| {
+        let mut t = OffPolicyTrainer::new(
+            fixed,
+            fixed_dqn(5),
+            off_policy_config(total, 5, false, None),
+        )
+        .unwrap();
+        t.train(&mut ()).unwrap();
+        t.learner().checkpoint().to_bytes().unwrap()
+    };
+    assert_ne!(run(round * 3), run(round * 3 - 8));
+    assert_eq!(run(round * 3), run(round * 3));
 }
 
 #[test]
@@ -462,4 +570,496 @@ fn invalid_loop_settings_name_the_field() {
     .unwrap_err();
     assert!(err.to_string().contains("ppo.batch_size"), "{err}");
     assert!(err.to_string().contains("4 x 2 = 8"), "{err}");
+}
+
+// ---- The asynchronous collector and the memmap location (off-policy) ----
+
+use crate::dqn::{Dqn, DqnConfig, EpsilonSchedule, TargetUpdate};
+use rl_nn::Weights;
+
+/// Episodes of `LEN` steps whose observation shows which action pays: `[cue, 1 - cue]`
+/// with `cue = t % 2`, reward 1 for action `cue`. A greedy policy of a learned Q
+/// network scores `LEN`, a constant one `LEN / 2`.
+#[derive(Clone, Debug)]
+struct Cue {
+    t: usize,
+    obs_space: Space,
+    act_space: Space,
+}
+
+impl Env for Cue {
+    type Obs = f32;
+    type Act = u32;
+
+    fn observation_space(&self) -> &Space {
+        &self.obs_space
+    }
+
+    fn action_space(&self) -> &Space {
+        &self.act_space
+    }
+
+    fn reset(&mut self, _seed: Option<u64>, obs: &mut [f32]) -> rl_core::Result<()> {
+        self.t = 0;
+        obs.copy_from_slice(&[0.0, 1.0]);
+        Ok(())
+    }
+
+    fn step(&mut self, action: &[u32], obs: &mut [f32]) -> rl_core::Result<Step> {
+        let reward = if action[0] as usize == self.t % 2 {
+            1.0
+        } else {
+            0.0
+        };
+        self.t += 1;
+        let cue = (self.t % 2) as f32;
+        obs.copy_from_slice(&[cue, 1.0 - cue]);
+        Ok(Step {
+            reward,
+            terminated: false,
+            truncated: self.t == LEN,
+        })
+    }
+}
+
+fn cue(_seed: u64) -> Cue {
+    Cue {
+        t: 0,
+        obs_space: Space::Box(BoxSpace::uniform(0.0, 1.0, &[2], DType::F32).unwrap()),
+        act_space: Space::Discrete { n: 2 },
+    }
+}
+
+fn small_dqn(seed: u64) -> Dqn {
+    let config = DqnConfig {
+        hidden: vec![32],
+        batch_size: 32,
+        adam: rl_nn::AdamConfig {
+            lr: 2e-3,
+            ..DqnConfig::default().adam
+        },
+        target_update: TargetUpdate::Hard { every: 50 },
+        exploration: EpsilonSchedule {
+            initial: 1.0,
+            end: 0.05,
+            decay_steps: 1_000,
+        },
+        seed,
+        ..DqnConfig::default()
+    };
+    Dqn::for_env(&cue(0), config).unwrap()
+}
+
+/// An asynchronous run of `total` env steps on 4 environments, 2 workers, chunks of
+/// `steps_per_chunk` steps (`2 x steps_per_chunk` transitions).
+fn async_run(total: u64, steps_per_chunk: usize) -> OffPolicyConfig {
+    OffPolicyConfig {
+        buffer_capacity: 5_000,
+        learning_starts: 64,
+        collector: CollectorChoice::Async {
+            workers: 2,
+            steps_per_chunk,
+        },
+        ..OffPolicyConfig::new(RunConfig {
+            n_envs: 4,
+            seed: 3,
+            ..RunConfig::new(total)
+        })
+    }
+}
+
+#[test]
+fn an_async_dqn_run_learns_and_counts_every_env_step() {
+    let config = async_run(3_000, 8);
+    let mut trainer = OffPolicyTrainer::new(cue, small_dqn(1), config).unwrap();
+    let before = trainer.evaluate(4).unwrap().mean_return;
+    let summary = trainer.train(&mut ()).unwrap();
+    // Every delivered chunk is written; workers stop claiming at the budget.
+    assert_eq!(summary.total_env_steps, 3_000);
+    assert_eq!(trainer.replay().len(), 3_000);
+    assert_eq!(trainer.replay().ring().written, 3_000);
+    // One phase per 4 env steps (train_freq 1 x 4 environments) after the 64 random ones.
+    assert_eq!(summary.updates, 3_000 / 4 - 64 / 4);
+    assert_eq!(trainer.learner().updates(), summary.updates);
+    // A publish after every chunk that trained: all but the 4 chunks of the warm-up
+    // (187 chunks of 16 transitions and one of 8).
+    assert_eq!(trainer.policy_version(), 3_000u64.div_ceil(16) - 64 / 16);
+    assert!(summary.episodes >= 3_000 / LEN as u64 - 4);
+    // The learner learned (deterministic evaluation), and its weights and epsilon
+    // reached the workers (the training episodes are theirs).
+    let after = trainer.evaluate(4).unwrap().mean_return;
+    assert!(
+        after >= 15.0,
+        "evaluation return {before} before, {after} after"
+    );
+    let training = summary.mean_return.unwrap();
+    assert!(training >= 14.0, "training return {training}");
+}
+
+/// Bytes of the plan's lines whose component starts with `prefix`.
+fn planned(plan: &rl_core::MemoryPlan, prefix: &str) -> u64 {
+    plan.lines()
+        .iter()
+        .filter(|l| l.component.starts_with(prefix))
+        .map(|l| l.bytes)
+        .sum()
+}
+
+#[test]
+fn an_async_run_plans_its_pool_and_actors_and_its_heap_stays_within_the_plan() {
+    let sac = Sac::for_env(&Pendulum::new(0), small_sac()).unwrap();
+    let config = OffPolicyConfig {
+        collector: CollectorChoice::Async {
+            workers: 2,
+            steps_per_chunk: 4,
+        },
+        ..sac_run(400, None)
+    };
+    let config = OffPolicyConfig {
+        run: RunConfig {
+            n_envs: 2,
+            ..config.run
+        },
+        ..config
+    };
+    let before = OffPolicyTrainer::<Pendulum, Sac>::plan(&sac, &config).unwrap();
+    let (result, stats) = rl_testkit::measure(|| {
+        let mut trainer = OffPolicyTrainer::new(Pendulum::new, sac, config).unwrap();
+        let summary = trainer.train(&mut ()).unwrap();
+        (trainer.memory_plan().clone(), summary)
+    });
+    let (plan, summary) = result;
+    assert_eq!(summary.total_env_steps, 400);
+    assert_eq!(summary.updates, 400 / 2 - 50 / 2);
+    // The plan checked before anything existed covers the collector's own figures.
+    assert!(planned(&before, "collector") >= planned(&plan, "collector"));
+    assert!(planned(&plan, "collector/async_collector/chunk_pool") > 0);
+    let actors = planned(&plan, "collector/async_collector/sac actor x5");
+    assert!(actors > 0, "{plan}");
+    assert_eq!(
+        planned(&before, "collector/async_collector/sac actor x5"),
+        actors
+    );
+    // Everything this thread allocated is in the plan: chunks, actors, lanes, the
+    // learner (worker threads allocate nothing of their own).
+    let heap_plan: u64 = plan
+        .lines()
+        .iter()
+        .filter(|l| l.location == Location::Ram && !l.component.starts_with("replay"))
+        .map(|l| l.bytes)
+        .sum();
+    let slack = 64 * 1024;
+    assert!(
+        stats.peak_live_bytes as u64 <= heap_plan + heap_plan / 10 + slack,
+        "peak heap {} bytes against a heap plan of {heap_plan}",
+        stats.peak_live_bytes
+    );
+}
+
+#[test]
+fn an_async_discrete_sac_with_a_learned_table_publishes_its_table() {
+    let env = cue(0);
+    let table =
+        rl_core::FeatureTable::new(2, 4, vec![0.5, -0.2, 0.1, 0.3, -0.4, 0.2, 0.6, -0.1]).unwrap();
+    let sac = crate::DiscreteSac::with_learnable_table(
+        env.observation_space(),
+        env.action_space(),
+        table,
+        SacConfig {
+            hidden: vec![16],
+            batch_size: 16,
+            ..SacConfig::sb3()
+        },
+    )
+    .unwrap();
+    let config = async_run(600, 4);
+    let before = OffPolicyTrainer::<Cue, crate::DiscreteSac>::plan(&sac, &config).unwrap();
+    let mut trainer = OffPolicyTrainer::new(cue, sac, config).unwrap();
+    let summary = trainer.train(&mut ()).unwrap();
+    assert_eq!(summary.total_env_steps, 600);
+    assert_eq!(summary.updates, 600 / 4 - 64 / 4);
+    assert_eq!(trainer.policy_version(), 600 / 8 - 64 / 8);
+    let plan = trainer.memory_plan();
+    assert!(planned(&before, "collector") >= planned(plan, "collector"));
+    assert!(
+        planned(
+            plan,
+            "collector/async_collector/discrete sac actor x5 (learned table"
+        ) > 0
+    );
+}
+
+#[test]
+fn async_and_memmap_settings_are_usage_errors_naming_the_field_before_allocation() {
+    let sac = Sac::for_env(&Pendulum::new(0), small_sac()).unwrap();
+    let asynchronous = |workers, steps_per_chunk| CollectorChoice::Async {
+        workers,
+        steps_per_chunk,
+    };
+    let memmap = ReplayLocation::Memmap {
+        dir: std::path::PathBuf::new(),
+    };
+    let cases = [
+        (asynchronous(0, 8), ReplayLocation::Ram, "collector.workers"),
+        (asynchronous(3, 8), ReplayLocation::Ram, "collector.workers"),
+        (
+            asynchronous(2, 0),
+            ReplayLocation::Ram,
+            "collector.steps_per_chunk",
+        ),
+        (CollectorChoice::Sync, memmap, "replay_location.dir"),
+    ];
+    for (collector, replay_location, field) in cases {
+        let config = OffPolicyConfig {
+            buffer_capacity: 10_000_000,
+            collector,
+            replay_location,
+            ..OffPolicyConfig::new(RunConfig {
+                n_envs: 4,
+                ..RunConfig::new(100)
+            })
+        };
+        let err = config.validate().unwrap_err();
+        assert!(
+            matches!(err, Error::Config { ref what, .. } if what == field),
+            "{err}"
+        );
+        let learner = sac.clone();
+        let (result, stats) =
+            rl_testkit::measure(|| OffPolicyTrainer::new(Pendulum::new, learner, config));
+        let err = result.unwrap_err();
+        assert!(
+            matches!(err, Error::Config { ref what, .. } if what == field),
+            "{err}"
+        );
+        assert!(
+            stats.peak_live_bytes < 1 << 20,
+            "{field}: allocated {} bytes before refusing",
+            stats.peak_live_bytes
+        );
+    }
+}
+
+#[test]
+fn an_async_run_saves_and_resumes_with_its_learner_replay_and_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("run");
+    let config = |total, checkpoint: Option<&std::path::Path>| {
+        let mut config = async_run(total, 8);
+        config.run.checkpoint = checkpoint.map(|d| CheckpointSchedule {
+            dir: d.to_owned(),
+            every_steps: None,
+        });
+        config
+    };
+    let mut first = OffPolicyTrainer::new(cue, small_dqn(1), config(1_000, Some(&saved))).unwrap();
+    let summary = first.train(&mut ()).unwrap();
+    assert_eq!(
+        (summary.total_env_steps, summary.updates),
+        (1_000, 250 - 16)
+    );
+    let learner = first.learner().checkpoint().to_bytes().unwrap();
+    let rewards = first.replay().column::<f32>("reward").unwrap().to_vec();
+    let ring = first.replay().ring();
+    drop(first);
+
+    // Resumed into an untrained learner, with the same collector or the sync one.
+    for collector in [config(2_000, None).collector, CollectorChoice::Sync] {
+        let resumed_config = OffPolicyConfig {
+            collector,
+            ..config(2_000, None)
+        };
+        let mut resumed =
+            OffPolicyTrainer::resume(&saved, cue, small_dqn(1), resumed_config).unwrap();
+        assert_eq!(resumed.env_steps(), 1_000);
+        assert!(resumed.learner().checkpoint().to_bytes().unwrap() == learner);
+        assert_eq!(resumed.replay().ring(), ring);
+        assert_eq!(
+            resumed.replay().column::<f32>("reward").unwrap(),
+            &rewards[..]
+        );
+        let summary = resumed.train(&mut ()).unwrap();
+        // No second warm-up; one phase per 4 env steps.
+        assert_eq!(
+            (summary.total_env_steps, summary.updates),
+            (2_000, 500 - 16)
+        );
+        assert_eq!(resumed.replay().len(), 2_000);
+    }
+}
+
+#[test]
+fn a_memmap_run_saves_in_place_and_resumes_with_the_same_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (saved, replay_dir) = (dir.path().join("run"), dir.path().join("replay"));
+    let config = |total, checkpoint: Option<&std::path::Path>| OffPolicyConfig {
+        replay_location: ReplayLocation::Memmap {
+            dir: replay_dir.clone(),
+        },
+        ..sac_run(total, checkpoint)
+    };
+    let sac = || Sac::for_env(&Pendulum::new(0), small_sac()).unwrap();
+    // The plan puts the rows in the file, none in RAM.
+    let plan = OffPolicyTrainer::<Pendulum, Sac>::plan(&sac(), &config(120, None)).unwrap();
+    let file_bytes = planned(&plan, "replay");
+    assert!(file_bytes > 0);
+    assert!(
+        plan.lines()
+            .iter()
+            .filter(|l| l.component.starts_with("replay"))
+            .all(|l| l.location == Location::File)
+    );
+    assert_eq!(plan.total(Location::File), file_bytes);
+
+    let mut first = OffPolicyTrainer::new(Pendulum::new, sac(), config(120, Some(&saved))).unwrap();
+    assert_eq!(first.replay().location(), Location::File);
+    let file = first.replay().path().unwrap().to_owned();
+    assert_eq!(
+        file,
+        std::path::absolute(replay_dir.join(REPLAY_FILE)).unwrap()
+    );
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), file_bytes);
+    let summary = first.train(&mut ()).unwrap();
+    assert_eq!((summary.total_env_steps, summary.updates), (120, 70));
+    let columns = |t: &OffPolicyTrainer<Pendulum, Sac>| {
+        ["obs", "action", "reward", "next_obs"]
+            .map(|name| t.replay().column::<f32>(name).unwrap().to_vec())
+    };
+    let rows = columns(&first);
+    let ring = first.replay().ring();
+    let err = OffPolicyTrainer::new(Pendulum::new, sac(), config(120, None)).unwrap_err();
+    assert!(
+        matches!(err, Error::Config { ref what, .. } if what == "replay_location.dir"),
+        "a new run must not take the file: {err}"
+    );
+    drop(first);
+
+    // A RAM configuration cannot continue a memmap run.
+    let err =
+        OffPolicyTrainer::resume(&saved, Pendulum::new, sac(), sac_run(200, None)).unwrap_err();
+    assert!(
+        matches!(err, Error::CheckpointMismatch { ref what, .. } if what == "replay_location"),
+        "{err}"
+    );
+    let mut resumed =
+        OffPolicyTrainer::resume(&saved, Pendulum::new, sac(), config(200, None)).unwrap();
+    assert_eq!(resumed.env_steps(), 120);
+    assert_eq!(resumed.replay().path(), Some(file.as_path()));
+    assert_eq!(resumed.replay().ring(), ring);
+    assert_eq!(columns(&resumed), rows);
+    let summary = resumed.train(&mut ()).unwrap();
+    assert_eq!((summary.total_env_steps, summary.updates), (200, 150));
+    assert_eq!(resumed.replay().len(), 200);
+}
+
+#[test]
+fn actor_clones_explore_apart_and_take_new_weights_without_allocating() {
+    let mut dqn = small_dqn(1);
+    let mut staging = dqn.actor().unwrap();
+    assert_eq!(staging.epsilon(), 1.0);
+    let (mut a, mut b) = (staging.clone(), staging.clone());
+    let obs: Vec<f32> = (0..128).map(|i| (i % 2) as f32).collect();
+    let act = |actor: &mut crate::DqnActor| {
+        let mut actions = vec![0u32; 64];
+        let (mut lp, mut v) = (vec![0.0; 64], vec![0.0; 64]);
+        let out = rl_collect::ActOutput {
+            actions: &mut actions,
+            log_probs: &mut lp,
+            values: &mut v,
+        };
+        rl_collect::Policy::act(actor, &obs, &mut [(); 64], out).unwrap();
+        actions
+    };
+    assert_ne!(act(&mut a), act(&mut b), "clones must draw apart");
+
+    // New weights and a later epsilon reach a clone in place.
+    dqn.restore(&small_dqn(2).checkpoint()).unwrap();
+    dqn.set_env_steps(5_000);
+    dqn.refresh_actor(&mut staging).unwrap();
+    let ((), stats) = rl_testkit::measure(|| a.clone_from(&staging));
+    assert_eq!(stats.allocations, 0);
+    assert_eq!(a.network().params(), dqn.q_network().params());
+    assert_eq!(a.epsilon(), dqn.epsilon());
+    // Greedy (epsilon 0.05) actions of the cue environment's observations agree with the
+    // learner's greedy ones on most rows.
+    let mut greedy = vec![0u32; 64];
+    dqn.predict(&obs, 64, &mut greedy).unwrap();
+    let same = act(&mut a)
+        .iter()
+        .zip(&greedy)
+        .filter(|(x, y)| x == y)
+        .count();
+    assert!(same >= 50, "{same} of 64");
+
+    let mut sac = Sac::for_env(&Pendulum::new(0), small_sac()).unwrap();
+    let mut staging = sac.actor().unwrap();
+    let mut worker = staging.clone();
+    sac.restore(
+        &Sac::for_env(
+            &Pendulum::new(0),
+            SacConfig {
+                seed: 5,
+                ..small_sac()
+            },
+        )
+        .unwrap()
+        .checkpoint(),
+    )
+    .unwrap();
+    sac.refresh_actor(&mut staging).unwrap();
+    assert_ne!(
+        worker.network().params(),
+        crate::SacTrainer::core(&sac).actor().params()
+    );
+    let ((), stats) = rl_testkit::measure(|| worker.clone_from(&staging));
+    assert_eq!(stats.allocations, 0);
+    assert_eq!(
+        worker.network().params(),
+        crate::SacTrainer::core(&sac).actor().params()
+    );
+}
+
+proptest! {
+    /// The training phases due between two step counts are the multiples of the phase
+    /// length past the warm-up, however the steps arrive (one phase per call for the sync
+    /// collector, chunks of any size for the async one).
+    #[test]
+    fn phases_due_counts_every_phase_boundary_once(
+        learning_starts in 0u64..200,
+        phase in 1u64..20,
+        chunks in proptest::collection::vec(1u64..50, 1..40),
+    ) {
+        let mut steps = 0;
+        let mut total = 0;
+        for chunk in chunks {
+            total += super::off_policy::phases_due(steps, steps + chunk, learning_starts, phase);
+            steps += chunk;
+        }
+        let naive = (1..=steps).filter(|s| s % phase == 0 && *s > learning_starts).count() as u64;
+        prop_assert_eq!(total, naive);
+    }
+}
+
+#[test]
+fn a_new_memmap_run_that_fails_leaves_no_replay_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = OffPolicyConfig {
+        replay_location: ReplayLocation::Memmap {
+            dir: dir.path().to_owned(),
+        },
+        ..async_run(100, 4)
+    };
+    // Environment 1 has three actions: the collector refuses the environments after the
+    // replay file was created.
+    let mismatched = |seed: u64| {
+        let mut env = cue(seed);
+        if seed % 1000 == 1 {
+            env.act_space = Space::Discrete { n: 3 };
+        }
+        env
+    };
+    assert!(OffPolicyTrainer::new(mismatched, small_dqn(1), config.clone()).is_err());
+    assert!(!dir.path().join(REPLAY_FILE).exists());
+    let mut trainer = OffPolicyTrainer::new(cue, small_dqn(1), config).unwrap();
+    assert_eq!(trainer.train(&mut ()).unwrap().total_env_steps, 100);
 }

@@ -110,6 +110,35 @@ fn tensors_carry_pytorch_names_and_shapes() {
 }
 
 #[test]
+fn the_same_state_always_gives_the_same_bytes() {
+    let (saved, _, _) = checkpoint();
+    let first = saved.to_bytes().unwrap();
+    // A separately built copy and a save through a file give the same bytes: nothing in
+    // the header depends on a map's iteration order.
+    let (again, _, _) = checkpoint();
+    assert_eq!(again.to_bytes().unwrap(), first);
+    let dir = tempdir().unwrap();
+    let (a, b) = (
+        dir.path().join("a.safetensors"),
+        dir.path().join("b.safetensors"),
+    );
+    saved.save(&a).unwrap();
+    again.save(&b).unwrap();
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    assert_eq!(std::fs::read(&a).unwrap(), first);
+    // The header is a safetensors header: 8-byte aligned, metadata and tensors readable.
+    let header_len = u64::from_le_bytes(first[..8].try_into().unwrap()) as usize;
+    assert_eq!(header_len % 8, 0);
+    let file = SafeTensors::deserialize(&first).unwrap();
+    // The actor's 6 tensors with both moments, the target's 6, the log-std.
+    assert_eq!(file.len(), 6 * 3 + 6 + 1);
+    // A different state gives different bytes.
+    let mut other = saved.clone();
+    other.state.steps += 1;
+    assert_ne!(other.to_bytes().unwrap(), first);
+}
+
+#[test]
 fn another_architecture_is_refused_and_the_network_is_untouched() {
     let (checkpoint, _, _) = checkpoint();
     for mut other in [net(8, Activation::Relu, 5), net(16, Activation::Tanh, 5)] {

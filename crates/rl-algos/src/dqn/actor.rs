@@ -1,0 +1,122 @@
+//! The acting part of [`Dqn`], for collectors that act in worker threads.
+
+use rl_collect::{ActOutput, Policy, PolicyError};
+use rl_core::{Location, MemoryPlan};
+use rl_nn::{Mlp, MlpWorkspace, Module, Weights};
+
+use super::{ACT_ROWS, Dqn, EpsilonGreedy};
+use crate::error::{Error, Result};
+use crate::trainer::ActorRng;
+
+/// Seeds an actor's exploration from the learner's seed, apart from the learner's own.
+const ACTOR_SEED: u64 = 0xD0AC_7000_D0AC_7000;
+
+/// The acting part of a [`Dqn`]: the online Q network, epsilon as it was when the actor
+/// last took the learner's state (the schedule at [`Dqn::env_steps`]), a workspace for
+/// 64 rows and its own generator. It acts epsilon-greedily as [`Dqn`] does in
+/// [`crate::Mode::Sample`]; its epsilon changes only when it is refreshed.
+///
+/// A clone explores with other draws than its source (see
+/// [`OffPolicyLearner::Actor`](crate::OffPolicyLearner::Actor)); `clone_from` copies
+/// the weights and epsilon in place and allocates nothing.
+#[derive(Debug)]
+pub struct DqnActor {
+    q: Mlp,
+    ws: MlpWorkspace,
+    epsilon: f32,
+    n_actions: u32,
+    rng: ActorRng,
+}
+
+impl DqnActor {
+    pub(super) fn new(dqn: &Dqn) -> Self {
+        Self {
+            ws: dqn.q.workspace(ACT_ROWS),
+            q: dqn.q.clone(),
+            epsilon: dqn.epsilon(),
+            n_actions: dqn.n_actions,
+            rng: ActorRng::new(dqn.config.seed ^ ACTOR_SEED),
+        }
+    }
+
+    /// Takes `dqn`'s current weights and epsilon.
+    pub(super) fn refresh(&mut self, dqn: &Dqn) -> Result<()> {
+        if self.q.spec() != dqn.q.spec() || self.n_actions != dqn.n_actions {
+            return Err(Error::CheckpointMismatch {
+                what: "Q network architecture".to_owned(),
+                expected: dqn.q.architecture().to_string(),
+                actual: self.q.architecture().to_string(),
+            });
+        }
+        self.q.params_mut().copy_from_slice(dqn.q.params());
+        self.epsilon = dqn.epsilon();
+        Ok(())
+    }
+
+    /// The epsilon it explores with.
+    pub fn epsilon(&self) -> f32 {
+        self.epsilon
+    }
+
+    /// The Q network.
+    pub fn network(&self) -> &Mlp {
+        &self.q
+    }
+
+    /// What `copies` actors of `dqn` hold.
+    pub(super) fn plan(dqn: &Dqn, copies: usize) -> MemoryPlan {
+        let each = (dqn.q.num_params() * size_of::<f32>()) as u64 + dqn.q.workspace_bytes(ACT_ROWS);
+        MemoryPlan::new().with(
+            format!("dqn actor x{copies} (q weights, workspace)"),
+            Location::Ram,
+            each * copies as u64,
+        )
+    }
+}
+
+impl Clone for DqnActor {
+    fn clone(&self) -> Self {
+        Self {
+            q: self.q.clone(),
+            ws: self.ws.clone(),
+            epsilon: self.epsilon,
+            n_actions: self.n_actions,
+            rng: self.rng.clone(),
+        }
+    }
+
+    /// Copies the weights and epsilon in place (no allocation); keeps this copy's draws.
+    fn clone_from(&mut self, source: &Self) {
+        if self.q.spec() != source.q.spec() {
+            *self = source.clone();
+            return;
+        }
+        self.q.params_mut().copy_from_slice(source.q.params());
+        self.epsilon = source.epsilon;
+        self.n_actions = source.n_actions;
+    }
+}
+
+impl Policy for DqnActor {
+    type Obs = f32;
+    type Act = u32;
+    type State = ();
+
+    fn act(
+        &mut self,
+        obs: &[f32],
+        _states: &mut [()],
+        out: ActOutput<'_, u32>,
+    ) -> Result<(), PolicyError> {
+        EpsilonGreedy {
+            q: &self.q,
+            ws: &mut self.ws,
+            rng: self.rng.rng(),
+            epsilon: self.epsilon,
+            sample: true,
+            n_actions: self.n_actions,
+        }
+        .act(obs, out.actions)
+        .map_err(|e| Box::new(e) as PolicyError)
+    }
+}

@@ -1,0 +1,311 @@
+//! How the off-policy trainer steps its environments ([`CollectorChoice`]): a
+//! synchronous collector whose policy is the learner itself, or an asynchronous one
+//! whose worker threads act with copies of the learner's actor, published after every
+//! training phase.
+
+use rl_collect::{
+    AsyncCollector, AsyncConfig, CollectorConfig, EpisodeStats, RandomAction, SyncCollector,
+};
+use rl_core::{Env, Field, Location, MemoryPlan, Schema};
+use serde::{Deserialize, Serialize};
+
+use super::OffPolicyConfig;
+use super::replay::{OffPolicyReplay, with_buffer};
+use crate::error::{Error, Result};
+use crate::trainer::OffPolicyLearner;
+
+/// Which collector steps the training environments.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CollectorChoice {
+    /// [`rl_collect::SyncCollector`]: every environment stepped in the trainer's thread,
+    /// one batched call of the learner per step. The learner is the collector's policy,
+    /// so each update reaches the next action without a copy, and a run with the same
+    /// seed trains bit-identically.
+    #[default]
+    Sync,
+    /// [`rl_collect::AsyncCollector`]: `workers` threads, each stepping
+    /// `run.n_envs / workers` environments with its own copy of the learner's
+    /// [`OffPolicyLearner::Actor`], filling chunks of `steps_per_chunk` steps that the
+    /// trainer writes into the replay buffer one at a time. After every training phase
+    /// the trainer publishes the learner's new weights (and exploration state) with a
+    /// new version; workers take them at their next chunk, so a chunk may come from
+    /// weights a few phases old. Collection overlaps learning; the order in which
+    /// workers' chunks arrive depends on thread timing, so runs are not bit-identical.
+    /// The warm-up (`learning_starts` env steps of random actions) is split over the
+    /// workers, each acting at random for its first `learning_starts / workers` env
+    /// steps (rounded up to whole steps of its environments).
+    Async {
+        /// Worker threads, at least 1, dividing `run.n_envs`.
+        workers: usize,
+        /// Steps of a worker's environments per chunk, at least 1: a chunk holds
+        /// `steps_per_chunk x run.n_envs / workers` transitions.
+        steps_per_chunk: usize,
+    },
+}
+
+impl CollectorChoice {
+    /// Checks the choice for `n_envs` environments; the error names the field.
+    pub(super) fn validate(&self, n_envs: usize) -> Result<()> {
+        let Self::Async {
+            workers,
+            steps_per_chunk,
+        } = *self
+        else {
+            return Ok(());
+        };
+        if workers == 0 {
+            return Err(Error::config(
+                "collector.workers",
+                "is 0: use at least one worker thread",
+            ));
+        }
+        if !n_envs.is_multiple_of(workers) {
+            return Err(Error::config(
+                "collector.workers",
+                format!(
+                    "is {workers}, which does not divide run.n_envs = {n_envs}: every worker steps as many environments, so use a divisor of run.n_envs"
+                ),
+            ));
+        }
+        if steps_per_chunk == 0 {
+            return Err(Error::config(
+                "collector.steps_per_chunk",
+                "is 0: a chunk holds at least one step",
+            ));
+        }
+        if steps_per_chunk.checked_mul(n_envs / workers).is_none() {
+            return Err(Error::config(
+                "collector.steps_per_chunk",
+                "is too large: the transitions of a chunk overflow usize",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The collector and, for the asynchronous one, the learner and its actor.
+#[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per trainer, built once and never moved in the loop"
+)]
+pub(super) enum Collection<E, L>
+where
+    E: Env<Obs = f32>,
+    L: OffPolicyLearner<Act = E::Act>,
+{
+    /// The learner is the collector's policy.
+    Sync(SyncCollector<E, L>),
+    Async(Workers<E, L>),
+}
+
+/// An asynchronous collector, the learner, and the actor the trainer refreshes and
+/// publishes (`staging`: its clones go to the workers).
+#[derive(Debug)]
+pub(super) struct Workers<E, L>
+where
+    E: Env<Obs = f32>,
+    L: OffPolicyLearner<Act = E::Act>,
+{
+    collector: AsyncCollector<E, L::Actor>,
+    learner: L,
+    staging: L::Actor,
+}
+
+/// Actor copies an asynchronous run holds at most: one per worker, the collector's
+/// published one, the trainer's `staging` one, and the clone being published.
+pub(super) fn actor_copies(workers: usize) -> usize {
+    workers + 3
+}
+
+/// Upper bounds of the asynchronous collector's private sizes (a chunk's header, one
+/// channel message): checked against the collector's own plan by the trainer's tests.
+const CHUNK_HEADER_BOUND: u64 = 1024;
+const MESSAGE_BOUND: u64 = 512;
+
+/// What an asynchronous collector for `config` and `schema` will hold, before it
+/// exists: the chunk pool, every worker's lanes, the channel slots and the statistics
+/// window (as [`AsyncCollector::memory_plan`] counts them, with upper bounds for the
+/// collector's private struct sizes), and `learner`'s actor copies. Nothing allocated.
+pub(super) fn async_plan<L: OffPolicyLearner>(
+    learner: &L,
+    schema: &Schema,
+    config: &OffPolicyConfig,
+    workers: usize,
+    steps_per_chunk: usize,
+) -> MemoryPlan {
+    let width = |field: Field| {
+        schema
+            .index_of(field.name())
+            .map_or(0, |i| schema.columns()[i].row_bytes() as u64)
+    };
+    let (obs, action) = (width(Field::Obs), width(Field::Action));
+    let per_worker = (config.run.n_envs / workers.max(1)) as u64;
+    let rows = steps_per_chunk as u64 * per_worker;
+    let pool = 2 * workers as u64 + 1;
+    let window = (config.run.window() as u64).min(rows).max(1);
+    // obs, next_obs, action, reward, terminated, truncated, log-prob, value.
+    let per_row = 2 * obs + action + 4 + 1 + 1 + 4 + 4;
+    let chunk = rows * per_row + window * 8 + CHUNK_HEADER_BOUND;
+    let lanes = per_worker * (2 * obs + 4 + 2 + 2 + 8 + 4);
+    let mut plan = MemoryPlan::new()
+        .with("async_collector/chunk_pool", Location::Ram, pool * chunk)
+        .with(
+            "async_collector/workers' lanes",
+            Location::Ram,
+            workers as u64 * lanes,
+        )
+        .with(
+            "async_collector/channel_slots",
+            Location::Ram,
+            pool * 2 * (MESSAGE_BOUND + 8),
+        )
+        .with(
+            "async_collector/episode_stats",
+            Location::Ram,
+            config.run.window().max(1) as u64 * 8,
+        );
+    plan.nest(
+        "async_collector",
+        &learner.actor_memory_plan(actor_copies(workers)),
+    );
+    plan
+}
+
+impl<E, L> Collection<E, L>
+where
+    E: Env<Obs = f32> + Send + 'static,
+    E::Act: RandomAction,
+    L: OffPolicyLearner<Act = E::Act>,
+{
+    /// The collector `config` chooses over `envs`, acting at random for the
+    /// `learning_starts` steps not yet taken in `steps_before`.
+    pub(super) fn new(
+        envs: Vec<E>,
+        mut learner: L,
+        config: &OffPolicyConfig,
+        steps_before: u64,
+    ) -> Result<Self> {
+        let run = &config.run;
+        learner.set_env_steps(steps_before);
+        let shared = CollectorConfig {
+            seed: run.seed.wrapping_add(steps_before),
+            random_frames: config.learning_starts.saturating_sub(steps_before),
+            stats_window: run.window(),
+            ..CollectorConfig::new(config.train_freq as usize * run.n_envs)
+        };
+        Ok(match config.collector {
+            CollectorChoice::Sync => Self::Sync(SyncCollector::new(envs, learner, shared)?),
+            CollectorChoice::Async {
+                workers,
+                steps_per_chunk,
+            } => {
+                let staging = learner.actor()?;
+                let rows = steps_per_chunk * (run.n_envs / workers);
+                // Workers stop claiming chunks at the run's budget (at least one step,
+                // so that a resumed run at its budget starts nothing).
+                let left = run.total_steps.saturating_sub(steps_before).max(1);
+                let async_config = AsyncConfig::new(
+                    workers,
+                    steps_per_chunk,
+                    CollectorConfig {
+                        frames_per_batch: rows,
+                        total_frames: Some(left),
+                        ..shared
+                    },
+                );
+                let collector = AsyncCollector::new(envs, staging.clone(), async_config)?;
+                Self::Async(Workers {
+                    collector,
+                    learner,
+                    staging,
+                })
+            }
+        })
+    }
+}
+
+impl<E, L> Collection<E, L>
+where
+    E: Env<Obs = f32>,
+    E::Act: RandomAction,
+    L: OffPolicyLearner<Act = E::Act>,
+{
+    pub(super) fn learner(&self) -> &L {
+        match self {
+            Self::Sync(c) => c.policy(),
+            Self::Async(w) => &w.learner,
+        }
+    }
+
+    pub(super) fn learner_mut(&mut self) -> &mut L {
+        match self {
+            Self::Sync(c) => c.policy_mut(),
+            Self::Async(w) => &mut w.learner,
+        }
+    }
+
+    /// Env steps delivered into the replay buffer by this collector.
+    pub(super) fn frames(&self) -> u64 {
+        match self {
+            Self::Sync(c) => c.frames(),
+            Self::Async(w) => w.collector.frames(),
+        }
+    }
+
+    /// Statistics of the episodes delivered so far.
+    pub(super) fn stats(&self) -> &EpisodeStats {
+        match self {
+            Self::Sync(c) => c.stats(),
+            Self::Async(w) => w.collector.stats(),
+        }
+    }
+
+    /// Collects into `replay`: `train_freq` steps of every environment (sync), or the
+    /// next chunk a worker filled (async). `env_steps` is the run's count before.
+    pub(super) fn collect(&mut self, replay: &mut OffPolicyReplay, env_steps: u64) -> Result<()> {
+        match self {
+            Self::Sync(c) => {
+                c.policy_mut().set_env_steps(env_steps);
+                with_buffer!(&mut replay.buffer, b => c.collect(b))?;
+            }
+            Self::Async(w) => {
+                with_buffer!(&mut replay.buffer, b => w.collector.collect(b))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After a training phase at `env_steps`: hands the workers the learner's new
+    /// weights and exploration state (async; nothing to do when the learner is the
+    /// policy). Returns the version published.
+    pub(super) fn publish(&mut self, env_steps: u64) -> Result<u64> {
+        let Self::Async(w) = self else {
+            return Ok(0);
+        };
+        w.learner.set_env_steps(env_steps);
+        w.learner.refresh_actor(&mut w.staging)?;
+        Ok(w.collector.set_policy(w.staging.clone()))
+    }
+
+    /// The collector's own plan (and, async, the actor copies).
+    pub(super) fn memory_plan(&self) -> MemoryPlan {
+        match self {
+            Self::Sync(c) => c.memory_plan(),
+            Self::Async(w) => {
+                let mut plan = w.collector.memory_plan();
+                let copies = actor_copies(w.collector.workers());
+                plan.nest("async_collector", &w.learner.actor_memory_plan(copies));
+                plan
+            }
+        }
+    }
+
+    /// The policy version the workers were last given (0 for the first, or sync).
+    pub(super) fn version(&self) -> u64 {
+        match self {
+            Self::Sync(_) => 0,
+            Self::Async(w) => w.collector.version(),
+        }
+    }
+}
