@@ -166,7 +166,8 @@ fn soak() -> anyhow::Result<()> {
 /// collector, on one thread.
 fn mlp() -> anyhow::Result<()> {
     let mut replay = replay()?;
-    let policy = rl_algos::CategoricalPolicy::new(4, 2, rl_algos::PolicyConfig::new(), 0)?;
+    let policy =
+        rl_algos::policy::CategoricalPolicy::new(4, 2, rl_algos::policy::PolicyConfig::new(), 0)?;
     let mut sync = SyncCollector::new(envs(), policy, CollectorConfig::new(ENVS * 64))?;
     sync.collect(&mut replay)?;
     let mut rates = Vec::with_capacity(ROUNDS);

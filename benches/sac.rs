@@ -25,7 +25,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use rl::algos::{DiscreteSac, Sac, SacConfig, SacTrainer};
+use rl::algos::sac::{DiscreteSac, Sac, SacConfig, SacTrainer};
 use rl::collect::{ActOutput, Policy};
 use rl::core::{Env, Flag};
 use rl::envs::{LargeDiscrete, Pendulum};

@@ -20,8 +20,8 @@
 mod common;
 
 use clap::{ArgAction, Parser};
+use rl::algos::dqn::{Dqn, DqnConfig};
 use rl::algos::trainer::{Goal, OffPolicyConfig};
-use rl::algos::{Dqn, DqnConfig};
 use rl::envs::CartPole;
 use rl::storage::sampler::PrioritizedConfig;
 

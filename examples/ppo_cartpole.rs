@@ -22,7 +22,11 @@ use std::num::NonZeroUsize;
 
 use clap::{ArgAction, Parser};
 use rl::algos::trainer::Goal;
-use rl::algos::{AdamConfig, CategoricalPolicy, ObsNormalization, PpoConfig, RewardNormalization};
+use rl::algos::{
+    AdamConfig,
+    policy::CategoricalPolicy,
+    ppo::{ObsNormalization, PpoConfig, RewardNormalization},
+};
 use rl::envs::CartPole;
 
 #[derive(Debug, Parser)]

@@ -18,7 +18,11 @@ use std::num::NonZeroUsize;
 
 use clap::{ArgAction, Parser};
 use rl::algos::trainer::Goal;
-use rl::algos::{AdamConfig, GaussianPolicy, PolicyConfig, PpoConfig, RewardNormalization};
+use rl::algos::{
+    AdamConfig,
+    policy::{GaussianPolicy, PolicyConfig},
+    ppo::{PpoConfig, RewardNormalization},
+};
 use rl::envs::Pendulum;
 
 #[derive(Debug, Parser)]

@@ -21,7 +21,10 @@ use std::num::{NonZeroU64, NonZeroUsize};
 use anyhow::bail;
 use clap::{ArgAction, Parser};
 use rl::algos::trainer::{Goal, OffPolicyConfig};
-use rl::algos::{AdamConfig, DiscreteSac, SacConfig};
+use rl::algos::{
+    AdamConfig,
+    sac::{DiscreteSac, SacConfig},
+};
 use rl::core::{DType, MemoryBudget, TransitionSchema};
 use rl::envs::LargeDiscrete;
 use rl::storage::ram::RamStorage;

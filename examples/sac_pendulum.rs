@@ -20,8 +20,8 @@ mod common;
 use std::num::NonZeroUsize;
 
 use clap::{ArgAction, Parser, ValueEnum};
+use rl::algos::sac::{Sac, SacConfig};
 use rl::algos::trainer::{Goal, OffPolicyConfig};
-use rl::algos::{Sac, SacConfig};
 use rl::envs::Pendulum;
 
 #[derive(Debug, Parser)]

@@ -8,7 +8,11 @@ use std::sync::Mutex;
 use rl::algos::trainer::{
     Callback, Control, OffPolicyConfig, OffPolicyTrainer, Progress, RunConfig, StopReason,
 };
-use rl::algos::{AdamConfig, DiscreteSac, OffPolicyLearner, Sac, SacConfig};
+use rl::algos::{
+    AdamConfig,
+    sac::{DiscreteSac, Sac, SacConfig},
+    trainer::OffPolicyLearner,
+};
 use rl::collect::{CollectorConfig, SyncCollector};
 use rl::core::{
     BoxSpace, Column, DType, Env, Location, MemoryBudget, MemoryPlan, ProcessMemory, Schema, Space,

@@ -11,7 +11,12 @@ use rl::algos::trainer::{
     CheckpointSchedule, EvalSchedule, Goal, OffPolicyConfig, OffPolicyLearner, OffPolicyTrainer,
     OnPolicyTrainer, ProgressLog, RunConfig, TrainSummary,
 };
-use rl::algos::{Activation, ActorCritic, EvalReport, PolicyConfig, PpoConfig, Predict};
+use rl::algos::{
+    Activation,
+    eval::{EvalReport, Predict},
+    policy::{ActorCritic, PolicyConfig},
+    ppo::PpoConfig,
+};
 use rl::collect::RandomAction;
 use rl::core::{Env, MemoryBudget};
 

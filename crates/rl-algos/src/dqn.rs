@@ -317,7 +317,7 @@ pub struct DqnState {
     /// Gradient steps done (the hard target copies count them).
     pub updates: u64,
     /// Environment steps of the run, as last given to
-    /// [`OffPolicyLearner::set_env_steps`](crate::OffPolicyLearner::set_env_steps).
+    /// [`OffPolicyLearner::set_env_steps`](crate::trainer::OffPolicyLearner::set_env_steps).
     pub env_steps: u64,
     /// The generator of the exploration draws (so a resumed run acts the same).
     pub rng: Xoshiro256PlusPlus,
@@ -345,7 +345,7 @@ pub struct DqnState {
 ///   index.
 ///
 /// ```
-/// use rl_algos::{Dqn, DqnConfig};
+/// use rl_algos::dqn::{Dqn, DqnConfig};
 /// use rl_core::Flag;
 /// use rl_envs::CartPole;
 /// use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
@@ -960,7 +960,7 @@ impl crate::eval::Predict for Dqn {
     }
 }
 
-impl crate::OffPolicyLearner for Dqn {
+impl crate::trainer::OffPolicyLearner for Dqn {
     type Saved = DqnState;
     type Stats = DqnStats;
     type Actor = DqnActor;

@@ -3,8 +3,8 @@
 //! MLP whose sizes and activation are chosen at run time.
 //!
 //! Three small traits, each with one job:
-//! - acting: `rl-collect`'s [`Policy`](rl_collect::Policy) and
-//!   [`ValuePolicy`](rl_collect::ValuePolicy), so collectors drive them;
+//! - acting: `rl-collect`'s [`Policy`](rl_collect::Policy) and [`ValuePolicy`], so
+//!   collectors drive them;
 //! - [`PolicyNetworks`]: the named networks (for optimisers, checkpoints and weight files),
 //!   the sampling generator and the observation normaliser;
 //! - [`ActorCritic`]: what PPO needs: log-probabilities and values of stored actions

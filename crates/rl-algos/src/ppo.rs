@@ -308,14 +308,14 @@ fn explained_variance(values: &[f32], returns: &[f32]) -> f32 {
 /// It does not hold what lives outside the trainer: the environments' states, the
 /// collector's episode statistics and frame counter, and the collector's copy of the
 /// policy. Put the collector policy's sampling generator into the trainer's policy with
-/// [`PolicyNetworks::set_sampling_state`](crate::PolicyNetworks::set_sampling_state) before
+/// [`PolicyNetworks::set_sampling_state`](crate::policy::PolicyNetworks::set_sampling_state) before
 /// [`Ppo::checkpoint`] to carry it along (the `ppo_cartpole` example does).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PpoState {
     /// The configuration. [`Ppo::restore`] refuses a checkpoint whose configuration
     /// differs from the trainer's in any field but `seed`.
     pub config: PpoConfig,
-    /// The policy's architecture ([`PolicyNetworks::architecture`](crate::PolicyNetworks::architecture));
+    /// The policy's architecture ([`PolicyNetworks::architecture`](crate::policy::PolicyNetworks::architecture));
     /// must match on restore.
     pub architecture: PolicyArchitecture,
     /// Environment steps trained on ([`Ppo::env_steps`]; drives the schedules).
@@ -325,10 +325,10 @@ pub struct PpoState {
     /// The generator that shuffles minibatches.
     pub shuffle_rng: Xoshiro256PlusPlus,
     /// The trainer's policy's action-sampling generator
-    /// ([`PolicyNetworks::sampling_state`](crate::PolicyNetworks::sampling_state)).
+    /// ([`PolicyNetworks::sampling_state`](crate::policy::PolicyNetworks::sampling_state)).
     pub sampling_rng: Xoshiro256PlusPlus,
     /// The trainer's policy's observation normaliser
-    /// ([`PolicyNetworks::obs_normalizer`](crate::PolicyNetworks::obs_normalizer)),
+    /// ([`PolicyNetworks::obs_normalizer`](crate::policy::PolicyNetworks::obs_normalizer)),
     /// if it has one ([`PpoConfig::normalize_obs`]).
     #[serde(default)]
     pub obs_normalizer: Option<ObsNormalizer>,
@@ -349,7 +349,7 @@ pub struct PpoState {
 /// An update allocates nothing (tested with a counting allocator).
 ///
 /// ```no_run
-/// use rl_algos::{CategoricalPolicy, PolicyConfig, Ppo, PpoConfig};
+/// use rl_algos::{policy::{CategoricalPolicy, PolicyConfig}, ppo::{Ppo, PpoConfig}};
 /// use rl_collect::{CollectorConfig, SyncCollector};
 /// use rl_envs::CartPole;
 ///
@@ -527,7 +527,7 @@ impl<P: ActorCritic> Ppo<P> {
     }
 
     /// The optimisers, one per network of the policy in
-    /// [`PolicyNetworks::network_names`](crate::PolicyNetworks::network_names)' order
+    /// [`PolicyNetworks::network_names`](crate::policy::PolicyNetworks::network_names)' order
     /// (their states go into checkpoints).
     pub fn adams(&self) -> &[Adam] {
         &self.learner.adams

@@ -229,33 +229,44 @@ pub struct SacState {
 }
 
 /// What [`Sac`] and [`DiscreteSac`] share beyond being an
-/// [`OffPolicyLearner`](crate::OffPolicyLearner): their configuration and entropy
+/// [`OffPolicyLearner`](crate::trainer::OffPolicyLearner): their configuration and entropy
 /// coefficient.
-pub trait SacTrainer: crate::OffPolicyLearner<Saved = SacState, Stats = SacStats> {
-    /// The shared learner state (crate-internal: configuration, networks, counters).
-    #[doc(hidden)]
-    fn core(&self) -> &Core;
-
+pub trait SacTrainer: crate::trainer::OffPolicyLearner<Saved = SacState, Stats = SacStats> {
     /// The configuration.
-    fn config(&self) -> &SacConfig {
-        self.core().config()
-    }
+    fn config(&self) -> &SacConfig;
 
     /// The current entropy coefficient.
-    fn alpha(&self) -> f32 {
-        self.core().alpha()
-    }
+    fn alpha(&self) -> f32;
 
     /// The entropy the coefficient is tuned towards.
-    fn target_entropy(&self) -> f32 {
-        self.core().target_entropy()
-    }
+    fn target_entropy(&self) -> f32;
 }
+
+/// Implements [`SacTrainer`] for a learner holding a `core: Core`.
+macro_rules! sac_trainer {
+    ($learner:ty) => {
+        impl SacTrainer for $learner {
+            fn config(&self) -> &SacConfig {
+                self.core.config()
+            }
+
+            fn alpha(&self) -> f32 {
+                self.core.alpha()
+            }
+
+            fn target_entropy(&self) -> f32 {
+                self.core.target_entropy()
+            }
+        }
+    };
+}
+sac_trainer!(Sac);
+sac_trainer!(DiscreteSac);
 
 /// What continuous and discrete SAC share: the actor and its optimiser, the twin critics
 /// and their targets, the entropy coefficient, the noise generator and the counters.
 #[derive(Clone, Debug)]
-pub struct Core {
+pub(crate) struct Core {
     config: SacConfig,
     /// What the action side is (bounds or scoring): part of the architecture a
     /// checkpoint must match.
@@ -307,43 +318,23 @@ impl Core {
     }
 
     /// The configuration.
-    pub fn config(&self) -> &SacConfig {
+    pub(crate) fn config(&self) -> &SacConfig {
         &self.config
     }
 
     /// The current entropy coefficient.
-    pub fn alpha(&self) -> f32 {
+    pub(crate) fn alpha(&self) -> f32 {
         self.temperature.alpha()
     }
 
     /// The entropy the coefficient is tuned towards.
-    pub fn target_entropy(&self) -> f32 {
+    pub(crate) fn target_entropy(&self) -> f32 {
         self.temperature.target_entropy
     }
 
     /// Gradient steps done.
-    pub fn updates(&self) -> u64 {
+    pub(crate) fn updates(&self) -> u64 {
         self.updates
-    }
-
-    /// How the policy acts for a collector.
-    pub fn mode(&self) -> Mode {
-        self.mode
-    }
-
-    /// The actor network.
-    pub fn actor(&self) -> &Mlp {
-        &self.actor
-    }
-
-    /// The online critics.
-    pub fn critics(&self) -> &[Mlp; 2] {
-        &self.critics.online
-    }
-
-    /// The target critics.
-    pub fn target_critics(&self) -> &[Mlp; 2] {
-        &self.critics.target
     }
 
     /// Parameters, gradients and moments of every network.

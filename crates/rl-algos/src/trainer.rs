@@ -3,8 +3,8 @@
 //! allocated, evaluation and checkpoints on a cadence, callbacks, an early stop on a goal
 //! and a typed [`TrainSummary`].
 //!
-//! - [`OffPolicyTrainer`] drives any [`OffPolicyLearner`] ([`crate::Sac`],
-//!   [`crate::DiscreteSac`], [`crate::Dqn`]) over a replay buffer in RAM or in a
+//! - [`OffPolicyTrainer`] drives any [`OffPolicyLearner`] ([`crate::sac::Sac`],
+//!   [`crate::sac::DiscreteSac`], [`crate::dqn::Dqn`]) over a replay buffer in RAM or in a
 //!   memory-mapped file ([`ReplayLocation`]): random actions for the first
 //!   `learning_starts` steps, then `gradient_steps` updates every `train_freq` steps of
 //!   every environment, with uniform or prioritized sampling. With the synchronous
@@ -12,7 +12,7 @@
 //!   action without a copy; with the asynchronous one ([`CollectorChoice::Async`])
 //!   worker threads act with copies of the learner's actor, and the trainer publishes
 //!   new weights after every training phase.
-//! - [`OnPolicyTrainer`] drives [`crate::Ppo`]: collect a rollout, scale rewards if
+//! - [`OnPolicyTrainer`] drives [`crate::ppo::Ppo`]: collect a rollout, scale rewards if
 //!   configured, update, hand the new weights to the collector's policy copy.
 //!
 //! Both read the loop's settings from [`RunConfig`] (budget, seed, goal, evaluation and

@@ -14,10 +14,10 @@ const ACTOR_SEED: u64 = 0xD0AC_7000_D0AC_7000;
 /// The acting part of a [`Dqn`]: the online Q network, epsilon as it was when the actor
 /// last took the learner's state (the schedule at [`Dqn::env_steps`]), a workspace for
 /// 64 rows and its own generator. It acts epsilon-greedily as [`Dqn`] does in
-/// [`crate::Mode::Sample`]; its epsilon changes only when it is refreshed.
+/// [`crate::policy::Mode::Sample`]; its epsilon changes only when it is refreshed.
 ///
 /// A clone explores with other draws than its source (see
-/// [`OffPolicyLearner::Actor`](crate::OffPolicyLearner::Actor)); `clone_from` copies
+/// [`OffPolicyLearner::Actor`](crate::trainer::OffPolicyLearner::Actor)); `clone_from` copies
 /// the weights and epsilon in place and allocates nothing.
 #[derive(Debug)]
 pub struct DqnActor {

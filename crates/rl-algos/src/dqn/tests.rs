@@ -12,7 +12,10 @@ use rl_storage::{
 
 use super::*;
 use crate::eval::Predict;
-use crate::{EvalConfig, OffPolicyLearner, evaluate};
+use crate::{
+    eval::{EvalConfig, evaluate},
+    trainer::OffPolicyLearner,
+};
 
 fn box_space(len: usize) -> Space {
     Space::Box(BoxSpace::uniform(-1.0, 1.0, &[len], DType::F32).unwrap())
@@ -855,7 +858,7 @@ fn the_replay_schema_names_the_transition_columns() {
     assert_eq!(names, fields.map(Field::name));
     assert_eq!(schema.columns()[1].dtype(), DType::U32);
     assert_eq!(OffPolicyLearner::batch_size(&dqn), 8);
-    assert_eq!(dqn.checkpoint_kind(), crate::DQN_CHECKPOINT_KIND);
+    assert_eq!(dqn.checkpoint_kind(), crate::dqn::CHECKPOINT_KIND);
     assert_eq!(OffPolicyLearner::priorities(&dqn), Some(&[][..]));
 }
 

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 /// [`CategoricalPolicy::reseed`] so that copies do not draw the same actions.
 ///
 /// ```
-/// use rl_algos::{ActorCritic, CategoricalPolicy, PolicyConfig};
+/// use rl_algos::policy::{ActorCritic, CategoricalPolicy, PolicyConfig};
 /// use rl_envs::CartPole;
 ///
 /// let config = PolicyConfig { hidden: vec![32, 32], ..PolicyConfig::new() };

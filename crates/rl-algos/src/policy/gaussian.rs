@@ -33,7 +33,7 @@ const HALF_LN_2PI: f32 = 0.918_938_5;
 ///   mean (and the log-density there).
 ///
 /// ```
-/// use rl_algos::{ActorCritic, GaussianPolicy, PolicyConfig};
+/// use rl_algos::policy::{ActorCritic, GaussianPolicy, PolicyConfig};
 /// use rl_envs::Pendulum;
 ///
 /// let policy = GaussianPolicy::for_env(&Pendulum::new(0), PolicyConfig::new(), 7)?;

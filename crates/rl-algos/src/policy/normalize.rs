@@ -13,9 +13,9 @@ use crate::error::{Error, Result};
 /// mean and variance (Chan et al.'s parallel formula), in `f64`.
 ///
 /// A policy holding one (see
-/// [`PolicyNetworks::set_obs_normalizer`](crate::PolicyNetworks::set_obs_normalizer))
+/// [`PolicyNetworks::set_obs_normalizer`](crate::policy::PolicyNetworks::set_obs_normalizer))
 /// normalises every input with it, in acting and in evaluation alike; PPO with
-/// [`PpoConfig::normalize_obs`](crate::PpoConfig::normalize_obs) updates it after each
+/// [`PpoConfig::normalize_obs`](crate::ppo::PpoConfig::normalize_obs) updates it after each
 /// update (see there).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ObsNormalizer {

@@ -827,7 +827,7 @@ fn ppo_loss_gradients_match_finite_differences() {
     let old = uniform(rows, 1, 0.5, 61);
     let advantages = uniform(rows, 1, 2.0, 62);
     let mut grads = vec![0.0; rows];
-    crate::clipped_surrogate(&log_probs, &old, &advantages, 0.2, &mut grads).unwrap();
+    crate::ppo::clipped_surrogate(&log_probs, &old, &advantages, 0.2, &mut grads).unwrap();
     let h = 1e-3f32;
     for i in 0..rows {
         let mut up = log_probs.clone();
@@ -835,7 +835,7 @@ fn ppo_loss_gradients_match_finite_differences() {
         let mut down = log_probs.clone();
         down[i] -= h;
         let f = |lp: &[f32]| {
-            crate::clipped_surrogate(lp, &old, &advantages, 0.2, &mut vec![0.0; rows]).unwrap()
+            crate::ppo::clipped_surrogate(lp, &old, &advantages, 0.2, &mut vec![0.0; rows]).unwrap()
         };
         let numeric = (f(&up) - f(&down)) / (2.0 * h);
         // Away from the clip boundaries the loss is smooth in each log-prob.
@@ -853,7 +853,7 @@ fn ppo_loss_gradients_match_finite_differences() {
     let old_values = uniform(rows, 1, 2.0, 65);
     for clip in [None, Some(0.5f32)] {
         let mut grads = vec![0.0; rows];
-        crate::value_loss(
+        crate::ppo::value_loss(
             &values,
             &returns,
             clip.map(|c| (old_values.as_slice(), c)),
@@ -862,7 +862,7 @@ fn ppo_loss_gradients_match_finite_differences() {
         .unwrap();
         for i in 0..rows {
             let f = |v: &[f32]| {
-                crate::value_loss(
+                crate::ppo::value_loss(
                     v,
                     &returns,
                     clip.map(|c| (old_values.as_slice(), c)),

@@ -205,11 +205,11 @@ fn scan(
 /// Per environment `e` and step `t`, as SB3's `VecNormalize`:
 /// `returns[e] = returns[e] * gamma + r_t`; the `N` returns of the step are merged into
 /// the running statistics as one batch (mean 0, variance 1 and count `1e-4` to start,
-/// Chan et al.'s parallel formula in `f64`, as [`ObsNormalizer`](crate::ObsNormalizer)); then
+/// Chan et al.'s parallel formula in `f64`, as [`ObsNormalizer`](crate::policy::ObsNormalizer)); then
 /// `returns[e] = 0` where the step ended the episode (terminated or truncated).
 /// The rewards themselves are not centred, only scaled.
 ///
-/// PPO with [`PpoConfig::normalize_reward`](crate::PpoConfig::normalize_reward) updates
+/// PPO with [`PpoConfig::normalize_reward`](crate::ppo::PpoConfig::normalize_reward) updates
 /// it from each rollout's raw rewards and computes the advantages from the scaled ones
 /// ([`Advantages::compute`]). Checkpoints save it, returns in flight included.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

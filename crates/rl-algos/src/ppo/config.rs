@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// Hyperparameters of [`Ppo`](crate::Ppo): a plain struct, validated by
-/// [`PpoConfig::validate`] (and by [`Ppo::new`](crate::Ppo::new)). Start from [`PpoConfig::new`] or `default()` and change fields with
+/// Hyperparameters of [`Ppo`](crate::ppo::Ppo): a plain struct, validated by
+/// [`PpoConfig::validate`] (and by [`Ppo::new`](crate::ppo::Ppo::new)). Start from [`PpoConfig::new`] or `default()` and change fields with
 /// struct update syntax.
 ///
 /// The defaults are Stable-Baselines3's `PPO` defaults (which solve CartPole in about
@@ -72,9 +72,9 @@ pub struct PpoConfig {
     pub seed: u64,
     /// Running observation normalisation, off (`None`) by default.
     ///
-    /// [`Ppo::new`](crate::Ppo::new) gives the policy an
-    /// [`ObsNormalizer`](crate::ObsNormalizer) (unless it has one), which normalises
-    /// every input of the policy, acting and evaluating alike. [`Ppo::update`](crate::Ppo::update)
+    /// [`Ppo::new`](crate::ppo::Ppo::new) gives the policy an
+    /// [`ObsNormalizer`](crate::policy::ObsNormalizer) (unless it has one), which normalises
+    /// every input of the policy, acting and evaluating alike. [`Ppo::update`](crate::ppo::Ppo::update)
     /// merges the rollout's observations into its statistics after its gradient steps: a
     /// rollout is collected and trained on with the same statistics (the rollout stores
     /// raw observations and the ratio starts at 1). Stable-Baselines3's `VecNormalize`
@@ -84,8 +84,8 @@ pub struct PpoConfig {
     /// Scaling of the rewards by a running estimate of the discounted return's standard
     /// deviation (SB3's `VecNormalize(norm_reward=True)`), off (`None`) by default.
     ///
-    /// [`Ppo::update`](crate::Ppo::update) merges each rollout's discounted returns into
-    /// a [`RewardNormalizer`](crate::RewardNormalizer), then computes the advantages
+    /// [`Ppo::update`](crate::ppo::Ppo::update) merges each rollout's discounted returns into
+    /// a [`RewardNormalizer`](crate::ppo::RewardNormalizer), then computes the advantages
     /// from the rewards times `1 / sqrt(var + 1e-8)`, clipped. The rollout keeps the raw
     /// rewards. The values come from the critic, which is trained on the scaled returns,
     /// so they are used as they are. SB3 updates the statistics and scales at every

@@ -38,7 +38,7 @@ fn copy_weights(dest: &mut Mlp, source: &Mlp) -> Result<()> {
 /// tanh-squashed Gaussian actions exactly as [`Sac`] does in [`Mode::Sample`].
 ///
 /// A clone draws other noise than its source (see
-/// [`OffPolicyLearner::Actor`](crate::OffPolicyLearner::Actor)); `clone_from` copies
+/// [`OffPolicyLearner::Actor`](crate::trainer::OffPolicyLearner::Actor)); `clone_from` copies
 /// the weights in place and allocates nothing.
 #[derive(Debug)]
 pub struct SacActor {
@@ -152,8 +152,8 @@ impl Policy for SacActor {
 /// generator. It samples actions exactly as [`DiscreteSac`] does in [`Mode::Sample`].
 ///
 /// A fixed table is shared, never copied (the scorer's transposed copy is made once, in
-/// [`crate::OffPolicyLearner::actor`], and shared by clones). A learned table is copied:
-/// [`crate::OffPolicyLearner::refresh_actor`] copies the learner's values (a new table
+/// [`crate::trainer::OffPolicyLearner::actor`], and shared by clones). A learned table is copied:
+/// [`crate::trainer::OffPolicyLearner::refresh_actor`] copies the learner's values (a new table
 /// and transposed copy whenever clones still hold the previous ones), and `clone_from`
 /// of a newer table re-clones the scorer (its buffers included).
 pub struct DiscreteSacActor {

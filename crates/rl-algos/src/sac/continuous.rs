@@ -9,8 +9,8 @@ use rl_nn::{Checkpoint, Mlp, MlpWorkspace, Module};
 use rl_storage::Batch;
 
 use super::{
-    ACT_ROWS, ActorPasses, Core, SacActor, SacConfig, SacState, SacStats, SacTrainer, Transitions,
-    f32_bytes, half_squared_error,
+    ACT_ROWS, ActorPasses, Core, SacActor, SacConfig, SacState, SacStats, Transitions, f32_bytes,
+    half_squared_error,
 };
 use crate::error::{Error, Result};
 use crate::policy::{Mode, describe};
@@ -46,7 +46,7 @@ const HALF_LN_2PI: f32 = 0.918_938_5;
 /// [`Mode::Deterministic`] takes `tanh(mean)`.
 ///
 /// ```
-/// use rl_algos::{Sac, SacConfig};
+/// use rl_algos::sac::{Sac, SacConfig};
 /// use rl_envs::Pendulum;
 /// use rl_storage::Batch;
 ///
@@ -619,13 +619,7 @@ impl crate::eval::Predict for Sac {
     }
 }
 
-impl SacTrainer for Sac {
-    fn core(&self) -> &Core {
-        &self.core
-    }
-}
-
-impl crate::OffPolicyLearner for Sac {
+impl crate::trainer::OffPolicyLearner for Sac {
     type Saved = SacState;
     type Stats = SacStats;
     type Actor = SacActor;

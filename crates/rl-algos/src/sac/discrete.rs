@@ -15,8 +15,8 @@ use rl_nn::{
 };
 
 use super::{
-    ACT_ROWS, ActorPasses, Core, DiscreteSacActor, SacConfig, SacState, SacStats, SacTrainer,
-    Transitions, f32_bytes, half_squared_error,
+    ACT_ROWS, ActorPasses, Core, DiscreteSacActor, SacConfig, SacState, SacStats, Transitions,
+    f32_bytes, half_squared_error,
 };
 use crate::error::{Error, Result};
 use crate::policy::{Mode, describe};
@@ -407,7 +407,7 @@ impl DiscreteSac {
     /// [`Error::Storage`] for a batch without those columns,
     /// [`Error::ActionOutOfRange`] for an action index out of range,
     /// [`Error::ShapeMismatch`] for columns of other widths or more rows than
-    /// `batch_size`, [`Error::Diverged`] for a non-finite loss (as [`crate::Sac::update`]:
+    /// `batch_size`, [`Error::Diverged`] for a non-finite loss (as [`crate::sac::Sac::update`]:
     /// nothing applied for the critic loss; for the actor loss the critics, and a learned
     /// table, have already stepped).
     pub fn update(&mut self, batch: &Batch) -> Result<SacStats> {
@@ -624,7 +624,7 @@ impl DiscreteSac {
         (per_batch * ACT_ROWS as u64).div_ceil(self.scorer.max_batch() as u64)
     }
 
-    /// The whole trainer state (as [`crate::Sac::checkpoint`]), with the learned table
+    /// The whole trainer state (as [`crate::sac::Sac::checkpoint`]), with the learned table
     /// and its optimiser (network `action_table`) when the table is learned.
     pub fn checkpoint(&self) -> Checkpoint<SacState> {
         let mut checkpoint = self.core.checkpoint(CHECKPOINT_KIND);
@@ -651,7 +651,7 @@ impl DiscreteSac {
     /// checked first, and on error nothing changes.
     ///
     /// # Errors
-    /// As [`crate::Sac::restore`], and [`Error::CheckpointMismatch`] for a checkpoint
+    /// As [`crate::sac::Sac::restore`], and [`Error::CheckpointMismatch`] for a checkpoint
     /// with a learned table given to a trainer without one or the reverse.
     pub fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
         let saved = checkpoint.networks.iter().find(|n| n.name == TABLE);
@@ -786,13 +786,7 @@ impl crate::eval::Predict for DiscreteSac {
     }
 }
 
-impl SacTrainer for DiscreteSac {
-    fn core(&self) -> &Core {
-        &self.core
-    }
-}
-
-impl crate::OffPolicyLearner for DiscreteSac {
+impl crate::trainer::OffPolicyLearner for DiscreteSac {
     type Saved = SacState;
     type Stats = SacStats;
     type Actor = DiscreteSacActor;

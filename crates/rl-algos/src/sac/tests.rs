@@ -520,7 +520,7 @@ where
     E::Act: rl_collect::RandomAction,
     T: SacTrainer<Act = E::Act>,
 {
-    let config = trainer.core().config().clone();
+    let config = trainer.config().clone();
     let schema = trainer.replay_schema().unwrap();
     let mut replay = ReplayBuffer::new(
         RamStorage::new(schema.clone(), 10_000, None).unwrap(),

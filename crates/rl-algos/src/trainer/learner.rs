@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use crate::error::Result;
 use crate::eval::Predict;
 
-/// An off-policy learner ([`crate::Sac`], [`crate::DiscreteSac`], [`crate::Dqn`]): it is
+/// An off-policy learner ([`crate::sac::Sac`], [`crate::sac::DiscreteSac`], [`crate::dqn::Dqn`]): it is
 /// the synchronous collector's [`rl_collect::Policy`] (so new weights reach the collector
 /// without a copy), gives an [`OffPolicyLearner::Actor`] for collectors that act in
 /// worker threads, reads batches of the replay columns it names, and saves itself in the
@@ -74,7 +74,7 @@ pub trait OffPolicyLearner: Predict<Obs = f32> {
     /// The whole learner state.
     fn checkpoint(&self) -> Checkpoint<Self::Saved>;
 
-    /// A new actor that acts as the learner would now (in [`crate::Mode::Sample`]).
+    /// A new actor that acts as the learner would now (in [`crate::policy::Mode::Sample`]).
     ///
     /// # Errors
     /// None in practice for this crate's learners (their buffers are sized from what

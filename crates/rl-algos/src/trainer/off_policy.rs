@@ -137,7 +137,7 @@ pub(super) fn phases_due(before: u64, after: u64, learning_starts: u64, phase_st
 ///
 /// ```
 /// use rl_algos::trainer::{Goal, OffPolicyConfig, OffPolicyTrainer, RunConfig};
-/// use rl_algos::{Sac, SacConfig};
+/// use rl_algos::sac::{Sac, SacConfig};
 /// use rl_envs::Pendulum;
 ///
 /// let sac = Sac::for_env(&Pendulum::new(0), SacConfig { hidden: vec![16, 16], batch_size: 32, ..SacConfig::sb3() })?;
@@ -156,7 +156,7 @@ pub(super) fn phases_due(before: u64, after: u64, learning_starts: u64, phase_st
 ///
 /// ```
 /// use rl_algos::trainer::{CollectorChoice, OffPolicyConfig, OffPolicyTrainer, ReplayLocation, RunConfig};
-/// use rl_algos::{Sac, SacConfig};
+/// use rl_algos::sac::{Sac, SacConfig};
 /// use rl_envs::Pendulum;
 ///
 /// let dir = tempfile::tempdir().map_err(|e| rl_algos::Error::config("tempdir", e.to_string()))?;

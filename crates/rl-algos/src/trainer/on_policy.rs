@@ -29,7 +29,7 @@ const TRAINER: &str = "on_policy";
 ///
 /// ```
 /// use rl_algos::trainer::{Goal, OnPolicyTrainer, RunConfig};
-/// use rl_algos::{CategoricalPolicy, PolicyConfig, PpoConfig};
+/// use rl_algos::{policy::{CategoricalPolicy, PolicyConfig}, ppo::PpoConfig};
 /// use rl_envs::CartPole;
 ///
 /// let policy = CategoricalPolicy::for_env(&CartPole::new(0), PolicyConfig::new(), 0)?;

@@ -473,7 +473,7 @@ fn goals_callbacks_and_evaluations_stop_and_report() {
     // A callback that stops after two evaluations; evaluations every 128 steps.
     struct StopAfter(usize, Vec<u64>);
     impl<S> Callback<S> for StopAfter {
-        fn on_eval(&mut self, steps: u64, report: &crate::EvalReport) -> Control {
+        fn on_eval(&mut self, steps: u64, report: &crate::eval::EvalReport) -> Control {
             assert_eq!(report.episodes, 2);
             self.1.push(steps);
             if self.1.len() == self.0 {
@@ -761,7 +761,7 @@ fn an_async_discrete_sac_with_a_learned_table_publishes_its_table() {
     let env = cue(0);
     let table =
         rl_core::FeatureTable::new(2, 4, vec![0.5, -0.2, 0.1, 0.3, -0.4, 0.2, 0.6, -0.1]).unwrap();
-    let sac = crate::DiscreteSac::with_learnable_table(
+    let sac = crate::sac::DiscreteSac::with_learnable_table(
         env.observation_space(),
         env.action_space(),
         table,
@@ -773,7 +773,7 @@ fn an_async_discrete_sac_with_a_learned_table_publishes_its_table() {
     )
     .unwrap();
     let config = async_run(600, 4);
-    let before = OffPolicyTrainer::<Cue, crate::DiscreteSac>::plan(&sac, &config).unwrap();
+    let before = OffPolicyTrainer::<Cue, crate::sac::DiscreteSac>::plan(&sac, &config).unwrap();
     let mut trainer = OffPolicyTrainer::new(cue, sac, config).unwrap();
     let summary = trainer.train(&mut ()).unwrap();
     assert_eq!(summary.total_env_steps, 600);
@@ -959,7 +959,7 @@ fn actor_clones_explore_apart_and_take_new_weights_without_allocating() {
     assert_eq!(staging.epsilon(), 1.0);
     let (mut a, mut b) = (staging.clone(), staging.clone());
     let obs: Vec<f32> = (0..128).map(|i| (i % 2) as f32).collect();
-    let act = |actor: &mut crate::DqnActor| {
+    let act = |actor: &mut crate::dqn::DqnActor| {
         let mut actions = vec![0u32; 64];
         let (mut lp, mut v) = (vec![0.0; 64], vec![0.0; 64]);
         let out = rl_collect::ActOutput {
@@ -1007,16 +1007,10 @@ fn actor_clones_explore_apart_and_take_new_weights_without_allocating() {
     )
     .unwrap();
     sac.refresh_actor(&mut staging).unwrap();
-    assert_ne!(
-        worker.network().params(),
-        crate::SacTrainer::core(&sac).actor().params()
-    );
+    assert_ne!(worker.network().params(), staging.network().params());
     let ((), stats) = rl_testkit::measure(|| worker.clone_from(&staging));
     assert_eq!(stats.allocations, 0);
-    assert_eq!(
-        worker.network().params(),
-        crate::SacTrainer::core(&sac).actor().params()
-    );
+    assert_eq!(worker.network().params(), staging.network().params());
 }
 
 proptest! {
