@@ -19,6 +19,8 @@ use rl::core::{Env, TransitionSchema};
 use rl::envs::CartPole;
 use rl::storage::{Batch, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 
+/// Environments, a collector with random actions and a replay buffer sampled through
+/// typed accessors: the curriculum step before the trainers (no learning).
 #[derive(Debug, Parser)]
 struct Args {
     /// Seed of the environments, the actions and the sampler.

@@ -25,10 +25,14 @@ use rl::algos::trainer::{Goal, OffPolicyConfig};
 use rl::envs::CartPole;
 use rl::storage::sampler::PrioritizedConfig;
 
+/// DQN on CartPole-v1 with rl-zoo3's tuned settings, on the off-policy trainer; one JSON
+/// line on stdout.
 #[derive(Debug, Parser)]
 struct Args {
     #[command(flatten)]
     run: common::RunFlags<50_000, 1_024, 20>,
+    #[command(flatten)]
+    off: common::OffPolicyFlags,
     /// Env steps between training phases.
     #[arg(long, default_value_t = 256)]
     train_freq: u64,
@@ -64,7 +68,7 @@ fn main() -> anyhow::Result<()> {
         train_freq: args.train_freq,
         gradient_steps: args.gradient_steps,
         prioritized: args.prioritized.then(PrioritizedConfig::default),
-        ..OffPolicyConfig::new(run)
+        ..args.off.apply(OffPolicyConfig::new(run))
     };
     let resume = args.run.resume.as_ref();
     common::off_policy("dqn_cartpole", resume, CartPole::new, learner, config)

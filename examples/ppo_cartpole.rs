@@ -29,6 +29,7 @@ use rl::algos::{
 };
 use rl::envs::CartPole;
 
+/// PPO on CartPole-v1 on the on-policy trainer; one JSON line on stdout.
 #[derive(Debug, Parser)]
 struct Args {
     #[command(flatten)]

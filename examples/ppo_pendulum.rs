@@ -25,6 +25,7 @@ use rl::algos::{
 };
 use rl::envs::Pendulum;
 
+/// PPO on Pendulum-v1 on the on-policy trainer; one JSON line on stdout.
 #[derive(Debug, Parser)]
 struct Args {
     #[command(flatten)]

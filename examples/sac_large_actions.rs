@@ -31,10 +31,13 @@ use rl::storage::ram::RamStorage;
 
 const BUDGET_BYTES: u64 = 1 << 30;
 
+/// Discrete SAC over LargeDiscrete's 100 000 actions in 1 GiB; one JSON line on stdout.
 #[derive(Debug, Parser)]
 struct Args {
     #[command(flatten)]
     run: common::RunFlags<100_000, 10_000>,
+    #[command(flatten)]
+    off: common::OffPolicyFlags,
     /// Spend the whole budget instead of stopping at the goal.
     #[arg(long, action = ArgAction::Set, default_value_t = false)]
     budget_only: bool,
@@ -103,7 +106,7 @@ fn main() -> anyhow::Result<()> {
     let config = OffPolicyConfig {
         learning_starts: 1_000,
         train_freq: args.train_freq.get(),
-        ..OffPolicyConfig::new(run)
+        ..args.off.apply(OffPolicyConfig::new(run))
     };
     let resume = args.run.resume.as_ref();
     common::off_policy(

@@ -24,10 +24,14 @@ use rl::algos::sac::{Sac, SacConfig};
 use rl::algos::trainer::{Goal, OffPolicyConfig};
 use rl::envs::Pendulum;
 
+/// SAC on Pendulum-v1 (Stable-Baselines3's defaults or a tuned preset) on the off-policy
+/// trainer; one JSON line on stdout.
 #[derive(Debug, Parser)]
 struct Args {
     #[command(flatten)]
     run: common::RunFlags<20_000, 5_000>,
+    #[command(flatten)]
+    off: common::OffPolicyFlags,
     /// Settings: `tuned` (64-64, lr 1e-3, 1 000 random steps) or `sb3` (SB3's defaults).
     #[arg(long, value_enum, default_value_t = Preset::Tuned)]
     preset: Preset,
@@ -65,7 +69,7 @@ fn main() -> anyhow::Result<()> {
     };
     let mut run = args.run.run_config(1, goal, Some(1 << 30));
     run.stop_at_goal = !args.budget_only;
-    let mut config = OffPolicyConfig::new(run);
+    let mut config = args.off.apply(OffPolicyConfig::new(run));
     let mut sac = SacConfig::sb3();
     if let Preset::Tuned = args.preset {
         (sac.hidden, sac.adam.lr, config.learning_starts) = (vec![64, 64], 1e-3, 1_000);

@@ -8,8 +8,8 @@
 use std::path::PathBuf;
 
 use rl::algos::trainer::{
-    CheckpointSchedule, EvalSchedule, Goal, OffPolicyConfig, OffPolicyLearner, OffPolicyTrainer,
-    OnPolicyTrainer, ProgressLog, RunConfig, TrainSummary,
+    CheckpointSchedule, CollectorChoice, EvalSchedule, Goal, OffPolicyConfig, OffPolicyLearner,
+    OffPolicyTrainer, OnPolicyTrainer, ProgressLog, ReplayLocation, RunConfig, TrainSummary,
 };
 use rl::algos::{
     Activation,
@@ -73,6 +73,52 @@ impl<const M: u64, const E: u64, const N: usize> RunFlags<M, E, N> {
             }),
             budget: budget.map(MemoryBudget::ram),
             ..RunConfig::new(self.max_steps)
+        }
+    }
+}
+
+/// Which collector fills the replay buffer.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum Collector {
+    /// Environments stepped in the trainer's thread (bit-identical reruns).
+    Sync,
+    /// Worker threads with copies of the actor, overlapping with learning.
+    Async,
+}
+
+/// The loop flags of the off-policy examples: collector and replay location.
+#[derive(Debug, clap::Args)]
+pub(crate) struct OffPolicyFlags {
+    /// Which collector fills the replay buffer.
+    #[arg(long, value_enum, default_value_t = Collector::Sync)]
+    pub(crate) collector: Collector,
+    /// Worker threads of --collector async (they must divide the environments).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) workers: usize,
+    /// Steps of a worker's environments per chunk, with --collector async.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) steps_per_chunk: usize,
+    /// Keep the replay buffer in a memory-mapped file in this folder instead of RAM.
+    #[arg(long)]
+    pub(crate) replay_dir: Option<PathBuf>,
+}
+
+impl OffPolicyFlags {
+    /// `config` with these flags' collector and replay location.
+    pub(crate) fn apply(&self, config: OffPolicyConfig) -> OffPolicyConfig {
+        OffPolicyConfig {
+            collector: match self.collector {
+                Collector::Sync => CollectorChoice::Sync,
+                Collector::Async => CollectorChoice::Async {
+                    workers: self.workers,
+                    steps_per_chunk: self.steps_per_chunk,
+                },
+            },
+            replay_location: match &self.replay_dir {
+                Some(dir) => ReplayLocation::Memmap { dir: dir.clone() },
+                None => ReplayLocation::Ram,
+            },
+            ..config
         }
     }
 }
