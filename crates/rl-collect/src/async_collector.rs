@@ -46,7 +46,7 @@ pub struct AsyncConfig {
     /// chunk instead, and memory stays at the pool.
     pub pool_chunks: usize,
     /// Settings shared with the synchronous collector: `total_frames`, `random_frames`,
-    /// `seed`, devices (CPU only), `check_finite`, `stats_window` and `report_memory`
+    /// `seed`, devices (CPU only), `non_finite`, `stats_window` and `report_memory`
     /// apply as there. `frames_per_batch` must be one chunk,
     /// `steps_per_chunk x envs / workers` frames: one [`AsyncCollector::collect`]
     /// delivers one chunk.
@@ -554,7 +554,7 @@ where
             let first_env = index * per_worker;
             let group: Vec<E> = rest.by_ref().take(per_worker).collect();
             let seed = collector.seed.wrapping_add(first_env as u64);
-            let lanes = Lanes::new(group, seed, collector.check_finite)
+            let lanes = Lanes::new(group, seed, collector.non_finite)
                 .map_err(|e| globalize(e, first_env))?;
             let random = if random_frames > 0 {
                 let seed = (collector.seed ^ 0x5EED).wrapping_add(index as u64);

@@ -1,7 +1,7 @@
 //! A batch of environments stepped together: the stepping core shared by the synchronous
 //! collector and every worker of the asynchronous one.
 
-use rl_core::{DType, Element, Env, Flag, Location, MemoryPlan, Space};
+use rl_core::{DType, Element, Env, Flag, Location, MemoryPlan, NonFinite, Space};
 
 use crate::error::{Error, Result};
 use crate::stats::EpisodeStats;
@@ -58,7 +58,8 @@ pub(crate) fn check_envs<E: Env>(envs: &[E]) -> Result<(Space, Space)> {
 impl<E: Env> Lanes<E> {
     /// Takes the environments, checks they share their spaces, and resets environment `i`
     /// with seed `seed + i`.
-    pub(crate) fn new(mut envs: Vec<E>, seed: u64, check_finite: bool) -> Result<Self> {
+    pub(crate) fn new(mut envs: Vec<E>, seed: u64, non_finite: NonFinite) -> Result<Self> {
+        let check_finite = non_finite == NonFinite::Reject;
         let (observation_space, action_space) = check_envs(&envs)?;
         if observation_space.dtype() != E::Obs::DTYPE || action_space.dtype() != E::Act::DTYPE {
             return Err(Error::config(

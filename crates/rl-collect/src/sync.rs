@@ -1,6 +1,6 @@
 //! The synchronous collector: `N` environments stepped in the caller's thread.
 
-use rl_core::{DType, Device, Env, Field, Flag, Location, MemoryPlan, ProcessMemory};
+use rl_core::{DType, Device, Env, Field, Flag, Location, MemoryPlan, NonFinite, ProcessMemory};
 use rl_storage::{
     ColumnSlice, replay::ReplayBuffer, rollout::RolloutBuffer, sampler::Sampler,
     storage::HostStorage,
@@ -29,8 +29,9 @@ pub struct CollectorConfig {
     pub policy_device: Device,
     /// Where collected data is stored. Only the CPU is supported so far.
     pub storing_device: Device,
-    /// Refuse NaN or infinite rewards and observations (default true).
-    pub check_finite: bool,
+    /// What NaN or infinite rewards and observations do: refused with an error naming
+    /// the environment and step (default [`NonFinite::Reject`]), or passed on.
+    pub non_finite: NonFinite,
     /// Episodes averaged in statistics (default 100).
     pub stats_window: usize,
     /// Read the process's resident memory into each [`BatchReport`] (default true; a
@@ -50,7 +51,7 @@ impl CollectorConfig {
             seed: 0,
             policy_device: Device::Cpu,
             storing_device: Device::Cpu,
-            check_finite: true,
+            non_finite: NonFinite::Reject,
             stats_window: 100,
             report_memory: true,
         }
@@ -172,7 +173,7 @@ where
     pub fn new(envs: Vec<E>, policy: P, config: CollectorConfig) -> Result<Self> {
         config.validate(envs.len())?;
         let random = ActionSampler::new(envs[0].action_space(), config.seed ^ 0x5EED)?;
-        let lanes = Lanes::new(envs, config.seed, config.check_finite)?;
+        let lanes = Lanes::new(envs, config.seed, config.non_finite)?;
         let n = lanes.len();
         Ok(Self {
             actions: vec![E::Act::default(); n * lanes.act_len],

@@ -50,7 +50,7 @@ pub use env::{Env, Step};
 pub use error::{Error, Result};
 pub use memory::{Bytes, Location, MemoryBudget, MemoryPlan, PlanLine};
 pub use process::ProcessMemory;
-pub use schema::{Column, DType, Element, Flag, Schema};
+pub use schema::{Column, DType, Element, Flag, NonFinite, Schema};
 pub use space::{BoxSpace, Space};
 pub use table::FeatureTable;
 pub use transition::{Field, TransitionSchema};

@@ -55,6 +55,20 @@ impl fmt::Display for DType {
     }
 }
 
+/// What a write into a buffer, or a collector reading an environment, does with NaN or
+/// infinite `f32` values (observations, rewards, stored columns).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NonFinite {
+    /// Refuse with a typed error naming the column (or environment) and row, before
+    /// anything is stored (the default: a NaN reward that reaches a loss silently ruins
+    /// a run).
+    #[default]
+    Reject,
+    /// Pass them through as they are.
+    Allow,
+}
+
 /// A one-byte boolean that is plain old data (Rust's `bool` is not: only 0 and 1 are valid
 /// bit patterns). Any non-zero byte reads as true.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Pod, Zeroable)]

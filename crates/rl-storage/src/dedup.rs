@@ -17,9 +17,10 @@ use crate::batch::Batch;
 use crate::column::{ColumnSlice, column_index, reject_non_finite};
 use crate::error::{Error, Result};
 use crate::ram::RamStorage;
-use crate::replay::{NonFinite, ReplayBuffer};
+use crate::replay::ReplayBuffer;
 use crate::sampler::{Sampler, Uniform};
 use crate::storage::HostStorage;
+use rl_core::NonFinite;
 
 /// Name of the flag column marking final rows.
 pub const FINAL_OBS: &str = "final_obs";

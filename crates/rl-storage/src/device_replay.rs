@@ -6,10 +6,10 @@ use rl_core::{Element, Flag, Location, MemoryBudget, MemoryPlan, Schema};
 use crate::column::{ColumnSlice, column_index};
 use crate::device::{DeviceBackend, DeviceBatch, encode_pairs};
 use crate::error::{Error, Result};
-use crate::replay::NonFinite;
 use crate::ring::{self, CopyError, RingWriter, RowSink, WritePlan};
 use crate::sampler::{Sampler, Uniform, try_filled};
 use crate::storage::RingState;
+use rl_core::NonFinite;
 
 /// How a [`DeviceReplay`] is built. Plain data; every field has a documented default.
 ///

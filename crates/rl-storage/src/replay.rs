@@ -5,22 +5,13 @@ use rl_core::{Element, MemoryPlan, Schema};
 use crate::batch::Batch;
 use crate::column::{ColumnSlice, column_index, typed};
 use crate::copy::Stores;
+use rl_core::NonFinite;
+
 use crate::error::{Error, Result};
 use crate::ram::RamStorage;
 use crate::ring::{self, HostSink, RingWriter};
 use crate::sampler::{Sampler, Uniform};
 use crate::storage::{HostStorage, RingState};
-
-/// What a write does with NaN or infinite values in `f32` columns.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum NonFinite {
-    /// Refuse the whole write with [`Error::NonFinite`] (the default: a NaN reward that
-    /// reaches a loss silently ruins a run).
-    #[default]
-    Reject,
-    /// Store them as they are.
-    Allow,
-}
 
 /// A fixed-capacity FIFO replay buffer: writes go around a ring of rows in a storage, the
 /// oldest rows are overwritten first, and batches are gathered by a sampler into

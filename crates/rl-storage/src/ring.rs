@@ -12,9 +12,9 @@ use rl_core::{Column, DType, Flag, Schema};
 use crate::column::{ColumnSlice, reject_non_finite};
 use crate::copy::{self, Stores};
 use crate::error::{Error, Result};
-use crate::replay::NonFinite;
 use crate::sampler::{SampleContext, Sampler};
 use crate::storage::{HostStorage, RingState};
+use rl_core::NonFinite;
 
 /// How a failed copy left the positions a write covers.
 #[derive(Debug)]

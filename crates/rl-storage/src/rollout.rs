@@ -19,9 +19,9 @@ use crate::batch::Batch;
 use crate::column::{ColumnSlice, column_index, typed};
 use crate::error::{Error, Result};
 use crate::ram::RamStorage;
-use crate::replay::NonFinite;
 use crate::ring;
 use crate::storage::{HostStorage, Storage};
+use rl_core::NonFinite;
 
 /// A fixed-size on-policy buffer of `steps x envs` rows of a schema.
 ///

@@ -23,10 +23,10 @@ use crate::copy::{self, Stores};
 use crate::device::{DeviceBackend, DeviceBatch, encode_pairs};
 use crate::error::{Error, Result};
 use crate::memmap::{MemmapOptions, MemmapStorage};
-use crate::replay::NonFinite;
 use crate::ring::{self, CopyError, HostSink, RingWriter, RowSink, WritePlan};
 use crate::sampler::Sampler;
 use crate::storage::{HostStorage, RingState, Storage};
+use rl_core::NonFinite;
 
 /// Bytes of one encoded (source position, destination slot) pair, see [`encode_pairs`].
 const PAIR_BYTES: usize = 8;
