@@ -14,7 +14,8 @@ use rl_core::NonFinite;
 /// How a [`DeviceReplay`] is built. Plain data; every field has a documented default.
 ///
 /// ```
-/// use rl_storage::{device::DeviceReplayOptions, replay::NonFinite};
+/// use rl_core::NonFinite;
+/// use rl_storage::device::DeviceReplayOptions;
 ///
 /// let options = DeviceReplayOptions::default();
 /// assert_eq!(options.gather_rows, 4096);
