@@ -745,6 +745,14 @@ impl LstmState {
         self.rows
     }
 
+    /// The architecture of the cell it was made for.
+    pub fn architecture(&self) -> Architecture {
+        Architecture::Lstm {
+            input: self.input,
+            hidden: self.hidden,
+        }
+    }
+
     /// The hidden states, `rows x hidden`.
     pub fn h(&self) -> &[f32] {
         &self.h
