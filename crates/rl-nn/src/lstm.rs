@@ -105,19 +105,32 @@ impl Lstm {
     /// A cell of `input -> hidden` with every parameter 0 (to load weights into).
     ///
     /// # Errors
-    /// [`Error::Config`] for a zero size.
+    /// [`Error::Config`] for a zero size, or sizes whose parameters would not fit in
+    /// memory.
     pub fn zeros(input: usize, hidden: usize) -> Result<Self> {
-        if input == 0 || hidden == 0 {
-            return Err(Error::config(
+        // 4 hidden (input + hidden + 2) floats, with bytes that fit an allocation.
+        let count = input
+            .checked_add(hidden)
+            .and_then(|n| n.checked_add(2))
+            .and_then(|n| n.checked_mul(hidden))
+            .and_then(|n| n.checked_mul(4))
+            .filter(|n| {
+                n.checked_mul(size_of::<f32>())
+                    .is_some_and(|b| b <= isize::MAX as usize)
+            });
+        match count {
+            Some(count) if input > 0 && hidden > 0 => Ok(Self {
+                input,
+                hidden,
+                params: vec![0.0; count],
+            }),
+            _ => Err(Error::config(
                 "lstm sizes",
-                format!("are input {input}, hidden {hidden}: both must be at least 1"),
-            ));
+                format!(
+                    "are input {input}, hidden {hidden}: both must be at least 1, and 4 hidden (input + hidden + 2) parameters must fit in memory"
+                ),
+            )),
         }
-        Ok(Self {
-            input,
-            hidden,
-            params: vec![0.0; Self::params_for(input, hidden)],
-        })
     }
 
     /// Parameters of a cell of `input -> hidden`: `4 hidden (input + hidden + 2)`.

@@ -491,6 +491,9 @@ fn weights_round_trip_through_safetensors() {
 #[test]
 fn bad_shapes_and_foreign_workspaces_are_errors() {
     assert!(Lstm::zeros(0, 3).is_err());
+    assert!(Lstm::zeros(usize::MAX / 2, 3).is_err());
+    assert!(Lstm::zeros(3, usize::MAX / 4).is_err());
+    assert!(Lstm::zeros(3, usize::MAX / 2).is_err());
     assert!(Lstm::new(3, 0, &mut rng(0)).is_err());
     let c = case(2, 3, 4, 2, 9);
     let lstm = &c.lstm;
