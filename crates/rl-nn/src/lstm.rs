@@ -239,12 +239,12 @@ impl Lstm {
             for ((v, &a), &b) in g.iter_mut().zip(b_ih).zip(b_hh) {
                 *v = *v + a + b;
             }
-            let (ifo, rest) = g.split_at_mut(2 * hid);
+            let (i_f, rest) = g.split_at_mut(2 * hid);
             let (cand, out) = rest.split_at_mut(hid);
-            ifo.iter_mut().for_each(|v| *v = sigmoid(*v));
+            i_f.iter_mut().for_each(|v| *v = sigmoid(*v));
             cand.iter_mut().for_each(|v| *v = tanh(*v));
             out.iter_mut().for_each(|v| *v = sigmoid(*v));
-            let (i, f) = ifo.split_at(hid);
+            let (i, f) = i_f.split_at(hid);
             for k in 0..hid {
                 c[k] = f[k] * c[k] + i[k] * cand[k];
             }
