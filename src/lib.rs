@@ -11,7 +11,7 @@
 //! | `storage` | `rl-storage` | columnar replay and rollout storage in RAM, memmap files and on the GPU |
 //! | `actions` | `rl-actions` | index, lazy one-hot, binary and embedding action representations |
 //! | `nn` | `rl-nn` | the one network layer: MLPs with runtime sizes, Adam, safetensors checkpoints |
-//! | `history` | `rl-history` | history summarizers with bounded windows |
+//! | `history` | `rl-history` | history summarizers (identity, frame stacks, LSTM) with constant memory per environment |
 //! | `algos` | `rl-algos` | PPO and SAC |
 //! | `collect` | `rl-collect` | synchronous and asynchronous collectors |
 //!

@@ -95,7 +95,7 @@ impl std::str::FromStr for Activation {
 /// Within a few ulps of `f32::tanh` (a test bounds it). Plain multiplies and adds, not
 /// `mul_add`: without a compile-time FMA target that would be a libm call.
 #[inline]
-fn tanh(x: f32) -> f32 {
+pub(crate) fn tanh(x: f32) -> f32 {
     const CLAMP: f32 = 7.905_311;
     const A1: f32 = 4.893_524_6e-3;
     const A3: f32 = 6.372_619_3e-4;

@@ -538,6 +538,7 @@ fn torch_description(architecture: &Architecture) -> Option<String> {
                 layers.join(&format!(", nn.{}(), ", activation.torch_name()))
             ))
         }
+        Architecture::Lstm { input, hidden } => Some(format!("nn.LSTMCell({input}, {hidden})")),
         Architecture::Tensor { shape } => Some(format!("nn.Parameter(torch.zeros({shape:?}))")),
     }
 }

@@ -14,6 +14,11 @@
 //! - [`Linear`] and [`Mlp`] ([`MlpSpec`]: sizes and [`Activation`]), initialised by
 //!   [`Init`] (PyTorch's uniform default, or orthogonal with gains as PPO uses);
 //!   [`Parameters`] for a free trainable tensor.
+//! - [`Lstm`]: a long short-term memory cell in PyTorch's `nn.LSTMCell` layout, with
+//!   [`Lstm::step`] for acting (one step for a batch of environments on an [`LstmState`],
+//!   cost independent of the episode's length) and [`Lstm::forward_sequence`] /
+//!   [`Lstm::backward_sequence`] for training on windows of steps with resets inside
+//!   them (truncated back-propagation through time on an [`LstmWorkspace`]).
 //! - [`Adam`] with [`AdamConfig`] and a resumable [`AdamState`]; [`clip_grad_norm`];
 //!   [`polyak`].
 //! - [`Checkpoint`]: named networks (weights and optimiser state) plus a trainer's typed
@@ -59,6 +64,7 @@ mod checkpoint;
 mod error;
 mod init;
 mod linalg;
+mod lstm;
 mod mlp;
 mod module;
 mod ops;
@@ -72,6 +78,7 @@ pub use checkpoint::{
 pub use error::{Error, Result};
 pub use init::Init;
 pub use linalg::{Accumulate, MatRef, matmul};
+pub use lstm::{Lstm, LstmState, LstmWorkspace, Sequence, SequenceGrads};
 pub use mlp::{Linear, Mlp, MlpSpec, MlpWorkspace, Parameters};
 pub use module::{Architecture, Module, TensorSpec, Usage, Weights};
 pub use ops::{clip_grad_norm, polyak};

@@ -24,6 +24,13 @@ pub enum Architecture {
         /// The nonlinearity between layers.
         activation: Activation,
     },
+    /// A long short-term memory cell ([`Lstm`](crate::Lstm)).
+    Lstm {
+        /// Elements of one input row.
+        input: usize,
+        /// Elements of the hidden and cell states.
+        hidden: usize,
+    },
     /// One free trainable tensor (a Gaussian policy's log standard deviations, a
     /// temperature), a [`Parameters`](crate::Parameters).
     Tensor {
@@ -55,6 +62,7 @@ impl fmt::Display for Architecture {
                 }
                 write!(f, " {activation}")
             }
+            Self::Lstm { input, hidden } => write!(f, "lstm {input}-{hidden}"),
             Self::Tensor { shape } => write!(f, "tensor {shape:?}"),
         }
     }
@@ -126,11 +134,13 @@ pub trait Weights {
 /// gradients into a caller's buffer (so several passes accumulate) and writes input
 /// gradients. Neither allocates.
 ///
-/// A recurrent cell fits the same shape: its workspace also carries the recurrent state
-/// of every row between calls and keeps the steps of a window, so one `forward` is one
-/// time step (state in, state out) and `backward` walks the kept steps in reverse
-/// (truncated back-propagation through time); resetting a row's state is a method of
-/// its workspace.
+/// A recurrent cell ([`Lstm`](crate::Lstm)) fits the same shape: its workspace also
+/// carries the recurrent state of every row between calls, so one `forward` is one time
+/// step from the carried state (state in, state out) and `backward` is that step's
+/// (gradients stop at the carried state); resetting a row's state is a method of its
+/// workspace ([`LstmWorkspace::reset_row`](crate::LstmWorkspace::reset_row)). Its
+/// sequence passes keep the steps of a window in a workspace sized for the longest window
+/// and walk them in reverse (truncated back-propagation through time).
 pub trait Module: Weights {
     /// Activations (and for recurrent cells, carried state) for batches of up to a
     /// given number of rows.
@@ -183,17 +193,35 @@ pub trait Module: Weights {
     /// What the network costs, under `name`: its parameters, a workspace of `max_rows`
     /// rows and, for [`Usage::Training`], a gradient buffer and Adam's two moments.
     fn memory_plan(&self, name: &str, max_rows: usize, usage: Usage) -> MemoryPlan {
-        let bytes = (self.num_params() * size_of::<f32>()) as u64;
-        let mut plan = MemoryPlan::new().with(format!("{name}/parameters"), Location::Ram, bytes);
-        if usage == Usage::Training {
-            plan.add(format!("{name}/gradients"), Location::Ram, bytes);
-            plan.add(format!("{name}/adam moments"), Location::Ram, 2 * bytes);
-        }
-        plan.add(
-            format!("{name}/workspace ({max_rows} rows)"),
-            Location::Ram,
+        network_plan(
+            name,
+            self.num_params(),
+            usage,
+            &format!("workspace ({max_rows} rows)"),
             self.workspace_bytes(max_rows),
-        );
-        plan
+        )
     }
+}
+
+/// Parameters, for [`Usage::Training`] gradients and Adam's two moments, and one
+/// workspace line, under `name`.
+pub(crate) fn network_plan(
+    name: &str,
+    num_params: usize,
+    usage: Usage,
+    workspace: &str,
+    workspace_bytes: u64,
+) -> MemoryPlan {
+    let bytes = (num_params * size_of::<f32>()) as u64;
+    let mut plan = MemoryPlan::new().with(format!("{name}/parameters"), Location::Ram, bytes);
+    if usage == Usage::Training {
+        plan.add(format!("{name}/gradients"), Location::Ram, bytes);
+        plan.add(format!("{name}/adam moments"), Location::Ram, 2 * bytes);
+    }
+    plan.add(
+        format!("{name}/{workspace}"),
+        Location::Ram,
+        workspace_bytes,
+    );
+    plan
 }
