@@ -32,7 +32,6 @@ const DESIGN: &[(&str, &[&str])] = &[
             "rl-storage",
             "rl-actions",
             "rl-nn",
-            "rl-history",
             "rl-collect",
         ],
     ),
