@@ -27,13 +27,7 @@ const DESIGN: &[(&str, &[&str])] = &[
     ("rl-history", &["rl-core", "rl-nn"]),
     (
         "rl-algos",
-        &[
-            "rl-core",
-            "rl-storage",
-            "rl-actions",
-            "rl-nn",
-            "rl-collect",
-        ],
+        &["rl-core", "rl-storage", "rl-actions", "rl-nn", "rl-collect"],
     ),
     ("rl-testkit", &["rl-core"]),
 ];
