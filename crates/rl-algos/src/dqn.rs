@@ -531,19 +531,7 @@ struct EpsilonGreedy<'a> {
 impl EpsilonGreedy<'_> {
     fn act(self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
         let obs_dim = self.q.input_dim();
-        let rows = obs.len() / obs_dim;
-        for (what, expected, actual) in [
-            ("observations", rows * obs_dim, obs.len()),
-            ("actions", rows, actions.len()),
-        ] {
-            if expected != actual {
-                return Err(Error::shape(what, expected, actual));
-            }
-        }
-        for (o, a) in obs
-            .chunks(ACT_ROWS * obs_dim)
-            .zip(actions.chunks_mut(ACT_ROWS))
-        {
+        for (o, a) in crate::eval::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
             let q = self.q.forward(o, a.len(), self.ws)?;
             for (action, row) in a.iter_mut().zip(q.chunks_exact(self.n_actions as usize)) {
                 *action = if self.sample && self.rng.random::<f32>() < self.epsilon {

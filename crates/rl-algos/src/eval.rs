@@ -187,5 +187,30 @@ fn mean_std(values: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
+/// Pairs of (observation rows, action slots) of at most `chunk` rows each, for a policy
+/// that acts on `obs` (rows of `obs_dim`) into `actions` (one index per row) through a
+/// workspace of `chunk` rows.
+///
+/// # Errors
+/// [`Error::ShapeMismatch`] when `obs` is not whole rows or `actions` holds another
+/// number of rows.
+pub(crate) fn action_chunks<'a>(
+    obs: &'a [f32],
+    obs_dim: usize,
+    actions: &'a mut [u32],
+    chunk: usize,
+) -> Result<impl Iterator<Item = (&'a [f32], &'a mut [u32])>> {
+    let rows = obs.len() / obs_dim;
+    for (what, expected, actual) in [
+        ("observations", rows * obs_dim, obs.len()),
+        ("actions", rows, actions.len()),
+    ] {
+        if expected != actual {
+            return Err(Error::shape(what, expected, actual));
+        }
+    }
+    Ok(obs.chunks(chunk * obs_dim).zip(actions.chunks_mut(chunk)))
+}
+
 #[cfg(test)]
 mod tests;

@@ -715,19 +715,7 @@ impl DiscreteActing<'_> {
     /// Actions for `obs`.
     pub(super) fn act(mut self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
         let obs_dim = self.actor.input_dim();
-        let rows = obs.len() / obs_dim;
-        for (what, expected, actual) in [
-            ("observations", rows * obs_dim, obs.len()),
-            ("actions", rows, actions.len()),
-        ] {
-            if expected != actual {
-                return Err(Error::shape(what, expected, actual));
-            }
-        }
-        for (o, a) in obs
-            .chunks(ACT_ROWS * obs_dim)
-            .zip(actions.chunks_mut(ACT_ROWS))
-        {
+        for (o, a) in crate::eval::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
             let m = a.len();
             let u = self.actor.forward(o, m, self.ws)?;
             let masks = match &mut self.masking {
