@@ -35,10 +35,12 @@
 
 mod cartpole;
 mod large_discrete;
+mod partial_large_discrete;
 mod pendulum;
 
 pub use cartpole::{CartPole, MaskedCartPole};
 pub use large_discrete::{CONTEXT_DIM, Estimate, FEATURE_DIM, LargeDiscrete};
+pub use partial_large_discrete::PartialLargeDiscrete;
 pub use pendulum::Pendulum;
 
 use rl_core::{Error, Result};
