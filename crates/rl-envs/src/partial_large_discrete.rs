@@ -78,7 +78,7 @@ impl PartialLargeDiscrete {
             context: [0.0; CONTEXT_DIM],
             step: 0,
             phase: Phase::NotStarted,
-            rng: Xoshiro256PlusPlus::seed_from_u64(episode_seed ^ 0x5EED_0F_B10C),
+            rng: Xoshiro256PlusPlus::seed_from_u64(episode_seed ^ 0x005E_ED0F_B10C),
             observation_space,
         })
     }
