@@ -516,6 +516,61 @@ where
     E::Act: RandomAction,
     P: Policy<Obs = E::Obs, Act = E::Act> + Clone + 'static,
 {
+    /// What [`AsyncCollector::new`] allocates for `envs` environments with observations
+    /// of `obs_len` and actions of `act_len` elements, before anything exists: the chunk
+    /// pool, each worker's lanes and policy states, the channel slots and the statistics
+    /// window. [`AsyncCollector::memory_plan`] returns the same plan once built. (Worker
+    /// thread stacks are the system's default and not counted, nor are the policy copies:
+    /// their size is the policy's.)
+    ///
+    /// # Errors
+    /// Invalid configuration, as [`AsyncCollector::new`]; sizes too large to address.
+    pub fn plan(
+        config: &AsyncConfig,
+        envs: usize,
+        obs_len: usize,
+        act_len: usize,
+    ) -> Result<MemoryPlan> {
+        let (per_worker, chunk_rows) = config.validate(envs)?;
+        let (workers, pool) = (config.workers, config.pool_chunks);
+        let window = config.collector.stats_window.min(chunk_rows).max(1);
+        let pool_bytes = Chunk::<E::Obs, E::Act>::bytes(chunk_rows, obs_len, act_len, window)
+            .and_then(|bytes| bytes.checked_mul(pool as u64))
+            .filter(|&bytes| bytes <= isize::MAX as u64)
+            .ok_or_else(|| {
+                Error::config(
+                    "steps_per_chunk and pool_chunks",
+                    "ask for more memory than this machine can address: use smaller chunks or a smaller pool",
+                )
+            })?;
+        let mut plan = MemoryPlan::new();
+        plan.add("async_collector/chunk_pool", Location::Ram, pool_bytes);
+        for index in 0..workers {
+            plan.nest(
+                &format!("async_collector/worker-{index}"),
+                &crate::lanes::plan::<E::Obs>(per_worker, obs_len),
+            );
+            plan.add(
+                format!("async_collector/worker-{index}/policy_states"),
+                Location::Ram,
+                (per_worker * size_of::<P::State>()) as u64,
+            );
+        }
+        let slot = |message: usize| (pool * (message + size_of::<usize>())) as u64;
+        plan.add(
+            "async_collector/channel_slots",
+            Location::Ram,
+            slot(size_of::<Box<Chunk<E::Obs, E::Act>>>())
+                + slot(size_of::<Message<E::Obs, E::Act>>()),
+        );
+        plan.add(
+            "async_collector/episode_stats",
+            Location::Ram,
+            (config.collector.stats_window.max(1) * (4 + 4)) as u64,
+        );
+        Ok(plan)
+    }
+
     /// Splits `envs` (all with the same spaces) over `config.workers` threads, resets
     /// them (environment `i` with seed `config.collector.seed + i`), allocates the chunk
     /// pool and the channels, and starts the workers. Call it on the thread that will
@@ -533,21 +588,9 @@ where
         let (obs_len, act_len) = (observation_space.flat_len(), action_space.flat_len());
         let (total_envs, workers, pool) = (envs.len(), config.workers, config.pool_chunks);
         let collector = &config.collector;
-        let too_large = || {
-            Error::config(
-                "steps_per_chunk and pool_chunks",
-                "ask for more memory than this machine can address: use smaller chunks or a smaller pool",
-            )
-        };
         let window = collector.stats_window.min(chunk_rows).max(1);
-        let pool_bytes = Chunk::<E::Obs, E::Act>::bytes(chunk_rows, obs_len, act_len, window)
-            .and_then(|bytes| bytes.checked_mul(pool as u64))
-            .filter(|&bytes| bytes <= isize::MAX as u64)
-            .ok_or_else(too_large)?;
+        let plan = Self::plan(&config, total_envs, obs_len, act_len)?;
         let random_frames = collector.random_frames.div_ceil(workers as u64);
-
-        let mut plan = MemoryPlan::new();
-        plan.add("async_collector/chunk_pool", Location::Ram, pool_bytes);
         let mut groups = Vec::with_capacity(workers);
         let mut rest = envs.into_iter();
         for index in 0..workers {
@@ -562,29 +605,8 @@ where
             } else {
                 None
             };
-            plan.nest(
-                &format!("async_collector/worker-{index}"),
-                &lanes.memory_plan(),
-            );
-            plan.add(
-                format!("async_collector/worker-{index}/policy_states"),
-                Location::Ram,
-                (per_worker * size_of::<P::State>()) as u64,
-            );
             groups.push((lanes, random));
         }
-        let slot = |message: usize| (pool * (message + size_of::<usize>())) as u64;
-        plan.add(
-            "async_collector/channel_slots",
-            Location::Ram,
-            slot(size_of::<Box<Chunk<E::Obs, E::Act>>>())
-                + slot(size_of::<Message<E::Obs, E::Act>>()),
-        );
-        plan.add(
-            "async_collector/episode_stats",
-            Location::Ram,
-            (collector.stats_window.max(1) * (4 + 4)) as u64,
-        );
 
         let (free, free_receiver) = sync_channel(pool);
         for _ in 0..pool {

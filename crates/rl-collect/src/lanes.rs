@@ -105,12 +105,7 @@ impl<E: Env> Lanes<E> {
     /// What the lanes hold: observation buffers and per-environment scalars (the
     /// environments' own memory is theirs to report).
     pub(crate) fn memory_plan(&self) -> MemoryPlan {
-        let n = self.len() as u64;
-        let obs = 2 * n * (self.obs_len * size_of::<E::Obs>()) as u64;
-        let per_env = n * (4 + 2 + 8 + 4) as u64;
-        MemoryPlan::new()
-            .with("lanes/observations", Location::Ram, obs)
-            .with("lanes/per-environment", Location::Ram, per_env)
+        plan::<E::Obs>(self.len(), self.obs_len)
     }
 
     /// Steps every environment with its action; writes rewards, flags and next
@@ -191,4 +186,16 @@ impl<E: Env> Lanes<E> {
         }
         Ok(())
     }
+}
+
+/// What the lanes of `n` environments with observations of `obs_len` elements of `O`
+/// hold: both observation buffers and the per-environment scalars (reward, two flags,
+/// return, length). Known before any environment exists.
+pub(crate) fn plan<O: Element>(n: usize, obs_len: usize) -> MemoryPlan {
+    let n = n as u64;
+    let obs = 2 * n * (obs_len * size_of::<O>()) as u64;
+    let per_env = n * (4 + 2 + 8 + 4) as u64;
+    MemoryPlan::new()
+        .with("lanes/observations", Location::Ram, obs)
+        .with("lanes/per-environment", Location::Ram, per_env)
 }

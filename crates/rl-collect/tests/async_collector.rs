@@ -797,4 +797,9 @@ fn the_memory_plan_counts_the_pool_lanes_and_channels() {
     }
     assert!(line("async_collector/channel_slots") >= 2 * 5 * 8);
     assert!(plan.grand_total() > pool);
+    // The same plan before anything exists, from sizes alone (what a trainer checks
+    // against its budget); a bad configuration is refused there too.
+    type Collector = AsyncCollector<CartPole, ConstantPolicy<f32, u32>>;
+    assert_eq!(Collector::plan(&config(2, 8, 4), 4, 4, 1).unwrap(), plan);
+    assert!(Collector::plan(&config(3, 8, 4), 4, 4, 1).is_err());
 }

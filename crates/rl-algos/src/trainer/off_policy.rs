@@ -214,9 +214,9 @@ where
     /// The whole run's memory plan for `learner` under `config`, from the configuration
     /// alone (nothing allocated): replay buffer (`Ram` lines, or `File` lines for a
     /// memmap location), sampler, batch, learner and, for the asynchronous collector,
-    /// its chunk pool, workers' buffers and actor copies (upper bounds of the
-    /// collector's own figures, which [`OffPolicyTrainer::memory_plan`] reports once it
-    /// exists). This is what a new run checks against `config.run.budget`.
+    /// its chunk pool, workers' buffers and actor copies (`rl_collect::AsyncCollector::plan`:
+    /// the figures [`OffPolicyTrainer::memory_plan`] reports once it exists). This is what
+    /// a new run checks against `config.run.budget`.
     ///
     /// # Errors
     /// An invalid schema or capacity.
@@ -230,7 +230,7 @@ where
         {
             plan.nest(
                 "collector",
-                &async_plan(learner, &schema, config, workers, steps_per_chunk),
+                &async_plan::<E, L>(learner, &schema, config, workers, steps_per_chunk)?,
             );
         }
         Ok(plan)

@@ -6,7 +6,7 @@
 use rl_collect::{
     AsyncCollector, AsyncConfig, CollectorConfig, EpisodeStats, RandomAction, SyncCollector,
 };
-use rl_core::{Env, Field, Location, MemoryPlan, Schema};
+use rl_core::{Env, Field, MemoryPlan, Schema};
 use serde::{Deserialize, Serialize};
 
 use super::OffPolicyConfig;
@@ -118,58 +118,72 @@ pub(super) fn actor_copies(workers: usize) -> usize {
     workers + 3
 }
 
-/// Upper bounds of the asynchronous collector's private sizes (a chunk's header, one
-/// channel message): checked against the collector's own plan by the trainer's tests.
-const CHUNK_HEADER_BOUND: u64 = 1024;
-const MESSAGE_BOUND: u64 = 512;
+/// The collectors' settings for a run at `steps_before` steps: the shared ones, and with
+/// `Async { workers, steps_per_chunk }` the asynchronous collector's.
+fn collector_configs(
+    config: &OffPolicyConfig,
+    steps_before: u64,
+    workers: usize,
+    steps_per_chunk: usize,
+) -> (CollectorConfig, AsyncConfig) {
+    let run = &config.run;
+    let shared = CollectorConfig {
+        seed: run.seed.wrapping_add(steps_before),
+        random_frames: config.learning_starts.saturating_sub(steps_before),
+        stats_window: run.window(),
+        ..CollectorConfig::new(config.train_freq as usize * run.n_envs)
+    };
+    let rows = steps_per_chunk * (run.n_envs / workers.max(1));
+    // Workers stop claiming chunks at the run's budget (at least one step, so that a
+    // resumed run at its budget starts nothing).
+    let left = run.total_steps.saturating_sub(steps_before).max(1);
+    let async_config = AsyncConfig::new(
+        workers,
+        steps_per_chunk,
+        CollectorConfig {
+            frames_per_batch: rows,
+            total_frames: Some(left),
+            ..shared
+        },
+    );
+    (shared, async_config)
+}
 
 /// What an asynchronous collector for `config` and `schema` will hold, before it
-/// exists: the chunk pool, every worker's lanes, the channel slots and the statistics
-/// window (as [`AsyncCollector::memory_plan`] counts them, with upper bounds for the
-/// collector's private struct sizes), and `learner`'s actor copies. Nothing allocated.
-pub(super) fn async_plan<L: OffPolicyLearner>(
+/// exists ([`AsyncCollector::plan`]: the chunk pool, every worker's lanes, the channel
+/// slots and the statistics window), and `learner`'s actor copies. Nothing allocated.
+///
+/// # Errors
+/// An invalid collector configuration, as [`AsyncCollector::plan`].
+pub(super) fn async_plan<E, L>(
     learner: &L,
     schema: &Schema,
     config: &OffPolicyConfig,
     workers: usize,
     steps_per_chunk: usize,
-) -> MemoryPlan {
-    let width = |field: Field| {
+) -> Result<MemoryPlan>
+where
+    E: Env<Obs = f32> + Send + 'static,
+    E::Act: RandomAction,
+    L: OffPolicyLearner<Act = E::Act>,
+{
+    let numel = |field: Field| {
         schema
             .index_of(field.name())
-            .map_or(0, |i| schema.columns()[i].row_bytes() as u64)
+            .map_or(0, |i| schema.columns()[i].numel())
     };
-    let (obs, action) = (width(Field::Obs), width(Field::Action));
-    let per_worker = (config.run.n_envs / workers.max(1)) as u64;
-    let rows = steps_per_chunk as u64 * per_worker;
-    let pool = 2 * workers as u64 + 1;
-    let window = (config.run.window() as u64).min(rows).max(1);
-    // obs, next_obs, action, reward, terminated, truncated, log-prob, value.
-    let per_row = 2 * obs + action + 4 + 1 + 1 + 4 + 4;
-    let chunk = rows * per_row + window * 8 + CHUNK_HEADER_BOUND;
-    let lanes = per_worker * (2 * obs + 4 + 2 + 2 + 8 + 4);
-    let mut plan = MemoryPlan::new()
-        .with("async_collector/chunk_pool", Location::Ram, pool * chunk)
-        .with(
-            "async_collector/workers' lanes",
-            Location::Ram,
-            workers as u64 * lanes,
-        )
-        .with(
-            "async_collector/channel_slots",
-            Location::Ram,
-            pool * 2 * (MESSAGE_BOUND + 8),
-        )
-        .with(
-            "async_collector/episode_stats",
-            Location::Ram,
-            config.run.window().max(1) as u64 * 8,
-        );
+    let (_, async_config) = collector_configs(config, 0, workers, steps_per_chunk);
+    let mut plan = AsyncCollector::<E, L::Actor>::plan(
+        &async_config,
+        config.run.n_envs,
+        numel(Field::Obs),
+        numel(Field::Action),
+    )?;
     plan.nest(
         "async_collector",
         &learner.actor_memory_plan(actor_copies(workers)),
     );
-    plan
+    Ok(plan)
 }
 
 impl<E, L> Collection<E, L>
@@ -186,34 +200,19 @@ where
         config: &OffPolicyConfig,
         steps_before: u64,
     ) -> Result<Self> {
-        let run = &config.run;
         learner.set_env_steps(steps_before);
-        let shared = CollectorConfig {
-            seed: run.seed.wrapping_add(steps_before),
-            random_frames: config.learning_starts.saturating_sub(steps_before),
-            stats_window: run.window(),
-            ..CollectorConfig::new(config.train_freq as usize * run.n_envs)
-        };
         Ok(match config.collector {
-            CollectorChoice::Sync => Self::Sync(SyncCollector::new(envs, learner, shared)?),
+            CollectorChoice::Sync => {
+                let (shared, _) = collector_configs(config, steps_before, 1, 1);
+                Self::Sync(SyncCollector::new(envs, learner, shared)?)
+            }
             CollectorChoice::Async {
                 workers,
                 steps_per_chunk,
             } => {
                 let staging = learner.actor()?;
-                let rows = steps_per_chunk * (run.n_envs / workers);
-                // Workers stop claiming chunks at the run's budget (at least one step,
-                // so that a resumed run at its budget starts nothing).
-                let left = run.total_steps.saturating_sub(steps_before).max(1);
-                let async_config = AsyncConfig::new(
-                    workers,
-                    steps_per_chunk,
-                    CollectorConfig {
-                        frames_per_batch: rows,
-                        total_frames: Some(left),
-                        ..shared
-                    },
-                );
+                let (_, async_config) =
+                    collector_configs(config, steps_before, workers, steps_per_chunk);
                 let collector = AsyncCollector::new(envs, staging.clone(), async_config)?;
                 Self::Async(Workers {
                     collector,
