@@ -1,5 +1,8 @@
 //! Proximal Policy Optimization (Schulman et al., 2017) over an [`ActorCritic`] policy and
-//! `rl-storage`'s [`RolloutBuffer`], with memory fixed at construction.
+//! `rl-storage`'s [`RolloutBuffer`], with memory fixed at construction; and its recurrent
+//! form, [`RecurrentPpo`], over a
+//! [`RecurrentCategoricalPolicy`](crate::policy::RecurrentCategoricalPolicy) (chunks of
+//! the rollout replayed from recorded states; see its documentation).
 //!
 //! One iteration (the [`OnPolicyTrainer`](crate::trainer::OnPolicyTrainer) runs it):
 //!

@@ -62,7 +62,12 @@ impl HistorySlot {
 /// on (the collector's `N` environments, an evaluation's one), made on the first call
 /// with that many rows; the collector's [`HistorySlot`] says which environments start an
 /// episode. [`ValuePolicy::values`] values observations one step ahead without changing
-/// the state (the bootstrap after a truncation or at a rollout's end).
+/// the state (the bootstrap after a truncation or at a rollout's end). Calls with the
+/// same number of rows share one state: with a single training environment, an
+/// evaluation on the collector's copy restarts that environment's memory (it then
+/// continues from the evaluation's last state), and a
+/// [`Predict::predict`](crate::eval::Predict::predict) over as many rows as the collector
+/// has restarts all of them; predict on a clone to keep a collection undisturbed.
 ///
 /// **Training.** [`RecurrentCategoricalPolicy::begin_rollout`] makes the policy record its
 /// state at the start of every chunk of the rollout it collects ([`ChunkRecord`]);
