@@ -8,15 +8,11 @@
 use std::path::PathBuf;
 
 use rl::algos::trainer::{
-    CheckpointSchedule, CollectorChoice, EvalSchedule, Goal, OffPolicyConfig, OffPolicyLearner,
-    OffPolicyTrainer, OnPolicyTrainer, ProgressLog, ReplayLocation, RunConfig, TrainSummary,
+    CheckpointSchedule, CollectorChoice, EvalSchedule, Goal, LearnerConfig, OffPolicyConfig,
+    OffPolicyLearner, OffPolicyTrainer, OnPolicyTrainer, PpoPolicy, ProgressLog, ReplayLocation,
+    RunConfig, TrainSummary,
 };
-use rl::algos::{
-    Activation,
-    eval::{EvalReport, Predict},
-    policy::{ActorCritic, PolicyConfig},
-    ppo::PpoConfig,
-};
+use rl::algos::{Activation, eval::EvalReport, policy::PolicyConfig};
 use rl::collect::RandomAction;
 use rl::core::{Env, MemoryBudget};
 
@@ -148,19 +144,20 @@ where
     report(&run, &summary, eval)
 }
 
-/// Trains `policy` with PPO (or continues the run saved in `resume`) and reports.
+/// Trains `policy` with PPO (recurrent PPO for a recurrent policy), or continues the run
+/// saved in `resume`, and reports.
 pub(crate) fn on_policy<E, P>(
     name: &str,
     resume: Option<&PathBuf>,
     make_env: impl FnMut(u64) -> E,
     policy: P,
-    ppo: PpoConfig,
+    ppo: LearnerConfig<P>,
     run: RunConfig,
 ) -> anyhow::Result<()>
 where
     E: Env<Obs = f32>,
     E::Act: RandomAction,
-    P: ActorCritic<Act = E::Act> + Predict + Clone,
+    P: PpoPolicy<Act = E::Act>,
 {
     eprintln!("{name}: seed {}", run.seed);
     let mut trainer = match resume {

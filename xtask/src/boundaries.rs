@@ -27,7 +27,14 @@ const DESIGN: &[(&str, &[&str])] = &[
     ("rl-history", &["rl-core", "rl-nn"]),
     (
         "rl-algos",
-        &["rl-core", "rl-storage", "rl-actions", "rl-nn", "rl-collect"],
+        &[
+            "rl-core",
+            "rl-storage",
+            "rl-actions",
+            "rl-nn",
+            "rl-history",
+            "rl-collect",
+        ],
     ),
     ("rl-testkit", &["rl-core"]),
 ];
@@ -249,6 +256,7 @@ mod tests {
             ("rl-history", "rl-nn"),
             ("rl-algos", "rl-nn"),
             ("rl-algos", "rl-collect"),
+            ("rl-algos", "rl-history"),
             ("rl-algos", "rand"),
             ("rl-testkit", "rl-core"),
             ("rl", "rl-algos"),

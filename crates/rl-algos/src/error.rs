@@ -111,6 +111,15 @@ pub enum Error {
         source: rl_nn::Error,
     },
 
+    /// A history summarizer refused an operation (`rl-history`: a state of another
+    /// summarizer, an environment it does not have ...). Its configuration and shape
+    /// errors arrive as [`Error::Config`] and [`Error::ShapeMismatch`].
+    #[error("{source}")]
+    History {
+        /// The error.
+        source: rl_history::Error,
+    },
+
     /// An `rl-core` or `rl-actions` operation failed (action scoring over a table, a
     /// space check ...).
     #[error("{source}")]
@@ -149,6 +158,25 @@ impl From<rl_nn::Error> for Error {
                 actual,
             },
             source => Self::Nn { source },
+        }
+    }
+}
+
+impl From<rl_history::Error> for Error {
+    fn from(source: rl_history::Error) -> Self {
+        match source {
+            rl_history::Error::Config { what, problem } => Self::Config { what, problem },
+            rl_history::Error::ShapeMismatch {
+                what,
+                expected,
+                actual,
+            } => Self::ShapeMismatch {
+                what,
+                expected,
+                actual,
+            },
+            rl_history::Error::Nn(source) => source.into(),
+            source => Self::History { source },
         }
     }
 }

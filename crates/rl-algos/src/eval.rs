@@ -10,7 +10,11 @@ use crate::policy::Mode;
 
 /// A trained policy that can act deterministically: the most likely action (the argmax of
 /// a categorical policy, the mean of a Gaussian, the squashed mean of a SAC actor).
-pub trait Predict: Policy<State = ()> {
+///
+/// A recurrent policy's per-environment [`Policy::State`] starts at its default at every
+/// episode start ([`evaluate`] keeps one slot per episode, [`Predict::predict`] one fresh
+/// slot per row).
+pub trait Predict: Policy {
     /// How [`Policy::act`] chooses actions now.
     fn mode(&self) -> Mode;
 
@@ -26,7 +30,7 @@ pub trait Predict: Policy<State = ()> {
     /// [`Error::Policy`] for what the policy refuses (buffers of the wrong length ...).
     fn predict(&mut self, obs: &[Self::Obs], rows: usize, actions: &mut [Self::Act]) -> Result<()> {
         let (mut log_probs, mut values) = (vec![0.0; rows], vec![0.0; rows]);
-        let mut states = vec![(); rows];
+        let mut states = vec![Self::State::default(); rows];
         let mode = self.mode();
         self.set_mode(Mode::Deterministic);
         let out = ActOutput {
@@ -160,6 +164,8 @@ where
     env.reset(Some(config.seed.wrapping_add(episode as u64)), obs)?;
     let (mut total, mut length) = (0.0f64, 0u64);
     let (mut log_prob, mut value) = ([0.0f32], [0.0f32]);
+    // A fresh slot: the episode starts (a recurrent policy resets its memory).
+    let mut state = [P::State::default()];
     while length < config.max_episode_steps {
         let out = ActOutput {
             actions: action,
@@ -167,7 +173,7 @@ where
             values: &mut value,
         };
         policy
-            .act(obs, &mut [()], out)
+            .act(obs, &mut state, out)
             .map_err(|source| Error::Policy { source })?;
         let step = env.step(action, obs)?;
         total += f64::from(step.reward);

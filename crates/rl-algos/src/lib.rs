@@ -11,10 +11,14 @@
 //! - [`policy`]: the actor-critic policies PPO trains
 //!   ([`CategoricalPolicy`](policy::CategoricalPolicy),
 //!   [`GaussianPolicy`](policy::GaussianPolicy)) with sizes, activation and initialisation
-//!   chosen at run time, and the traits PPO needs of them.
+//!   chosen at run time, the traits PPO needs of them, and the recurrent
+//!   [`RecurrentCategoricalPolicy`](policy::RecurrentCategoricalPolicy) (an `rl-history`
+//!   summarizer before its heads: an LSTM, a stack of observations, or nothing).
 //! - [`ppo`]: [`Ppo`](ppo::Ppo), its [`PpoConfig`](ppo::PpoConfig), the advantages (GAE
 //!   computed once per update, optional reward normalisation) and the losses as
-//!   loss-and-gradient functions.
+//!   loss-and-gradient functions; [`RecurrentPpo`](ppo::RecurrentPpo) trains the
+//!   recurrent policy on chunks of the rollout replayed from their recorded start
+//!   states (truncated back-propagation through time).
 //! - [`sac`]: [`Sac`](sac::Sac) for box actions (Stable-Baselines3's semantics) and
 //!   [`DiscreteSac`](sac::DiscreteSac), exact expectations over 100 000 actions in
 //!   chunks, fixed or learned action tables, action masks.

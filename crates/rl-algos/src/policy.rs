@@ -1,6 +1,8 @@
 //! Actor-critic policies on `rl-nn`: a categorical one for discrete actions and a
 //! diagonal Gaussian one for continuous actions, each an actor MLP and a separate critic
-//! MLP whose sizes and activation are chosen at run time.
+//! MLP whose sizes and activation are chosen at run time, and a recurrent categorical
+//! one ([`RecurrentCategoricalPolicy`]) whose heads see a history summarizer's output
+//! (an LSTM, a stack of observations, or nothing; [`History`]).
 //!
 //! Three small traits, each with one job:
 //! - acting: `rl-collect`'s [`Policy`](rl_collect::Policy) and [`ValuePolicy`], so
@@ -16,6 +18,7 @@ mod categorical;
 mod core;
 mod gaussian;
 mod normalize;
+mod recurrent;
 
 #[cfg(test)]
 mod tests;
@@ -31,6 +34,9 @@ pub use self::core::{PolicyGradients, PolicyWorkspace};
 pub use categorical::CategoricalPolicy;
 pub use gaussian::GaussianPolicy;
 pub use normalize::ObsNormalizer;
+pub use recurrent::{
+    ChunkBatch, ChunkRecord, History, HistorySlot, RecurrentCategoricalPolicy, RecurrentWorkspace,
+};
 
 /// How a policy chooses actions when a collector calls it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -163,6 +169,9 @@ pub enum PolicyKind {
     Categorical,
     /// Means of a diagonal Gaussian with a state-independent log standard deviation.
     Gaussian,
+    /// Logits of a categorical distribution over discrete actions, after a history
+    /// summarizer ([`RecurrentCategoricalPolicy`]).
+    RecurrentCategorical(History),
 }
 
 /// What a policy is, as a comparable value: its kind and each named network's

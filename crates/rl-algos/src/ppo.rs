@@ -1,5 +1,8 @@
 //! Proximal Policy Optimization (Schulman et al., 2017) over an [`ActorCritic`] policy and
-//! `rl-storage`'s [`RolloutBuffer`], with memory fixed at construction.
+//! `rl-storage`'s [`RolloutBuffer`], with memory fixed at construction; and its recurrent
+//! form, [`RecurrentPpo`], over a
+//! [`RecurrentCategoricalPolicy`](crate::policy::RecurrentCategoricalPolicy) (chunks of
+//! the rollout replayed from recorded states; see its documentation).
 //!
 //! One iteration (the [`OnPolicyTrainer`](crate::trainer::OnPolicyTrainer) runs it):
 //!
@@ -77,12 +80,12 @@ use std::path::Path;
 
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
-use rl_core::{Element, Field, Location, MemoryBudget, MemoryPlan, Schema, TransitionSchema};
-use rl_nn::{Adam, Checkpoint, NetworkState};
+use rl_core::{Field, Location, MemoryBudget, MemoryPlan, Schema};
+use rl_nn::{Adam, Checkpoint};
 use rl_storage::{Batch, rollout::RolloutBuffer};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result, first_difference};
+use crate::error::Result;
 use crate::policy::{
     ActorCritic, ObsNormalizer, PolicyArchitecture, PolicyGradients, PolicyWorkspace,
 };
@@ -90,10 +93,17 @@ use crate::policy::{
 mod advantages;
 mod config;
 mod loss;
+mod recurrent;
+mod shared;
+
+use shared::{Scratch, StepSettings, Sums};
 
 pub use advantages::{Advantages, RewardNormalizer, RewardTransform};
 pub use config::{ObsNormalization, PpoConfig, RewardNormalization};
 pub use loss::{clipped_surrogate, value_loss};
+pub use recurrent::{
+    RECURRENT_CHECKPOINT_KIND, RecurrentPpo, RecurrentPpoConfig, RecurrentPpoState,
+};
 
 /// The `kind` of PPO checkpoints.
 pub const CHECKPOINT_KIND: &str = "ppo";
@@ -128,18 +138,6 @@ pub struct UpdateStats {
     pub early_stopped: bool,
 }
 
-/// Per-minibatch numbers, summed over an update.
-#[derive(Clone, Copy, Debug, Default)]
-struct Sums {
-    policy_loss: f64,
-    value_loss: f64,
-    entropy: f64,
-    approx_kl: f64,
-    clip_fraction: f64,
-    grad_norm: f64,
-    steps: usize,
-}
-
 /// The part of [`Ppo`] one gradient step needs, all allocated by [`Ppo::new`].
 struct Learner<P: ActorCritic> {
     policy: P,
@@ -148,29 +146,13 @@ struct Learner<P: ActorCritic> {
     adams: Vec<Adam>,
     grads: PolicyGradients,
     ws: PolicyWorkspace,
-    /// `batch_size` each: old log-probs, normalised advantages, returns, new
-    /// log-probs, and the loss's gradients with respect to log-probs, entropies and
-    /// values.
-    old_log_probs: Vec<f32>,
-    advantages: Vec<f32>,
-    returns: Vec<f32>,
-    new_log_probs: Vec<f32>,
-    d_log_probs: Vec<f32>,
-    d_entropies: Vec<f32>,
-    d_values: Vec<f32>,
-}
-
-/// Settings of one update, after the schedules.
-#[derive(Clone, Copy)]
-struct StepSettings {
-    clip: f32,
-    target_kl: Option<f32>,
+    scratch: Scratch,
 }
 
 impl<P: ActorCritic> Learner<P> {
     /// One gradient step on `batch`, whose old log-probs, advantages and returns are in
-    /// `self.old_log_probs`, `self.advantages` and `self.returns`. `Ok(false)`: the
-    /// target-KL rule stopped before stepping. Allocates nothing.
+    /// `self.scratch`. `Ok(false)`: the target-KL rule stopped before stepping.
+    /// Allocates nothing.
     fn step(
         &mut self,
         batch: &Batch,
@@ -179,125 +161,38 @@ impl<P: ActorCritic> Learner<P> {
         sums: &mut Sums,
     ) -> Result<bool> {
         let rows = batch.len();
-        let old = &self.old_log_probs[..rows];
-        let advantages = &mut self.advantages[..rows];
+        let scratch = &mut self.scratch;
         if config.normalize_advantage && rows > 1 {
-            normalize(advantages);
+            shared::normalize(&mut scratch.advantages[..rows]);
         }
         let actions = batch.field::<P::Act>(Field::Action)?;
         self.policy.evaluate(batch.obs()?, actions, &mut self.ws)?;
-
-        // Diagnostics before the step: approximate KL and clip fraction.
-        let new = &mut self.new_log_probs[..rows];
-        new.copy_from_slice(self.ws.log_probs());
-        let (mut kl, mut clipped) = (0.0f64, 0usize);
-        for (&new, &old) in new.iter().zip(old) {
-            let log_ratio = f64::from(new - old);
-            let ratio = log_ratio.exp();
-            kl += (ratio - 1.0) - log_ratio;
-            clipped += usize::from((ratio - 1.0).abs() > f64::from(settings.clip));
-        }
-        let kl = kl / rows as f64;
-        if let Some(target) = settings.target_kl
-            && kl > 1.5 * f64::from(target)
-        {
-            return Ok(false);
-        }
-
-        let d_log_probs = &mut self.d_log_probs[..rows];
-        let policy_loss = clipped_surrogate(new, old, advantages, settings.clip, d_log_probs)?;
-        let d_values = &mut self.d_values[..rows];
         let old_values = match config.clip_range_vf {
-            Some(limit) => Some((batch.field::<f32>(Field::Value)?, limit)),
+            Some(_) => Some(batch.field::<f32>(Field::Value)?),
             None => None,
         };
-        let returns = &self.returns[..rows];
-        let value_loss = value_loss(self.ws.values(), returns, old_values, d_values)?;
-        let entropies = self.ws.entropies();
-        let entropy = (entropies.iter().map(|&h| f64::from(h)).sum::<f64>() / rows as f64) as f32;
-        for (what, value) in [
-            ("policy loss", policy_loss),
-            ("value loss", value_loss),
-            ("entropy", entropy),
-        ] {
-            if !value.is_finite() {
-                return Err(Error::Diverged { what, value });
-            }
-        }
-        // loss = policy + vf_coef * value - ent_coef * mean(entropy)
-        d_values.iter_mut().for_each(|g| *g *= config.vf_coef);
-        let d_entropies = &mut self.d_entropies[..rows];
-        d_entropies.fill(-config.ent_coef / rows as f32);
+        let outputs = (self.ws.log_probs(), self.ws.entropies(), self.ws.values());
+        let Some(losses) = shared::minibatch_loss(scratch, outputs, old_values, config, settings)?
+        else {
+            return Ok(false);
+        };
         self.grads.zero();
         self.policy.backward(
             actions,
-            d_log_probs,
-            d_entropies,
-            d_values,
+            &scratch.d_log_probs[..rows],
+            &scratch.d_entropies[..rows],
+            &scratch.d_values[..rows],
             &mut self.ws,
             &mut self.grads,
         )?;
-        let norm = self.grads.clip_norm(config.max_grad_norm)?;
-        if !norm.is_finite() {
-            return Err(Error::Diverged {
-                what: "gradient norm",
-                value: norm,
-            });
-        }
-        for (i, adam) in self.adams.iter_mut().enumerate() {
-            if let (Some(net), Some(grads)) = (self.policy.network_mut(i), self.grads.get(i)) {
-                adam.update(net.params_mut(), grads)?;
-            }
-        }
-
-        sums.policy_loss += f64::from(policy_loss);
-        sums.value_loss += f64::from(value_loss);
-        sums.entropy += f64::from(entropy);
-        sums.approx_kl += kl;
-        sums.clip_fraction += clipped as f64 / rows as f64;
-        sums.grad_norm += f64::from(norm);
-        sums.steps += 1;
+        let norm = shared::apply_gradients(
+            &mut self.policy,
+            &mut self.grads,
+            &mut self.adams,
+            config.max_grad_norm,
+        )?;
+        sums.add(&losses, norm);
         Ok(true)
-    }
-}
-
-/// Normalises to zero mean and unit (sample) standard deviation, `+ 1e-8` in the
-/// denominator as Stable-Baselines3.
-fn normalize(values: &mut [f32]) {
-    let n = values.len() as f64;
-    let mean = values.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-    let var = values
-        .iter()
-        .map(|&v| (f64::from(v) - mean).powi(2))
-        .sum::<f64>()
-        / (n - 1.0).max(1.0);
-    let scale = 1.0 / (var.sqrt() + 1e-8);
-    for v in values {
-        *v = ((f64::from(*v) - mean) * scale) as f32;
-    }
-}
-
-/// `1 - Var(returns - values) / Var(returns)` (NaN-free: 0 when the returns are constant).
-fn explained_variance(values: &[f32], returns: &[f32]) -> f32 {
-    let n = returns.len() as f64;
-    if n == 0.0 {
-        return 0.0;
-    }
-    let mean = |it: &mut dyn Iterator<Item = f64>| it.sum::<f64>() / n;
-    let mean_r = mean(&mut returns.iter().map(|&r| f64::from(r)));
-    let var_r = mean(&mut returns.iter().map(|&r| (f64::from(r) - mean_r).powi(2)));
-    let diff = |(&v, &r): (&f32, &f32)| f64::from(r) - f64::from(v);
-    let mean_d = mean(&mut values.iter().zip(returns).map(diff));
-    let var_d = mean(
-        &mut values
-            .iter()
-            .zip(returns)
-            .map(|p| (diff(p) - mean_d).powi(2)),
-    );
-    if var_r == 0.0 {
-        0.0
-    } else {
-        (1.0 - var_d / var_r) as f32
     }
 }
 
@@ -407,7 +302,7 @@ impl<P: ActorCritic> Ppo<P> {
     /// an update uses.
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid `config` or `envs` of 0.
+    /// [`Error::Config`](crate::Error::Config) for an invalid `config` or `envs` of 0.
     pub fn new(mut policy: P, config: PpoConfig, envs: usize) -> Result<Self> {
         config.validate(envs)?;
         if let Some(obs) = config.normalize_obs
@@ -415,7 +310,7 @@ impl<P: ActorCritic> Ppo<P> {
         {
             policy.set_obs_normalizer(Some(ObsNormalizer::new(policy.obs_len(), obs.clip)?))?;
         }
-        let schema = rollout_schema_of(&policy)?;
+        let schema = shared::rollout_schema::<P::Act>(policy.obs_len(), policy.act_len())?;
         let mb = config.batch_size;
         let batch = Batch::new(&schema, mb)?;
         let adams = (0..policy.network_names().len())
@@ -446,13 +341,7 @@ impl<P: ActorCritic> Ppo<P> {
                 adams,
                 grads,
                 ws,
-                old_log_probs: vec![0.0; mb],
-                advantages: vec![0.0; mb],
-                returns: vec![0.0; mb],
-                new_log_probs: vec![0.0; mb],
-                d_log_probs: vec![0.0; mb],
-                d_entropies: vec![0.0; mb],
-                d_values: vec![0.0; mb],
+                scratch: Scratch::new(mb),
             },
             envs,
             batch,
@@ -579,7 +468,7 @@ impl<P: ActorCritic> Ppo<P> {
         plan.add(
             "ppo/scratch_rows",
             Location::Ram,
-            f32s(7 * self.config.batch_size),
+            f32s(shared::SCRATCH_ROWS * self.config.batch_size),
         );
         if self.config.recompute_old_log_probs {
             plan.add(
@@ -597,15 +486,7 @@ impl<P: ActorCritic> Ppo<P> {
     /// normalisers).
     pub fn checkpoint(&self) -> Checkpoint<PpoState> {
         let policy = &self.learner.policy;
-        let networks = policy
-            .network_names()
-            .iter()
-            .enumerate()
-            .filter_map(|(i, name)| {
-                let net = policy.network(i)?;
-                Some(NetworkState::capture(*name, net, self.learner.adams.get(i)))
-            })
-            .collect();
+        let networks = shared::capture_networks(policy, &self.learner.adams);
         Checkpoint {
             kind: CHECKPOINT_KIND.to_owned(),
             networks,
@@ -630,82 +511,27 @@ impl<P: ActorCritic> Ppo<P> {
     /// checkpoint's) and a policy of the same architecture.
     ///
     /// # Errors
-    /// [`Error::CheckpointMismatch`] for another architecture or configuration (naming
-    /// the first differing field) or a missing or extra network, [`Error::Nn`] for
-    /// weights or optimiser states that do not fit the policy, [`Error::Config`] for an
+    /// [`Error::CheckpointMismatch`](crate::Error::CheckpointMismatch) for another architecture or configuration (naming
+    /// the first differing field) or a missing or extra network, [`Error::Nn`](crate::Error::Nn) for
+    /// weights or optimiser states that do not fit the policy, [`Error::Config`](crate::Error::Config) for an
     /// invalid optimiser configuration or observation normaliser.
     pub fn restore(&mut self, checkpoint: &Checkpoint<PpoState>) -> Result<()> {
         let state = &checkpoint.state;
-        let policy = &self.learner.policy;
-        let architecture = policy.architecture();
-        if state.architecture != architecture {
-            return Err(Error::CheckpointMismatch {
-                what: "policy architecture".to_owned(),
-                expected: architecture.to_string(),
-                actual: state.architecture.to_string(),
-            });
-        }
-        config_difference(&self.config, &state.config)?;
-        if let Some(normalizer) = &state.obs_normalizer {
-            normalizer.check(policy.obs_len())?;
-        }
-        match (
-            &state.reward_normalizer,
-            self.config.normalize_reward.is_some(),
-        ) {
-            (Some(normalizer), true) => {
-                normalizer.check(self.envs, f64::from(self.config.gamma))?;
-            }
-            (None, false) => {}
-            (Some(_), false) | (None, true) => {
-                return Err(Error::config(
-                    "checkpoint reward normalizer",
-                    "is present without ppo.normalize_reward or missing with it",
-                ));
-            }
-        }
-        // Every network and optimiser state is checked before anything is written.
-        let names = policy.network_names();
-        for (i, name) in names.iter().enumerate() {
-            let saved = checkpoint.network(name)?;
-            if let Some(net) = policy.network(i) {
-                saved.check_fits(net, self.learner.adams.get(i))?;
-            }
-        }
-        if checkpoint.networks.len() != names.len() {
-            return Err(Error::CheckpointMismatch {
-                what: "networks".to_owned(),
-                expected: format!("{names:?}"),
-                actual: format!(
-                    "{:?}",
-                    checkpoint
-                        .networks
-                        .iter()
-                        .map(|n| n.name.as_str())
-                        .collect::<Vec<_>>()
-                ),
-            });
-        }
         let learner = &mut self.learner;
-        for (i, name) in names.iter().enumerate() {
-            if let Some(net) = learner.policy.network_mut(i) {
-                checkpoint
-                    .network(name)?
-                    .restore_into(net, learner.adams.get_mut(i))?;
-            }
-        }
+        let obs_len = learner.policy.obs_len();
+        shared::restore_policy(
+            &mut learner.policy,
+            &mut learner.adams,
+            (&self.config, self.envs, obs_len),
+            checkpoint,
+            state,
+        )?;
         self.env_steps = state.env_steps;
         self.updates = state.updates;
         self.rng = state.shuffle_rng.clone();
         self.config.seed = state.config.seed;
         self.reward_normalizer = state.reward_normalizer.clone();
-        learner
-            .policy
-            .set_sampling_state(state.sampling_rng.clone());
-        // Checked above: cannot fail.
-        learner
-            .policy
-            .set_obs_normalizer(state.obs_normalizer.clone())
+        Ok(())
     }
 
     /// Copies what acting depends on into `target` (the collector's copy of the policy):
@@ -713,29 +539,10 @@ impl<P: ActorCritic> Ppo<P> {
     /// stays. Allocates nothing beyond the normaliser's copy.
     ///
     /// # Errors
-    /// [`Error::CheckpointMismatch`] for a target of another architecture; nothing
+    /// [`Error::CheckpointMismatch`](crate::Error::CheckpointMismatch) for a target of another architecture; nothing
     /// changes then.
     pub fn copy_policy_into(&self, target: &mut P) -> Result<()> {
-        let source = &self.learner.policy;
-        for i in 0..source.network_names().len() {
-            let (Some(from), Some(to)) = (source.network(i), target.network(i)) else {
-                continue;
-            };
-            if from.architecture() != to.architecture() {
-                return Err(Error::CheckpointMismatch {
-                    what: "policy architecture".to_owned(),
-                    expected: from.architecture().to_string(),
-                    actual: to.architecture().to_string(),
-                });
-            }
-        }
-        target.set_obs_normalizer(source.obs_normalizer().cloned())?;
-        for i in 0..source.network_names().len() {
-            if let (Some(from), Some(to)) = (source.network(i), target.network_mut(i)) {
-                to.params_mut().copy_from_slice(from.params());
-            }
-        }
-        Ok(())
+        shared::copy_policy(&self.learner.policy, target)
     }
 
     /// [`Ppo::checkpoint`] written to `path` atomically ([`Checkpoint::save`]).
@@ -769,56 +576,24 @@ impl<P: ActorCritic> Ppo<P> {
     /// read the rollout in its own shuffled minibatch order.
     ///
     /// # Errors
-    /// - [`Error::Config`] for a rollout of another schema or size than
+    /// - [`Error::Config`](crate::Error::Config) for a rollout of another schema or size than
     ///   [`Ppo::rollout_buffer`]'s, or one that is not full (nothing changes then);
-    /// - [`Error::Diverged`] when a loss or the gradient norm is not finite (the step is
+    /// - [`Error::Diverged`](crate::Error::Diverged) when a loss or the gradient norm is not finite (the step is
     ///   not applied; earlier steps of this update were);
     /// - the policy's errors (an action out of range ...).
     pub fn update(&mut self, rollout: &mut RolloutBuffer) -> Result<UpdateStats> {
-        let expected = (self.rollout_schema(), self.config.n_steps, self.envs);
-        if (rollout.schema(), rollout.steps(), rollout.envs()) != expected || !rollout.is_full() {
-            return Err(Error::config(
-                "rollout buffer",
-                format!(
-                    "holds {} of {} steps x {} envs of {:?}, but this PPO trains on full rollouts of {} x {} of {:?}: make it with Ppo::rollout_buffer and fill it",
-                    rollout.len(),
-                    rollout.steps(),
-                    rollout.envs(),
-                    rollout.schema(),
-                    expected.1,
-                    expected.2,
-                    expected.0,
-                ),
-            ));
-        }
-        let transform = match (&mut self.reward_normalizer, self.config.normalize_reward) {
-            (Some(normalizer), Some(settings)) => {
-                let terminated = rollout.field::<rl_core::Flag>(Field::Terminated)?;
-                let truncated = rollout.field::<rl_core::Flag>(Field::Truncated)?;
-                normalizer.update(rollout.field(Field::Reward)?, |row| {
-                    terminated[row].get() || truncated[row].get()
-                })?;
-                RewardTransform {
-                    scale: normalizer.scale(),
-                    clip: settings.clip.unwrap_or(f32::INFINITY),
-                }
-            }
-            _ => RewardTransform::IDENTITY,
-        };
-        self.advantages.compute(
+        let prepared = shared::prepare(
+            shared::UpdateState {
+                config: &self.config,
+                envs: self.envs,
+                schema: self.batch.schema(),
+                reward_normalizer: &mut self.reward_normalizer,
+                advantages: &mut self.advantages,
+                adams: &mut self.learner.adams,
+                env_steps: self.env_steps,
+            },
             rollout,
-            self.config.gamma,
-            self.config.gae_lambda,
-            transform,
         )?;
-        let values = rollout.field::<f32>(Field::Value)?;
-        let explained_variance = explained_variance(values, self.advantages.returns());
-
-        let env_steps = self.env_steps + rollout.rows() as u64;
-        let (lr, clip) = self.config.scheduled(env_steps);
-        for adam in &mut self.learner.adams {
-            adam.set_lr(lr)?;
-        }
         if let Some(ws) = &mut self.eval_ws {
             let actions = rollout.field::<P::Act>(Field::Action)?;
             self.learner.policy.evaluate_minibatched(
@@ -830,7 +605,7 @@ impl<P: ActorCritic> Ppo<P> {
             )?;
         }
         let settings = StepSettings {
-            clip,
+            clip: prepared.clip,
             target_kl: self.config.target_kl,
         };
 
@@ -840,18 +615,9 @@ impl<P: ActorCritic> Ppo<P> {
             rollout.shuffle(&mut self.rng);
             for indices in rollout.minibatches(self.config.batch_size)? {
                 rollout.gather(indices, &mut self.batch)?;
-                let rows = indices.len();
-                let learner = &mut self.learner;
-                let (advantages, returns) =
-                    (self.advantages.advantages(), self.advantages.returns());
-                let scratch = learner.advantages[..rows]
-                    .iter_mut()
-                    .zip(&mut learner.returns[..rows]);
-                for ((advantage, ret), &row) in scratch.zip(indices) {
-                    *advantage = advantages[row as usize];
-                    *ret = returns[row as usize];
-                }
-                let old = &mut learner.old_log_probs[..rows];
+                let scratch = &mut self.learner.scratch;
+                scratch.take_targets(&self.advantages, indices);
+                let old = &mut scratch.old_log_probs[..indices.len()];
                 if self.config.recompute_old_log_probs {
                     for (slot, &row) in old.iter_mut().zip(indices) {
                         *slot = self.recomputed_log_probs[row as usize];
@@ -873,75 +639,10 @@ impl<P: ActorCritic> Ppo<P> {
         {
             normalizer.update(rollout.field(Field::Obs)?)?;
         }
-        self.env_steps = env_steps;
+        self.env_steps = prepared.env_steps;
         self.updates += 1;
-
-        let steps = sums.steps.max(1) as f64;
-        Ok(UpdateStats {
-            policy_loss: (sums.policy_loss / steps) as f32,
-            value_loss: (sums.value_loss / steps) as f32,
-            entropy: (sums.entropy / steps) as f32,
-            approx_kl: (sums.approx_kl / steps) as f32,
-            clip_fraction: (sums.clip_fraction / steps) as f32,
-            explained_variance,
-            grad_norm: (sums.grad_norm / steps) as f32,
-            learning_rate: lr,
-            clip_range: clip,
-            minibatches: sums.steps,
-            early_stopped,
-        })
+        Ok(sums.stats(&prepared, early_stopped))
     }
-}
-
-/// The first field (other than `seed`) where the checkpoint's configuration differs from
-/// the trainer's, as an error.
-fn config_difference(ours: &PpoConfig, theirs: &PpoConfig) -> Result<()> {
-    first_difference!(
-        PpoConfig,
-        "ppo",
-        ours,
-        theirs,
-        [
-            n_steps,
-            batch_size,
-            epochs,
-            gamma,
-            gae_lambda,
-            clip_range,
-            clip_range_end,
-            clip_range_vf,
-            ent_coef,
-            vf_coef,
-            max_grad_norm,
-            target_kl,
-            adam,
-            learning_rate_end,
-            schedule_steps,
-            normalize_advantage,
-            recompute_old_log_probs,
-            eval_minibatch,
-            normalize_obs,
-            normalize_reward,
-        ],
-        except[seed]
-    )
-}
-
-/// The rollout layout of `policy`'s observations and actions.
-fn rollout_schema_of<P: ActorCritic>(policy: &P) -> Result<Schema> {
-    let action_shape: &[usize] = if <P::Act as Element>::DTYPE == rl_core::DType::U32 {
-        &[]
-    } else {
-        &[policy.act_len()]
-    };
-    Ok(TransitionSchema::new(
-        rl_core::DType::F32,
-        &[policy.obs_len()],
-        <P::Act as Element>::DTYPE,
-        action_shape,
-    )
-    .for_rollout()
-    .build()?)
 }
 
 #[cfg(test)]

@@ -12,8 +12,11 @@
 //!   action without a copy; with the asynchronous one ([`CollectorChoice::Async`])
 //!   worker threads act with copies of the learner's actor, and the trainer publishes
 //!   new weights after every training phase.
-//! - [`OnPolicyTrainer`] drives [`crate::ppo::Ppo`]: collect a rollout, scale rewards if
-//!   configured, update, hand the new weights to the collector's policy copy.
+//! - [`OnPolicyTrainer`] drives the policy's [`OnPolicyLearner`] ([`crate::ppo::Ppo`]
+//!   for feed-forward policies, [`crate::ppo::RecurrentPpo`] for a recurrent one, chosen
+//!   by [`PpoPolicy`]): collect a rollout (a recurrent policy recording each chunk's
+//!   starting state), scale rewards if configured, update, hand the new weights to the
+//!   collector's policy copy.
 //!
 //! Both read the loop's settings from [`RunConfig`] (budget, seed, goal, evaluation and
 //! checkpoint cadence, memory budget); the algorithm configurations hold only the
@@ -34,7 +37,7 @@ pub use off_policy::{
     CollectorChoice, OffPolicyConfig, OffPolicyReplay, OffPolicyTrainer, REPLAY_FILE,
     ReplayLocation,
 };
-pub use on_policy::OnPolicyTrainer;
+pub use on_policy::{LearnerConfig, OnPolicyLearner, OnPolicyTrainer, PpoPolicy};
 pub use run::{
     Callback, CheckpointSchedule, Control, EvalSchedule, Goal, Progress, ProgressLog, RUN_FILE,
     RunConfig, RunCounters, StopReason, TrainSummary,

@@ -26,11 +26,12 @@
 //! **Status.** The interface, the three summarizers, stack rebuilding from storage
 //! indices and the LSTM cell (rl-nn) with its window passes exist and are tested
 //! (finite differences and dfdx for the cell's gradients; a window equals the acting
-//! steps within 1e-6; a 1,000,000-step episode allocates nothing per step). Not yet:
-//! the collector carrying a summarizer state per environment, recurrent PPO (the rollout
-//! storing each chunk's initial state, chunked minibatches), recurrent SAC and DQN on
-//! the slice sampler with burn-in, and the `ppo_masked_cartpole` and
-//! `sac_large_actions --history lstm` examples.
+//! steps within 1e-6; a 1,000,000-step episode allocates nothing per step). rl-algos
+//! builds recurrent PPO on them (`RecurrentCategoricalPolicy`, `RecurrentPpo`: the
+//! collector's per-environment slot marks episode starts, the rollout records each
+//! chunk's initial state, chunked minibatches; the `ppo_masked_cartpole` example). Not
+//! yet: recurrent SAC and DQN on the slice sampler with burn-in, and the
+//! `sac_large_actions --history lstm` example.
 //!
 //! # Example
 //!

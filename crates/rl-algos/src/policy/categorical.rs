@@ -164,41 +164,13 @@ impl CategoricalPolicy {
     }
 
     fn check_actions(&self, actions: &[u32]) -> Result<()> {
-        let n = self.actions();
-        match actions.iter().position(|&a| a as usize >= n) {
-            Some(row) => Err(Error::ActionOutOfRange {
-                row,
-                action: actions[row],
-                actions: n,
-            }),
-            None => Ok(()),
-        }
+        check_actions(self.actions(), actions)
     }
 
     /// Log-softmax of every row into `ws.head`, and the log-probs of `actions` (and
     /// entropies when asked) into `ws`.
     fn head(&self, actions: &[u32], ws: &mut PolicyWorkspace, entropies: bool) {
-        let n = self.actions();
-        let rows = ws.rows;
-        let PolicyWorkspace {
-            actor,
-            head,
-            log_probs,
-            entropies: ent,
-            ..
-        } = ws;
-        let rows_iter = actor
-            .output()
-            .chunks_exact(n)
-            .zip(head.chunks_exact_mut(n))
-            .take(rows);
-        for (r, (logits, l)) in rows_iter.enumerate() {
-            log_softmax(logits, l);
-            log_probs[r] = l[actions[r] as usize];
-            if entropies {
-                ent[r] = -l.iter().map(|&x| x.exp() * x).sum::<f32>();
-            }
-        }
+        head(self.actions(), actions, ws, entropies);
     }
 
     fn act_rows(&mut self, obs: &[f32], rows: usize, out: ActOutput<'_, u32>) -> Result<()> {
@@ -208,26 +180,102 @@ impl CategoricalPolicy {
         let mut ws = self.core.take_act_ws(rows);
         let result = self.core.forward(obs, rows, &mut ws);
         if result.is_ok() {
-            let n = self.actions();
-            let rows_iter = ws
-                .actor
-                .output()
-                .chunks_exact(n)
-                .zip(ws.head.chunks_exact_mut(n))
-                .zip(out.actions.iter_mut().zip(out.log_probs.iter_mut()));
-            for ((logits, l), (action, log_prob)) in rows_iter {
-                log_softmax(logits, l);
-                let chosen = match self.core.config.mode {
-                    Mode::Sample => sample(l, self.core.rng.random::<f32>()),
-                    Mode::Deterministic => argmax(l),
-                };
-                *action = chosen as u32;
-                *log_prob = l[chosen];
-            }
-            out.values.copy_from_slice(ws.values());
+            choose(&mut self.core, &mut ws, out);
         }
         self.core.act_ws = Some(ws);
         result
+    }
+}
+
+/// Log-softmax of every row of the actor's outputs in `ws` (`n` logits each) into
+/// `ws.head`, and the log-probs of `actions` (and entropies when asked) into `ws`.
+pub(super) fn head(n: usize, actions: &[u32], ws: &mut PolicyWorkspace, entropies: bool) {
+    let rows = ws.rows;
+    let PolicyWorkspace {
+        actor,
+        head,
+        log_probs,
+        entropies: ent,
+        ..
+    } = ws;
+    let rows_iter = actor
+        .output()
+        .chunks_exact(n)
+        .zip(head.chunks_exact_mut(n))
+        .take(rows);
+    for (r, (logits, l)) in rows_iter.enumerate() {
+        log_softmax(logits, l);
+        log_probs[r] = l[actions[r] as usize];
+        if entropies {
+            ent[r] = -l.iter().map(|&x| x.exp() * x).sum::<f32>();
+        }
+    }
+}
+
+/// Chooses an action for every row of a forward pass through `ws` (sampled or the argmax
+/// by `core`'s mode) and writes it with its log-prob and the row's value into `out`.
+pub(super) fn choose(core: &mut PolicyCore, ws: &mut PolicyWorkspace, out: ActOutput<'_, u32>) {
+    let n = core.out();
+    let rows_iter = ws
+        .actor
+        .output()
+        .chunks_exact(n)
+        .zip(ws.head.chunks_exact_mut(n))
+        .zip(out.actions.iter_mut().zip(out.log_probs.iter_mut()));
+    for ((logits, l), (action, log_prob)) in rows_iter {
+        log_softmax(logits, l);
+        let chosen = match core.config.mode {
+            Mode::Sample => sample(l, core.rng.random::<f32>()),
+            Mode::Deterministic => argmax(l),
+        };
+        *action = chosen as u32;
+        *log_prob = l[chosen];
+    }
+    out.values.copy_from_slice(ws.values());
+}
+
+/// The gradients of a loss with respect to the logits (into `ws.d_out`) and the values
+/// (into `ws.d_value`), given its gradients with respect to each row's log-prob of
+/// `actions`, entropy and value, after [`head`] with entropies.
+pub(super) fn output_grads(
+    n: usize,
+    actions: &[u32],
+    (d_log_probs, d_entropies, d_values): (&[f32], &[f32], &[f32]),
+    ws: &mut PolicyWorkspace,
+) {
+    let rows = ws.rows;
+    let PolicyWorkspace {
+        head,
+        entropies,
+        d_out,
+        d_value,
+        ..
+    } = ws;
+    // d l_a / d z_j = [j = a] - p_j;  d H / d z_j = -p_j (l_j + H).
+    let rows_iter = head
+        .chunks_exact(n)
+        .zip(d_out.chunks_exact_mut(n))
+        .take(rows);
+    for (r, (l, dz)) in rows_iter.enumerate() {
+        let (g_lp, g_h, h) = (d_log_probs[r], d_entropies[r], entropies[r]);
+        for (j, (d, &lj)) in dz.iter_mut().zip(l).enumerate() {
+            let p = lj.exp();
+            let onehot = if j == actions[r] as usize { 1.0 } else { 0.0 };
+            *d = g_lp * (onehot - p) - g_h * p * (lj + h);
+        }
+    }
+    d_value[..rows].copy_from_slice(d_values);
+}
+
+/// `Ok` when every action is below `n`, else [`Error::ActionOutOfRange`] for the first.
+pub(super) fn check_actions(n: usize, actions: &[u32]) -> Result<()> {
+    match actions.iter().position(|&a| a as usize >= n) {
+        Some(row) => Err(Error::ActionOutOfRange {
+            row,
+            action: actions[row],
+            actions: n,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -396,28 +444,12 @@ impl ActorCritic for CategoricalPolicy {
         }
         grads.check(&self.core)?;
         self.check_actions(actions)?;
-        let n = self.actions();
-        let PolicyWorkspace {
-            head,
-            entropies,
-            d_out,
-            d_value,
-            ..
-        } = ws;
-        // d l_a / d z_j = [j = a] - p_j;  d H / d z_j = -p_j (l_j + H).
-        let rows_iter = head
-            .chunks_exact(n)
-            .zip(d_out.chunks_exact_mut(n))
-            .take(rows);
-        for (r, (l, dz)) in rows_iter.enumerate() {
-            let (g_lp, g_h, h) = (d_log_probs[r], d_entropies[r], entropies[r]);
-            for (j, (d, &lj)) in dz.iter_mut().zip(l).enumerate() {
-                let p = lj.exp();
-                let onehot = if j == actions[r] as usize { 1.0 } else { 0.0 };
-                *d = g_lp * (onehot - p) - g_h * p * (lj + h);
-            }
-        }
-        d_value[..rows].copy_from_slice(d_values);
+        output_grads(
+            self.actions(),
+            actions,
+            (d_log_probs, d_entropies, d_values),
+            ws,
+        );
         self.core.backward_networks(ws, grads)
     }
 }

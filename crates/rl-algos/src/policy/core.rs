@@ -124,6 +124,15 @@ impl PolicyCore {
         }
     }
 
+    /// Bytes of [`PolicyCore::workspace`] for `max_rows` rows, known before it exists.
+    pub(super) fn workspace_bytes(&self, max_rows: usize) -> u64 {
+        let max_rows = max_rows.max(1);
+        let floats = max_rows * (self.obs_len + 2 * self.out() + 4);
+        (floats * size_of::<f32>()) as u64
+            + self.actor.workspace_bytes(max_rows)
+            + self.critic.workspace_bytes(max_rows)
+    }
+
     /// Takes `rows` observations into `ws` (normalised if the policy normalises) and runs
     /// the actor and the critic on them: the actor's outputs are then
     /// `ws.actor.output()`, the values `ws.values`.
@@ -219,19 +228,37 @@ impl PolicyCore {
         ws: &mut PolicyWorkspace,
         grads: &mut PolicyGradients,
     ) -> Result<()> {
+        self.backward_heads(ws, grads, None)
+    }
+
+    /// As [`PolicyCore::backward_networks`], also writing the gradients with respect to
+    /// the inputs through the actor and through the critic into `d_inputs` (`rows x
+    /// obs_len` each, overwritten) when given. The gradient buffers are the first two of
+    /// `grads` (the caller checks them).
+    pub(super) fn backward_heads(
+        &self,
+        ws: &mut PolicyWorkspace,
+        grads: &mut PolicyGradients,
+        d_inputs: Option<(&mut [f32], &mut [f32])>,
+    ) -> Result<()> {
         let rows = ws.rows;
+        let n = rows * self.obs_len;
+        let (d_actor, d_critic) = match d_inputs {
+            Some((a, c)) => (Some(&mut a[..n]), Some(&mut c[..n])),
+            None => (None, None),
+        };
         let (actor, critic) = grads.buffers.split_at_mut(1);
         self.actor.backward(
             &mut ws.actor,
             &ws.d_out[..rows * ws.out],
             Some(&mut actor[0]),
-            None,
+            d_actor,
         )?;
         self.critic.backward(
             &mut ws.critic,
             &ws.d_value[..rows],
             Some(&mut critic[0]),
-            None,
+            d_critic,
         )?;
         Ok(())
     }

@@ -15,14 +15,14 @@ use crate::eval::Predict;
 use super::*;
 
 /// `rows x len` values uniform in `[-scale, scale)`, from a fixed seed.
-fn uniform(rows: usize, len: usize, scale: f32, seed: u64) -> Vec<f32> {
+pub(super) fn uniform(rows: usize, len: usize, scale: f32, seed: u64) -> Vec<f32> {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
     (0..rows * len)
         .map(|_| scale * (2.0 * rng.random::<f32>() - 1.0))
         .collect()
 }
 
-fn discrete_actions(rows: usize, n: u32, seed: u64) -> Vec<u32> {
+pub(super) fn discrete_actions(rows: usize, n: u32, seed: u64) -> Vec<u32> {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
     (0..rows).map(|_| rng.random_range(0..n)).collect()
 }
@@ -574,7 +574,7 @@ fn networks_expose_every_parameter_to_optimisers() {
 // Gradients of the training pass against finite differences of an f64 reference.
 
 /// One row through an MLP in f64 (the reference): `(outputs, pre-activations)`.
-fn mlp64(arch: &Architecture, params: &[f64], x: &[f64]) -> (Vec<f64>, Vec<f64>) {
+pub(super) fn mlp64(arch: &Architecture, params: &[f64], x: &[f64]) -> (Vec<f64>, Vec<f64>) {
     let Architecture::Mlp { sizes, activation } = arch else {
         panic!("an MLP")
     };

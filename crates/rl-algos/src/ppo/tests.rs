@@ -7,7 +7,9 @@ use rl_collect::{CollectorConfig, SyncCollector};
 use rl_envs::CartPole;
 use rl_storage::{ColumnSlice, rollout::RolloutBuffer};
 
+use super::shared::{explained_variance, normalize};
 use super::*;
+use crate::error::Error;
 use crate::policy::{ActorCritic, CategoricalPolicy, PolicyConfig, PolicyNetworks};
 use rl_nn::AdamConfig;
 

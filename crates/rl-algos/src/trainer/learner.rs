@@ -23,7 +23,7 @@ use crate::eval::Predict;
 /// without a copy), gives an [`OffPolicyLearner::Actor`] for collectors that act in
 /// worker threads, reads batches of the replay columns it names, and saves itself in the
 /// one checkpoint layout of `rl-nn`.
-pub trait OffPolicyLearner: Predict<Obs = f32> {
+pub trait OffPolicyLearner: Predict<Obs = f32, State = ()> {
     /// Typed learner state its checkpoints carry besides the networks.
     type Saved: Serialize + DeserializeOwned + Clone + Debug;
     /// What one gradient step measured.

@@ -1,28 +1,295 @@
-//! The on-policy trainer: rollouts collected by a copy of the policy, PPO updates, the
-//! new weights handed back to the collector's copy.
+//! The on-policy trainer: rollouts collected by a copy of the policy, PPO updates
+//! (feed-forward or recurrent), the new weights handed back to the collector's copy.
 
+use std::fmt::Debug;
 use std::path::Path;
 
-use rl_collect::{CollectorConfig, RandomAction, SyncCollector};
-use rl_core::{Env, Location, MemoryPlan};
+use rl_collect::{CollectorConfig, RandomAction, SyncCollector, ValuePolicy};
+use rl_core::{Env, Location, MemoryBudget, MemoryPlan};
+use rl_nn::Checkpoint;
 use rl_storage::rollout::RolloutBuffer;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::eval::{EvalReport, Predict, evaluate};
-use crate::policy::ActorCritic;
-use crate::ppo::{CHECKPOINT_KIND, Ppo, PpoConfig, PpoState, UpdateStats};
-use rl_nn::Checkpoint;
+use crate::policy::{ActorCritic, PolicyNetworks, RecurrentCategoricalPolicy};
+use crate::ppo::{
+    CHECKPOINT_KIND, Ppo, PpoConfig, PpoState, RECURRENT_CHECKPOINT_KIND, RecurrentPpo,
+    RecurrentPpoConfig, RecurrentPpoState, UpdateStats,
+};
 
 /// The learner's checkpoint inside a run directory.
 const LEARNER_FILE: &str = "learner.safetensors";
 const TRAINER: &str = "on_policy";
+
+/// A policy the [`OnPolicyTrainer`] can train, and the learner that trains it:
+/// [`Ppo`] for every [`ActorCritic`] policy ([`CategoricalPolicy`](crate::policy::CategoricalPolicy),
+/// [`GaussianPolicy`](crate::policy::GaussianPolicy)), [`RecurrentPpo`] for a
+/// [`RecurrentCategoricalPolicy`].
+pub trait PpoPolicy:
+    ValuePolicy<Obs = f32, State: Debug> + Predict + PolicyNetworks + Clone
+{
+    /// The learner.
+    type Learner: OnPolicyLearner<Policy = Self>;
+}
+
+impl<P: ActorCritic + Predict + Clone> PpoPolicy for P {
+    type Learner = Ppo<P>;
+}
+
+impl PpoPolicy for RecurrentCategoricalPolicy {
+    type Learner = RecurrentPpo;
+}
+
+/// What the [`OnPolicyTrainer`] needs of a learner ([`Ppo`], [`RecurrentPpo`]): build
+/// itself, plan and make its rollout buffer, prepare the collector's copy of the policy
+/// for a rollout, update on the rollout, hand its weights to that copy, save and
+/// restore itself.
+pub trait OnPolicyLearner: Sized + Debug {
+    /// The policy it trains.
+    type Policy: PpoPolicy<Learner = Self>;
+    /// Its configuration.
+    type Config: Clone + Debug;
+    /// Typed state its checkpoints carry besides the networks.
+    type Saved: Serialize + DeserializeOwned + Clone + Debug;
+    /// Its checkpoints' `kind`.
+    const KIND: &'static str;
+
+    /// A learner for `policy` on rollouts of `envs` environments.
+    ///
+    /// # Errors
+    /// An invalid configuration.
+    fn new(policy: Self::Policy, config: Self::Config, envs: usize) -> Result<Self>;
+
+    /// What its rollout buffer allocates.
+    ///
+    /// # Errors
+    /// As [`RolloutBuffer::plan`].
+    fn rollout_plan(&self) -> Result<MemoryPlan>;
+
+    /// Its rollout buffer, refused first if the plan does not fit `budget`.
+    ///
+    /// # Errors
+    /// As [`RolloutBuffer::new`].
+    fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer>;
+
+    /// What the learner holds.
+    fn memory_plan(&self) -> MemoryPlan;
+
+    /// What the collector's copy of the policy holds besides its weights while
+    /// collecting (a recurrent policy's state and chunk record; nothing otherwise).
+    fn acting_plan(&self) -> MemoryPlan;
+
+    /// The policy being trained.
+    fn policy(&self) -> &Self::Policy;
+
+    /// The policy being trained, mutably.
+    fn policy_mut(&mut self) -> &mut Self::Policy;
+
+    /// Parameters over every network.
+    fn num_params(&self) -> usize;
+
+    /// Updates completed.
+    fn updates(&self) -> u64;
+
+    /// Prepares the collector's copy for the rollout collected next.
+    ///
+    /// # Errors
+    /// The policy's.
+    fn begin_rollout(&self, acting: &mut Self::Policy) -> Result<()>;
+
+    /// One update on a full rollout collected by `acting`.
+    ///
+    /// # Errors
+    /// The learner's.
+    fn update(&mut self, rollout: &mut RolloutBuffer, acting: &Self::Policy)
+    -> Result<UpdateStats>;
+
+    /// Copies what acting depends on into `target`.
+    ///
+    /// # Errors
+    /// A target of another architecture.
+    fn copy_policy_into(&self, target: &mut Self::Policy) -> Result<()>;
+
+    /// Everything needed to resume training exactly.
+    fn checkpoint(&self) -> Checkpoint<Self::Saved>;
+
+    /// Writes [`OnPolicyLearner::checkpoint`] to `path`.
+    ///
+    /// # Errors
+    /// I/O errors.
+    fn save(&self, path: &Path) -> Result<()>;
+
+    /// Restores the checkpoint at `path`; on error nothing changes.
+    ///
+    /// # Errors
+    /// A missing, corrupt or mismatched checkpoint.
+    fn load(&mut self, path: &Path) -> Result<()>;
+}
+
+impl<P: ActorCritic + Predict + Clone> OnPolicyLearner for Ppo<P> {
+    type Policy = P;
+    type Config = PpoConfig;
+    type Saved = PpoState;
+    const KIND: &'static str = CHECKPOINT_KIND;
+
+    fn new(policy: P, config: PpoConfig, envs: usize) -> Result<Self> {
+        Ppo::new(policy, config, envs)
+    }
+
+    fn rollout_plan(&self) -> Result<MemoryPlan> {
+        Ppo::rollout_plan(self)
+    }
+
+    fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer> {
+        Ppo::rollout_buffer(self, budget)
+    }
+
+    fn memory_plan(&self) -> MemoryPlan {
+        Ppo::memory_plan(self)
+    }
+
+    fn acting_plan(&self) -> MemoryPlan {
+        MemoryPlan::new()
+    }
+
+    fn policy(&self) -> &P {
+        Ppo::policy(self)
+    }
+
+    fn policy_mut(&mut self) -> &mut P {
+        Ppo::policy_mut(self)
+    }
+
+    fn num_params(&self) -> usize {
+        self.adams().iter().map(|a| a.num_params()).sum()
+    }
+
+    fn updates(&self) -> u64 {
+        Ppo::updates(self)
+    }
+
+    fn begin_rollout(&self, _acting: &mut P) -> Result<()> {
+        Ok(())
+    }
+
+    fn update(&mut self, rollout: &mut RolloutBuffer, _acting: &P) -> Result<UpdateStats> {
+        Ppo::update(self, rollout)
+    }
+
+    fn copy_policy_into(&self, target: &mut P) -> Result<()> {
+        Ppo::copy_policy_into(self, target)
+    }
+
+    fn checkpoint(&self) -> Checkpoint<PpoState> {
+        Ppo::checkpoint(self)
+    }
+
+    fn save(&self, path: &Path) -> Result<()> {
+        Ppo::save(self, path)
+    }
+
+    fn load(&mut self, path: &Path) -> Result<()> {
+        Ppo::load(self, path)
+    }
+}
+
+impl OnPolicyLearner for RecurrentPpo {
+    type Policy = RecurrentCategoricalPolicy;
+    type Config = RecurrentPpoConfig;
+    type Saved = RecurrentPpoState;
+    const KIND: &'static str = RECURRENT_CHECKPOINT_KIND;
+
+    fn new(
+        policy: RecurrentCategoricalPolicy,
+        config: RecurrentPpoConfig,
+        envs: usize,
+    ) -> Result<Self> {
+        RecurrentPpo::new(policy, config, envs)
+    }
+
+    fn rollout_plan(&self) -> Result<MemoryPlan> {
+        RecurrentPpo::rollout_plan(self)
+    }
+
+    fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer> {
+        RecurrentPpo::rollout_buffer(self, budget)
+    }
+
+    fn memory_plan(&self) -> MemoryPlan {
+        RecurrentPpo::memory_plan(self)
+    }
+
+    fn acting_plan(&self) -> MemoryPlan {
+        RecurrentPpo::acting_plan(self)
+    }
+
+    fn policy(&self) -> &RecurrentCategoricalPolicy {
+        RecurrentPpo::policy(self)
+    }
+
+    fn policy_mut(&mut self) -> &mut RecurrentCategoricalPolicy {
+        RecurrentPpo::policy_mut(self)
+    }
+
+    fn num_params(&self) -> usize {
+        self.adams().iter().map(|a| a.num_params()).sum()
+    }
+
+    fn updates(&self) -> u64 {
+        RecurrentPpo::updates(self)
+    }
+
+    fn begin_rollout(&self, acting: &mut RecurrentCategoricalPolicy) -> Result<()> {
+        RecurrentPpo::begin_rollout(self, acting)
+    }
+
+    fn update(
+        &mut self,
+        rollout: &mut RolloutBuffer,
+        acting: &RecurrentCategoricalPolicy,
+    ) -> Result<UpdateStats> {
+        let record = acting.chunk_record().ok_or_else(|| {
+            Error::config(
+                "chunk record",
+                "is missing: the collector's policy recorded no chunk starts (call begin_rollout before collecting)",
+            )
+        })?;
+        RecurrentPpo::update(self, rollout, record)
+    }
+
+    fn copy_policy_into(&self, target: &mut RecurrentCategoricalPolicy) -> Result<()> {
+        RecurrentPpo::copy_policy_into(self, target)
+    }
+
+    fn checkpoint(&self) -> Checkpoint<RecurrentPpoState> {
+        RecurrentPpo::checkpoint(self)
+    }
+
+    fn save(&self, path: &Path) -> Result<()> {
+        RecurrentPpo::save(self, path)
+    }
+
+    fn load(&mut self, path: &Path) -> Result<()> {
+        RecurrentPpo::load(self, path)
+    }
+}
+
+/// The configuration of policy `P`'s learner.
+pub type LearnerConfig<P> = <<P as PpoPolicy>::Learner as OnPolicyLearner>::Config;
 
 /// On-policy training with PPO: `run.n_envs` environments stepped by a collector that
 /// holds a copy of the policy, one rollout of `n_steps` steps per environment, reward
 /// scaling (if configured) and a PPO update, then the learner's weights, normaliser
 /// statistics and sampling generator copied into the collector's policy (the trainer
 /// does this; nothing for the caller to keep in step).
+///
+/// The learner is the policy's ([`PpoPolicy::Learner`]): [`Ppo`] with a [`PpoConfig`]
+/// for feed-forward policies, [`RecurrentPpo`] with a [`RecurrentPpoConfig`] for a
+/// [`RecurrentCategoricalPolicy`] (the trainer makes the collector's copy record each
+/// chunk's starting state before every rollout).
 ///
 /// The run owns the number of environments (`run.n_envs`); a rollout holds
 /// `ppo.n_steps x run.n_envs` rows.
@@ -44,10 +311,10 @@ const TRAINER: &str = "on_policy";
 pub struct OnPolicyTrainer<E, P>
 where
     E: Env<Obs = f32>,
-    P: ActorCritic<Act = E::Act>,
+    P: PpoPolicy<Act = E::Act>,
 {
     run: RunConfig,
-    ppo: Ppo<P>,
+    ppo: P::Learner,
     collector: SyncCollector<E, P>,
     rollout: RolloutBuffer,
     eval_env: E,
@@ -61,20 +328,20 @@ impl<E, P> OnPolicyTrainer<E, P>
 where
     E: Env<Obs = f32>,
     E::Act: RandomAction,
-    P: ActorCritic<Act = E::Act> + Predict + Clone,
+    P: PpoPolicy<Act = E::Act>,
 {
     /// A new run: `make_env(seed)` builds each training environment and the evaluation
     /// environment; `policy` is trained with `ppo`. The plan (rollout, learner,
-    /// collector, the collector's weight copy) is checked against `run.budget` before
-    /// the rollout buffer is allocated.
+    /// collector, the collector's weight copy and acting state) is checked against
+    /// `run.budget` before the rollout buffer is allocated.
     ///
     /// # Errors
-    /// An invalid configuration, `ppo.n_envs != run.n_envs`, a plan over the budget,
-    /// environments that do not fit the policy.
+    /// An invalid configuration, a plan over the budget, environments that do not fit
+    /// the policy.
     pub fn new(
         make_env: impl FnMut(u64) -> E,
         policy: P,
-        ppo: PpoConfig,
+        ppo: LearnerConfig<P>,
         run: RunConfig,
     ) -> Result<Self> {
         Self::build(make_env, policy, ppo, run, None)
@@ -92,26 +359,26 @@ where
         dir: &Path,
         make_env: impl FnMut(u64) -> E,
         policy: P,
-        ppo: PpoConfig,
+        ppo: LearnerConfig<P>,
         run: RunConfig,
     ) -> Result<Self> {
         let counters = RunCounters::load(dir)?;
-        counters.check(TRAINER, CHECKPOINT_KIND, &run)?;
+        counters.check(TRAINER, <P::Learner as OnPolicyLearner>::KIND, &run)?;
         Self::build(make_env, policy, ppo, run, Some((dir, counters)))
     }
 
     fn build(
         mut make_env: impl FnMut(u64) -> E,
         policy: P,
-        config: PpoConfig,
+        config: LearnerConfig<P>,
         run: RunConfig,
         resume: Option<(&Path, RunCounters)>,
     ) -> Result<Self> {
         run.validate()?;
-        let mut ppo = Ppo::new(policy.clone(), config, run.n_envs)?;
+        let mut ppo = P::Learner::new(policy.clone(), config, run.n_envs)?;
         let (steps_before, last_eval_steps) = match &resume {
             Some((dir, counters)) => {
-                ppo.load(dir.join(LEARNER_FILE))?;
+                ppo.load(&dir.join(LEARNER_FILE))?;
                 (counters.env_steps, counters.last_eval_steps)
             }
             None => (0, 0),
@@ -119,12 +386,12 @@ where
         let mut plan = MemoryPlan::new();
         plan.nest("rollout", &ppo.rollout_plan()?);
         plan.nest("learner", &ppo.memory_plan());
-        let params: usize = ppo.adams().iter().map(|a| a.num_params()).sum();
         plan.add(
             "policy/weights (collector copy)",
             Location::Ram,
-            (params * size_of::<f32>()) as u64,
+            (ppo.num_params() * size_of::<f32>()) as u64,
         );
+        plan.nest("collector", &ppo.acting_plan());
         if let Some(budget) = &run.budget {
             plan.check(budget)?;
         }
@@ -167,7 +434,7 @@ where
     }
 
     /// The PPO learner.
-    pub fn ppo(&self) -> &Ppo<P> {
+    pub fn ppo(&self) -> &P::Learner {
         &self.ppo
     }
 
@@ -217,6 +484,7 @@ where
         let episodes_before = self.collector.stats().episodes();
         while self.env_steps() < run.total_steps && clock.stop.is_none() {
             self.rollout.clear();
+            self.ppo.begin_rollout(self.collector.policy_mut())?;
             self.collector.collect_rollout(&mut self.rollout)?;
             let steps = self.env_steps();
             let stats = self.collector.stats();
@@ -226,7 +494,8 @@ where
             }
             // Scales the rewards when configured (the episode statistics above were
             // taken from the raw rewards, which the rollout keeps).
-            self.last_stats = Some(self.ppo.update(&mut self.rollout)?);
+            let acting = self.collector.policy();
+            self.last_stats = Some(self.ppo.update(&mut self.rollout, acting)?);
             self.ppo.copy_policy_into(self.collector.policy_mut())?;
             clock.evaluate_if_due(
                 &run,
@@ -276,7 +545,7 @@ where
 
     /// The learner's whole state, with the sampling generator of the collector's copy
     /// (the one that draws the actions).
-    pub fn checkpoint(&mut self) -> Checkpoint<PpoState> {
+    pub fn checkpoint(&mut self) -> Checkpoint<<P::Learner as OnPolicyLearner>::Saved> {
         self.sync_sampling();
         self.ppo.checkpoint()
     }
@@ -295,7 +564,7 @@ where
         self.sync_sampling();
         let counters = RunCounters {
             trainer: TRAINER.to_owned(),
-            learner: CHECKPOINT_KIND.to_owned(),
+            learner: <P::Learner as OnPolicyLearner>::KIND.to_owned(),
             env_steps: self.env_steps(),
             updates: self.ppo.updates(),
             last_eval_steps: self.last_eval_steps,
@@ -303,7 +572,7 @@ where
         };
         let ppo = &self.ppo;
         run::save_dir(dir, |partial| {
-            ppo.save(partial.join(LEARNER_FILE))?;
+            ppo.save(&partial.join(LEARNER_FILE))?;
             run::write_counters(partial, &counters)
         })
     }

@@ -1,0 +1,429 @@
+//! The summarizer a recurrent policy runs, chosen at run time among `rl-history`'s, with
+//! the two things training adds to acting: a snapshot of each environment's state (what
+//! a rollout records at every chunk's start) and the replay of a window of steps from
+//! such snapshots, with resets where episodes start (what training runs).
+
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rl_core::{Location, MemoryPlan};
+use rl_history::{Identity, IdentityState, Padding, Stack, StackState, Summarizer};
+use rl_nn::{LstmState, LstmWorkspace, Sequence, SequenceGrads};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::policy::check_len;
+
+/// Offsets the LSTM's initialisation seed from the heads', keeping the streams apart.
+const LSTM_SEED_OFFSET: u64 = 0x6C73_746D_5EED_0001;
+
+/// What a recurrent policy remembers of each environment's past, chosen at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum History {
+    /// Nothing: the heads see the last observation (`rl_history::Identity`), the
+    /// feed-forward baseline.
+    None,
+    /// The last `k` observations stacked (`rl_history::Stack`, padded with the episode's
+    /// first observation), `k` at least 1.
+    Stack {
+        /// Observations per stack.
+        k: usize,
+    },
+    /// An LSTM cell of `hidden` units (`rl_history::Lstm`) shared by the actor and the
+    /// critic; its `h` is their input.
+    Lstm {
+        /// Units of `h` and `c`, at least 1.
+        hidden: usize,
+    },
+}
+
+impl History {
+    /// Checks the sizes.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a `k` or `hidden` of 0.
+    pub fn validate(&self) -> Result<()> {
+        match *self {
+            History::Stack { k: 0 } => Err(Error::config(
+                "history stack k",
+                "is 0: stack at least one observation (k = 1 is no history)",
+            )),
+            History::Lstm { hidden: 0 } => Err(Error::config(
+                "history lstm hidden",
+                "is 0: give the LSTM at least one unit (64 is usual)",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Display for History {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            History::None => write!(f, "none"),
+            History::Stack { k } => write!(f, "stack of {k}"),
+            History::Lstm { hidden } => write!(f, "lstm of {hidden}"),
+        }
+    }
+}
+
+/// One of `rl-history`'s summarizers.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Summary {
+    None(Identity),
+    Stack(Stack),
+    Lstm(rl_history::Lstm),
+}
+
+/// The acting state of a [`Summary`] for a batch of environments.
+#[derive(Debug)]
+pub(super) enum SummaryState {
+    None(IdentityState),
+    Stack(StackState),
+    Lstm(LstmState),
+}
+
+/// Scratch of [`Summary::replay`] for windows of up to `max_steps x max_rows`.
+#[derive(Clone, Debug)]
+pub(super) struct ReplayWorkspace {
+    max_steps: usize,
+    max_rows: usize,
+    /// The features of the last window (identity and stacks; the LSTM's live in `lstm`).
+    features: Vec<f32>,
+    /// The LSTM's window workspace and initial states, `max_rows x hidden` each.
+    lstm: Option<(LstmWorkspace, Vec<f32>, Vec<f32>)>,
+}
+
+impl ReplayWorkspace {
+    pub(super) fn memory_bytes(&self) -> u64 {
+        let floats = self.features.len()
+            + self
+                .lstm
+                .as_ref()
+                .map_or(0, |(_, h0, c0)| h0.len() + c0.len());
+        (floats * size_of::<f32>()) as u64
+            + self.lstm.as_ref().map_or(0, |(ws, ..)| ws.memory_bytes())
+    }
+}
+
+/// A window replayed by [`Summary::replay`]: `steps x rows` observations (time-major),
+/// `steps x rows` reset flags, and each row's state before the first step (`rows x
+/// state_len`, from [`Summary::snapshot`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Window<'a> {
+    pub(super) obs: &'a [f32],
+    pub(super) steps: usize,
+    pub(super) rows: usize,
+    pub(super) resets: &'a [bool],
+    pub(super) initial: &'a [f32],
+}
+
+impl Summary {
+    /// The summarizer `history` describes, over observations of `obs_len` elements; an
+    /// LSTM's weights are drawn from `seed` (PyTorch's initialisation).
+    pub(super) fn new(history: History, obs_len: usize, seed: u64) -> Result<Self> {
+        history.validate()?;
+        Ok(match history {
+            History::None => Summary::None(Identity::new(obs_len)?),
+            History::Stack { k } => Summary::Stack(Stack::new(obs_len, k)?),
+            History::Lstm { hidden } => {
+                let mut rng =
+                    Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_add(LSTM_SEED_OFFSET));
+                Summary::Lstm(rl_history::Lstm::new(obs_len, hidden, &mut rng)?)
+            }
+        })
+    }
+
+    pub(super) fn history(&self) -> History {
+        match self {
+            Summary::None(_) => History::None,
+            Summary::Stack(stack) => History::Stack { k: stack.k() },
+            Summary::Lstm(lstm) => History::Lstm {
+                hidden: lstm.output_len(),
+            },
+        }
+    }
+
+    fn obs_len(&self) -> usize {
+        match self {
+            Summary::None(s) => s.input_len(),
+            Summary::Stack(s) => s.input_len(),
+            Summary::Lstm(s) => s.input_len(),
+        }
+    }
+
+    /// Elements of one environment's features (the heads' input).
+    pub(super) fn output_len(&self) -> usize {
+        match self {
+            Summary::None(s) => s.output_len(),
+            Summary::Stack(s) => s.output_len(),
+            Summary::Lstm(s) => s.output_len(),
+        }
+    }
+
+    /// Floats of one environment's snapshot: `h` and `c` for an LSTM, the `k - 1` newest
+    /// rows of the last stack for a stack, nothing for the identity.
+    pub(super) fn state_len(&self) -> usize {
+        match self {
+            Summary::None(_) => 0,
+            Summary::Stack(s) => (s.k() - 1) * s.input_len(),
+            Summary::Lstm(s) => 2 * s.output_len(),
+        }
+    }
+
+    /// The LSTM cell, if the summarizer is one.
+    pub(super) fn cell(&self) -> Option<&rl_nn::Lstm> {
+        match self {
+            Summary::Lstm(lstm) => Some(lstm.cell()),
+            _ => None,
+        }
+    }
+
+    pub(super) fn cell_mut(&mut self) -> Option<&mut rl_nn::Lstm> {
+        match self {
+            Summary::Lstm(lstm) => Some(lstm.cell_mut()),
+            _ => None,
+        }
+    }
+
+    /// A fresh acting state for `envs` environments.
+    pub(super) fn state(&self, envs: usize) -> SummaryState {
+        match self {
+            Summary::None(s) => SummaryState::None(s.state(envs)),
+            Summary::Stack(s) => SummaryState::Stack(s.state(envs)),
+            Summary::Lstm(s) => SummaryState::Lstm(s.state(envs)),
+        }
+    }
+
+    /// What acting with `envs` environments holds, under `name` (the summarizer's
+    /// state; an LSTM's parameters are the policy's).
+    pub(super) fn state_plan(&self, name: &str, envs: usize) -> MemoryPlan {
+        let bytes = match self {
+            Summary::None(s) => s.state_bytes(envs),
+            Summary::Stack(s) => s.state_bytes(envs),
+            Summary::Lstm(s) => s.state_bytes(envs),
+        };
+        MemoryPlan::new().with(
+            format!("{name}/{} state ({envs} envs)", self.history()),
+            Location::Ram,
+            bytes,
+        )
+    }
+
+    /// One acting step for every environment of `state` (`rl_history::Summarizer::step`).
+    pub(super) fn step(
+        &self,
+        state: &mut SummaryState,
+        obs: &[f32],
+        starts: &[bool],
+        out: &mut [f32],
+    ) -> Result<()> {
+        match (self, state) {
+            (Summary::None(s), SummaryState::None(state)) => s.step(state, obs, starts, out)?,
+            (Summary::Stack(s), SummaryState::Stack(state)) => s.step(state, obs, starts, out)?,
+            (Summary::Lstm(s), SummaryState::Lstm(state)) => s.step(state, obs, starts, out)?,
+            _ => return Err(mismatch()),
+        }
+        Ok(())
+    }
+
+    /// Writes every environment's state before its next step into `out` (`envs x
+    /// state_len`): an LSTM's `h` then `c`, or the newest `k - 1` rows of the stack it
+    /// output last (`last`, `envs x output_len`).
+    pub(super) fn snapshot(
+        &self,
+        state: &SummaryState,
+        last: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        match (self, state) {
+            (Summary::None(_), SummaryState::None(_)) => {}
+            (Summary::Stack(s), SummaryState::Stack(_)) => {
+                let (width, skip) = (s.output_len(), s.input_len());
+                let rows = last
+                    .chunks_exact(width)
+                    .zip(out.chunks_exact_mut(width - skip));
+                for (stack, snapshot) in rows {
+                    snapshot.copy_from_slice(&stack[skip..]);
+                }
+            }
+            (Summary::Lstm(s), SummaryState::Lstm(state)) => {
+                let hidden = s.output_len();
+                let rows = state
+                    .h()
+                    .chunks_exact(hidden)
+                    .zip(state.c().chunks_exact(hidden))
+                    .zip(out.chunks_exact_mut(2 * hidden));
+                for ((h, c), snapshot) in rows {
+                    snapshot[..hidden].copy_from_slice(h);
+                    snapshot[hidden..].copy_from_slice(c);
+                }
+            }
+            _ => return Err(mismatch()),
+        }
+        Ok(())
+    }
+
+    /// Scratch for windows of up to `max_steps x max_rows`.
+    pub(super) fn replay_workspace(&self, max_steps: usize, max_rows: usize) -> ReplayWorkspace {
+        let n = max_steps * max_rows;
+        let (features, lstm) = match self {
+            Summary::Lstm(s) => {
+                let hidden = s.output_len();
+                let ws = s.cell().sequence_workspace(max_steps, max_rows);
+                let initial = vec![0.0; max_rows * hidden];
+                (Vec::new(), Some((ws, initial.clone(), initial)))
+            }
+            _ => (vec![0.0; n * self.output_len()], None),
+        };
+        ReplayWorkspace {
+            max_steps,
+            max_rows,
+            features,
+            lstm,
+        }
+    }
+
+    /// Bytes of [`Summary::replay_workspace`], known before it exists.
+    pub(super) fn replay_workspace_bytes(&self, max_steps: usize, max_rows: usize) -> u64 {
+        let f32s = |n: usize| (n * size_of::<f32>()) as u64;
+        match self {
+            Summary::Lstm(s) => {
+                s.cell().sequence_workspace_bytes(max_steps, max_rows)
+                    + f32s(2 * max_rows * s.output_len())
+            }
+            _ => f32s(max_steps * max_rows * self.output_len()),
+        }
+    }
+
+    /// The features of a window replayed from each row's snapshot: `steps x rows x
+    /// output_len`, time-major, equal to what acting output step by step from the same
+    /// states (identity and stacks exactly, the LSTM within float rounding of its
+    /// batched products). A reset zeroes an LSTM row's state before the step and restarts
+    /// a stack's padding there. Allocates nothing.
+    pub(super) fn replay<'w>(
+        &self,
+        window: Window<'_>,
+        ws: &'w mut ReplayWorkspace,
+    ) -> Result<&'w [f32]> {
+        let Window {
+            obs,
+            steps,
+            rows,
+            resets,
+            initial,
+        } = window;
+        if steps > ws.max_steps || rows > ws.max_rows {
+            return Err(Error::config(
+                "replay window",
+                format!(
+                    "is {steps} steps x {rows} rows but the workspace holds {} x {}: make it for the largest window",
+                    ws.max_steps, ws.max_rows
+                ),
+            ));
+        }
+        let n = steps * rows;
+        check_len("replayed observations", n * self.obs_len(), obs.len())?;
+        check_len("replayed resets", n, resets.len())?;
+        check_len(
+            "replayed initial states",
+            rows * self.state_len(),
+            initial.len(),
+        )?;
+        match self {
+            Summary::None(_) => {
+                let features = &mut ws.features[..obs.len()];
+                features.copy_from_slice(obs);
+                Ok(features)
+            }
+            Summary::Stack(s) => {
+                let features = &mut ws.features[..n * s.output_len()];
+                replay_stack(s, window, features);
+                Ok(features)
+            }
+            Summary::Lstm(s) => {
+                let hidden = s.output_len();
+                let Some((lstm_ws, h0, c0)) = &mut ws.lstm else {
+                    return Err(mismatch());
+                };
+                let (h0, c0) = (&mut h0[..rows * hidden], &mut c0[..rows * hidden]);
+                let per_row = initial
+                    .chunks_exact(2 * hidden)
+                    .zip(h0.chunks_exact_mut(hidden).zip(c0.chunks_exact_mut(hidden)));
+                for (snapshot, (h, c)) in per_row {
+                    h.copy_from_slice(&snapshot[..hidden]);
+                    c.copy_from_slice(&snapshot[hidden..]);
+                }
+                let sequence = Sequence {
+                    input: obs,
+                    steps,
+                    rows,
+                    resets: Some(resets),
+                    h0,
+                    c0,
+                };
+                Ok(s.cell().forward_sequence(sequence, lstm_ws)?)
+            }
+        }
+    }
+
+    /// The backward pass of the last [`Summary::replay`] through `ws`, given the loss's
+    /// gradient with respect to its features: adds the LSTM's parameter gradients into
+    /// `grads` (truncated at the window's start and at resets). Nothing for summarizers
+    /// without weights.
+    pub(super) fn replay_backward(
+        &self,
+        ws: &mut ReplayWorkspace,
+        d_features: &[f32],
+        grads: Option<&mut [f32]>,
+    ) -> Result<()> {
+        if let (Summary::Lstm(s), Some((lstm_ws, ..))) = (self, &mut ws.lstm) {
+            let grads = SequenceGrads {
+                params: grads,
+                ..SequenceGrads::default()
+            };
+            s.cell().backward_sequence(lstm_ws, d_features, grads)?;
+        }
+        Ok(())
+    }
+}
+
+/// Stacks of a window: each row's stack is the previous one (its snapshot at the first
+/// step) shifted by one observation, or padding where its episode starts.
+fn replay_stack(stack: &Stack, window: Window<'_>, features: &mut [f32]) {
+    let (len, width) = (stack.input_len(), stack.output_len());
+    let keep = width - len;
+    let rows = window.rows;
+    for t in 0..window.steps {
+        for b in 0..rows {
+            let at = t * rows + b;
+            let obs = &window.obs[at * len..(at + 1) * len];
+            let (before, rest) = features.split_at_mut(at * width);
+            let out = &mut rest[..width];
+            if window.resets[at] {
+                for (j, frame) in out.chunks_exact_mut(len).enumerate() {
+                    match stack.padding() {
+                        Padding::Zeros if j + 1 < stack.k() => frame.fill(0.0),
+                        _ => frame.copy_from_slice(obs),
+                    }
+                }
+                continue;
+            }
+            let previous = if t == 0 {
+                &window.initial[b * keep..(b + 1) * keep]
+            } else {
+                let prev = (t - 1) * rows + b;
+                &before[prev * width + len..(prev + 1) * width]
+            };
+            out[..keep].copy_from_slice(previous);
+            out[keep..].copy_from_slice(obs);
+        }
+    }
+}
+
+fn mismatch() -> Error {
+    Error::config(
+        "summarizer state",
+        "belongs to another kind of summarizer: make it with the policy that uses it",
+    )
+}
