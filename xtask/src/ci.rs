@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, anyhow};
 
 use crate::cmd::{Cmd, Workspace, announce, human};
-use crate::{boundaries, metadata, usage_error};
+use crate::{boundaries, metadata, usage_error, venv};
 
 /// One step of the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +14,8 @@ pub(crate) enum Step {
     Fmt,
     /// The dependency boundary check.
     Boundaries,
+    /// The CI virtualenv under `target/ci-venv` with the pinned Python packages.
+    PythonEnv,
     /// `cargo clippy` on everything, warnings denied.
     Clippy,
     /// Unit, integration and doc tests.
@@ -28,9 +30,10 @@ pub(crate) enum Step {
 
 impl Step {
     /// Every step, in the order they run (cheapest first).
-    pub(crate) const ALL: [Step; 7] = [
+    pub(crate) const ALL: [Step; 8] = [
         Step::Fmt,
         Step::Boundaries,
+        Step::PythonEnv,
         Step::Clippy,
         Step::Test,
         Step::Doc,
@@ -43,6 +46,7 @@ impl Step {
         match self {
             Step::Fmt => "fmt",
             Step::Boundaries => "boundaries",
+            Step::PythonEnv => "python-env",
             Step::Clippy => "clippy",
             Step::Test => "test",
             Step::Doc => "doc",
@@ -75,7 +79,7 @@ impl Step {
             Step::Doc => Cmd::cargo(["doc", "--workspace", "--all-features", "--no-deps"])
                 .env("RUSTDOCFLAGS", "-D warnings"),
             Step::Examples => Cmd::cargo(["build", "--workspace", "--all-features", "--examples"]),
-            Step::Boundaries | Step::EachCrate => return None,
+            Step::Boundaries | Step::PythonEnv | Step::EachCrate => return None,
         };
         Some(cmd)
     }
@@ -183,7 +187,15 @@ pub(crate) fn run(ws: &Workspace, args: &[String]) -> Result<()> {
 
 /// Runs one step, printing `==> step: command` before each command.
 fn run_step(ws: &Workspace, step: Step) -> Result<(), Failure> {
-    if let Some(cmd) = step.command() {
+    if let Some(mut cmd) = step.command() {
+        if step == Step::Test {
+            // Tests that drive Python (reading exported files, the wheel) find the CI
+            // virtualenv here; without it (`--skip python-env`) they say they skipped.
+            let python = venv::python(ws);
+            if python.is_file() {
+                cmd = cmd.env("RL_TEST_PYTHON", &python.to_string_lossy());
+            }
+        }
         announce(step.name(), &cmd.display());
         return cmd.run(ws).map_err(|reason| Failure {
             reason,
@@ -194,6 +206,10 @@ fn run_step(ws: &Workspace, step: Step) -> Result<(), Failure> {
         Step::Boundaries => boundaries::run(ws).map_err(|reason| Failure {
             reason,
             reproduce: "cargo xtask boundaries".to_owned(),
+        }),
+        Step::PythonEnv => venv::ensure(ws).map(drop).map_err(|reason| Failure {
+            reason,
+            reproduce: "cargo xtask ci --only python-env".to_owned(),
         }),
         Step::EachCrate => each_crate(ws),
         _ => unreachable!("every other step is a single command"),
@@ -262,6 +278,7 @@ mod tests {
             [
                 "fmt",
                 "boundaries",
+                "python-env",
                 "clippy",
                 "test",
                 "doc",
@@ -276,7 +293,7 @@ mod tests {
     fn skip_and_only() -> Result<()> {
         assert_eq!(
             parse(&["--skip", "test", "--skip=doc", "--skip", "each-crate"])?,
-            ["fmt", "boundaries", "clippy", "examples"]
+            ["fmt", "boundaries", "python-env", "clippy", "examples"]
         );
         assert_eq!(parse(&["--only", "fmt"])?, ["fmt"]);
         assert_eq!(parse(&["--only", "doc", "--only=fmt"])?, ["fmt", "doc"]);

@@ -13,6 +13,7 @@ mod ci;
 mod cmd;
 mod graph;
 mod metadata;
+mod venv;
 
 use std::fmt;
 use std::process::ExitCode;
