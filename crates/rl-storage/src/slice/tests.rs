@@ -819,14 +819,24 @@ fn sampling_allocates_nothing() {
         truncated: Some(&truncated),
         ..dense
     };
-    let mut sampler = SliceSampler::new(4, 3).unwrap();
+    let mut contiguous = SliceSampler::new(4, 3).unwrap();
+    // Windows of 8 rows: 4 burn-in, 4 proper, every other row.
+    let mut strided = Shape {
+        slice_len: 4,
+        burn_in: 4,
+        stride: 2,
+    }
+    .sampler(3);
     let (mut indices, mut weights) = ([0; 64], [0.0; 64]);
     let ((), stats) = rl_testkit::measure(|| {
         for _ in 0..50 {
             for context in [&dense, &sparse] {
-                sampler
-                    .sample(context, 64, &mut indices, &mut weights)
-                    .unwrap();
+                for sampler in [&mut contiguous, &mut strided] {
+                    let drawn = sampler
+                        .sample(context, 64, &mut indices, &mut weights)
+                        .unwrap();
+                    assert_eq!(drawn, 64);
+                }
             }
         }
     });
