@@ -424,14 +424,14 @@ impl Scratch {
 }
 
 /// The columns of a sampled batch, checked against a learner's widths and actions.
-struct Transitions<'b> {
-    rows: usize,
-    obs: &'b [f32],
-    actions: &'b [u32],
-    rewards: &'b [f32],
-    terminated: &'b [Flag],
-    next_obs: &'b [f32],
-    weights: &'b [f32],
+pub(crate) struct Transitions<'b> {
+    pub(crate) rows: usize,
+    pub(crate) obs: &'b [f32],
+    pub(crate) actions: &'b [u32],
+    pub(crate) rewards: &'b [f32],
+    pub(crate) terminated: &'b [Flag],
+    pub(crate) next_obs: &'b [f32],
+    pub(crate) weights: &'b [f32],
 }
 
 impl<'b> Transitions<'b> {
@@ -442,7 +442,7 @@ impl<'b> Transitions<'b> {
         if rows == 0 || rows > max_rows {
             return Err(Error::shape("batch rows (1 to batch_size)", max_rows, rows));
         }
-        let columns = Self {
+        Self {
             rows,
             obs: batch.obs()?,
             actions: batch.field::<u32>(Field::Action)?,
@@ -450,7 +450,13 @@ impl<'b> Transitions<'b> {
             terminated: batch.terminated()?,
             next_obs: batch.next_obs()?,
             weights: batch.weights(),
-        };
+        }
+        .check(obs_dim, n_actions)
+    }
+
+    /// Checks the columns' lengths against `rows` and the action indices.
+    pub(crate) fn check(self, obs_dim: usize, n_actions: u32) -> Result<Self> {
+        let (rows, columns) = (self.rows, self);
         for (what, expected, actual) in [
             ("batch obs", rows * obs_dim, columns.obs.len()),
             (
@@ -633,6 +639,11 @@ impl Dqn {
         self.updates
     }
 
+    /// Elements of the observations it takes.
+    pub(crate) fn obs_dim(&self) -> usize {
+        self.obs_dim
+    }
+
     /// Environment steps of the run, as last set.
     pub fn env_steps(&self) -> u64 {
         self.env_steps
@@ -706,7 +717,29 @@ impl Dqn {
     /// [`Error::Diverged`] for a non-finite loss or gradient norm. On every error nothing
     /// changes (networks, optimiser, counters and priorities).
     pub fn update(&mut self, batch: &Batch) -> Result<DqnStats> {
-        let pass = self.gradients(batch)?;
+        let transitions =
+            Transitions::read(batch, self.config.batch_size, self.obs_dim, self.n_actions)?;
+        self.update_transitions(transitions, None)
+    }
+
+    /// [`Dqn::update`] on transitions already read and checked, writing the TD loss's
+    /// gradient with respect to the observations into `obs_grads` (`rows x obs_dim`)
+    /// when given: what a history summarizer in front of the Q network trains on.
+    pub(crate) fn update_transitions(
+        &mut self,
+        transitions: Transitions<'_>,
+        obs_grads: Option<&mut [f32]>,
+    ) -> Result<DqnStats> {
+        if let Some(grads) = &obs_grads
+            && grads.len() != transitions.rows * self.obs_dim
+        {
+            return Err(Error::shape(
+                "observation gradients",
+                transitions.rows * self.obs_dim,
+                grads.len(),
+            ));
+        }
+        let pass = self.gradients(transitions, obs_grads)?;
         let max_norm = self.config.max_grad_norm.unwrap_or(f32::INFINITY);
         let grad_norm = clip_grad_norm(&mut [&mut self.grads[..]], max_norm)?;
         if !grad_norm.is_finite() {
@@ -746,7 +779,11 @@ impl Dqn {
     /// The loss of `batch` and its gradient, added into `self.grads` (which must be
     /// zero); nothing else of the learner's state changes. On error the gradients stay
     /// zero.
-    fn gradients(&mut self, batch: &Batch) -> Result<Pass> {
+    fn gradients(
+        &mut self,
+        transitions: Transitions<'_>,
+        obs_grads: Option<&mut [f32]>,
+    ) -> Result<Pass> {
         let n = self.n_actions as usize;
         let Transitions {
             rows,
@@ -756,7 +793,7 @@ impl Dqn {
             terminated,
             next_obs,
             weights,
-        } = Transitions::read(batch, self.config.batch_size, self.obs_dim, self.n_actions)?;
+        } = transitions;
         let s = &mut self.scratch;
         let gamma = self.config.gamma;
 
@@ -806,7 +843,7 @@ impl Dqn {
             });
         }
         self.q
-            .backward(&mut self.ws, d_out, Some(&mut self.grads), None)?;
+            .backward(&mut self.ws, d_out, Some(&mut self.grads), obs_grads)?;
         Ok(Pass {
             rows,
             loss,

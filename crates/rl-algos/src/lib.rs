@@ -37,6 +37,7 @@ mod error;
 pub mod eval;
 pub mod policy;
 pub mod ppo;
+pub mod recurrent;
 pub mod sac;
 pub mod trainer;
 

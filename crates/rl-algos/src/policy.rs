@@ -37,6 +37,7 @@ pub use normalize::ObsNormalizer;
 pub use recurrent::{
     ChunkBatch, ChunkRecord, History, HistorySlot, RecurrentCategoricalPolicy, RecurrentWorkspace,
 };
+pub(crate) use recurrent::{ReplayWorkspace, Summary, SummaryState, Window};
 
 /// How a policy chooses actions when a collector calls it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -489,13 +489,13 @@ impl ActorPasses {
 }
 
 /// The columns of a sampled batch, checked against a trainer's widths.
-struct Transitions<'b, A> {
-    rows: usize,
-    obs: &'b [f32],
-    actions: &'b [A],
-    rewards: &'b [f32],
-    terminated: &'b [Flag],
-    next_obs: &'b [f32],
+pub(crate) struct Transitions<'b, A> {
+    pub(crate) rows: usize,
+    pub(crate) obs: &'b [f32],
+    pub(crate) actions: &'b [A],
+    pub(crate) rewards: &'b [f32],
+    pub(crate) terminated: &'b [Flag],
+    pub(crate) next_obs: &'b [f32],
 }
 
 impl<'b, A: Element> Transitions<'b, A> {

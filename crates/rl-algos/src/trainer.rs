@@ -32,7 +32,7 @@ mod run;
 mod tests;
 
 pub(crate) use learner::ActorRng;
-pub use learner::OffPolicyLearner;
+pub use learner::{OffPolicyLearner, SequenceSpec};
 pub use off_policy::{
     CollectorChoice, OffPolicyConfig, OffPolicyReplay, OffPolicyTrainer, REPLAY_FILE,
     ReplayLocation,

@@ -182,14 +182,24 @@ fn targets64(dqn: &Dqn, batch: &Batch) -> Vec<f64> {
 /// The weighted Huber loss in f64 for online parameters `params` and fixed targets:
 /// `(loss, TD errors, hidden pre-activations)`.
 fn loss64(dqn: &Dqn, params: &[f64], batch: &Batch, targets: &[f64]) -> (f64, Vec<f64>, Vec<f64>) {
+    loss64_at(dqn, params, &to64(batch.obs().unwrap()), batch, targets)
+}
+
+/// [`loss64`] at observations `obs` instead of the batch's.
+fn loss64_at(
+    dqn: &Dqn,
+    params: &[f64],
+    obs: &[f64],
+    batch: &Batch,
+    targets: &[f64],
+) -> (f64, Vec<f64>, Vec<f64>) {
     let d = dqn.obs_dim;
     let delta = f64::from(dqn.config.huber_delta);
-    let obs = batch.obs().unwrap();
     let actions = batch.field::<u32>(Field::Action).unwrap();
     let weights = batch.weights();
     let (mut loss, mut tds, mut pre) = (0.0, Vec::new(), Vec::new());
     for b in 0..batch.len() {
-        let (q, p) = mlp64(dqn.q.spec(), params, &to64(&obs[b * d..(b + 1) * d]));
+        let (q, p) = mlp64(dqn.q.spec(), params, &obs[b * d..(b + 1) * d]);
         pre.extend(p);
         let td = q[actions[b] as usize] - targets[b];
         let huber = if td.abs() <= delta {
@@ -243,7 +253,9 @@ fn td_loss_gradients_match_finite_differences_inside_and_outside_the_huber_regio
             batch.weights()
         );
 
-        let pass = dqn.gradients(&batch).unwrap();
+        let (batch_size, obs_dim, n) = (dqn.config.batch_size, dqn.obs_dim, dqn.n_actions);
+        let transitions = Transitions::read(&batch, batch_size, obs_dim, n).unwrap();
+        let pass = dqn.gradients(transitions, None).unwrap();
         let analytic = dqn.grads.clone();
         dqn.grads.fill(0.0);
         let targets = targets64(&dqn, &batch);
@@ -1106,4 +1118,42 @@ fn dqn_learns_the_shortest_path_of_a_corridor() {
             "Q(start) {q:?} vs {left}, {right}"
         );
     }
+}
+
+#[test]
+fn observation_gradients_match_finite_differences() {
+    // What a summarizer in front of the Q network trains on: d loss / d obs.
+    let config = DqnConfig {
+        hidden: vec![6, 5],
+        activation: Activation::Tanh,
+        batch_size: 8,
+        gamma: 0.9,
+        seed: 5,
+        ..DqnConfig::default()
+    };
+    let mut dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), config).unwrap();
+    let rows = random_rows(3, 4, 8, 9);
+    let batch = weighted_batch_of(&dqn.replay_schema().unwrap(), &rows, 9);
+    let targets = targets64(&dqn, &batch);
+    let params = to64(dqn.q.params());
+    let obs = to64(batch.obs().unwrap());
+    let (batch_size, obs_dim, n) = (dqn.config.batch_size, dqn.obs_dim, dqn.n_actions);
+    let transitions = Transitions::read(&batch, batch_size, obs_dim, n).unwrap();
+    let mut analytic = vec![0.0f32; 8 * 3];
+    dqn.gradients(transitions, Some(&mut analytic)).unwrap();
+    let h = 1e-6;
+    for i in 0..obs.len() {
+        let mut x = obs.clone();
+        x[i] += h;
+        let up = loss64_at(&dqn, &params, &x, &batch, &targets).0;
+        x[i] -= 2.0 * h;
+        let down = loss64_at(&dqn, &params, &x, &batch, &targets).0;
+        let numeric = (up - down) / (2.0 * h);
+        let a = f64::from(analytic[i]);
+        assert!(
+            (a - numeric).abs() <= 1e-4 + 1e-3 * numeric.abs(),
+            "observation element {i}: analytic {a} vs numeric {numeric}"
+        );
+    }
+    assert!(analytic.iter().any(|g| g.abs() > 1e-3), "gradients all ~0");
 }

@@ -22,7 +22,7 @@ use super::{
 use crate::error::{Error, Result};
 
 pub use history::History;
-use history::{ReplayWorkspace, Summary, SummaryState, Window};
+pub(crate) use history::{ReplayWorkspace, Summary, SummaryState, Window};
 pub use record::ChunkRecord;
 
 /// What a collector keeps per environment for a [`RecurrentCategoricalPolicy`]: only
@@ -40,6 +40,11 @@ impl HistorySlot {
     /// Whether the environment's next observation starts an episode.
     pub fn is_fresh(&self) -> bool {
         !self.running
+    }
+
+    /// Marks the environment's episode as running (its next observation continues it).
+    pub(crate) fn set_running(&mut self) {
+        self.running = true;
     }
 }
 

@@ -133,6 +133,9 @@ struct Scratch {
     /// Gradient with respect to the actor's output vectors.
     du: Vec<f32>,
     act_scores: Vec<f32>,
+    /// The second critic's gradient with respect to the observations (for a summarizer
+    /// in front; empty otherwise).
+    d_obs: Vec<f32>,
 }
 
 impl Scratch {
@@ -153,6 +156,7 @@ impl Scratch {
             entropy_rows: z(rows),
             du: z(rows * d),
             act_scores: z(ACT_ROWS),
+            d_obs: Vec::new(),
         }
     }
 
@@ -173,6 +177,7 @@ impl Scratch {
             &self.entropy_rows,
             &self.du,
             &self.act_scores,
+            &self.d_obs,
         ]
         .iter()
         .map(|v| v.len())
@@ -411,6 +416,19 @@ impl DiscreteSac {
     /// nothing applied for the critic loss; for the actor loss the critics, and a learned
     /// table, have already stepped).
     pub fn update(&mut self, batch: &Batch) -> Result<SacStats> {
+        let transitions =
+            Transitions::<u32>::read(batch, self.core.config.batch_size, self.obs_dim, 1)?;
+        self.update_transitions(transitions, None)
+    }
+
+    /// [`DiscreteSac::update`] on transitions already read, writing the critics' loss
+    /// gradient with respect to the observations into `obs_grads` (`rows x obs_dim`)
+    /// when given: what a history summarizer in front of the critics trains on.
+    pub(crate) fn update_transitions(
+        &mut self,
+        transitions: Transitions<'_, u32>,
+        mut obs_grads: Option<&mut [f32]>,
+    ) -> Result<SacStats> {
         let obs_dim = self.obs_dim;
         let d = self.scorer.dim();
         let Transitions {
@@ -420,7 +438,22 @@ impl DiscreteSac {
             rewards,
             terminated,
             next_obs,
-        } = Transitions::<u32>::read(batch, self.core.config.batch_size, obs_dim, 1)?;
+        } = transitions;
+        if let Some(grads) = &obs_grads {
+            if grads.len() != rows * obs_dim {
+                return Err(Error::shape(
+                    "observation gradients",
+                    rows * obs_dim,
+                    grads.len(),
+                ));
+            }
+            if self.scratch.d_obs.len() < rows * obs_dim {
+                return Err(Error::config(
+                    "observation gradients",
+                    "were not enabled: call enable_obs_grads first",
+                ));
+            }
+        }
         if let Some((row, &action)) = actions.iter().enumerate().find(|(_, a)| **a >= self.n) {
             return Err(Error::ActionOutOfRange {
                 row,
@@ -508,12 +541,23 @@ impl DiscreteSac {
             let dg = &mut s.dg[..rows * d];
             dg.fill(0.0);
             self.scorer.add_action_grad(actions, &s.dq[..rows], dg)?;
+            // Critic 1 writes the observations' gradient, critic 2's is added to it.
+            let input_grads = match (&mut obs_grads, i) {
+                (Some(grads), 0) => Some(&mut grads[..rows * obs_dim]),
+                (Some(_), _) => Some(&mut s.d_obs[..rows * obs_dim]),
+                (None, _) => None,
+            };
             critic.backward(
                 &mut core.critics.ws[i],
                 dg,
                 Some(&mut core.critics.grads[i]),
-                None,
+                input_grads,
             )?;
+            if let (Some(grads), 1) = (&mut obs_grads, i) {
+                for (g, &x) in grads.iter_mut().zip(&s.d_obs[..rows * obs_dim]) {
+                    *g += x;
+                }
+            }
         }
         if !critic_loss.is_finite() {
             core.critics.grads.iter_mut().for_each(|g| g.fill(0.0));
@@ -576,6 +620,22 @@ impl DiscreteSac {
             alpha,
             entropy,
         })
+    }
+
+    /// Sizes the buffer [`DiscreteSac::update_transitions`] needs to return the
+    /// observations' gradient (`batch_size x obs_dim` floats, in the memory plan).
+    pub(crate) fn enable_obs_grads(&mut self) {
+        self.scratch.d_obs = vec![0.0; self.core.config.batch_size * self.obs_dim];
+    }
+
+    /// Elements of the observations it takes.
+    pub(crate) fn obs_dim(&self) -> usize {
+        self.obs_dim
+    }
+
+    /// Whether actions are masked per state (a mask function reads raw observations).
+    pub(crate) fn is_masked(&self) -> bool {
+        self.masking.is_some()
     }
 
     /// Actions for `obs` (`rows x obs_dim`): sampled from the policy (inverse CDF over

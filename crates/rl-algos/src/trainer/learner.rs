@@ -23,7 +23,7 @@ use crate::eval::Predict;
 /// without a copy), gives an [`OffPolicyLearner::Actor`] for collectors that act in
 /// worker threads, reads batches of the replay columns it names, and saves itself in the
 /// one checkpoint layout of `rl-nn`.
-pub trait OffPolicyLearner: Predict<Obs = f32, State = ()> {
+pub trait OffPolicyLearner: Predict<Obs = f32, State: Debug> {
     /// Typed learner state its checkpoints carry besides the networks.
     type Saved: Serialize + DeserializeOwned + Clone + Debug;
     /// What one gradient step measured.
@@ -34,7 +34,7 @@ pub trait OffPolicyLearner: Predict<Obs = f32, State = ()> {
     /// workers that start as clones of one actor explore independently; `clone_from`
     /// takes the source's weights and exploration state in place, without allocating,
     /// and keeps the destination's random stream (the way workers take new weights).
-    type Actor: Policy<Obs = f32, Act = Self::Act, State = ()> + Clone + Debug + 'static;
+    type Actor: Policy<Obs = f32, Act = Self::Act, State = Self::State> + Clone + Debug + 'static;
 
     /// The replay columns [`OffPolicyLearner::update`] reads (built with
     /// [`rl_core::TransitionSchema`]).
@@ -43,8 +43,16 @@ pub trait OffPolicyLearner: Predict<Obs = f32, State = ()> {
     /// None in practice (the schema is valid by construction).
     fn replay_schema(&self) -> Result<Schema>;
 
-    /// Transitions per gradient step.
+    /// Transitions per gradient step: the rows of one sampled batch (for a learner
+    /// trained on sequences, every window's burn-in and proper rows).
     fn batch_size(&self) -> usize;
+
+    /// How batches are drawn: `None` (the default) for independent rows (uniform or
+    /// prioritized), or windows of consecutive steps of one environment for learners
+    /// with memory ([`crate::recurrent::Recurrent`]).
+    fn sequence(&self) -> Option<SequenceSpec> {
+        None
+    }
 
     /// One gradient step on a sampled batch of [`OffPolicyLearner::batch_size`] rows.
     /// Rows carry importance weights in [`Batch::weights`] (all 1 for uniform sampling).
@@ -104,6 +112,19 @@ pub trait OffPolicyLearner: Predict<Obs = f32, State = ()> {
     /// # Errors
     /// [`crate::Error::CheckpointMismatch`] and checkpoint shape or state errors.
     fn restore(&mut self, checkpoint: &Checkpoint<Self::Saved>) -> Result<()>;
+}
+
+/// The windows a learner trained on sequences wants from the replay buffer: each batch
+/// holds `batch_size / (burn_in + len)` windows of one environment's consecutive steps
+/// (`rl_storage::sampler::SliceSampler` with that burn-in, and the run's number of
+/// environments as stride), whose `len` proper rows lie inside one episode and are
+/// preceded by the `burn_in` rows before them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SequenceSpec {
+    /// Proper rows per window (the loss is on them).
+    pub len: usize,
+    /// Rows before each window that only warm the learner's state.
+    pub burn_in: usize,
 }
 
 /// The random generator of an actor: each clone draws from its own stream, so that the

@@ -118,6 +118,28 @@ impl OffPolicyConfig {
     }
 }
 
+/// Refuses settings a learner trained on sequences cannot use: prioritized replay
+/// (priorities are per row, windows span many) and the asynchronous collector (its
+/// workers write chunks, so one environment's steps are not a fixed stride apart).
+fn check_sequence<L: OffPolicyLearner>(learner: &L, config: &OffPolicyConfig) -> Result<()> {
+    if learner.sequence().is_none() {
+        return Ok(());
+    }
+    if config.prioritized.is_some() {
+        return Err(Error::config(
+            "prioritized",
+            "is set, but a recurrent learner samples windows of steps, not rows: use uniform windows (no prioritized)",
+        ));
+    }
+    if config.collector != CollectorChoice::Sync {
+        return Err(Error::config(
+            "collector",
+            "is asynchronous, but a recurrent learner reads windows of one environment's steps, which only the synchronous collector writes a fixed stride apart: use the sync collector",
+        ));
+    }
+    Ok(())
+}
+
 /// Training phases due when the run's env steps go from `before` to `after`: one for
 /// every multiple of `phase_steps` in `(max(before, learning_starts), after]`.
 pub(super) fn phases_due(before: u64, after: u64, learning_starts: u64, phase_steps: u64) -> u64 {
@@ -292,6 +314,7 @@ where
         resume: Option<(&Path, RunCounters)>,
     ) -> Result<Self> {
         config.validate()?;
+        check_sequence(&learner, &config)?;
         let run = &config.run;
         let schema = learner.replay_schema()?;
         let checked = Self::plan(&learner, &config)?;
@@ -303,10 +326,15 @@ where
             None => {
                 OffPolicyReplay::check_new(&config)?;
                 let budget = run.budget.unwrap_or_else(MemoryBudget::unlimited);
-                (OffPolicyReplay::create(&schema, &config, &budget)?, 0, 0)
+                let sequence = learner.sequence();
+                (
+                    OffPolicyReplay::create(&schema, &config, sequence, &budget)?,
+                    0,
+                    0,
+                )
             }
             Some((dir, counters)) => (
-                OffPolicyReplay::load(&dir.join(REPLAY_DIR), &schema, &config)?,
+                OffPolicyReplay::load(&dir.join(REPLAY_DIR), &schema, &config, learner.sequence())?,
                 counters.env_steps,
                 counters.last_eval_steps,
             ),

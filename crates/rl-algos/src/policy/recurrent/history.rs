@@ -69,7 +69,7 @@ impl std::fmt::Display for History {
 
 /// One of `rl-history`'s summarizers.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Summary {
+pub(crate) enum Summary {
     None(Identity),
     Stack(Stack),
     Lstm(rl_history::Lstm),
@@ -77,7 +77,7 @@ pub(super) enum Summary {
 
 /// The acting state of a [`Summary`] for a batch of environments.
 #[derive(Debug)]
-pub(super) enum SummaryState {
+pub(crate) enum SummaryState {
     None(IdentityState),
     Stack(StackState),
     Lstm(LstmState),
@@ -85,7 +85,7 @@ pub(super) enum SummaryState {
 
 /// Scratch of [`Summary::replay`] for windows of up to `max_steps x max_rows`.
 #[derive(Clone, Debug)]
-pub(super) struct ReplayWorkspace {
+pub(crate) struct ReplayWorkspace {
     max_steps: usize,
     max_rows: usize,
     /// The features of the last window (identity and stacks; the LSTM's live in `lstm`).
@@ -95,7 +95,7 @@ pub(super) struct ReplayWorkspace {
 }
 
 impl ReplayWorkspace {
-    pub(super) fn memory_bytes(&self) -> u64 {
+    pub(crate) fn memory_bytes(&self) -> u64 {
         let floats = self.features.len()
             + self
                 .lstm
@@ -110,18 +110,18 @@ impl ReplayWorkspace {
 /// `steps x rows` reset flags, and each row's state before the first step (`rows x
 /// state_len`, from [`Summary::snapshot`]).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Window<'a> {
-    pub(super) obs: &'a [f32],
-    pub(super) steps: usize,
-    pub(super) rows: usize,
-    pub(super) resets: &'a [bool],
-    pub(super) initial: &'a [f32],
+pub(crate) struct Window<'a> {
+    pub(crate) obs: &'a [f32],
+    pub(crate) steps: usize,
+    pub(crate) rows: usize,
+    pub(crate) resets: &'a [bool],
+    pub(crate) initial: &'a [f32],
 }
 
 impl Summary {
     /// The summarizer `history` describes, over observations of `obs_len` elements; an
     /// LSTM's weights are drawn from `seed` (PyTorch's initialisation).
-    pub(super) fn new(history: History, obs_len: usize, seed: u64) -> Result<Self> {
+    pub(crate) fn new(history: History, obs_len: usize, seed: u64) -> Result<Self> {
         history.validate()?;
         Ok(match history {
             History::None => Summary::None(Identity::new(obs_len)?),
@@ -134,7 +134,7 @@ impl Summary {
         })
     }
 
-    pub(super) fn history(&self) -> History {
+    pub(crate) fn history(&self) -> History {
         match self {
             Summary::None(_) => History::None,
             Summary::Stack(stack) => History::Stack { k: stack.k() },
@@ -153,7 +153,7 @@ impl Summary {
     }
 
     /// Elements of one environment's features (the heads' input).
-    pub(super) fn output_len(&self) -> usize {
+    pub(crate) fn output_len(&self) -> usize {
         match self {
             Summary::None(s) => s.output_len(),
             Summary::Stack(s) => s.output_len(),
@@ -163,7 +163,7 @@ impl Summary {
 
     /// Floats of one environment's snapshot: `h` and `c` for an LSTM, the `k - 1` newest
     /// rows of the last stack for a stack, nothing for the identity.
-    pub(super) fn state_len(&self) -> usize {
+    pub(crate) fn state_len(&self) -> usize {
         match self {
             Summary::None(_) => 0,
             Summary::Stack(s) => (s.k() - 1) * s.input_len(),
@@ -172,14 +172,14 @@ impl Summary {
     }
 
     /// The LSTM cell, if the summarizer is one.
-    pub(super) fn cell(&self) -> Option<&rl_nn::Lstm> {
+    pub(crate) fn cell(&self) -> Option<&rl_nn::Lstm> {
         match self {
             Summary::Lstm(lstm) => Some(lstm.cell()),
             _ => None,
         }
     }
 
-    pub(super) fn cell_mut(&mut self) -> Option<&mut rl_nn::Lstm> {
+    pub(crate) fn cell_mut(&mut self) -> Option<&mut rl_nn::Lstm> {
         match self {
             Summary::Lstm(lstm) => Some(lstm.cell_mut()),
             _ => None,
@@ -187,7 +187,7 @@ impl Summary {
     }
 
     /// A fresh acting state for `envs` environments.
-    pub(super) fn state(&self, envs: usize) -> SummaryState {
+    pub(crate) fn state(&self, envs: usize) -> SummaryState {
         match self {
             Summary::None(s) => SummaryState::None(s.state(envs)),
             Summary::Stack(s) => SummaryState::Stack(s.state(envs)),
@@ -197,7 +197,7 @@ impl Summary {
 
     /// What acting with `envs` environments holds, under `name` (the summarizer's
     /// state; an LSTM's parameters are the policy's).
-    pub(super) fn state_plan(&self, name: &str, envs: usize) -> MemoryPlan {
+    pub(crate) fn state_plan(&self, name: &str, envs: usize) -> MemoryPlan {
         let bytes = match self {
             Summary::None(s) => s.state_bytes(envs),
             Summary::Stack(s) => s.state_bytes(envs),
@@ -211,7 +211,7 @@ impl Summary {
     }
 
     /// One acting step for every environment of `state` (`rl_history::Summarizer::step`).
-    pub(super) fn step(
+    pub(crate) fn step(
         &self,
         state: &mut SummaryState,
         obs: &[f32],
@@ -230,7 +230,7 @@ impl Summary {
     /// Writes every environment's state before its next step into `out` (`envs x
     /// state_len`): an LSTM's `h` then `c`, or the newest `k - 1` rows of the stack it
     /// output last (`last`, `envs x output_len`).
-    pub(super) fn snapshot(
+    pub(crate) fn snapshot(
         &self,
         state: &SummaryState,
         last: &[f32],
@@ -265,7 +265,7 @@ impl Summary {
     }
 
     /// Scratch for windows of up to `max_steps x max_rows`.
-    pub(super) fn replay_workspace(&self, max_steps: usize, max_rows: usize) -> ReplayWorkspace {
+    pub(crate) fn replay_workspace(&self, max_steps: usize, max_rows: usize) -> ReplayWorkspace {
         let n = max_steps * max_rows;
         let (features, lstm) = match self {
             Summary::Lstm(s) => {
@@ -285,7 +285,7 @@ impl Summary {
     }
 
     /// Bytes of [`Summary::replay_workspace`], known before it exists.
-    pub(super) fn replay_workspace_bytes(&self, max_steps: usize, max_rows: usize) -> u64 {
+    pub(crate) fn replay_workspace_bytes(&self, max_steps: usize, max_rows: usize) -> u64 {
         let f32s = |n: usize| (n * size_of::<f32>()) as u64;
         match self {
             Summary::Lstm(s) => {
@@ -301,7 +301,7 @@ impl Summary {
     /// states (identity and stacks exactly, the LSTM within float rounding of its
     /// batched products). A reset zeroes an LSTM row's state before the step and restarts
     /// a stack's padding there. Allocates nothing.
-    pub(super) fn replay<'w>(
+    pub(crate) fn replay<'w>(
         &self,
         window: Window<'_>,
         ws: &'w mut ReplayWorkspace,
@@ -371,7 +371,7 @@ impl Summary {
     /// gradient with respect to its features: adds the LSTM's parameter gradients into
     /// `grads` (truncated at the window's start and at resets). Nothing for summarizers
     /// without weights.
-    pub(super) fn replay_backward(
+    pub(crate) fn replay_backward(
         &self,
         ws: &mut ReplayWorkspace,
         d_features: &[f32],

@@ -11,7 +11,8 @@ use rl_storage::{
     ram::RamStorage,
     replay::ReplayBuffer,
     sampler::{
-        Prioritized, SampleContext, Sampler, StateFormat, StateReader, StateWriter, Uniform,
+        Prioritized, SampleContext, Sampler, SliceSampler, StateFormat, StateReader, StateWriter,
+        Uniform,
     },
     storage::RingState,
 };
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::OffPolicyConfig;
 use crate::error::{Error, Result};
+use crate::trainer::SequenceSpec;
 
 /// The file a memmap-located replay buffer lives in, inside
 /// [`ReplayLocation::Memmap`]'s `dir`.
@@ -66,11 +68,13 @@ impl ReplayLocation {
     }
 }
 
-/// Uniform or prioritized sampling, chosen by the configuration.
+/// Uniform or prioritized sampling, chosen by the configuration, or windows of one
+/// environment's steps for a learner trained on sequences.
 #[derive(Debug)]
 pub(super) enum ReplaySampler {
     Uniform(Uniform),
     Prioritized(Box<Prioritized>),
+    Slice(SliceSampler),
 }
 
 impl Sampler for ReplaySampler {
@@ -84,6 +88,7 @@ impl Sampler for ReplaySampler {
         match self {
             Self::Uniform(s) => s.sample(context, rows, indices, weights),
             Self::Prioritized(s) => s.sample(context, rows, indices, weights),
+            Self::Slice(s) => s.sample(context, rows, indices, weights),
         }
     }
 
@@ -91,6 +96,7 @@ impl Sampler for ReplaySampler {
         match self {
             Self::Uniform(s) => s.rows_written(before, rows, capacity),
             Self::Prioritized(s) => s.rows_written(before, rows, capacity),
+            Self::Slice(s) => s.rows_written(before, rows, capacity),
         }
     }
 
@@ -98,6 +104,7 @@ impl Sampler for ReplaySampler {
         match self {
             Self::Uniform(s) => s.memory_plan(),
             Self::Prioritized(s) => s.memory_plan(),
+            Self::Slice(s) => s.memory_plan(),
         }
     }
 
@@ -108,6 +115,7 @@ impl Sampler for ReplaySampler {
         match self {
             Self::Uniform(s) => s.state_format(),
             Self::Prioritized(s) => s.state_format(),
+            Self::Slice(s) => s.state_format(),
         }
     }
 
@@ -115,6 +123,7 @@ impl Sampler for ReplaySampler {
         match self {
             Self::Uniform(s) => s.save_state(out),
             Self::Prioritized(s) => s.save_state(out),
+            Self::Slice(s) => s.save_state(out),
         }
     }
 
@@ -129,15 +138,24 @@ impl Sampler for ReplaySampler {
             Self::Prioritized(s) => {
                 Self::Prioritized(Box::new((*s).load_state(ring, capacity, input)?))
             }
+            Self::Slice(s) => Self::Slice(s.load_state(ring, capacity, input)?),
         })
     }
 }
 
 impl ReplaySampler {
-    fn new(config: &OffPolicyConfig) -> Result<Self> {
-        Ok(match config.prioritized {
-            None => Self::Uniform(Uniform::new(config.run.seed)),
-            Some(p) => Self::Prioritized(Box::new(Prioritized::new(
+    /// The sampler `config` asks for, or, for a learner trained on `sequence`s, windows
+    /// of one environment's consecutive steps (the environments' rows interleave, one
+    /// step of every environment after another, so the stride is `run.n_envs`).
+    fn new(config: &OffPolicyConfig, sequence: Option<SequenceSpec>) -> Result<Self> {
+        Ok(match (sequence, config.prioritized) {
+            (Some(spec), _) => Self::Slice(
+                SliceSampler::new(spec.len, config.run.seed)?
+                    .with_burn_in(spec.burn_in)
+                    .with_stride(config.run.n_envs)?,
+            ),
+            (None, None) => Self::Uniform(Uniform::new(config.run.seed)),
+            (None, Some(p)) => Self::Prioritized(Box::new(Prioritized::new(
                 config.buffer_capacity,
                 p,
                 config.run.seed,
@@ -277,9 +295,10 @@ impl OffPolicyReplay {
     pub(super) fn create(
         schema: &Schema,
         config: &OffPolicyConfig,
+        sequence: Option<SequenceSpec>,
         budget: &MemoryBudget,
     ) -> Result<Self> {
-        let sampler = ReplaySampler::new(config)?;
+        let sampler = ReplaySampler::new(config, sequence)?;
         let capacity = config.buffer_capacity;
         let buffer = match (&config.replay_location, config.replay_location.file()?) {
             (ReplayLocation::Memmap { dir }, Some(file)) => {
@@ -331,8 +350,13 @@ impl OffPolicyReplay {
 
     /// The buffer a run directory's `replay/` folder `dir` saved, for `config` (whose
     /// location must be the saved one) and `schema`. Checks everything before returning.
-    pub(super) fn load(dir: &Path, schema: &Schema, config: &OffPolicyConfig) -> Result<Self> {
-        let sampler = ReplaySampler::new(config)?;
+    pub(super) fn load(
+        dir: &Path,
+        schema: &Schema,
+        config: &OffPolicyConfig,
+        sequence: Option<SequenceSpec>,
+    ) -> Result<Self> {
+        let sampler = ReplaySampler::new(config, sequence)?;
         let record_path = dir.join(MEMMAP_RECORD);
         let record = if record_path.exists() {
             let text = std::fs::read(&record_path).map_err(|e| {

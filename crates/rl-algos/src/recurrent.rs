@@ -1,0 +1,702 @@
+//! Off-policy learners with memory: a discrete SAC or a DQN behind one of `rl-history`'s
+//! summarizers (an LSTM, a stack of the last `k` observations, or nothing), trained on
+//! windows of consecutive steps that the replay buffer's slice sampler rebuilds from
+//! row indices, with a burn-in that only warms the state (R2D2's "stored nothing, burn
+//! in" variant: no recurrent state is stored per step, only the observations).
+//!
+//! **Acting.** [`Recurrent`] is the collector's policy: one summarizer step per
+//! environment step for all environments at once, then the inner learner's heads on the
+//! summary; the per-environment state lives batched in the learner and the collector's
+//! [`HistorySlot`] says where episodes start. One step costs the same at step 10 and at
+//! step 10 000 000 of an episode.
+//!
+//! **Training.** A batch holds `batch_size / seq_len` windows, each `burn_in + seq_len`
+//! rows of one environment ([`SequenceSpec`]; the trainer samples them with
+//! `rl_storage::sampler::SliceSampler`, the run's environments as its stride). Per
+//! window:
+//!
+//! 1. the burn-in rows run through the summarizer from a zero state, forward only
+//!    (the state resets after any row that ends an episode, so the burn-in never
+//!    carries one episode's memory into the next);
+//! 2. the `seq_len` proper rows are replayed from that state with gradients
+//!    (back-propagation through time stops at the burn-in);
+//! 3. a target summarizer (a polyak copy, `tau`) runs over the whole window and the last
+//!    row's next observation, and gives the next-state summaries the targets are
+//!    computed on;
+//! 4. the inner learner takes one update on the summaries, and the gradient of its
+//!    critic (SAC) or TD (DQN) loss with respect to them trains the summarizer (the
+//!    actor's loss does not reach it, as in SAC-from-pixels and R2D2).
+//!
+//! Memory: everything above is sized at construction by the window length, the burn-in
+//! and the number of windows, listed in [`Recurrent::memory_plan`], and reused; an update
+//! allocates nothing.
+
+mod acting;
+mod learner;
+#[cfg(test)]
+mod tests;
+
+use rl_core::{BoxSpace, DType, Element, Field, Flag, Location, MemoryPlan, Space};
+use rl_nn::{Adam, AdamConfig, Checkpoint, NetworkState, Weights, clip_grad_norm, polyak};
+use rl_storage::Batch;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result, first_difference};
+use crate::policy::{
+    History, HistorySlot, Mode, ReplayWorkspace, Summary, SummaryState, Window, describe,
+};
+use crate::trainer::{OffPolicyLearner, SequenceSpec};
+
+use acting::Acting;
+pub use acting::RecurrentActor;
+pub use learner::{Features, SequenceLearner};
+
+/// Offsets the summarizer's initialisation seed from the inner learner's.
+const SEED_OFFSET: u64 = 0x5EED_0FF0_11CE_0002;
+
+/// Checkpoint names of the summarizer and its target.
+const HISTORY: &str = "history";
+const HISTORY_TARGET: &str = "history_target";
+
+/// Settings of a [`Recurrent`] learner's memory. The inner learner keeps its own
+/// settings; its `batch_size` counts the proper rows of a batch (the rows with a loss),
+/// a multiple of `seq_len`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecurrentConfig {
+    /// What is remembered: an LSTM (default, 64 units), a stack of the last `k`
+    /// observations, or nothing (the feed-forward baseline trained the same way).
+    pub history: History,
+    /// Proper rows per window: consecutive steps inside one episode with a loss.
+    /// Default 8.
+    pub seq_len: usize,
+    /// Rows before each window that only warm the state (may be 0). Default 0.
+    pub burn_in: usize,
+    /// The summarizer's optimiser (Adam, PyTorch's defaults but `eps` 1e-5).
+    pub adam: AdamConfig,
+    /// Polyak coefficient of the target summarizer. Default 0.005.
+    pub tau: f32,
+    /// The summarizer's gradient is clipped to this global norm. Default `Some(10.0)`.
+    pub max_grad_norm: Option<f32>,
+    /// Seed of the summarizer's initialisation. Default 0.
+    pub seed: u64,
+}
+
+impl Default for RecurrentConfig {
+    fn default() -> Self {
+        Self::new(History::Lstm { hidden: 64 })
+    }
+}
+
+impl RecurrentConfig {
+    /// `history` with the defaults above.
+    pub fn new(history: History) -> Self {
+        Self {
+            history,
+            seq_len: 8,
+            burn_in: 0,
+            adam: AdamConfig::default(),
+            tau: 0.005,
+            max_grad_norm: Some(10.0),
+            seed: 0,
+        }
+    }
+
+    /// Checks every field; the error names the first invalid one.
+    ///
+    /// # Errors
+    /// [`Error::Config`].
+    pub fn validate(&self) -> Result<()> {
+        self.history.validate()?;
+        if self.seq_len == 0 {
+            return Err(Error::config(
+                "recurrent.seq_len",
+                "is 0: a window needs at least one step",
+            ));
+        }
+        if !(self.tau.is_finite() && self.tau > 0.0 && self.tau <= 1.0) {
+            return Err(Error::config(
+                "recurrent.tau",
+                format!("is {}: use a value in (0, 1]", self.tau),
+            ));
+        }
+        if let Some(norm) = self.max_grad_norm
+            && !(norm.is_finite() && norm > 0.0)
+        {
+            return Err(Error::config(
+                "recurrent.max_grad_norm",
+                format!("is {norm}: use a positive norm, or None"),
+            ));
+        }
+        self.adam.validate()?;
+        Ok(())
+    }
+}
+
+/// A learner with memory: [`RecurrentConfig::history`] in front of an inner off-policy
+/// learner ([`crate::sac::DiscreteSac`] or [`crate::dqn::Dqn`]) built for the
+/// summaries. See the [module documentation](self) for acting and training.
+///
+/// ```
+/// use rl_algos::dqn::{Dqn, DqnConfig};
+/// use rl_algos::policy::History;
+/// use rl_algos::recurrent::{Recurrent, RecurrentConfig};
+/// use rl_algos::trainer::OffPolicyLearner;
+/// use rl_core::Env;
+/// use rl_envs::MaskedCartPole;
+///
+/// let env = MaskedCartPole::new(0);
+/// let config = RecurrentConfig { seq_len: 8, burn_in: 4, ..RecurrentConfig::new(History::Lstm { hidden: 32 }) };
+/// let dqn = DqnConfig { batch_size: 64, hidden: vec![64], ..DqnConfig::default() };
+/// let learner = Recurrent::new(env.observation_space(), config, |summaries| {
+///     Dqn::new(summaries, env.action_space(), dqn)
+/// })?;
+/// // 8 windows of 4 burn-in and 8 proper rows per batch.
+/// assert_eq!(learner.batch_size(), 8 * 12);
+/// println!("{}", learner.memory_plan());
+/// # Ok::<(), rl_algos::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Recurrent<L: SequenceLearner> {
+    inner: L,
+    config: RecurrentConfig,
+    obs_len: usize,
+    summary: Summary,
+    target: Summary,
+    /// The summarizer's optimiser and gradients (an LSTM; nothing for the others).
+    adam: Option<Adam>,
+    grads: Vec<f32>,
+    /// Windows per batch.
+    windows: usize,
+    train: Train<L::Act>,
+    /// One acting state per number of rows acted on.
+    acting: Vec<Acting>,
+}
+
+impl<L: SequenceLearner + Clone> Clone for Recurrent<L> {
+    /// Copies the weights, optimisers and the inner learner; acting states start fresh.
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            config: self.config.clone(),
+            obs_len: self.obs_len,
+            summary: self.summary.clone(),
+            target: self.target.clone(),
+            adam: self.adam.clone(),
+            grads: self.grads.clone(),
+            windows: self.windows,
+            train: Train::new(
+                &self.summary,
+                self.obs_len,
+                self.windows,
+                &self.config,
+                self.train.act_len,
+            ),
+            acting: Vec::new(),
+        }
+    }
+}
+
+/// The buffers of an update, sized for `windows` windows at construction.
+#[derive(Debug)]
+struct Train<A> {
+    act_len: usize,
+    /// Burn-in states (online and target), `windows` rows.
+    online: SummaryState,
+    target: SummaryState,
+    step_obs: Vec<f32>,
+    starts: Vec<bool>,
+    step_out: Vec<f32>,
+    snapshot: Vec<f32>,
+    /// The proper rows, time-major, and where their episodes start.
+    window_obs: Vec<f32>,
+    resets: Vec<bool>,
+    replay: ReplayWorkspace,
+    /// Whether each batch row ends an episode.
+    ends: Vec<bool>,
+    /// The inner learner's transitions, batch-major (`windows x seq_len` rows).
+    features: Vec<f32>,
+    next_features: Vec<f32>,
+    actions: Vec<A>,
+    rewards: Vec<f32>,
+    terminated: Vec<Flag>,
+    weights: Vec<f32>,
+    /// The loss's gradient with respect to the summaries, batch-major then time-major.
+    d_features: Vec<f32>,
+    d_window: Vec<f32>,
+}
+
+impl<A: Element> Train<A> {
+    fn new(
+        summary: &Summary,
+        obs_len: usize,
+        windows: usize,
+        config: &RecurrentConfig,
+        act_len: usize,
+    ) -> Self {
+        let (len, h) = (config.seq_len, summary.output_len());
+        let proper = windows * len;
+        let z = |n: usize| vec![0.0f32; n];
+        Self {
+            act_len,
+            online: summary.state(windows),
+            target: summary.state(windows),
+            step_obs: z(windows * obs_len),
+            starts: vec![true; windows],
+            step_out: z(windows * h),
+            snapshot: z(windows * summary.state_len()),
+            window_obs: z(proper * obs_len),
+            resets: vec![false; proper],
+            replay: summary.replay_workspace(len, windows),
+            ends: vec![false; windows * (config.burn_in + len)],
+            features: z(proper * h),
+            next_features: z(proper * h),
+            actions: vec![A::default(); proper * act_len],
+            rewards: z(proper),
+            terminated: vec![Flag::default(); proper],
+            weights: z(proper),
+            d_features: z(proper * h),
+            d_window: z(proper * h),
+        }
+    }
+
+    /// Bytes of the buffers (the states and the replay workspace are planned apart).
+    fn buffer_bytes(&self) -> u64 {
+        let f32s = self.step_obs.len()
+            + self.step_out.len()
+            + self.snapshot.len()
+            + self.window_obs.len()
+            + self.features.len()
+            + self.next_features.len()
+            + self.rewards.len()
+            + self.weights.len()
+            + self.d_features.len()
+            + self.d_window.len();
+        let bools = self.starts.len() + self.resets.len() + self.ends.len();
+        (f32s * size_of::<f32>()
+            + bools
+            + self.actions.len() * size_of::<A>()
+            + self.terminated.len() * size_of::<Flag>()) as u64
+    }
+}
+
+impl<L: SequenceLearner> Recurrent<L> {
+    /// A learner for observations from `observation_space` (an `f32` box): the
+    /// summarizer `config.history`, and the inner learner `make_inner` builds for the
+    /// space of the summaries it is given (an `f32` box of the summary's width).
+    ///
+    /// # Errors
+    /// [`Error::SpaceMismatch`] for another observation space; [`Error::Config`] for an
+    /// invalid `config`, an inner `batch_size` that is not a multiple of `seq_len`, or
+    /// an inner learner that cannot train on summaries (per-state action masks read raw
+    /// observations); the inner learner's errors.
+    pub fn new(
+        observation_space: &Space,
+        config: RecurrentConfig,
+        make_inner: impl FnOnce(&Space) -> Result<L>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let obs_len = match observation_space {
+            Space::Box(b) if b.dtype() == DType::F32 => b.flat_len(),
+            other => {
+                return Err(Error::SpaceMismatch {
+                    what: "observation space",
+                    expected: "a box of f32 elements".to_owned(),
+                    actual: describe(other),
+                });
+            }
+        };
+        let summary = Summary::new(
+            config.history,
+            obs_len,
+            config.seed.wrapping_add(SEED_OFFSET),
+        )?;
+        let h = summary.output_len();
+        let summaries = Space::Box(BoxSpace::uniform(
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            &[h],
+            DType::F32,
+        )?);
+        let mut inner = make_inner(&summaries)?;
+        inner.prepare_for_summaries(h)?;
+        let rows = OffPolicyLearner::batch_size(&inner);
+        if !rows.is_multiple_of(config.seq_len) {
+            return Err(Error::config(
+                "batch_size",
+                format!(
+                    "is {rows}: with recurrent.seq_len {} it must be a multiple of it (each window gives seq_len rows)",
+                    config.seq_len
+                ),
+            ));
+        }
+        let windows = rows / config.seq_len;
+        let adam = match summary.cell() {
+            Some(cell) => Some(Adam::new(cell.num_params(), config.adam)?),
+            None => None,
+        };
+        let grads = vec![0.0; summary.cell().map_or(0, Weights::num_params)];
+        let act_len = inner.action_len();
+        let train = Train::new(&summary, obs_len, windows, &config, act_len);
+        Ok(Self {
+            target: summary.clone(),
+            inner,
+            config,
+            obs_len,
+            summary,
+            adam,
+            grads,
+            windows,
+            train,
+            acting: Vec::new(),
+        })
+    }
+
+    /// The inner learner (trained on summaries).
+    pub fn inner(&self) -> &L {
+        &self.inner
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &RecurrentConfig {
+        &self.config
+    }
+
+    /// Windows per batch: the inner `batch_size / seq_len`.
+    pub fn windows(&self) -> usize {
+        self.windows
+    }
+
+    /// Everything the learner holds: the inner learner's plan, the summarizer and its
+    /// target (an LSTM's parameters, gradients and Adam moments), the update's states,
+    /// replay workspace and buffers. Acting states come on top, one per number of rows
+    /// acted on (`Recurrent::acting_plan`). Constant for the learner's life.
+    pub fn memory_plan(&self) -> MemoryPlan {
+        let mut plan = self.inner.memory_plan();
+        let name = format!("history ({})", self.config.history);
+        if let Some(cell) = self.summary.cell() {
+            let params = (cell.num_params() * size_of::<f32>()) as u64;
+            plan.add(format!("{name}/parameters"), Location::Ram, params);
+            plan.add(format!("{name}/gradients"), Location::Ram, params);
+            plan.add(format!("{name}/target parameters"), Location::Ram, params);
+            if let Some(adam) = &self.adam {
+                plan.nest(&name, &adam.memory_plan("summarizer"));
+            }
+        }
+        let windows = self.windows;
+        plan.nest(&name, &self.summary.state_plan("burn-in (online)", windows));
+        plan.nest(&name, &self.summary.state_plan("burn-in (target)", windows));
+        plan.add(
+            format!(
+                "{name}/window replay, {} steps x {windows} windows",
+                self.config.seq_len
+            ),
+            Location::Ram,
+            self.summary
+                .replay_workspace_bytes(self.config.seq_len, windows),
+        );
+        plan.add(
+            format!("{name}/update buffers (windows, summaries, gradients)"),
+            Location::Ram,
+            self.train.buffer_bytes(),
+        );
+        plan
+    }
+
+    /// What acting on `rows` environments adds: the summarizer's state and the summaries
+    /// of one step (made on the first call with that many rows).
+    pub fn acting_plan(&self, rows: usize) -> MemoryPlan {
+        let mut plan = self.summary.state_plan("history acting", rows);
+        plan.add(
+            format!("history acting summaries ({rows} rows)"),
+            Location::Ram,
+            (rows * (self.summary.output_len() * size_of::<f32>() + 1)) as u64,
+        );
+        plan
+    }
+
+    /// One update on a batch of windows (see the module documentation), with the
+    /// columns of [`OffPolicyLearner::replay_schema`]: `windows` windows of `burn_in +
+    /// seq_len` rows one after the other.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] for a batch of another number of rows or widths;
+    /// [`Error::Storage`] for missing columns; the inner learner's errors
+    /// ([`Error::Diverged`] ...) and a non-finite summarizer gradient (nothing of the
+    /// summarizer applied).
+    pub fn update(&mut self, batch: &Batch) -> Result<L::Stats> {
+        let (len, burn_in, windows) = (self.config.seq_len, self.config.burn_in, self.windows);
+        let span = burn_in + len;
+        let rows = windows * span;
+        if batch.len() != rows {
+            return Err(Error::shape(
+                "batch rows (windows x (burn_in + seq_len))",
+                rows,
+                batch.len(),
+            ));
+        }
+        let (obs_len, h, act_len) = (self.obs_len, self.summary.output_len(), self.train.act_len);
+        let obs = batch.obs()?;
+        let next_obs = batch.next_obs()?;
+        let actions = batch.field::<L::Act>(Field::Action)?;
+        let rewards = batch.rewards()?;
+        let terminated = batch.terminated()?;
+        let truncated = batch.truncated()?;
+        let weights = batch.weights();
+        for (what, expected, actual) in [
+            ("batch obs", rows * obs_len, obs.len()),
+            ("batch next_obs", rows * obs_len, next_obs.len()),
+            ("batch actions", rows * act_len, actions.len()),
+            ("batch rewards", rows, rewards.len()),
+            ("batch terminated flags", rows, terminated.len()),
+            ("batch truncated flags", rows, truncated.len()),
+            ("batch weights", rows, weights.len()),
+        ] {
+            if expected != actual {
+                return Err(Error::shape(what, expected, actual));
+            }
+        }
+        let t = &mut self.train;
+        for ((end, term), trunc) in t.ends.iter_mut().zip(terminated).zip(truncated) {
+            *end = term.get() || trunc.get();
+        }
+        let row = |w: usize, step: usize| w * span + step;
+        let obs_row = |r: usize| &obs[r * obs_len..(r + 1) * obs_len];
+
+        // 1. Burn-in, forward only, then the proper rows replayed with gradients.
+        for step in 0..burn_in {
+            for w in 0..windows {
+                let r = row(w, step);
+                t.step_obs[w * obs_len..(w + 1) * obs_len].copy_from_slice(obs_row(r));
+                t.starts[w] = step == 0 || t.ends[r - 1];
+            }
+            self.summary
+                .step(&mut t.online, &t.step_obs, &t.starts, &mut t.step_out)?;
+        }
+        if burn_in > 0 {
+            self.summary
+                .snapshot(&t.online, &t.step_out, &mut t.snapshot)?;
+        } else {
+            t.snapshot.fill(0.0);
+        }
+        for step in 0..len {
+            for w in 0..windows {
+                let r = row(w, burn_in + step);
+                let at = step * windows + w;
+                t.window_obs[at * obs_len..(at + 1) * obs_len].copy_from_slice(obs_row(r));
+                t.resets[at] = burn_in + step == 0 || t.ends[r - 1];
+            }
+        }
+        let window = Window {
+            obs: &t.window_obs,
+            steps: len,
+            rows: windows,
+            resets: &t.resets,
+            initial: &t.snapshot,
+        };
+        let summaries = self.summary.replay(window, &mut t.replay)?;
+        for step in 0..len {
+            for w in 0..windows {
+                let (src, dst) = (step * windows + w, w * len + step);
+                t.features[dst * h..(dst + 1) * h]
+                    .copy_from_slice(&summaries[src * h..(src + 1) * h]);
+            }
+        }
+
+        // 2. The target summarizer over the window and the last next observation.
+        for step in 0..=span {
+            for w in 0..windows {
+                let input = if step < span {
+                    obs_row(row(w, step))
+                } else {
+                    let r = row(w, span - 1);
+                    &next_obs[r * obs_len..(r + 1) * obs_len]
+                };
+                t.step_obs[w * obs_len..(w + 1) * obs_len].copy_from_slice(input);
+                // The last next observation continues its row's episode (a truncated
+                // row's next observation is the one the episode was cut at).
+                t.starts[w] = step == 0 || (step < span && t.ends[row(w, step) - 1]);
+            }
+            self.target
+                .step(&mut t.target, &t.step_obs, &t.starts, &mut t.step_out)?;
+            if step > burn_in {
+                let k = step - burn_in - 1;
+                for w in 0..windows {
+                    let dst = w * len + k;
+                    t.next_features[dst * h..(dst + 1) * h]
+                        .copy_from_slice(&t.step_out[w * h..(w + 1) * h]);
+                }
+            }
+        }
+
+        // 3. The inner update on the summaries, and its gradient with respect to them.
+        for w in 0..windows {
+            for step in 0..len {
+                let (src, dst) = (row(w, burn_in + step), w * len + step);
+                t.actions[dst * act_len..(dst + 1) * act_len]
+                    .copy_from_slice(&actions[src * act_len..(src + 1) * act_len]);
+                t.rewards[dst] = rewards[src];
+                t.terminated[dst] = terminated[src];
+                t.weights[dst] = weights[src];
+            }
+        }
+        let features = Features {
+            rows: windows * len,
+            obs: &t.features,
+            actions: &t.actions,
+            rewards: &t.rewards,
+            terminated: &t.terminated,
+            next_obs: &t.next_features,
+            weights: &t.weights,
+        };
+        let stats = self.inner.update_summaries(features, &mut t.d_features)?;
+
+        // 4. The summarizer's step: back through the replayed window, clipped, Adam.
+        if let Some(adam) = &mut self.adam {
+            for w in 0..windows {
+                for step in 0..len {
+                    let (src, dst) = (w * len + step, step * windows + w);
+                    t.d_window[dst * h..(dst + 1) * h]
+                        .copy_from_slice(&t.d_features[src * h..(src + 1) * h]);
+                }
+            }
+            self.summary
+                .replay_backward(&mut t.replay, &t.d_window, Some(&mut self.grads))?;
+            let norm = clip_grad_norm(
+                &mut [&mut self.grads[..]],
+                self.config.max_grad_norm.unwrap_or(f32::INFINITY),
+            )?;
+            if !norm.is_finite() {
+                self.grads.fill(0.0);
+                return Err(Error::Diverged {
+                    what: "summarizer gradient norm",
+                    value: norm,
+                });
+            }
+            if let Some(cell) = self.summary.cell_mut() {
+                adam.update(cell.params_mut(), &self.grads)?;
+            }
+            self.grads.fill(0.0);
+            if let (Some(target), Some(online)) = (self.target.cell_mut(), self.summary.cell()) {
+                polyak(target.params_mut(), online.params(), self.config.tau)?;
+            }
+        }
+        Ok(stats)
+    }
+
+    /// The whole learner: the inner learner's networks and state, the summarizer
+    /// (`history`, with its Adam moments) and its target (`history_target`), and this
+    /// configuration.
+    pub fn checkpoint(&self) -> Checkpoint<RecurrentState<L::Saved>> {
+        let inner = self.inner.checkpoint();
+        let mut networks = inner.networks;
+        if let (Some(cell), Some(target)) = (self.summary.cell(), self.target.cell()) {
+            networks.push(NetworkState::capture(HISTORY, cell, self.adam.as_ref()));
+            networks.push(NetworkState::capture(HISTORY_TARGET, target, None));
+        }
+        Checkpoint {
+            kind: L::RECURRENT_KIND.to_owned(),
+            networks,
+            state: RecurrentState {
+                config: self.config.clone(),
+                inner: inner.state,
+            },
+        }
+    }
+
+    /// Restores a [`Recurrent::checkpoint`] of a learner built the same way; everything
+    /// is checked first, and on error nothing changes.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointMismatch`] for another configuration or architecture, and the
+    /// inner learner's restore errors.
+    pub fn restore(&mut self, checkpoint: &Checkpoint<RecurrentState<L::Saved>>) -> Result<()> {
+        first_difference!(
+            RecurrentConfig,
+            "recurrent",
+            &self.config,
+            &checkpoint.state.config,
+            [history, seq_len, burn_in, adam, tau, max_grad_norm, seed],
+            except []
+        )?;
+        let (ours, theirs): (Vec<_>, Vec<_>) = checkpoint
+            .networks
+            .iter()
+            .cloned()
+            .partition(|n| n.name == HISTORY || n.name == HISTORY_TARGET);
+        let mut summary = self.summary.clone();
+        let mut target = self.target.clone();
+        let mut adam = self.adam.clone();
+        if let (Some(cell), Some(target_cell)) = (summary.cell_mut(), target.cell_mut()) {
+            let find = |name: &str| {
+                ours.iter()
+                    .find(|n| n.name == name)
+                    .ok_or_else(|| Error::CheckpointMismatch {
+                        what: format!("network {name}"),
+                        expected: "the summarizer's weights".to_owned(),
+                        actual: "none in the checkpoint".to_owned(),
+                    })
+            };
+            find(HISTORY)?.restore_into(cell, adam.as_mut())?;
+            find(HISTORY_TARGET)?.restore_into(target_cell, None)?;
+        } else if !ours.is_empty() {
+            return Err(Error::CheckpointMismatch {
+                what: "summarizer".to_owned(),
+                expected: format!("{} (no weights)", self.config.history),
+                actual: "a summarizer with weights".to_owned(),
+            });
+        }
+        let inner = Checkpoint {
+            kind: self.inner.checkpoint_kind().to_owned(),
+            networks: theirs,
+            state: checkpoint.state.inner.clone(),
+        };
+        self.inner.restore(&inner)?;
+        self.summary = summary;
+        self.target = target;
+        self.adam = adam;
+        Ok(())
+    }
+
+    /// Acts for `slots.len()` environments: one summarizer step, then the inner
+    /// learner's policy on the summaries.
+    fn act_rows(
+        &mut self,
+        obs: &[f32],
+        slots: &mut [HistorySlot],
+        out: rl_collect::ActOutput<'_, L::Act>,
+    ) -> Result<()> {
+        acting::act(
+            &self.summary,
+            &mut self.acting,
+            self.obs_len,
+            &mut self.inner,
+            obs,
+            slots,
+            out,
+        )
+    }
+
+    fn mode(&self) -> Mode {
+        crate::eval::Predict::mode(&self.inner)
+    }
+}
+
+/// What a [`Recurrent`] checkpoint carries besides the networks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecurrentState<S> {
+    /// The memory's settings.
+    pub config: RecurrentConfig,
+    /// The inner learner's state.
+    pub inner: S,
+}
+
+impl<L: SequenceLearner> Recurrent<L> {
+    /// The windows a batch holds, for the trainer's sampler.
+    fn spec(&self) -> SequenceSpec {
+        SequenceSpec {
+            len: self.config.seq_len,
+            burn_in: self.config.burn_in,
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Acting with memory: one summarizer step for all environments of a call, then an
+//! inner policy on the summaries; and the actor copy that collector workers act with.
+
+use rl_collect::{ActOutput, Policy, PolicyError};
+use rl_nn::Weights;
+
+use crate::error::{Error, Result};
+use crate::policy::{HistorySlot, Summary, SummaryState};
+
+/// The acting state of one number of rows: the summarizer's state for each row, its
+/// last summaries, and which rows start an episode.
+#[derive(Debug)]
+pub(super) struct Acting {
+    rows: usize,
+    /// A new state: its first step starts every row's episode.
+    fresh: bool,
+    state: SummaryState,
+    starts: Vec<bool>,
+    pub(super) summaries: Vec<f32>,
+    /// The inner policy's (empty) per-row states.
+    units: Vec<()>,
+}
+
+impl Acting {
+    fn new(summary: &Summary, rows: usize) -> Self {
+        Self {
+            rows,
+            fresh: true,
+            state: summary.state(rows),
+            starts: vec![true; rows],
+            summaries: vec![0.0; rows * summary.output_len()],
+            units: vec![(); rows],
+        }
+    }
+}
+
+/// One step for `slots.len()` environments: the summarizer's step from each
+/// environment's state (restarted where the slot is fresh), then `head` on the
+/// summaries. The first call with a number of rows makes that number's state; later
+/// calls allocate nothing.
+pub(super) fn act<P: Policy<Obs = f32, State = ()>>(
+    summary: &Summary,
+    acting: &mut Vec<Acting>,
+    obs_len: usize,
+    head: &mut P,
+    obs: &[f32],
+    slots: &mut [HistorySlot],
+    out: ActOutput<'_, P::Act>,
+) -> Result<()> {
+    let rows = slots.len();
+    if obs.len() != rows * obs_len {
+        return Err(Error::shape("observations", rows * obs_len, obs.len()));
+    }
+    let index = match acting.iter().position(|a| a.rows == rows) {
+        Some(index) => index,
+        None => {
+            acting.push(Acting::new(summary, rows));
+            acting.len() - 1
+        }
+    };
+    let a = &mut acting[index];
+    for (start, slot) in a.starts.iter_mut().zip(slots.iter()) {
+        *start = a.fresh || slot.is_fresh();
+    }
+    summary.step(&mut a.state, obs, &a.starts, &mut a.summaries)?;
+    a.fresh = false;
+    head.act(&a.summaries, &mut a.units, out)
+        .map_err(|source| Error::Policy { source })?;
+    slots.iter_mut().for_each(HistorySlot::set_running);
+    Ok(())
+}
+
+/// The acting part of a [`super::Recurrent`] learner, for collectors that act in worker
+/// threads: a copy of the summarizer, the inner learner's actor, and the acting states.
+/// A clone starts every environment fresh; `clone_from` takes the source's weights in
+/// place and keeps the destination's states.
+#[derive(Debug)]
+pub struct RecurrentActor<A> {
+    summary: Summary,
+    obs_len: usize,
+    inner: A,
+    acting: Vec<Acting>,
+}
+
+impl<A: Clone> Clone for RecurrentActor<A> {
+    fn clone(&self) -> Self {
+        Self {
+            summary: self.summary.clone(),
+            obs_len: self.obs_len,
+            inner: self.inner.clone(),
+            acting: Vec::new(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        copy_weights(&mut self.summary, &source.summary);
+        self.obs_len = source.obs_len;
+        self.inner.clone_from(&source.inner);
+    }
+}
+
+/// Copies `source`'s weights into `dst` in place when both are the same cell.
+fn copy_weights(dst: &mut Summary, source: &Summary) {
+    match (dst.cell_mut(), source.cell()) {
+        (Some(d), Some(s)) if d.num_params() == s.num_params() => {
+            d.params_mut().copy_from_slice(s.params());
+        }
+        (None, None) => {}
+        _ => *dst = source.clone(),
+    }
+}
+
+impl<A> RecurrentActor<A> {
+    pub(super) fn new(summary: Summary, obs_len: usize, inner: A) -> Self {
+        Self {
+            summary,
+            obs_len,
+            inner,
+            acting: Vec::new(),
+        }
+    }
+
+    /// Takes `summary`'s weights (in place) and lets `refresh` update the inner actor.
+    pub(super) fn refresh(
+        &mut self,
+        summary: &Summary,
+        refresh: impl FnOnce(&mut A) -> Result<()>,
+    ) -> Result<()> {
+        refresh(&mut self.inner)?;
+        copy_weights(&mut self.summary, summary);
+        Ok(())
+    }
+}
+
+impl<A: Policy<Obs = f32, State = ()>> Policy for RecurrentActor<A> {
+    type Obs = f32;
+    type Act = A::Act;
+    type State = HistorySlot;
+
+    fn act(
+        &mut self,
+        obs: &[f32],
+        states: &mut [HistorySlot],
+        out: ActOutput<'_, A::Act>,
+    ) -> std::result::Result<(), PolicyError> {
+        Ok(act(
+            &self.summary,
+            &mut self.acting,
+            self.obs_len,
+            &mut self.inner,
+            obs,
+            states,
+            out,
+        )?)
+    }
+}

@@ -1,0 +1,274 @@
+//! What an inner learner does for [`Recurrent`]: train on summaries and return their
+//! gradient; and [`Recurrent`] as an [`OffPolicyLearner`] the trainer drives.
+
+use rl_core::{DType, Flag, MemoryPlan, Schema, TransitionSchema};
+use rl_nn::Checkpoint;
+use rl_storage::Batch;
+
+use super::{Recurrent, RecurrentActor, RecurrentState};
+use crate::dqn::{self, Dqn, DqnStats};
+use crate::error::{Error, Result};
+use crate::eval::Predict;
+use crate::policy::{HistorySlot, Mode};
+use crate::sac::{self, DiscreteSac, SacStats};
+use crate::trainer::{OffPolicyLearner, SequenceSpec};
+
+/// Transitions whose observations are summaries, batch-major, as a [`Recurrent`]
+/// learner hands them to its inner learner.
+#[derive(Clone, Copy, Debug)]
+pub struct Features<'a, A> {
+    /// Rows.
+    pub rows: usize,
+    /// `rows x summary width`.
+    pub obs: &'a [f32],
+    /// `rows x action length`.
+    pub actions: &'a [A],
+    /// One per row.
+    pub rewards: &'a [f32],
+    /// One per row.
+    pub terminated: &'a [Flag],
+    /// The next observations' summaries (by the target summarizer), `rows x width`.
+    pub next_obs: &'a [f32],
+    /// Importance weights, one per row.
+    pub weights: &'a [f32],
+}
+
+mod seal {
+    /// Implemented by this crate's learners only.
+    pub trait Sealed {}
+}
+
+impl seal::Sealed for DiscreteSac {}
+impl seal::Sealed for Dqn {}
+
+/// An off-policy learner that can sit behind a summarizer in a [`Recurrent`]
+/// learner: [`DiscreteSac`] and [`Dqn`] (sealed). It learns from [`Features`] and gives
+/// the gradient of the loss that trains the summarizer (critics' for SAC, TD for DQN)
+/// with respect to the summaries.
+pub trait SequenceLearner: OffPolicyLearner<State = ()> + seal::Sealed + std::fmt::Debug {
+    /// The checkpoint kind of the recurrent form (`recurrent_` and the inner kind).
+    const RECURRENT_KIND: &'static str;
+
+    /// Elements of one action in the replay buffer.
+    fn action_len(&self) -> usize;
+
+    /// Checks the learner can train on summaries `width` wide and sizes what returning
+    /// their gradient needs.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when it cannot.
+    fn prepare_for_summaries(&mut self, width: usize) -> Result<()>;
+
+    /// The replay columns for observations of `obs_len` elements.
+    ///
+    /// # Errors
+    /// None in practice.
+    fn schema_for(&self, obs_len: usize) -> Result<Schema>;
+
+    /// One update on `features`; writes the loss's gradient with respect to
+    /// `features.obs` into `obs_grads`.
+    ///
+    /// # Errors
+    /// As the learner's own update.
+    fn update_summaries(
+        &mut self,
+        features: Features<'_, Self::Act>,
+        obs_grads: &mut [f32],
+    ) -> Result<Self::Stats>;
+}
+
+/// The replay columns of a learner with `u32` action indices.
+fn index_schema(obs_len: usize) -> Result<Schema> {
+    Ok(
+        TransitionSchema::new(DType::F32, &[obs_len], DType::U32, &[])
+            .with_next_obs()
+            .build()?,
+    )
+}
+
+/// Refuses an inner learner built for observations of another width than the summaries.
+fn check_width(expected: usize, width: usize) -> Result<()> {
+    if expected != width {
+        return Err(Error::config(
+            "recurrent inner learner",
+            format!(
+                "takes observations of {expected} elements but the summaries have {width}: build it for the space it is given"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl SequenceLearner for DiscreteSac {
+    const RECURRENT_KIND: &'static str = "recurrent_discrete_sac";
+
+    fn action_len(&self) -> usize {
+        1
+    }
+
+    fn prepare_for_summaries(&mut self, width: usize) -> Result<()> {
+        check_width(self.obs_dim(), width)?;
+        if self.is_masked() {
+            return Err(Error::config(
+                "action masks",
+                "read raw observations, which a recurrent learner replaces by summaries: drop the mask function or the history",
+            ));
+        }
+        self.enable_obs_grads();
+        Ok(())
+    }
+
+    fn schema_for(&self, obs_len: usize) -> Result<Schema> {
+        index_schema(obs_len)
+    }
+
+    fn update_summaries(
+        &mut self,
+        f: Features<'_, u32>,
+        obs_grads: &mut [f32],
+    ) -> Result<SacStats> {
+        let transitions = sac::Transitions {
+            rows: f.rows,
+            obs: f.obs,
+            actions: f.actions,
+            rewards: f.rewards,
+            terminated: f.terminated,
+            next_obs: f.next_obs,
+        };
+        self.update_transitions(transitions, Some(obs_grads))
+    }
+}
+
+impl SequenceLearner for Dqn {
+    const RECURRENT_KIND: &'static str = "recurrent_dqn";
+
+    fn action_len(&self) -> usize {
+        1
+    }
+
+    fn prepare_for_summaries(&mut self, width: usize) -> Result<()> {
+        check_width(self.obs_dim(), width)
+    }
+
+    fn schema_for(&self, obs_len: usize) -> Result<Schema> {
+        index_schema(obs_len)
+    }
+
+    fn update_summaries(
+        &mut self,
+        f: Features<'_, u32>,
+        obs_grads: &mut [f32],
+    ) -> Result<DqnStats> {
+        let transitions = dqn::Transitions {
+            rows: f.rows,
+            obs: f.obs,
+            actions: f.actions,
+            rewards: f.rewards,
+            terminated: f.terminated,
+            next_obs: f.next_obs,
+            weights: f.weights,
+        }
+        .check(self.obs_dim(), self.n_actions())?;
+        self.update_transitions(transitions, Some(obs_grads))
+    }
+}
+
+impl<L: SequenceLearner> rl_collect::Policy for Recurrent<L> {
+    type Obs = f32;
+    type Act = L::Act;
+    type State = HistorySlot;
+
+    fn act(
+        &mut self,
+        obs: &[f32],
+        states: &mut [HistorySlot],
+        out: rl_collect::ActOutput<'_, L::Act>,
+    ) -> std::result::Result<(), rl_collect::PolicyError> {
+        Ok(self.act_rows(obs, states, out)?)
+    }
+}
+
+impl<L: SequenceLearner> Predict for Recurrent<L> {
+    fn mode(&self) -> Mode {
+        Recurrent::mode(self)
+    }
+
+    fn set_mode(&mut self, mode: Mode) {
+        self.inner.set_mode(mode);
+    }
+}
+
+impl<L: SequenceLearner> OffPolicyLearner for Recurrent<L> {
+    type Saved = RecurrentState<L::Saved>;
+    type Stats = L::Stats;
+    type Actor = RecurrentActor<L::Actor>;
+
+    fn replay_schema(&self) -> Result<Schema> {
+        self.inner.schema_for(self.obs_len)
+    }
+
+    /// Every row of a batch: `windows x (burn_in + seq_len)`.
+    fn batch_size(&self) -> usize {
+        self.windows * (self.config.burn_in + self.config.seq_len)
+    }
+
+    fn sequence(&self) -> Option<SequenceSpec> {
+        Some(self.spec())
+    }
+
+    fn update(&mut self, batch: &Batch) -> Result<L::Stats> {
+        Recurrent::update(self, batch)
+    }
+
+    fn priorities(&self) -> Option<&[f32]> {
+        None
+    }
+
+    fn set_env_steps(&mut self, env_steps: u64) {
+        self.inner.set_env_steps(env_steps);
+    }
+
+    fn updates(&self) -> u64 {
+        self.inner.updates()
+    }
+
+    fn memory_plan(&self) -> MemoryPlan {
+        Recurrent::memory_plan(self)
+    }
+
+    fn checkpoint(&self) -> Checkpoint<Self::Saved> {
+        Recurrent::checkpoint(self)
+    }
+
+    fn actor(&self) -> Result<Self::Actor> {
+        Ok(RecurrentActor::new(
+            self.summary.clone(),
+            self.obs_len,
+            self.inner.actor()?,
+        ))
+    }
+
+    fn refresh_actor(&self, actor: &mut Self::Actor) -> Result<()> {
+        actor.refresh(&self.summary, |inner| self.inner.refresh_actor(inner))
+    }
+
+    fn actor_memory_plan(&self, copies: usize) -> MemoryPlan {
+        let mut plan = self.inner.actor_memory_plan(copies);
+        if let Some(cell) = self.summary.cell() {
+            plan.add(
+                format!("history ({}) copies x {copies}", self.config.history),
+                rl_core::Location::Ram,
+                (copies * rl_nn::Weights::num_params(cell) * size_of::<f32>()) as u64,
+            );
+        }
+        plan
+    }
+
+    fn checkpoint_kind(&self) -> &'static str {
+        L::RECURRENT_KIND
+    }
+
+    fn restore(&mut self, checkpoint: &Checkpoint<Self::Saved>) -> Result<()> {
+        Recurrent::restore(self, checkpoint)
+    }
+}

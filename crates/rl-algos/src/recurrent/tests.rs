@@ -1,0 +1,453 @@
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rl_collect::{ActOutput, Policy};
+use rl_core::{BoxSpace, DType, Flag, Space};
+use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
+
+use super::*;
+use crate::dqn::{Dqn, DqnConfig};
+use crate::sac::{DiscreteSac, SacConfig};
+
+const OBS: usize = 3;
+const ACTIONS: u32 = 4;
+/// Episode lengths of the test trajectory (rows 0..5, 5..12, 12..20).
+const EPISODES: [usize; 3] = [5, 7, 8];
+
+fn obs_space() -> Space {
+    Space::Box(BoxSpace::uniform(-1.0, 1.0, &[OBS], DType::F32).unwrap())
+}
+
+fn recurrent_dqn(
+    history: History,
+    seq_len: usize,
+    burn_in: usize,
+    windows: usize,
+) -> Recurrent<Dqn> {
+    let config = RecurrentConfig {
+        seq_len,
+        burn_in,
+        ..RecurrentConfig::new(history)
+    };
+    let dqn = DqnConfig {
+        hidden: vec![8],
+        batch_size: windows * seq_len,
+        ..DqnConfig::default()
+    };
+    Recurrent::new(&obs_space(), config, |summaries| {
+        Dqn::new(summaries, &Space::discrete(ACTIONS).unwrap(), dqn)
+    })
+    .unwrap()
+}
+
+/// One environment's trajectory: `(obs, action, reward, terminated, next_obs)` rows,
+/// episodes of [`EPISODES`] lengths, each ending in termination.
+struct Trajectory {
+    obs: Vec<f32>,
+    actions: Vec<u32>,
+    rewards: Vec<f32>,
+    ends: Vec<bool>,
+    next_obs: Vec<f32>,
+}
+
+impl Trajectory {
+    fn new(seed: u64) -> Self {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        let rows: usize = EPISODES.iter().sum();
+        let obs: Vec<f32> = (0..rows * OBS)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let mut ends = vec![false; rows];
+        let mut at = 0;
+        for len in EPISODES {
+            at += len;
+            ends[at - 1] = true;
+        }
+        let next_obs = (0..rows)
+            .flat_map(|r| {
+                if ends[r] {
+                    vec![0.5; OBS]
+                } else {
+                    obs[(r + 1) * OBS..(r + 2) * OBS].to_vec()
+                }
+            })
+            .collect();
+        Self {
+            actions: (0..rows).map(|_| rng.random_range(0..ACTIONS)).collect(),
+            rewards: (0..rows).map(|_| rng.random_range(-1.0..1.0)).collect(),
+            obs,
+            ends,
+            next_obs,
+        }
+    }
+
+    fn rows(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// A batch of the windows starting at `starts`, each `span` rows.
+    fn batch(&self, schema: &rl_core::Schema, starts: &[usize], span: usize) -> Batch {
+        let mut replay = ReplayBuffer::new(
+            RamStorage::new(schema.clone(), self.rows(), None).unwrap(),
+            Uniform::new(0),
+        );
+        for r in 0..self.rows() {
+            replay
+                .push(&[
+                    ColumnSlice::F32(&self.obs[r * OBS..(r + 1) * OBS]),
+                    ColumnSlice::U32(&[self.actions[r]]),
+                    ColumnSlice::F32(&[self.rewards[r]]),
+                    ColumnSlice::Bool(&[Flag::new(self.ends[r])]),
+                    ColumnSlice::Bool(&[Flag::new(false)]),
+                    ColumnSlice::F32(&self.next_obs[r * OBS..(r + 1) * OBS]),
+                ])
+                .unwrap();
+        }
+        let positions: Vec<usize> = starts.iter().flat_map(|&s| s..s + span).collect();
+        let mut batch = Batch::new(schema, positions.len()).unwrap();
+        replay.gather(&positions, &mut batch).unwrap();
+        batch
+    }
+
+    /// The summaries acting computes at every row, one environment stepped through the
+    /// trajectory with its slot reset at every episode start.
+    fn acted_summaries(&self, learner: &mut Recurrent<Dqn>) -> Vec<f32> {
+        let h = learner.summary.output_len();
+        let mut slot = [HistorySlot::default()];
+        let mut out = Vec::new();
+        for r in 0..self.rows() {
+            let (mut action, mut lp, mut v) = ([0u32], [0.0], [0.0]);
+            let act_out = ActOutput {
+                actions: &mut action,
+                log_probs: &mut lp,
+                values: &mut v,
+            };
+            learner
+                .act(&self.obs[r * OBS..(r + 1) * OBS], &mut slot, act_out)
+                .unwrap();
+            out.extend_from_slice(&learner.acting[0].summaries[..h]);
+            if self.ends[r] {
+                slot[0] = HistorySlot::default();
+            }
+        }
+        out
+    }
+}
+
+#[test]
+fn replayed_windows_equal_what_acting_carried() {
+    // Windows whose burn-in reaches back to the start of their proper rows' episode
+    // (window 0 crosses an episode end inside its proper rows: the reset handles it).
+    let starts = [0, 3, 5, 12];
+    for history in [
+        History::Lstm { hidden: 6 },
+        History::Stack { k: 3 },
+        History::None,
+    ] {
+        let (seq_len, burn_in) = (3, 4);
+        let mut learner = recurrent_dqn(history, seq_len, burn_in, starts.len());
+        let trajectory = Trajectory::new(1);
+        let acted = trajectory.acted_summaries(&mut learner);
+        let schema = learner.replay_schema().unwrap();
+        let batch = trajectory.batch(&schema, &starts, seq_len + burn_in);
+        learner.update(&batch).unwrap();
+        let h = learner.summary.output_len();
+        for (w, &s) in starts.iter().enumerate() {
+            for step in 0..seq_len {
+                let row = s + burn_in + step;
+                let replayed = &learner.train.features[(w * seq_len + step) * h..][..h];
+                let carried = &acted[row * h..(row + 1) * h];
+                for (a, b) in replayed.iter().zip(carried) {
+                    assert!(
+                        (a - b).abs() <= 1e-6,
+                        "{history}: window {w} row {row}: replayed {replayed:?} vs acted {carried:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn updates_train_the_summarizer_move_its_target_and_allocate_nothing_after_the_first() {
+    let starts = [0, 3, 5, 12];
+    let (seq_len, burn_in) = (3, 4);
+    let mut learner = recurrent_dqn(History::Lstm { hidden: 6 }, seq_len, burn_in, starts.len());
+    let schema = learner.replay_schema().unwrap();
+    let batch = Trajectory::new(2).batch(&schema, &starts, seq_len + burn_in);
+    let before = learner.summary.cell().unwrap().params().to_vec();
+    let target_before = learner.target.cell().unwrap().params().to_vec();
+    learner.update(&batch).unwrap();
+    let after = learner.summary.cell().unwrap().params().to_vec();
+    let target_after = learner.target.cell().unwrap().params().to_vec();
+    assert_ne!(before, after, "the summarizer did not learn");
+    assert_eq!(before, target_before);
+    // The target moved tau of the way towards the online weights.
+    let tau = learner.config.tau;
+    for ((t0, t1), online) in target_before.iter().zip(&target_after).zip(&after) {
+        let expected = t0 + tau * (online - t0);
+        assert!((t1 - expected).abs() <= 1e-6, "{t1} vs {expected}");
+    }
+    let (result, stats) = rl_testkit::measure(|| {
+        for _ in 0..5 {
+            learner.update(&batch).unwrap();
+        }
+    });
+    let () = result;
+    assert_eq!(stats.allocations, 0);
+    assert_eq!(learner.updates(), 6);
+}
+
+#[test]
+fn checkpoints_round_trip_and_refuse_another_configuration() {
+    let starts = [0, 5];
+    let mut learner = recurrent_dqn(History::Lstm { hidden: 5 }, 3, 2, starts.len());
+    let schema = learner.replay_schema().unwrap();
+    let batch = Trajectory::new(3).batch(&schema, &starts, 5);
+    learner.update(&batch).unwrap();
+    let saved = learner.checkpoint();
+    let bytes = saved.to_bytes().unwrap();
+    assert_eq!(saved.kind, "recurrent_dqn");
+
+    let mut fresh = recurrent_dqn(History::Lstm { hidden: 5 }, 3, 2, starts.len());
+    let loaded =
+        Checkpoint::from_bytes(&bytes, "recurrent_dqn", std::path::Path::new("mem")).unwrap();
+    fresh.restore(&loaded).unwrap();
+    assert_eq!(fresh.checkpoint().to_bytes().unwrap(), bytes);
+    let a = learner.update(&batch).unwrap();
+    let b = fresh.update(&batch).unwrap();
+    assert_eq!(a.loss.to_bits(), b.loss.to_bits());
+
+    let mut other = recurrent_dqn(History::Lstm { hidden: 5 }, 3, 1, starts.len());
+    let untouched = other.checkpoint().to_bytes().unwrap();
+    let error = other.restore(&loaded).unwrap_err();
+    assert!(error.to_string().contains("recurrent.burn_in"), "{error}");
+    assert_eq!(other.checkpoint().to_bytes().unwrap(), untouched);
+}
+
+#[test]
+fn bad_configurations_and_batches_are_typed_errors() {
+    let config = RecurrentConfig {
+        seq_len: 3,
+        ..RecurrentConfig::default()
+    };
+    let dqn = DqnConfig {
+        batch_size: 10,
+        ..DqnConfig::default()
+    };
+    let error = Recurrent::new(&obs_space(), config.clone(), |s| {
+        Dqn::new(s, &Space::discrete(2).unwrap(), dqn)
+    })
+    .unwrap_err();
+    assert!(error.to_string().contains("batch_size"), "{error}");
+    for bad in [
+        RecurrentConfig {
+            seq_len: 0,
+            ..config.clone()
+        },
+        RecurrentConfig {
+            tau: 0.0,
+            ..config.clone()
+        },
+        RecurrentConfig {
+            history: History::Lstm { hidden: 0 },
+            ..config.clone()
+        },
+    ] {
+        assert!(
+            matches!(bad.validate(), Err(Error::Config { .. })),
+            "{bad:?}"
+        );
+    }
+    // An inner learner built for the raw observations instead of the summaries.
+    let error = Recurrent::new(&obs_space(), config.clone(), |_| {
+        Dqn::new(
+            &obs_space(),
+            &Space::discrete(2).unwrap(),
+            DqnConfig {
+                batch_size: 6,
+                ..DqnConfig::default()
+            },
+        )
+    })
+    .unwrap_err();
+    assert!(error.to_string().contains("summaries"), "{error}");
+    // Action masks read raw observations.
+    let error = Recurrent::new(&obs_space(), config.clone(), |s| {
+        let sac = SacConfig {
+            batch_size: 6,
+            hidden: vec![8],
+            ..SacConfig::sb3()
+        };
+        let sac = DiscreteSac::with_index(s, &Space::discrete(4).unwrap(), sac)?;
+        Ok(sac.with_action_masks(|_: &[f32], _: &mut rl_actions::ActionMask| {}))
+    })
+    .unwrap_err();
+    assert!(error.to_string().contains("mask"), "{error}");
+    // A batch of another number of rows.
+    let mut learner = recurrent_dqn(History::Lstm { hidden: 4 }, 3, 1, 2);
+    let schema = learner.replay_schema().unwrap();
+    let batch = Trajectory::new(4).batch(&schema, &[0], 4);
+    let before = learner.checkpoint().to_bytes().unwrap();
+    assert!(matches!(
+        learner.update(&batch),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert_eq!(learner.checkpoint().to_bytes().unwrap(), before);
+}
+
+#[test]
+fn recurrent_discrete_sac_updates_and_checkpoints_its_summarizer() {
+    let config = RecurrentConfig {
+        seq_len: 3,
+        burn_in: 2,
+        ..RecurrentConfig::new(History::Lstm { hidden: 6 })
+    };
+    let sac = SacConfig {
+        hidden: vec![8],
+        batch_size: 6,
+        ..SacConfig::sb3()
+    };
+    let mut learner = Recurrent::new(&obs_space(), config, |s| {
+        DiscreteSac::with_index(s, &Space::discrete(ACTIONS).unwrap(), sac)
+    })
+    .unwrap();
+    let schema = learner.replay_schema().unwrap();
+    let batch = Trajectory::new(5).batch(&schema, &[0, 12], 5);
+    let before = learner.summary.cell().unwrap().params().to_vec();
+    learner.update(&batch).unwrap();
+    assert_ne!(learner.summary.cell().unwrap().params(), &before[..]);
+    let saved = learner.checkpoint();
+    assert_eq!(saved.kind, "recurrent_discrete_sac");
+    assert!(saved.networks.iter().any(|n| n.name == "history"));
+    assert!(saved.networks.iter().any(|n| n.name == "critic1"));
+}
+
+/// Recall: the first observation shows a cue (+1 or -1), the next ones show nothing,
+/// and the last step pays 1 for the action that names the cue (0 for +1, 1 for -1).
+/// Without memory the best expected return is 0.5.
+struct Recall {
+    obs_space: Space,
+    act_space: Space,
+    steps: usize,
+    t: usize,
+    cue: bool,
+    rng: Xoshiro256PlusPlus,
+}
+
+impl Recall {
+    fn new(seed: u64) -> Self {
+        Self {
+            obs_space: Space::Box(BoxSpace::uniform(-1.0, 1.0, &[2], DType::F32).unwrap()),
+            act_space: Space::discrete(2).unwrap(),
+            steps: 3,
+            t: 0,
+            cue: false,
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+        }
+    }
+
+    fn observe(&self, obs: &mut [f32]) {
+        obs[0] = match (self.t, self.cue) {
+            (0, true) => 1.0,
+            (0, false) => -1.0,
+            _ => 0.0,
+        };
+        obs[1] = if self.t + 1 == self.steps { 1.0 } else { 0.0 };
+    }
+}
+
+impl rl_core::Env for Recall {
+    type Obs = f32;
+    type Act = u32;
+
+    fn observation_space(&self) -> &Space {
+        &self.obs_space
+    }
+
+    fn action_space(&self) -> &Space {
+        &self.act_space
+    }
+
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> rl_core::Result<()> {
+        if let Some(seed) = seed {
+            self.rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        }
+        self.t = 0;
+        self.cue = self.rng.random_bool(0.5);
+        self.observe(obs);
+        Ok(())
+    }
+
+    fn step(&mut self, action: &[u32], obs: &mut [f32]) -> rl_core::Result<rl_core::Step> {
+        let last = self.t + 1 == self.steps;
+        let reward = if last && (action[0] == 0) == self.cue {
+            1.0
+        } else {
+            0.0
+        };
+        self.t += 1;
+        self.observe(obs);
+        Ok(rl_core::Step {
+            reward,
+            terminated: last,
+            truncated: false,
+        })
+    }
+}
+
+/// Trains a recurrent DQN with `history` on [`Recall`] through the off-policy trainer
+/// (two environments: windows are strided) and returns the greedy evaluation's mean.
+fn recall_after_training(history: History) -> f64 {
+    use crate::trainer::{OffPolicyConfig, OffPolicyTrainer, RunConfig};
+    let config = RecurrentConfig {
+        seq_len: 3,
+        burn_in: 1,
+        adam: rl_nn::AdamConfig {
+            lr: 3e-3,
+            ..rl_nn::AdamConfig::default()
+        },
+        tau: 0.05,
+        ..RecurrentConfig::new(history)
+    };
+    let dqn = DqnConfig {
+        hidden: vec![16],
+        batch_size: 16 * 3,
+        adam: rl_nn::AdamConfig {
+            lr: 3e-3,
+            ..DqnConfig::default().adam
+        },
+        exploration: crate::dqn::EpsilonSchedule {
+            initial: 1.0,
+            end: 0.05,
+            decay_steps: 1_000,
+        },
+        target_update: crate::dqn::TargetUpdate::Hard { every: 50 },
+        ..DqnConfig::default()
+    };
+    let env = Recall::new(0);
+    let learner = Recurrent::new(rl_core::Env::observation_space(&env), config, |s| {
+        Dqn::new(s, &Space::discrete(2).unwrap(), dqn)
+    })
+    .unwrap();
+    let run = OffPolicyConfig {
+        buffer_capacity: 5_000,
+        learning_starts: 200,
+        ..OffPolicyConfig::new(RunConfig {
+            n_envs: 2,
+            ..RunConfig::new(3_000)
+        })
+    };
+    let mut trainer = OffPolicyTrainer::new(Recall::new, learner, run).unwrap();
+    trainer.train(&mut ()).unwrap();
+    trainer.evaluate(100).unwrap().mean_return
+}
+
+#[test]
+fn an_lstm_learns_to_recall_what_a_memoryless_learner_cannot() {
+    let with_memory = recall_after_training(History::Lstm { hidden: 16 });
+    let without = recall_after_training(History::None);
+    assert!(with_memory >= 0.95, "with an LSTM: {with_memory}");
+    assert!(without <= 0.7, "without memory: {without}");
+}
