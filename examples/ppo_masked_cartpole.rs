@@ -19,21 +19,10 @@ use clap::Parser;
 use rl::algos::trainer::Goal;
 use rl::algos::{
     AdamConfig,
-    policy::{History, RecurrentCategoricalPolicy},
+    policy::RecurrentCategoricalPolicy,
     ppo::{PpoConfig, RecurrentPpoConfig},
 };
 use rl::envs::MaskedCartPole;
-
-/// What the policy remembers.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum HistoryFlag {
-    /// An LSTM of --lstm-hidden units.
-    Lstm,
-    /// The last --k observations.
-    Stack,
-    /// The last observation only.
-    None,
-}
 
 /// Recurrent PPO on MaskedCartPole on the on-policy trainer; one JSON line on stdout.
 #[derive(Debug, Parser)]
@@ -43,8 +32,8 @@ struct Args {
     #[command(flatten)]
     policy: common::PolicyFlags,
     /// What the policy remembers.
-    #[arg(long, value_enum, default_value_t = HistoryFlag::Lstm)]
-    history: HistoryFlag,
+    #[arg(long, value_enum, default_value_t = common::HistoryFlag::Lstm)]
+    history: common::HistoryFlag,
     /// LSTM units with --history lstm.
     #[arg(long, default_value_t = NonZeroUsize::new(64).expect("64 > 0"))]
     lstm_hidden: NonZeroUsize,
@@ -97,11 +86,7 @@ fn main() -> anyhow::Result<()> {
         ..PpoConfig::new()
     };
     let hidden = args.lstm_hidden.get();
-    let history = match args.history {
-        HistoryFlag::Lstm => History::Lstm { hidden },
-        HistoryFlag::Stack => History::Stack { k: args.k.get() },
-        HistoryFlag::None => History::None,
-    };
+    let history = args.history.history(hidden, args.k.get());
     let (mean_return, window) = (475.0, 20);
     let goal = Goal::TrainingReturn {
         mean_return,

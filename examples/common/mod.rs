@@ -73,6 +73,29 @@ impl<const M: u64, const E: u64, const N: usize> RunFlags<M, E, N> {
     }
 }
 
+/// What a recurrent policy remembers (`--history`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum HistoryFlag {
+    /// An LSTM of --lstm-hidden units.
+    Lstm,
+    /// The last --k observations.
+    Stack,
+    /// The last observation only.
+    None,
+}
+
+impl HistoryFlag {
+    /// The library's summarizer: an LSTM of `hidden` units or a stack of `k`.
+    pub(crate) fn history(self, hidden: usize, k: usize) -> rl::algos::policy::History {
+        use rl::algos::policy::History;
+        match self {
+            HistoryFlag::Lstm => History::Lstm { hidden },
+            HistoryFlag::Stack => History::Stack { k },
+            HistoryFlag::None => History::None,
+        }
+    }
+}
+
 /// Which collector fills the replay buffer.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub(crate) enum Collector {

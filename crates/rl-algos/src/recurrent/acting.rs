@@ -76,10 +76,10 @@ pub(super) fn act<P: Policy<Obs = f32, State = ()>>(
 /// place and keeps the destination's states.
 #[derive(Debug)]
 pub struct RecurrentActor<A> {
-    summary: Summary,
+    pub(super) summary: Summary,
     obs_len: usize,
     inner: A,
-    acting: Vec<Acting>,
+    pub(super) acting: Vec<Acting>,
 }
 
 impl<A: Clone> Clone for RecurrentActor<A> {

@@ -451,3 +451,33 @@ fn an_lstm_learns_to_recall_what_a_memoryless_learner_cannot() {
     assert!(with_memory >= 0.95, "with an LSTM: {with_memory}");
     assert!(without <= 0.7, "without memory: {without}");
 }
+
+#[test]
+fn actors_take_the_summarizer_and_heads_in_place_and_act_with_memory() {
+    let starts = [0, 5];
+    let mut learner = recurrent_dqn(History::Lstm { hidden: 5 }, 3, 2, starts.len());
+    let mut actor = learner.actor().unwrap();
+    let schema = learner.replay_schema().unwrap();
+    let batch = Trajectory::new(6).batch(&schema, &starts, 5);
+    learner.update(&batch).unwrap();
+    let weights = |summary: &Summary| summary.cell().unwrap().params().to_vec();
+    assert_ne!(weights(&actor.summary), weights(&learner.summary));
+    let (_, stats) = rl_testkit::measure(|| learner.refresh_actor(&mut actor).unwrap());
+    assert_eq!(stats.allocations, 0);
+    assert_eq!(weights(&actor.summary), weights(&learner.summary));
+    // The actor keeps a state per environment: the same observation after different
+    // histories gives different summaries.
+    let mut slots = [HistorySlot::default(); 2];
+    let (mut actions, mut lp, mut v) = ([0u32; 2], [0.0; 2], [0.0; 2]);
+    for obs in [[1.0, 0.0, 0.0, -1.0, 0.0, 0.0], [0.5; 6]] {
+        let out = ActOutput {
+            actions: &mut actions,
+            log_probs: &mut lp,
+            values: &mut v,
+        };
+        actor.act(&obs, &mut slots, out).unwrap();
+    }
+    let summaries = &actor.acting[0].summaries;
+    assert_ne!(summaries[..5], summaries[5..]);
+    assert!(slots.iter().all(|s| !s.is_fresh()));
+}
