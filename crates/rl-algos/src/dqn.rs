@@ -7,7 +7,7 @@
 
 mod actor;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use actor::DqnActor;
 

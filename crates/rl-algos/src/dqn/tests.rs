@@ -117,7 +117,7 @@ fn snapshot(dqn: &Dqn) -> Checkpoint<DqnState> {
 // The loss's gradient against finite differences of an f64 reference.
 
 /// One row through an MLP in f64: `(outputs, hidden pre-activations)`.
-fn mlp64(spec: &MlpSpec, params: &[f64], x: &[f64]) -> (Vec<f64>, Vec<f64>) {
+pub(crate) fn mlp64(spec: &MlpSpec, params: &[f64], x: &[f64]) -> (Vec<f64>, Vec<f64>) {
     let (mut x, mut pre, mut offset) = (x.to_vec(), Vec::new(), 0);
     for (l, pair) in spec.sizes.windows(2).enumerate() {
         let (inputs, outputs) = (pair[0], pair[1]);
@@ -142,7 +142,7 @@ fn mlp64(spec: &MlpSpec, params: &[f64], x: &[f64]) -> (Vec<f64>, Vec<f64>) {
     (x, pre)
 }
 
-fn to64(values: &[f32]) -> Vec<f64> {
+pub(crate) fn to64(values: &[f32]) -> Vec<f64> {
     values.iter().map(|&v| f64::from(v)).collect()
 }
 

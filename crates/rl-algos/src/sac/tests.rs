@@ -847,3 +847,82 @@ fn a_state_without_available_actions_is_an_error() {
     assert_eq!(sac.core.critics.online[0].params(), &critic_before[..]);
     assert_eq!(sac.core.updates(), 0);
 }
+
+#[test]
+fn discrete_critic_observation_gradients_match_finite_differences() {
+    // What a summarizer in front of the critics trains on: d (critic loss) / d obs,
+    // both critics summed. Rows terminate, so targets are the rewards.
+    use crate::dqn::tests::{mlp64, to64};
+    let (rows, obs_dim, n) = (8, 3, 4u32);
+    let config = SacConfig {
+        hidden: vec![6, 5],
+        batch_size: rows,
+        seed: 3,
+        ..SacConfig::sb3()
+    };
+    let mut sac = DiscreteSac::with_index(
+        &box_space(-1.0, 1.0, obs_dim),
+        &Space::discrete(n).unwrap(),
+        config,
+    )
+    .unwrap();
+    sac.enable_obs_grads();
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(11);
+    let obs: Vec<f32> = (0..rows * obs_dim)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
+    let next_obs: Vec<f32> = (0..rows * obs_dim)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
+    let actions: Vec<u32> = (0..rows).map(|_| rng.random_range(0..n)).collect();
+    let rewards: Vec<f32> = (0..rows).map(|_| rng.random_range(-2.0..2.0)).collect();
+    let terminated = vec![Flag::new(true); rows];
+    let spec = sac.core.critics.online[0].spec().clone();
+    let critics: Vec<Vec<f64>> = (0..2)
+        .map(|i| to64(sac.core.critics.online[i].params()))
+        .collect();
+    let loss = |x: &[f64]| -> (f64, Vec<f64>) {
+        let (mut loss, mut pre) = (0.0, Vec::new());
+        for params in &critics {
+            for b in 0..rows {
+                let (q, p) = mlp64(&spec, params, &x[b * obs_dim..(b + 1) * obs_dim]);
+                pre.extend(p);
+                let err = q[actions[b] as usize] - f64::from(rewards[b]);
+                loss += 0.5 * err * err / rows as f64;
+            }
+        }
+        (loss, pre)
+    };
+    let x = to64(&obs);
+    let (_, pre) = loss(&x);
+    assert!(
+        pre.iter().all(|z| z.abs() > 1e-4),
+        "a pre-activation sits at a ReLU kink: pick another seed"
+    );
+    let mut analytic = vec![0.0f32; rows * obs_dim];
+    let transitions = Transitions {
+        rows,
+        obs: &obs,
+        actions: &actions,
+        rewards: &rewards,
+        terminated: &terminated,
+        next_obs: &next_obs,
+    };
+    sac.update_transitions(transitions, Some(&mut analytic))
+        .unwrap();
+    let h = 1e-6;
+    for i in 0..x.len() {
+        let mut p = x.clone();
+        p[i] += h;
+        let up = loss(&p).0;
+        p[i] -= 2.0 * h;
+        let down = loss(&p).0;
+        let numeric = (up - down) / (2.0 * h);
+        let a = f64::from(analytic[i]);
+        assert!(
+            (a - numeric).abs() <= 1e-4 + 1e-3 * numeric.abs(),
+            "observation element {i}: analytic {a} vs numeric {numeric}"
+        );
+    }
+    assert!(analytic.iter().any(|g| g.abs() > 1e-3), "gradients all ~0");
+}
