@@ -236,6 +236,10 @@ impl<L: SequenceLearner> OffPolicyLearner for Recurrent<L> {
         Recurrent::memory_plan(self)
     }
 
+    fn acting_plan(&self, rows: usize) -> MemoryPlan {
+        Recurrent::acting_plan(self, rows)
+    }
+
     fn checkpoint(&self) -> Checkpoint<Self::Saved> {
         Recurrent::checkpoint(self)
     }

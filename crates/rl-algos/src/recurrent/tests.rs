@@ -481,3 +481,36 @@ fn actors_take_the_summarizer_and_heads_in_place_and_act_with_memory() {
     assert_ne!(summaries[..5], summaries[5..]);
     assert!(slots.iter().all(|s| !s.is_fresh()));
 }
+
+#[test]
+fn plans_state_what_construction_and_acting_allocate() {
+    for history in [History::Lstm { hidden: 32 }, History::Stack { k: 4 }] {
+        let (mut learner, stats) = rl_testkit::measure(|| recurrent_dqn(history, 8, 4, 16));
+        let retained = (stats.allocated_bytes - stats.freed_bytes) as f64;
+        let planned = learner.memory_plan().total(rl_core::Location::Ram) as f64;
+        assert!(
+            (planned - retained).abs() <= 0.03 * retained,
+            "{history}: planned {planned} vs allocated {retained}"
+        );
+        let rows = 64;
+        let obs = vec![0.1; rows * OBS];
+        let mut slots = vec![HistorySlot::default(); rows];
+        let (mut actions, mut lp, mut v) = (vec![0u32; rows], vec![0.0; rows], vec![0.0; rows]);
+        let ((), stats) = rl_testkit::measure(|| {
+            let out = ActOutput {
+                actions: &mut actions,
+                log_probs: &mut lp,
+                values: &mut v,
+            };
+            learner.act(&obs, &mut slots, out).unwrap();
+        });
+        let retained = (stats.allocated_bytes - stats.freed_bytes) as f64;
+        let planned = learner.acting_plan(rows).total(rl_core::Location::Ram) as f64;
+        // Beyond the plan: the matrix library's per-thread packing buffer, grown on the
+        // first product of a new size (tens of KiB, not per row).
+        assert!(
+            planned <= retained && retained <= planned + 32768.0,
+            "{history}: acting planned {planned} vs allocated {retained}"
+        );
+    }
+}

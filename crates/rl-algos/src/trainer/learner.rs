@@ -79,6 +79,14 @@ pub trait OffPolicyLearner: Predict<Obs = f32, State: Debug> {
     /// Everything the learner holds, constant for its life.
     fn memory_plan(&self) -> MemoryPlan;
 
+    /// What acting on `rows` environments at once adds to [`OffPolicyLearner::memory_plan`]
+    /// (a recurrent learner's per-environment state, made on the first call with that
+    /// many rows). Nothing by default.
+    fn acting_plan(&self, rows: usize) -> MemoryPlan {
+        let _ = rows;
+        MemoryPlan::new()
+    }
+
     /// The whole learner state.
     fn checkpoint(&self) -> Checkpoint<Self::Saved>;
 

@@ -224,6 +224,10 @@ fn base_plan<L: OffPolicyLearner>(
     plan.nest("sampler", &ReplaySampler::plan(config));
     plan.nest("batch", &Batch::plan(schema, learner.batch_size())?);
     plan.nest("learner", &learner.memory_plan());
+    // Per-environment acting state (a recurrent learner's): the training
+    // environments' and the evaluation's one.
+    plan.nest("learner", &learner.acting_plan(config.run.n_envs));
+    plan.nest("learner", &learner.acting_plan(1));
     Ok(plan)
 }
 
