@@ -1,4 +1,4 @@
-//! Off-policy learners with memory: a discrete SAC or a DQN behind one of `rl-history`'s
+//! Off-policy learners with memory: a SAC (continuous or discrete) or a DQN behind one of `rl-history`'s
 //! summarizers (an LSTM, a stack of the last `k` observations, or nothing), trained on
 //! windows of consecutive steps that the replay buffer's slice sampler rebuilds from
 //! row indices, with a burn-in that only warms the state (R2D2's "stored nothing, burn
@@ -134,7 +134,7 @@ impl RecurrentConfig {
 }
 
 /// A learner with memory: [`RecurrentConfig::history`] in front of an inner off-policy
-/// learner ([`crate::sac::DiscreteSac`] or [`crate::dqn::Dqn`]) built for the
+/// learner ([`crate::sac::Sac`], [`crate::sac::DiscreteSac`] or [`crate::dqn::Dqn`]) built for the
 /// summaries. See the [module documentation](self) for acting and training.
 ///
 /// ```

@@ -10,7 +10,7 @@ use crate::dqn::{self, Dqn, DqnStats};
 use crate::error::{Error, Result};
 use crate::eval::Predict;
 use crate::policy::{HistorySlot, Mode};
-use crate::sac::{self, DiscreteSac, SacStats};
+use crate::sac::{self, DiscreteSac, Sac, SacStats};
 use crate::trainer::{OffPolicyLearner, SequenceSpec};
 
 /// Transitions whose observations are summaries, batch-major, as a [`Recurrent`]
@@ -39,10 +39,11 @@ mod seal {
 }
 
 impl seal::Sealed for DiscreteSac {}
+impl seal::Sealed for Sac {}
 impl seal::Sealed for Dqn {}
 
 /// An off-policy learner that can sit behind a summarizer in a [`Recurrent`]
-/// learner: [`DiscreteSac`] and [`Dqn`] (sealed). It learns from [`Features`] and gives
+/// learner: [`Sac`], [`DiscreteSac`] and [`Dqn`] (sealed). It learns from [`Features`] and gives
 /// the gradient of the loss that trains the summarizer (critics' for SAC, TD for DQN)
 /// with respect to the summaries.
 pub trait SequenceLearner: OffPolicyLearner<State = ()> + seal::Sealed + std::fmt::Debug {
@@ -125,6 +126,42 @@ impl SequenceLearner for DiscreteSac {
     fn update_summaries(
         &mut self,
         f: Features<'_, u32>,
+        obs_grads: &mut [f32],
+    ) -> Result<SacStats> {
+        let transitions = sac::Transitions {
+            rows: f.rows,
+            obs: f.obs,
+            actions: f.actions,
+            rewards: f.rewards,
+            terminated: f.terminated,
+            next_obs: f.next_obs,
+        };
+        self.update_transitions(transitions, Some(obs_grads))
+    }
+}
+
+impl SequenceLearner for Sac {
+    const RECURRENT_KIND: &'static str = "recurrent_sac";
+
+    fn action_len(&self) -> usize {
+        self.dims().1
+    }
+
+    fn prepare_for_summaries(&mut self, width: usize) -> Result<()> {
+        check_width(self.dims().0, width)
+    }
+
+    fn schema_for(&self, obs_len: usize) -> Result<Schema> {
+        Ok(
+            TransitionSchema::new(DType::F32, &[obs_len], DType::F32, &[self.dims().1])
+                .with_next_obs()
+                .build()?,
+        )
+    }
+
+    fn update_summaries(
+        &mut self,
+        f: Features<'_, f32>,
         obs_grads: &mut [f32],
     ) -> Result<SacStats> {
         let transitions = sac::Transitions {

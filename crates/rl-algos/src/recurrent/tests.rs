@@ -514,3 +514,44 @@ fn plans_state_what_construction_and_acting_allocate() {
         );
     }
 }
+
+#[test]
+fn recurrent_continuous_sac_updates_and_checkpoints_its_summarizer() {
+    let config = RecurrentConfig {
+        seq_len: 2,
+        burn_in: 1,
+        ..RecurrentConfig::new(History::Lstm { hidden: 4 })
+    };
+    let sac = SacConfig {
+        hidden: vec![8],
+        batch_size: 4,
+        ..SacConfig::sb3()
+    };
+    let act = Space::Box(BoxSpace::uniform(-2.0, 2.0, &[1], DType::F32).unwrap());
+    let mut learner =
+        Recurrent::new(&obs_space(), config, |s| crate::sac::Sac::new(s, &act, sac)).unwrap();
+    let schema = learner.replay_schema().unwrap();
+    let mut replay = ReplayBuffer::new(
+        RamStorage::new(schema.clone(), 8, None).unwrap(),
+        Uniform::new(0),
+    );
+    for r in 0..6 {
+        let x = r as f32 / 6.0;
+        replay
+            .push(&[
+                ColumnSlice::F32(&[x, -x, 0.5]),
+                ColumnSlice::F32(&[x - 0.5]),
+                ColumnSlice::F32(&[x]),
+                ColumnSlice::Bool(&[Flag::new(r == 5)]),
+                ColumnSlice::Bool(&[Flag::new(false)]),
+                ColumnSlice::F32(&[x, x, x]),
+            ])
+            .unwrap();
+    }
+    let mut batch = Batch::new(&schema, 6).unwrap();
+    replay.gather(&[0, 1, 2, 3, 4, 5], &mut batch).unwrap();
+    let before = learner.summary.cell().unwrap().params().to_vec();
+    learner.update(&batch).unwrap();
+    assert_ne!(learner.summary.cell().unwrap().params(), &before[..]);
+    assert_eq!(learner.checkpoint().kind, "recurrent_sac");
+}

@@ -380,6 +380,23 @@ impl Sac {
     /// critics have already stepped, the actor, the entropy coefficient and the targets
     /// have not.
     pub fn update(&mut self, batch: &Batch) -> Result<SacStats> {
+        let transitions = Transitions::<f32>::read(
+            batch,
+            self.core.config.batch_size,
+            self.obs_dim,
+            self.act_dim,
+        )?;
+        self.update_transitions(transitions, None)
+    }
+
+    /// [`Sac::update`] on transitions already read, writing the critics' loss gradient
+    /// with respect to the observations into `obs_grads` (`rows x obs_dim`) when given:
+    /// what a history summarizer in front of the critics trains on.
+    pub(crate) fn update_transitions(
+        &mut self,
+        transitions: Transitions<'_, f32>,
+        mut obs_grads: Option<&mut [f32]>,
+    ) -> Result<SacStats> {
         let (obs_dim, act_dim) = (self.obs_dim, self.act_dim);
         let Transitions {
             rows,
@@ -388,7 +405,16 @@ impl Sac {
             rewards,
             terminated,
             next_obs,
-        } = Transitions::<f32>::read(batch, self.core.config.batch_size, obs_dim, act_dim)?;
+        } = transitions;
+        if let Some(grads) = &obs_grads
+            && grads.len() != rows * obs_dim
+        {
+            return Err(Error::shape(
+                "observation gradients",
+                rows * obs_dim,
+                grads.len(),
+            ));
+        }
         let s = &mut self.scratch;
         let n = rows as f32;
 
@@ -444,12 +470,25 @@ impl Sac {
             let critic = &self.core.critics.online[i];
             let q = critic.forward(critic_in, rows, &mut self.core.critics.ws[i])?;
             critic_loss += half_squared_error(q, &s.target[..rows], &mut s.dq[..rows]);
+            let width = obs_dim + act_dim;
+            let d_in = &mut s.d_in[i][..rows * width];
             critic.backward(
                 &mut self.core.critics.ws[i],
                 &s.dq[..rows],
                 Some(&mut self.core.critics.grads[i]),
-                None,
+                obs_grads.is_some().then_some(&mut *d_in),
             )?;
+            // The observation part of each critic's input gradient, summed.
+            if let Some(grads) = &mut obs_grads {
+                for (g, d) in grads
+                    .chunks_exact_mut(obs_dim)
+                    .zip(d_in.chunks_exact(width))
+                {
+                    for (g, &d) in g.iter_mut().zip(&d[..obs_dim]) {
+                        *g = if i == 0 { d } else { *g + d };
+                    }
+                }
+            }
         }
         if !critic_loss.is_finite() {
             self.core.critics.grads.iter_mut().for_each(|g| g.fill(0.0));
@@ -470,6 +509,11 @@ impl Sac {
             alpha,
             entropy,
         })
+    }
+
+    /// Elements of the observations and of the actions it takes.
+    pub(crate) fn dims(&self) -> (usize, usize) {
+        (self.obs_dim, self.act_dim)
     }
 
     /// The actor's squashed actions and log-probs for the batch's observations with the
