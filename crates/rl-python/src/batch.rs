@@ -18,7 +18,7 @@ pub(crate) struct BatchMemory {
 }
 
 /// Rows sampled from a buffer: one numpy array per column (`batch["obs"]`, shape
-/// `(rows, *column shape)`), `positions` (where each row is stored, for priority updates)
+/// `(room, *column shape)`), `positions` (where each row is stored, for priority updates)
 /// and `weights` (importance weights; 1 unless the sampler is prioritized).
 ///
 /// Made once by `buffer.new_batch(rows)` and filled in place by every
@@ -80,32 +80,20 @@ impl Batch {
         weights.as_slice_mut()?[..self.len].copy_from_slice(inner.weights());
         Ok(())
     }
-
-    /// `array` whole when the last sample filled the batch, else its first `len` rows.
-    fn filled<'py>(&self, array: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        if self.len == self.room {
-            Ok(array)
-        } else {
-            let py = array.py();
-            let rows = pyo3::types::PySlice::new(py, 0, self.len as isize, 1);
-            array.get_item(rows)
-        }
-    }
 }
 
 #[pymethods]
 impl Batch {
     /// The rows of column `name` gathered by the last sample.
     fn __getitem__<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-        let array = self
-            .columns
+        self.columns
             .bind(py)
             .get_item(name)?
-            .ok_or_else(|| PyKeyError::new_err(format!("no column `{name}` in this batch")))?;
-        self.filled(array)
+            .ok_or_else(|| PyKeyError::new_err(format!("no column `{name}` in this batch")))
     }
 
-    /// Rows gathered by the last sample (the room until a sampler returns fewer).
+    /// Rows gathered by the last sample: 0 before the first, `room` after (every sampler
+    /// fills the whole batch or raises).
     fn __len__(&self) -> usize {
         self.len
     }
@@ -132,23 +120,19 @@ impl Batch {
 
     /// Storage positions of the sampled rows (`uint64`), for `update_priorities`.
     #[getter]
-    fn positions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.filled(self.positions.bind(py).clone().into_any())
+    fn positions<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<usize>> {
+        self.positions.bind(py).clone()
     }
 
     /// Importance weights of the sampled rows (`float32`).
     #[getter]
-    fn weights<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.filled(self.weights.bind(py).clone().into_any())
+    fn weights<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f32>> {
+        self.weights.bind(py).clone()
     }
 
     /// A dict `name -> array` of every column (the arrays `batch[name]` returns).
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let out = PyDict::new(py);
-        for (name, array) in self.columns.bind(py).iter() {
-            out.set_item(name, self.filled(array)?)?;
-        }
-        Ok(out)
+        self.columns.bind(py).copy()
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
