@@ -6,7 +6,8 @@
 
 use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::npyffi::_PyArray_GET_ITEM_DATA;
-use numpy::{PyArray, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{PyArray, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rl_core::{Column, DType, Flag, Schema};
@@ -266,4 +267,21 @@ unsafe fn view<'py, T: numpy::Element>(
     // becomes the array's base, so the array cannot outlive it.
     let array = unsafe { PyArray::<T, IxDyn>::borrow_from_array(&view, owner.clone()) };
     Ok(array.into_any())
+}
+
+/// A mutable slice of a numpy array the crate created (a vector env's outputs).
+///
+/// # Safety
+/// The array must be one the crate created (C-contiguous, owned by numpy, never
+/// resized) and no other Rust reference to its data may be alive.
+#[expect(
+    clippy::mut_from_ref,
+    reason = "a numpy array is a shared Python object: exclusive access is the caller's promise"
+)]
+pub(crate) unsafe fn slice_mut<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
+    array: &'a Bound<'_, numpy::PyArray<T, D>>,
+) -> PyResult<&'a mut [T]> {
+    // SAFETY: per the caller, the array is contiguous and no Rust reference aliases it; we
+    // hold the GIL, so no Python code touches it while the slice lives.
+    unsafe { array.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }

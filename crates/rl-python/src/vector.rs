@@ -12,6 +12,7 @@ use pyo3::types::PyTuple;
 use rl_core::{Element, Env, Space};
 use rl_envs::{CartPole, LargeDiscrete, MaskedCartPole, Pendulum};
 
+use crate::arrays::slice_mut;
 use crate::error::{core_error, value_error};
 
 /// Environment ids `VecEnvCore` knows.
@@ -262,23 +263,6 @@ impl std::fmt::Debug for VecEnvCore {
             .field("obs_shape", &self.obs_shape)
             .finish_non_exhaustive()
     }
-}
-
-/// A mutable slice of an array this module created.
-///
-/// # Safety
-/// The array must be one of a `VecEnvCore`'s (C-contiguous, owned by numpy, never
-/// resized) and no other Rust reference to its data may be alive.
-#[expect(
-    clippy::mut_from_ref,
-    reason = "a numpy array is a shared Python object: exclusive access is the caller's promise"
-)]
-unsafe fn slice_mut<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
-    array: &'a Bound<'_, numpy::PyArray<T, D>>,
-) -> PyResult<&'a mut [T]> {
-    // SAFETY: per the caller, the array is contiguous and no Rust reference aliases it; we
-    // hold the GIL, so no Python code touches it while the slice lives.
-    unsafe { array.as_slice_mut() }.map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
 #[pymethods]

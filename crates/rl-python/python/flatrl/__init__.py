@@ -11,6 +11,8 @@ and flat while it runs. A thin skin over the Rust crates of ``rl`` (numpy in and
 - ``RandomCollector``: Gymnasium environments stepped by the Rust collector.
 """
 
+from typing import TYPE_CHECKING
+
 from ._flatrl import (
     Batch,
     DedupReplayBuffer,
@@ -24,6 +26,9 @@ from ._flatrl import (
     Uniform,
     __version__,
 )
+
+if TYPE_CHECKING:
+    from .vector import VectorEnv, make_vec
 
 __all__ = [
     "Batch",
