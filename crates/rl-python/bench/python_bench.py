@@ -3,9 +3,10 @@
 Prints one JSON line per figure on stdout:
 {"bench": "python", "op": "extend"|"sample"|"vec_env_step", "obs_dim": D, "impl": I, "per_s": X}
 
-- extend: rows/s written in chunks of 1024 rows until the buffer's capacity is filled
-  (obs 4: 1,000,000 rows; obs 1024: 200,000 rows); rows `obs f32[D], action, reward,
-  terminated, truncated, next_obs f32[D]`.
+- extend: rows/s written in batches of 256 rows (`--chunk`) until the buffer's capacity
+  is filled (obs 4: 1,000,000 rows; obs 1024: 200,000 rows); rows `obs f32[D], action,
+  reward, terminated, truncated, next_obs f32[D]`; flatrl checks every float for NaN and
+  infinities, the peers check nothing.
 - sample: rows/s sampled uniformly in batches of 256 from the full buffer.
 - vec_env_step: CartPole-v1 environment steps/s with 64 environments (one call steps all
   64), fixed actions.
@@ -26,7 +27,7 @@ import time
 
 import numpy as np
 
-CHUNK = 1024
+CHUNK = 256
 BATCH = 256
 CASES = ((4, 1_000_000), (1024, 200_000))
 
@@ -207,7 +208,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", choices=["storage", "vec_env"], default=None)
+    parser.add_argument("--chunk", type=int, default=CHUNK, help="rows per extend")
     args = parser.parse_args()
+    globals()["CHUNK"] = args.chunk
     if args.only in (None, "storage"):
         bench_storage([Ours, Cpprb, TorchRL], args.repeats)
     if args.only in (None, "vec_env"):
