@@ -149,9 +149,8 @@ impl<A: GymAction> GymEnv<A> {
     }
 
     /// Keeps `err` for the caller and returns the `rl_core::Error` the Rust side sees.
-    fn fail(&self, py: Python<'_>, call: &str, err: PyErr) -> rl_core::Error {
+    fn fail(&self, call: &str, err: PyErr) -> rl_core::Error {
         let message = err.to_string();
-        let _ = py;
         *self.errors.lock().unwrap_or_else(PoisonError::into_inner) = Some(err);
         rl_core::Error::Io {
             context: format!("gymnasium env.{call}"),
@@ -204,7 +203,7 @@ impl<A: GymAction> Env for GymEnv<A> {
                 let out = self.env.bind(py).call_method("reset", (), Some(&kwargs))?;
                 self.read_obs(&out.get_item(0)?, obs)
             })();
-            result.map_err(|err| self.fail(py, "reset", err))
+            result.map_err(|err| self.fail("reset", err))
         })
     }
 
@@ -220,7 +219,7 @@ impl<A: GymAction> Env for GymEnv<A> {
                     truncated: out.get_item(3)?.is_truthy()?,
                 })
             })();
-            result.map_err(|err| self.fail(py, "step", err))
+            result.map_err(|err| self.fail("step", err))
         })
     }
 }

@@ -1,5 +1,5 @@
 //! Samplers from Python: `flatrl.Uniform`, `flatrl.Prioritized` and `flatrl.SliceSampler`
-//! describe a sampler; a buffer builds it for its capacity ([`AnySampler`]).
+//! describe a sampler; a buffer builds it for its capacity (`AnySampler`).
 
 use pyo3::prelude::*;
 use rl_core::{Location, MemoryPlan};
