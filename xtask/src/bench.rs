@@ -83,6 +83,9 @@ fn bench_targets(ws: &Workspace) -> Result<Vec<String>> {
 /// Runs the benches named in `args` (all of them when none is) one after the other,
 /// stopping at the first failure.
 pub(crate) fn run(ws: &Workspace, args: &[String]) -> Result<()> {
+    if let Some(("python", rest)) = args.split_first().map(|(a, r)| (a.as_str(), r)) {
+        return crate::python::bench(ws, rest);
+    }
     let benches = bench_targets(ws)?;
     let (mut names, forward) = split_args(args, &benches)?;
     if names.is_empty() {

@@ -15,6 +15,21 @@ use crate::metadata;
 /// Crates that must stay free of `cudarc`, even with every feature on.
 const NO_CUDARC: &[&str] = &["rl-core", "rl-envs"];
 
+/// Crates that must never reach `pyo3`: Python lives in rl-python alone (the facade and
+/// every library crate build and link without Python).
+const NO_PYO3: &[&str] = &[
+    "rl",
+    "rl-core",
+    "rl-envs",
+    "rl-storage",
+    "rl-collect",
+    "rl-actions",
+    "rl-nn",
+    "rl-history",
+    "rl-algos",
+    "rl-testkit",
+];
+
 /// The design: the workspace crates each crate may depend on. A member missing from
 /// this table (and not in [`UNRESTRICTED`]) may have no internal normal dependency.
 const DESIGN: &[(&str, &[&str])] = &[
@@ -37,6 +52,10 @@ const DESIGN: &[(&str, &[&str])] = &[
         ],
     ),
     ("rl-testkit", &["rl-core"]),
+    (
+        "rl-python",
+        &["rl-core", "rl-envs", "rl-storage", "rl-collect"],
+    ),
 ];
 
 /// Members that may depend on any workspace crate: the facade.
@@ -178,11 +197,18 @@ pub(crate) fn unknown_crates<'a>(graph: &Graph, rules: &Rules<'a>) -> Vec<&'a st
 
 /// The rules of this workspace for one feature set.
 fn workspace_rules(all_features: bool) -> Rules<'static> {
-    let mut reach = vec![ReachRule {
-        sources: Sources::AllMembers,
-        target: "dfdx",
-        why: "networks live in rl-nn; dfdx may only be a dev-dependency (rl-nn's test oracle)",
-    }];
+    let mut reach = vec![
+        ReachRule {
+            sources: Sources::AllMembers,
+            target: "dfdx",
+            why: "networks live in rl-nn; dfdx may only be a dev-dependency (rl-nn's test oracle)",
+        },
+        ReachRule {
+            sources: Sources::Crates(NO_PYO3),
+            target: "pyo3",
+            why: "Python bindings live in rl-python only; no other crate may need Python",
+        },
+    ];
     reach.push(if all_features {
         ReachRule {
             sources: Sources::Crates(NO_CUDARC),
@@ -259,6 +285,11 @@ mod tests {
             ("rl-algos", "rl-history"),
             ("rl-algos", "rand"),
             ("rl-testkit", "rl-core"),
+            ("rl-python", "rl-core"),
+            ("rl-python", "rl-envs"),
+            ("rl-python", "rl-storage"),
+            ("rl-python", "rl-collect"),
+            ("rl-python", "pyo3"),
             ("rl", "rl-algos"),
             ("rl", "rl-testkit"),
         ]
@@ -276,6 +307,7 @@ mod tests {
         "rl-history",
         "rl-algos",
         "rl-testkit",
+        "rl-python",
         "xtask",
     ];
 
@@ -311,6 +343,7 @@ mod tests {
                 "rl -> rl-algos -> rl-collect -> rl-storage -> foo -> bar -> dfdx",
                 "rl-algos -> rl-collect -> rl-storage -> foo -> bar -> dfdx",
                 "rl-collect -> rl-storage -> foo -> bar -> dfdx",
+                "rl-python -> rl-storage -> foo -> bar -> dfdx",
                 "rl-storage -> foo -> bar -> dfdx",
             ]
         );
@@ -350,6 +383,40 @@ mod tests {
                 path: vec!["rl-envs".into(), "cudarc".into()],
                 why: "must not depend on cudarc, even with every feature on".into(),
             }]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn pyo3_only_in_rl_python() -> Result<()> {
+        let mut edges = good_edges();
+        edges.push(("rl-storage", "pyo3"));
+        let graph = Graph::from_names(MEMBERS, &edges)?;
+        let rendered: Vec<String> = check(&graph, &workspace_rules(true))
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        // rl-storage and everything above it in NO_PYO3; rl-python's own pyo3 is fine.
+        assert!(
+            rendered.iter().any(|v| v.starts_with("rl-storage -> pyo3")),
+            "{rendered:?}"
+        );
+        assert!(
+            rendered.iter().all(|v| !v.starts_with("rl-python")),
+            "{rendered:?}"
+        );
+        // The facade may not depend on rl-python (it would reach pyo3).
+        let mut edges = good_edges();
+        edges.push(("rl", "rl-python"));
+        let graph = Graph::from_names(MEMBERS, &edges)?;
+        let rendered: Vec<String> = check(&graph, &workspace_rules(false))
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(rendered.len(), 1, "{rendered:?}");
+        assert!(
+            rendered[0].starts_with("rl -> rl-python -> pyo3"),
+            "{rendered:?}"
         );
         Ok(())
     }

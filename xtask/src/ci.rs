@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, anyhow};
 
 use crate::cmd::{Cmd, Workspace, announce, human};
-use crate::{boundaries, metadata, usage_error, venv};
+use crate::{boundaries, metadata, python, usage_error, venv};
 
 /// One step of the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +20,8 @@ pub(crate) enum Step {
     Clippy,
     /// Unit, integration and doc tests.
     Test,
+    /// The `flatrl` wheel built, installed in the CI virtualenv, and its pytest suite.
+    Python,
     /// `cargo doc`, rustdoc warnings denied.
     Doc,
     /// Build every example.
@@ -30,12 +32,13 @@ pub(crate) enum Step {
 
 impl Step {
     /// Every step, in the order they run (cheapest first).
-    pub(crate) const ALL: [Step; 8] = [
+    pub(crate) const ALL: [Step; 9] = [
         Step::Fmt,
         Step::Boundaries,
         Step::PythonEnv,
         Step::Clippy,
         Step::Test,
+        Step::Python,
         Step::Doc,
         Step::Examples,
         Step::EachCrate,
@@ -49,6 +52,7 @@ impl Step {
             Step::PythonEnv => "python-env",
             Step::Clippy => "clippy",
             Step::Test => "test",
+            Step::Python => "python",
             Step::Doc => "doc",
             Step::Examples => "examples",
             Step::EachCrate => "each-crate",
@@ -79,7 +83,7 @@ impl Step {
             Step::Doc => Cmd::cargo(["doc", "--workspace", "--all-features", "--no-deps"])
                 .env("RUSTDOCFLAGS", "-D warnings"),
             Step::Examples => Cmd::cargo(["build", "--workspace", "--all-features", "--examples"]),
-            Step::Boundaries | Step::PythonEnv | Step::EachCrate => return None,
+            Step::Boundaries | Step::PythonEnv | Step::Python | Step::EachCrate => return None,
         };
         Some(cmd)
     }
@@ -211,6 +215,10 @@ fn run_step(ws: &Workspace, step: Step) -> Result<(), Failure> {
             reason,
             reproduce: "cargo xtask ci --only python-env".to_owned(),
         }),
+        Step::Python => python::ci(ws).map_err(|reason| Failure {
+            reason,
+            reproduce: "cargo xtask ci --only python-env --only python".to_owned(),
+        }),
         Step::EachCrate => each_crate(ws),
         _ => unreachable!("every other step is a single command"),
     }
@@ -281,6 +289,7 @@ mod tests {
                 "python-env",
                 "clippy",
                 "test",
+                "python",
                 "doc",
                 "examples",
                 "each-crate"
@@ -293,7 +302,14 @@ mod tests {
     fn skip_and_only() -> Result<()> {
         assert_eq!(
             parse(&["--skip", "test", "--skip=doc", "--skip", "each-crate"])?,
-            ["fmt", "boundaries", "python-env", "clippy", "examples"]
+            [
+                "fmt",
+                "boundaries",
+                "python-env",
+                "clippy",
+                "python",
+                "examples"
+            ]
         );
         assert_eq!(parse(&["--only", "fmt"])?, ["fmt"]);
         assert_eq!(parse(&["--only", "doc", "--only=fmt"])?, ["fmt", "doc"]);

@@ -13,6 +13,7 @@ mod ci;
 mod cmd;
 mod graph;
 mod metadata;
+mod python;
 mod venv;
 
 use std::fmt;
@@ -29,7 +30,9 @@ Usage: cargo xtask <COMMAND> [ARGS...]
 Commands:
   ci [--skip STEP]... [--only STEP]...
       Run the CI pipeline, cheapest step first, and stop at the first failing step.
-      Steps, in order: fmt, boundaries, clippy, test, doc, examples, each-crate.
+      Steps, in order: fmt, boundaries, python-env, clippy, test, python, doc,
+      examples, each-crate (python-env: the CI virtualenv target/ci-venv; python: the
+      flatrl wheel built, installed there, and its pytest suite).
       --skip STEP leaves a step out; --only STEP runs only the steps named (both
       repeatable, also as --skip=STEP / --only=STEP).
 
@@ -47,6 +50,12 @@ Commands:
       name bench targets, and everything after them (an optional `--` dropped) is
       forwarded to every bench binary: `cargo xtask bench storage --atari`.
       The benches' JSON lines reach stdout untouched.
+
+  bench python [--python PATH]
+      Build the flatrl wheel, install it into the interpreter at PATH (default: the
+      CI virtualenv target/ci-venv) and run crates/rl-python/bench/python_bench.py
+      there: JSON lines for replay extend/sample and vector-env steps from Python, with
+      cpprb, torchrl and envpool measured beside flatrl when that interpreter has them.
 
   help
       Print this text.";

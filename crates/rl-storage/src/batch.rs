@@ -254,8 +254,14 @@ impl Batch {
         self.len = rows;
     }
 
-    /// All the bytes of column `index` (room for every row), to fill by hand.
-    pub(crate) fn column_bytes_mut(&mut self, index: usize) -> &mut [u8] {
+    /// All the bytes of column `index`: room for [`Batch::room`] rows (rounded up to 8
+    /// bytes), 8-byte aligned, at an address that stays put for the batch's life (the
+    /// batch never reallocates). Bindings expose a batch's columns as arrays over these
+    /// bytes (no copy after each sample); gathers fill them by hand.
+    ///
+    /// # Panics
+    /// If `index` is not below the schema's number of columns.
+    pub fn column_bytes_mut(&mut self, index: usize) -> &mut [u8] {
         bytemuck::cast_slice_mut::<u64, u8>(&mut self.columns[index])
     }
 

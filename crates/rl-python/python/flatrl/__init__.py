@@ -1,0 +1,56 @@
+"""flatrl: replay buffers and vector environments with memory planned before a run starts
+and flat while it runs. A thin skin over the Rust crates of ``rl`` (numpy in and out).
+
+- ``ReplayBuffer`` / ``DedupReplayBuffer``: RAM or memmap storage from a schema dict
+  ``{name: (dtype, shape)}``; ``extend`` from numpy arrays; ``sample`` into a ``Batch``
+  allocated once (``torch.from_numpy(batch["obs"])`` shares its memory, no copy).
+- ``Uniform``, ``Prioritized``, ``SliceSampler``: samplers.
+- ``MemoryPlan``, ``MemoryBudget``, ``MemoryBudgetError``: the plan before allocation.
+- ``VectorEnv`` / ``make_vec``: the Rust environments as a ``gymnasium.vector.VectorEnv``
+  (needs ``gymnasium``).
+- ``RandomCollector``: Gymnasium environments stepped by the Rust collector.
+"""
+
+from typing import TYPE_CHECKING
+
+from ._flatrl import (
+    Batch,
+    DedupReplayBuffer,
+    MemoryBudget,
+    MemoryBudgetError,
+    MemoryPlan,
+    Prioritized,
+    RandomCollector,
+    ReplayBuffer,
+    SliceSampler,
+    Uniform,
+    __version__,
+)
+
+if TYPE_CHECKING:
+    from .vector import VectorEnv, make_vec
+
+__all__ = [
+    "Batch",
+    "DedupReplayBuffer",
+    "MemoryBudget",
+    "MemoryBudgetError",
+    "MemoryPlan",
+    "Prioritized",
+    "RandomCollector",
+    "ReplayBuffer",
+    "SliceSampler",
+    "Uniform",
+    "VectorEnv",
+    "make_vec",
+    "__version__",
+]
+
+
+def __getattr__(name: str):
+    # The vector env needs gymnasium; import it only when asked for.
+    if name in ("VectorEnv", "make_vec"):
+        from . import vector
+
+        return getattr(vector, name)
+    raise AttributeError(f"module 'flatrl' has no attribute {name!r}")

@@ -1,0 +1,324 @@
+//! Gymnasium environments for the Rust side: [`GymEnv`] is an [`rl_core::Env`] over a
+//! Python `gymnasium.Env`, so the Rust collectors (and trainers) drive it.
+//!
+//! The GIL is taken only inside `reset` and `step`, while Python runs; a collector that
+//! drives `GymEnv`s runs with the GIL released, so other Python threads run while the
+//! Rust side works. A Python exception raised by the environment is kept (see
+//! [`ErrorSlot`]) and re-raised unchanged by the caller that started the collection.
+//!
+//! `flatrl.RandomCollector` drives Gymnasium environments through the synchronous
+//! collector of `rl-collect` with uniformly random actions, into a `flatrl.ReplayBuffer`.
+
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use rl_collect::{CollectorConfig, RandomPolicy, SyncCollector};
+use rl_core::{BoxSpace, DType, Env, Space, Step};
+
+use crate::error::{collect_error, value_error};
+use crate::replay::ReplayBuffer;
+use crate::store::with_store;
+
+/// Where the Python exception of a failed `reset` or `step` waits for the caller that
+/// started the work (shared by the environments of one collector).
+pub type ErrorSlot = Arc<Mutex<Option<PyErr>>>;
+
+/// Action element types a Gymnasium environment can take: `u32` for `Discrete`, `f32`
+/// for `Box`.
+pub trait GymAction: rl_core::Element {
+    /// The action as the Python object `env.step` takes.
+    fn to_python<'py>(
+        py: Python<'py>,
+        action: &[Self],
+        shape: &[usize],
+    ) -> PyResult<Bound<'py, PyAny>>;
+}
+
+impl GymAction for u32 {
+    fn to_python<'py>(
+        py: Python<'py>,
+        action: &[Self],
+        _shape: &[usize],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Ok(action[0].into_pyobject(py)?.into_any())
+    }
+}
+
+impl GymAction for f32 {
+    fn to_python<'py>(
+        py: Python<'py>,
+        action: &[Self],
+        shape: &[usize],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        PyArray1::from_slice(py, action)
+            .reshape(shape.to_vec())
+            .map(Bound::into_any)
+    }
+}
+
+/// A Gymnasium environment (`gymnasium.Env` with a `Box` observation space) as an
+/// [`rl_core::Env`]: observations as `f32`, actions `u32` (`Discrete`) or `f32` (`Box`).
+pub struct GymEnv<A> {
+    env: Py<PyAny>,
+    observation_space: Space,
+    action_space: Space,
+    action_shape: Vec<usize>,
+    errors: ErrorSlot,
+    _action: PhantomData<fn(A)>,
+}
+
+impl<A> std::fmt::Debug for GymEnv<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GymEnv")
+            .field("observation_space", &self.observation_space)
+            .field("action_space", &self.action_space)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A Gymnasium space as an `rl_core::Space`: `Discrete` (start 0) or a `Box`.
+fn space_of(space: &Bound<'_, PyAny>, what: &str) -> PyResult<Space> {
+    let py = space.py();
+    let spaces = py.import("gymnasium.spaces")?;
+    if space.is_instance(&spaces.getattr("Discrete")?)? {
+        let start: i64 = space.getattr("start")?.extract()?;
+        if start != 0 {
+            return Err(value_error(format!(
+                "the {what} space is Discrete with start {start}: only start 0 is supported"
+            )));
+        }
+        let n: u32 = space.getattr("n")?.extract()?;
+        return Space::discrete(n).map_err(crate::error::core_error);
+    }
+    if space.is_instance(&spaces.getattr("Box")?)? {
+        let numpy = py.import("numpy")?;
+        let flat = |name: &str| -> PyResult<Vec<f32>> {
+            numpy
+                .call_method1("asarray", (space.getattr(name)?, "float32"))?
+                .call_method0("ravel")?
+                .call_method0("tolist")?
+                .extract()
+        };
+        let shape: Vec<usize> = space.getattr("shape")?.extract()?;
+        return BoxSpace::new(flat("low")?, flat("high")?, &shape, DType::F32)
+            .map(Space::Box)
+            .map_err(crate::error::core_error);
+    }
+    Err(value_error(format!(
+        "the {what} space is {}: GymEnv takes Discrete or Box spaces",
+        space.get_type().name()?
+    )))
+}
+
+impl<A: GymAction> GymEnv<A> {
+    /// Wraps `env`, reading its spaces. Its exceptions go to `errors`.
+    ///
+    /// # Errors
+    /// `ValueError` for an observation space that is not a `Box`, or an action space
+    /// whose elements are not `A` (`Discrete` for `u32`, `Box` for `f32`).
+    pub fn new(env: &Bound<'_, PyAny>, errors: ErrorSlot) -> PyResult<Self> {
+        let observation_space = space_of(&env.getattr("observation_space")?, "observation")?;
+        if !matches!(observation_space, Space::Box(_)) {
+            return Err(value_error(
+                "the observation space is Discrete: GymEnv needs a Box observation space",
+            ));
+        }
+        let action_space = space_of(&env.getattr("action_space")?, "action")?;
+        if action_space.dtype() != A::DTYPE {
+            return Err(value_error(format!(
+                "the action space {action_space} holds {} actions, not {}",
+                action_space.dtype(),
+                A::DTYPE
+            )));
+        }
+        let action_shape = match &action_space {
+            Space::Box(b) => b.shape().to_vec(),
+            Space::Discrete { .. } => Vec::new(),
+        };
+        Ok(Self {
+            env: env.clone().unbind(),
+            observation_space,
+            action_space,
+            action_shape,
+            errors,
+            _action: PhantomData,
+        })
+    }
+
+    /// Keeps `err` for the caller and returns the `rl_core::Error` the Rust side sees.
+    fn fail(&self, call: &str, err: PyErr) -> rl_core::Error {
+        let message = err.to_string();
+        *self.errors.lock().unwrap_or_else(PoisonError::into_inner) = Some(err);
+        rl_core::Error::Io {
+            context: format!("gymnasium env.{call}"),
+            source: std::io::Error::other(message),
+        }
+    }
+
+    /// Copies a Python observation into `obs` as `f32`.
+    fn read_obs(&self, value: &Bound<'_, PyAny>, obs: &mut [f32]) -> PyResult<()> {
+        let py = value.py();
+        let array = match value.cast::<PyArrayDyn<f32>>() {
+            Ok(a) if a.is_contiguous() => a.clone(),
+            _ => py
+                .import("numpy")?
+                .call_method1("ascontiguousarray", (value, "float32"))?
+                .cast_into::<PyArrayDyn<f32>>()
+                .map_err(PyErr::from)?,
+        };
+        let data = array.readonly();
+        let slice = data.as_slice()?;
+        if slice.len() != obs.len() {
+            return Err(value_error(format!(
+                "the environment returned an observation of {} elements but its observation space has {}",
+                slice.len(),
+                obs.len()
+            )));
+        }
+        obs.copy_from_slice(slice);
+        Ok(())
+    }
+}
+
+impl<A: GymAction> Env for GymEnv<A> {
+    type Obs = f32;
+    type Act = A;
+
+    fn observation_space(&self) -> &Space {
+        &self.observation_space
+    }
+
+    fn action_space(&self) -> &Space {
+        &self.action_space
+    }
+
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> rl_core::Result<()> {
+        Python::attach(|py| {
+            let result = (|| {
+                let kwargs = pyo3::types::PyDict::new(py);
+                kwargs.set_item("seed", seed)?;
+                let out = self.env.bind(py).call_method("reset", (), Some(&kwargs))?;
+                self.read_obs(&out.get_item(0)?, obs)
+            })();
+            result.map_err(|err| self.fail("reset", err))
+        })
+    }
+
+    fn step(&mut self, action: &[A], obs: &mut [f32]) -> rl_core::Result<Step> {
+        Python::attach(|py| {
+            let result = (|| {
+                let action = A::to_python(py, action, &self.action_shape)?;
+                let out = self.env.bind(py).call_method1("step", (action,))?;
+                self.read_obs(&out.get_item(0)?, obs)?;
+                Ok(Step {
+                    reward: out.get_item(1)?.extract::<f64>()? as f32,
+                    terminated: out.get_item(2)?.is_truthy()?,
+                    truncated: out.get_item(3)?.is_truthy()?,
+                })
+            })();
+            result.map_err(|err| self.fail("step", err))
+        })
+    }
+}
+
+/// The collector of one action type.
+#[derive(Debug)]
+enum Collector {
+    Discrete(SyncCollector<GymEnv<u32>, RandomPolicy<f32, u32>>),
+    Continuous(SyncCollector<GymEnv<f32>, RandomPolicy<f32, f32>>),
+}
+
+/// Steps Gymnasium environments with uniformly random actions through the Rust
+/// synchronous collector (`rl-collect`), writing every transition into a
+/// `flatrl.ReplayBuffer` whose schema has `obs`, `action`, `reward`, `terminated`,
+/// `truncated` and `next_obs` (the final observation where an episode ended).
+///
+/// Environment `i` is reset with seed `seed + i`; `frames_per_batch` (a multiple of the
+/// number of environments) frames are collected per `collect` call. The GIL is released
+/// while the Rust side works and taken for each Python `reset`/`step`.
+#[pyclass(module = "flatrl")]
+#[derive(Debug)]
+pub struct RandomCollector {
+    collector: Collector,
+    errors: ErrorSlot,
+}
+
+#[pymethods]
+impl RandomCollector {
+    #[new]
+    #[pyo3(signature = (envs, *, frames_per_batch, seed=0))]
+    fn new(
+        py: Python<'_>,
+        envs: &Bound<'_, PyList>,
+        frames_per_batch: usize,
+        seed: u64,
+    ) -> PyResult<Self> {
+        let errors = ErrorSlot::default();
+        let first = envs
+            .iter()
+            .next()
+            .ok_or_else(|| value_error("envs is empty: give at least one environment"))?;
+        let discrete = matches!(
+            space_of(&first.getattr("action_space")?, "action")?,
+            Space::Discrete { .. }
+        );
+        let config = CollectorConfig {
+            seed,
+            report_memory: false,
+            ..CollectorConfig::new(frames_per_batch)
+        };
+        macro_rules! build {
+            ($a:ty, $variant:ident) => {{
+                let wrapped = envs
+                    .iter()
+                    .map(|env| GymEnv::<$a>::new(&env, errors.clone()))
+                    .collect::<PyResult<Vec<_>>>()?;
+                let space = wrapped[0].action_space().clone();
+                let policy = RandomPolicy::new(&space, seed).map_err(collect_error)?;
+                let made = py.detach(|| SyncCollector::new(wrapped, policy, config));
+                Collector::$variant(made.map_err(|err| take_error(&errors, collect_error(err)))?)
+            }};
+        }
+        let collector = if discrete {
+            build!(u32, Discrete)
+        } else {
+            build!(f32, Continuous)
+        };
+        Ok(Self { collector, errors })
+    }
+
+    /// Collects one batch of frames into `buffer` and returns
+    /// `{"frames", "total_frames", "episodes", "mean_return"}`.
+    fn collect<'py>(
+        &mut self,
+        py: Python<'py>,
+        buffer: &Bound<'py, ReplayBuffer>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let mut buffer = buffer.borrow_mut();
+        let store = buffer.store()?;
+        let collector = &mut self.collector;
+        let report = py.detach(move || match collector {
+            Collector::Discrete(c) => with_store!(store, Store, b => c.collect(b)),
+            Collector::Continuous(c) => with_store!(store, Store, b => c.collect(b)),
+        });
+        let report = report.map_err(|err| take_error(&self.errors, collect_error(err)))?;
+        let out = pyo3::types::PyDict::new(py);
+        out.set_item("frames", report.frames)?;
+        out.set_item("total_frames", report.total_frames)?;
+        out.set_item("episodes", report.episodes)?;
+        out.set_item("mean_return", report.mean_return)?;
+        Ok(out)
+    }
+}
+
+/// The environment's own exception if one was kept, else `fallback`.
+fn take_error(errors: &ErrorSlot, fallback: PyErr) -> PyErr {
+    errors
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+        .unwrap_or(fallback)
+}
