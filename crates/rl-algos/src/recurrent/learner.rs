@@ -87,6 +87,18 @@ fn index_schema(obs_len: usize) -> Result<Schema> {
     )
 }
 
+/// SAC's view of [`Features`] (SAC reads no importance weights).
+fn sac_transitions<A>(f: Features<'_, A>) -> sac::Transitions<'_, A> {
+    sac::Transitions {
+        rows: f.rows,
+        obs: f.obs,
+        actions: f.actions,
+        rewards: f.rewards,
+        terminated: f.terminated,
+        next_obs: f.next_obs,
+    }
+}
+
 /// Refuses an inner learner built for observations of another width than the summaries.
 fn check_width(expected: usize, width: usize) -> Result<()> {
     if expected != width {
@@ -128,15 +140,7 @@ impl SequenceLearner for DiscreteSac {
         f: Features<'_, u32>,
         obs_grads: &mut [f32],
     ) -> Result<SacStats> {
-        let transitions = sac::Transitions {
-            rows: f.rows,
-            obs: f.obs,
-            actions: f.actions,
-            rewards: f.rewards,
-            terminated: f.terminated,
-            next_obs: f.next_obs,
-        };
-        self.update_transitions(transitions, Some(obs_grads))
+        self.update_transitions(sac_transitions(f), Some(obs_grads))
     }
 }
 
@@ -164,15 +168,7 @@ impl SequenceLearner for Sac {
         f: Features<'_, f32>,
         obs_grads: &mut [f32],
     ) -> Result<SacStats> {
-        let transitions = sac::Transitions {
-            rows: f.rows,
-            obs: f.obs,
-            actions: f.actions,
-            rewards: f.rewards,
-            terminated: f.terminated,
-            next_obs: f.next_obs,
-        };
-        self.update_transitions(transitions, Some(obs_grads))
+        self.update_transitions(sac_transitions(f), Some(obs_grads))
     }
 }
 

@@ -910,21 +910,7 @@ fn discrete_critic_observation_gradients_match_finite_differences() {
     };
     sac.update_transitions(transitions, Some(&mut analytic))
         .unwrap();
-    let h = 1e-6;
-    for i in 0..x.len() {
-        let mut p = x.clone();
-        p[i] += h;
-        let up = loss(&p).0;
-        p[i] -= 2.0 * h;
-        let down = loss(&p).0;
-        let numeric = (up - down) / (2.0 * h);
-        let a = f64::from(analytic[i]);
-        assert!(
-            (a - numeric).abs() <= 1e-4 + 1e-3 * numeric.abs(),
-            "observation element {i}: analytic {a} vs numeric {numeric}"
-        );
-    }
-    assert!(analytic.iter().any(|g| g.abs() > 1e-3), "gradients all ~0");
+    assert_matches_finite_differences(&x, &analytic, |p| loss(p).0);
 }
 
 #[test]
@@ -986,18 +972,23 @@ fn continuous_critic_observation_gradients_match_finite_differences() {
     };
     sac.update_transitions(transitions, Some(&mut analytic))
         .unwrap();
+    assert_matches_finite_differences(&x, &analytic, |p| loss(p).0);
+}
+
+/// Central differences of `loss` at `x` (f64) against the analytic gradient.
+fn assert_matches_finite_differences(x: &[f64], analytic: &[f32], loss: impl Fn(&[f64]) -> f64) {
     let h = 1e-6;
     for i in 0..x.len() {
-        let mut p = x.clone();
+        let mut p = x.to_vec();
         p[i] += h;
-        let up = loss(&p).0;
+        let up = loss(&p);
         p[i] -= 2.0 * h;
-        let down = loss(&p).0;
+        let down = loss(&p);
         let numeric = (up - down) / (2.0 * h);
         let a = f64::from(analytic[i]);
         assert!(
             (a - numeric).abs() <= 1e-4 + 1e-3 * numeric.abs(),
-            "observation element {i}: analytic {a} vs numeric {numeric}"
+            "element {i}: analytic {a} vs numeric {numeric}"
         );
     }
     assert!(analytic.iter().any(|g| g.abs() > 1e-3), "gradients all ~0");
