@@ -100,6 +100,7 @@ fn on_policy(
         checkpoint: dir.map(|d| CheckpointSchedule {
             dir: d.to_owned(),
             every_steps: None,
+            best: None,
         }),
         ..RunConfig::new(total)
     };
@@ -184,6 +185,7 @@ fn off_policy_config(
             checkpoint: dir.map(|d| CheckpointSchedule {
                 dir: d.to_owned(),
                 every_steps: None,
+                best: None,
             }),
             ..RunConfig::new(total)
         })
@@ -349,6 +351,7 @@ fn sac_run(total: u64, dir: Option<&std::path::Path>) -> OffPolicyConfig {
             checkpoint: dir.map(|d| CheckpointSchedule {
                 dir: d.to_owned(),
                 every_steps: None,
+                best: None,
             }),
             ..RunConfig::new(total)
         })
@@ -850,6 +853,7 @@ fn an_async_run_saves_and_resumes_with_its_learner_replay_and_counters() {
         config.run.checkpoint = checkpoint.map(|d| CheckpointSchedule {
             dir: d.to_owned(),
             every_steps: None,
+            best: None,
         });
         config
     };
