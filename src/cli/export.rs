@@ -9,11 +9,11 @@
 //!
 //! | algo | networks |
 //! |---|---|
-//! | `ppo` (discrete actions) | `actor` (observation to one logit per action), `critic` (observation to the value) |
-//! | `ppo` (box actions) | `actor` (observation to the action means), `critic`, `log_std` (a `[1, dim]`-shaped `log_std.weight`... see the `torch.log_std` metadata) |
-//! | `recurrent_ppo` | `actor`, `critic` on the summarizer's features, and `lstm` with `history = lstm` (PyTorch `nn.LSTMCell` names: `lstm.weight_ih`, `lstm.weight_hh`, `lstm.bias_ih`, `lstm.bias_hh`) |
-//! | `sac` | `actor` (means and log-stds), `q1`, `q2` |
-//! | `discrete_sac` | `actor` and `q1`, `q2` (two-tower networks over an action table: their own names, in the metadata) |
+//! | `ppo`, discrete actions | `actor` (observation to one logit per action), `critic` (observation to the value) |
+//! | `ppo`, box actions | `actor` (observation to the action means), `critic`, and `log_std.value` (`[dim]`, state-independent) |
+//! | `recurrent_ppo` | `actor` and `critic` on the summarizer's features, and with `history = lstm` the cell as PyTorch's `nn.LSTMCell`: `lstm.weight_ih` (`[4h, obs]`), `lstm.weight_hh` (`[4h, h]`), `lstm.bias_ih`, `lstm.bias_hh` |
+//! | `sac` | `actor` (observation to `dim` means then `dim` log-stds), `critic1`, `critic2` (observation and action to a value), `log_alpha.value` (`[1]`) |
+//! | `discrete_sac` | `actor`, `critic1`, `critic2` (one output per action; with an action feature table, a `d`-vector scored against the environment's table, which is not exported), `log_alpha.value` |
 //! | `dqn` | `q` (observation to one value per action) |
 //!
 //! The header's metadata holds `format` (`rl/checkpoint`), `kind` (`weights`),
