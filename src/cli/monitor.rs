@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use rl_algos::eval::EvalReport;
 use rl_algos::trainer::{Callback, Control, Progress, TrainSummary};
 use rl_core::{Bytes, Location, MemoryPlan, ProcessMemory};
@@ -102,9 +102,13 @@ impl Monitor {
                 let bar = ProgressBar::with_draw_target(Some(total_steps), ProgressDrawTarget::stderr())
                     .with_style(
                         ProgressStyle::with_template(
-                            "[{elapsed_precise}] {wide_bar} {human_pos}/{human_len} env steps, {per_sec}, ETA {eta} {msg}",
+                            "{elapsed_precise} [{bar:30}] {human_pos}/{human_len} env steps {rate} ETA {eta} {msg}",
                         )
-                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                        .unwrap_or_else(|_| ProgressStyle::default_bar())
+                        .with_key("rate", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                            let _ = write!(w, "{:.0}/s", state.per_sec());
+                        })
+                        .progress_chars("=> "),
                     )
                     .with_position(env_steps);
                 bar.reset_eta();
