@@ -159,8 +159,9 @@ pub struct Planned {
 }
 
 /// Trains `config` into the run directory `out` (created; it must not hold a run
-/// already). Checks everything a user can get wrong before training: the environment
-/// and the algorithm, that `out` is writable, the memory plan against the budget.
+/// already). Checks everything a user can get wrong before anything is created: the
+/// environment and the algorithm, the memory plan against `run.budget`, that `out` is
+/// writable.
 ///
 /// # Errors
 /// [`Error::Config`] and [`Error::Usage`] before anything runs; the library's errors.
@@ -171,6 +172,12 @@ pub fn train(
     options: &TrainOptions,
 ) -> Result<Trained> {
     let entry = registry.check(config)?;
+    if let Some(budget) = &config.run.budget
+        && let Outcome::Plan(plan) = entry.run(config, Job::Plan)?
+    {
+        plan.check(budget)
+            .map_err(|e| ConfigError::new("run.budget", e))?;
+    }
     let dir = rundir::create(out)?;
     rundir::write_config(&dir, config)?;
     entry

@@ -243,6 +243,10 @@ fn usage_errors_come_before_anything_is_written() {
             config("dqn", "cartpole", 64, &["stored_actions=one_hot"]),
             "stored_actions",
         ),
+        (
+            config("dqn", "cartpole", 64, &["run.budget={ram=1000}"]),
+            "run.budget",
+        ),
     ];
     for (i, (bad, key)) in cases.into_iter().enumerate() {
         let dir = tmp.path().join(format!("bad{i}"));
