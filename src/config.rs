@@ -567,20 +567,26 @@ fn defaults(algo: Algo) -> Result<Table, ConfigError> {
     Ok(table)
 }
 
-/// Puts `defaults` under `table`: keys `table` lacks are added; where both hold a table
-/// whose keys the default also has, the two merge (a partial `[sac.adam]` keeps SAC's
-/// other Adam values); anything else in `table` wins whole (another enum variant, a
-/// value, or a table with an unknown key, which deserialization then reports).
+/// Puts `defaults` under `table`: keys `table` lacks are added, and where both hold a
+/// table the two merge (a partial `[sac.adam]` keeps SAC's other Adam values; a key the
+/// defaults lack, such as an optional setting that is off by default, stays, and an
+/// unknown key stays for deserialization to report). An enum variant is a table of one
+/// key holding a table (`{ auto = { initial = 1.0 } }`): a `table` naming another
+/// variant (or more than one) replaces the default whole. Any other value in `table`
+/// wins.
 fn merge(table: &mut Table, defaults: Table) {
     for (key, default) in defaults {
         match (table.get_mut(&key), default) {
             (None, default) => {
                 table.insert(key, default);
             }
-            (Some(Value::Table(mine)), Value::Table(default))
-                if mine.keys().all(|k| default.contains_key(k)) =>
-            {
-                merge(mine, default);
+            (Some(Value::Table(mine)), Value::Table(default)) => {
+                let other_variant = default.len() == 1
+                    && default.values().all(Value::is_table)
+                    && !(mine.len() == 1 && default.keys().all(|k| mine.contains_key(k)));
+                if !other_variant {
+                    merge(mine, default);
+                }
             }
             _ => {}
         }

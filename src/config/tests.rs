@@ -41,6 +41,34 @@ fn missing_keys_take_the_algorithms_defaults_also_in_nested_tables() {
         "SAC's epsilon survives a partial [sac.adam]"
     );
     assert_eq!(sac.hidden, vec![256, 256]);
+
+    // Beside a key whose default is off (None), and inline.
+    let sac = Config::from_toml(
+        "algo = \"discrete_sac\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 10\n[sac]\ntarget_entropy = 0.5\nadam = { lr = 1e-3 }\nent_coef = { auto = {} }\n",
+        &[],
+    )
+    .unwrap()
+    .sac
+    .unwrap();
+    assert_eq!((sac.adam.lr, sac.adam.eps), (1e-3, 1e-8));
+    assert_eq!(sac.target_entropy, Some(0.5));
+    assert_eq!(
+        sac.ent_coef,
+        rl_algos::sac::EntropyCoef::Auto { initial: 1.0 }
+    );
+
+    // Another enum variant replaces the default one whole.
+    let dqn = Config::from_toml(
+        "algo = \"dqn\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 10\n[dqn]\ntarget_update = { polyak = { tau = 0.01 } }\n",
+        &[],
+    )
+    .unwrap()
+    .dqn
+    .unwrap();
+    assert_eq!(
+        dqn.target_update,
+        rl_algos::dqn::TargetUpdate::Polyak { tau: 0.01 }
+    );
 }
 
 #[test]
@@ -90,7 +118,13 @@ fn overrides_parse_toml_values_or_bare_strings() {
 
 #[test]
 fn errors_name_the_key_the_value_and_what_is_allowed_on_one_line() {
-    let cases: [(&str, &[&str], &str, &[&str]); 7] = [
+    let cases: [(&str, &[&str], &str, &[&str]); 8] = [
+        (
+            PPO,
+            &["ppo.adam.lrr=3"],
+            "ppo.adam.lrr",
+            &["unknown field", "lr"],
+        ),
         (
             PPO,
             &["ppo.n_stepz=3"],
