@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use rl::cli::{Registry, TrainOptions};
 use rl::config::Config;
 
 fn rl(args: &[&str]) -> Output {
@@ -28,26 +27,44 @@ fn configs() -> Vec<PathBuf> {
     configs
 }
 
+/// Each config runs in its own `rl` process (as a user runs it), which also keeps its
+/// memory out of the tests in this binary that measure the process's resident set.
 #[test]
 fn every_shipped_config_trains_for_a_few_hundred_steps() {
     let configs = configs();
     assert!(configs.len() >= 7, "{configs:?}");
-    let registry = Registry::builtin();
     let tmp = tempfile::tempdir().unwrap();
     for path in configs {
         let text = std::fs::read_to_string(&path).unwrap();
         let config = Config::from_toml(&text, &[]).unwrap();
-        // A few hundred steps, with updates: the off-policy warm-up shortened.
-        let mut overrides = vec!["run.total_steps=300".to_owned()];
-        if config.algo.off_policy() {
-            overrides.push("off_policy.learning_starts=100".to_owned());
-        }
-        let smoke = Config::from_toml(&text, &overrides).unwrap();
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
         let dir = tmp.path().join(&name);
-        let trained = rl::cli::train(&registry, &smoke, &dir, &TrainOptions::quiet())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(trained.result.total_env_steps >= 300, "{name}");
+        // A few hundred steps, with updates: the off-policy warm-up shortened.
+        let mut args = vec![
+            "train".to_owned(),
+            path.to_string_lossy().into_owned(),
+            "--out".to_owned(),
+            dir.to_string_lossy().into_owned(),
+            "--quiet".to_owned(),
+            "--set".to_owned(),
+            "run.total_steps=300".to_owned(),
+        ];
+        if config.algo.off_policy() {
+            args.extend([
+                "--set".to_owned(),
+                "off_policy.learning_starts=100".to_owned(),
+            ]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = rl(&args);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(result["total_env_steps"].as_u64().unwrap() >= 300, "{name}");
+        assert_eq!(result["algo"], config.algo.name(), "{name}");
         assert!(
             dir.join("checkpoint/learner.safetensors").is_file(),
             "{name}"
