@@ -15,6 +15,12 @@
 //! | `algos` | `rl-algos` | PPO and SAC |
 //! | `collect` | `rl-collect` | synchronous and asynchronous collectors |
 //!
+//! With the `cli` feature (on by default), [`config`] reads experiment files (TOML) into
+//! the library's configurations and [`cli`] runs them: train into a run directory
+//! (effective config, metrics, checkpoints, result, learning curve), resume, plan,
+//! evaluate, plot and export, for the built-in environments and any registered one.
+//! The `rl` binary is a thin command line over [`cli`].
+//!
 //! The `cuda` feature turns on GPU storage (`rl-storage`'s `CudaDevice`, through cudarc
 //! loaded dynamically, so it builds without a CUDA toolkit) and is forwarded to
 //! `rl-collect`.
@@ -43,6 +49,13 @@ pub use rl_nn as nn;
 #[cfg(feature = "storage")]
 #[cfg_attr(docsrs, doc(cfg(feature = "storage")))]
 pub use rl_storage as storage;
+
+#[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
+pub mod cli;
+#[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
+pub mod config;
 
 /// The README's examples run as doc tests, so they cannot go stale.
 #[cfg(doctest)]

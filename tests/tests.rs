@@ -5,6 +5,8 @@
     reason = "test helpers may unwrap: a failure is a failed test"
 )]
 
+#[cfg(feature = "cli")]
+mod cli;
 mod envs_through_facade;
 mod errors;
 #[cfg(all(feature = "algos", feature = "collect", feature = "storage"))]

@@ -66,6 +66,7 @@ impl<const M: u64, const E: u64, const N: usize> RunFlags<M, E, N> {
             checkpoint: self.checkpoint.clone().map(|dir| CheckpointSchedule {
                 dir,
                 every_steps: None,
+                best: None,
             }),
             budget: budget.map(MemoryBudget::ram),
             ..RunConfig::new(self.max_steps)

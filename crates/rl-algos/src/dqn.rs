@@ -40,7 +40,7 @@ const PRIORITY_EPS: f32 = 1e-6;
 
 /// How the target network follows the online network.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum TargetUpdate {
     /// Copy the online network into the target after every `every`-th gradient step
     /// (counted over the learner's life, so a resumed run keeps the cadence).
@@ -72,6 +72,7 @@ pub enum TargetUpdate {
 /// exploration schedule, whose `exploration_fraction x total_timesteps` is
 /// `decay_steps`).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct EpsilonSchedule {
     /// Epsilon at environment step 0, in `[0, 1]`. Default 1.0.
     pub initial: f32,
@@ -118,6 +119,7 @@ impl EpsilonSchedule {
 /// environment steps, 2500 gradient steps at its `train_freq = 4`; see
 /// [`TargetUpdate::Hard`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct DqnConfig {
     /// Hidden layer widths of the Q network. Default `[256, 256]`.
     pub hidden: Vec<usize>,

@@ -41,6 +41,7 @@ pub(crate) use recurrent::{ReplayWorkspace, Summary, SummaryState, Window};
 
 /// How a policy chooses actions when a collector calls it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Draw from the policy's distribution (training). The default.
     #[default]
@@ -68,6 +69,7 @@ pub enum PolicyInit {
 /// Construction settings shared by both policies. Start from [`PolicyConfig::new`] and
 /// change fields with struct update syntax.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
     /// Hidden layer widths of the actor and of the critic (default `[64, 64]`), chosen at
     /// run time: at least one layer, every width at least 1.

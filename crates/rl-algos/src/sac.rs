@@ -33,6 +33,7 @@ pub use discrete::{ActionMaskFn, CHECKPOINT_KIND as DISCRETE_SAC_CHECKPOINT_KIND
 
 /// The entropy coefficient `alpha`: learned to hold a target entropy, or fixed.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum EntropyCoef {
     /// Learned (Haarnoja et al. 2018b): `log alpha` follows the gradient of
     /// `-log alpha * (log pi + target_entropy)`, starting from `initial`.
@@ -47,6 +48,7 @@ pub enum EntropyCoef {
 /// Settings of [`Sac`] and [`DiscreteSac`]. [`SacConfig::sb3`] (also the `Default`) holds
 /// Stable-Baselines3's defaults; change fields with struct update syntax.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct SacConfig {
     /// Hidden layer widths of the actor and of each critic (ReLU between layers).
     /// Default `[256, 256]`.

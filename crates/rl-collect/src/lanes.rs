@@ -102,12 +102,6 @@ impl<E: Env> Lanes<E> {
         self.envs.len()
     }
 
-    /// What the lanes hold: observation buffers and per-environment scalars (the
-    /// environments' own memory is theirs to report).
-    pub(crate) fn memory_plan(&self) -> MemoryPlan {
-        plan::<E::Obs>(self.len(), self.obs_len)
-    }
-
     /// Steps every environment with its action; writes rewards, flags and next
     /// observations. `step` is the collector's step count, for error messages.
     pub(crate) fn step(&mut self, actions: &[E::Act], step: u64) -> Result<()> {

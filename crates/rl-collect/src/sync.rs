@@ -7,7 +7,7 @@ use rl_storage::{
 };
 
 use crate::error::{Error, Result};
-use crate::lanes::Lanes;
+use crate::lanes::{self, Lanes};
 use crate::policy::{ActOutput, ActionSampler, Policy, RandomAction, ValuePolicy};
 use crate::stats::EpisodeStats;
 
@@ -219,13 +219,20 @@ where
 
     /// Memory the collector holds besides its environments and policy.
     pub fn memory_plan(&self) -> MemoryPlan {
-        let n = self.envs() as u64;
+        Self::plan(self.envs(), self.lanes.obs_len, self.lanes.act_len)
+    }
+
+    /// What [`SyncCollector::memory_plan`] will report for `envs` environments with
+    /// observations of `obs_len` and actions of `act_len` elements, before anything
+    /// exists.
+    pub fn plan(envs: usize, obs_len: usize, act_len: usize) -> MemoryPlan {
+        let n = envs as u64;
         let mut plan = MemoryPlan::new();
-        plan.nest("sync_collector", &self.lanes.memory_plan());
+        plan.nest("sync_collector", &lanes::plan::<E::Obs>(envs, obs_len));
         plan.add(
             "sync_collector/actions+extras",
             Location::Ram,
-            n * (self.lanes.act_len * size_of::<E::Act>() + 12) as u64,
+            n * (act_len * size_of::<E::Act>() + 12) as u64,
         );
         plan
     }

@@ -87,6 +87,7 @@ impl PlanLine {
 
 /// Limits per location; `None` means unlimited.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct MemoryBudget {
     /// Anonymous host memory allowed, in bytes.
     pub ram: Option<u64>,

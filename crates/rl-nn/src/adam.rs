@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 /// Validated by [`AdamConfig::validate`] (and by [`Adam::new`]): every value finite,
 /// `lr > 0`, `0 <= beta < 1`, `eps > 0`, `weight_decay >= 0`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct AdamConfig {
     /// Learning rate (step size). Default `3e-4`. Change it between steps with
     /// [`Adam::set_lr`] for schedules.

@@ -15,7 +15,8 @@ use crate::sampler_state::{self, StateFormat, StateReader, StateWriter};
 use crate::storage::RingState;
 
 /// Exponents of [`Prioritized`] sampling.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct PrioritizedConfig {
     /// How much priorities matter: a row's stored priority is `(p + epsilon)^alpha`; 0 is
     /// uniform sampling. Finite and `>= 0`. Default 0.6.

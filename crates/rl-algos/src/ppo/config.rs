@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 /// The defaults are Stable-Baselines3's `PPO` defaults (which solve CartPole in about
 /// 130k steps); the `ppo_cartpole` and `ppo_pendulum` examples document tuned sets.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct PpoConfig {
     /// Environment steps per environment in one rollout (`T`). Default 2048. A rollout
     /// holds `n_steps x envs` rows, the environments being the trainer's.
@@ -96,6 +97,7 @@ pub struct PpoConfig {
 
 /// Settings of running observation normalisation ([`PpoConfig::normalize_obs`]).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ObsNormalization {
     /// Normalised observations are clipped to `[-clip, clip]`. Positive and finite.
     /// Default 10 (SB3's `clip_obs`).
@@ -110,6 +112,7 @@ impl Default for ObsNormalization {
 
 /// Settings of reward normalisation ([`PpoConfig::normalize_reward`]).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct RewardNormalization {
     /// Scaled rewards are clipped to `[-clip, clip]`; `None` does not clip. Positive and
     /// finite when given. Default `Some(10)` (SB3's `clip_reward`).

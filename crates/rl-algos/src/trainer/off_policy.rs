@@ -11,9 +11,10 @@ use rl_collect::RandomAction;
 use rl_core::{Env, Location, MemoryBudget, MemoryPlan, Schema};
 use rl_nn::Checkpoint;
 use rl_storage::{Batch, sampler::PrioritizedConfig};
+use serde::{Deserialize, Serialize};
 
 pub use self::collection::CollectorChoice;
-use self::collection::{Collection, async_plan};
+use self::collection::{Collection, async_plan, sync_plan};
 use self::replay::ReplaySampler;
 pub use self::replay::{OffPolicyReplay, REPLAY_FILE, ReplayLocation};
 use super::learner::OffPolicyLearner;
@@ -28,32 +29,75 @@ const REPLAY_DIR: &str = "replay";
 const TRAINER: &str = "off_policy";
 
 /// The loop settings of an off-policy run.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Serialized (a config file's `[off_policy]` table) without `run`, which a config
+/// file keeps in a table of its own: a deserialized config holds `RunConfig::new(1)`
+/// until its `run` is set. Missing fields take [`OffPolicyConfig::new`]'s values;
+/// unknown fields are refused.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OffPolicyConfig {
     /// Budget, seed, environments, goal, evaluation, checkpoints, memory budget.
+    #[serde(skip, default = "unset_run")]
     pub run: RunConfig,
     /// Rows the replay buffer holds. Default 1 000 000.
+    #[serde(default = "defaults::buffer_capacity")]
     pub buffer_capacity: usize,
     /// Where the replay rows live: RAM (default) or a memory-mapped file.
+    #[serde(default)]
     pub replay_location: ReplayLocation,
     /// Env steps of uniformly random actions before the first update (not repeated
     /// after a resume). Default 100.
+    #[serde(default = "defaults::learning_starts")]
     pub learning_starts: u64,
     /// Env steps between training phases, in steps of every environment: a phase is due
     /// every `train_freq x run.n_envs` env steps (once `learning_starts` are stored).
     /// Default 1.
+    #[serde(default = "defaults::train_freq")]
     pub train_freq: u64,
     /// Gradient steps per training phase. Default 1. The sync collector delivers one
     /// phase's env steps per call; with the async collector the trainer does, after each
     /// chunk, the phases that chunk's env steps complete (so updates per env step are
     /// the same whichever collector runs).
+    #[serde(default = "defaults::gradient_steps")]
     pub gradient_steps: usize,
     /// Prioritized replay (Schaul et al.): rows drawn in proportion to the learner's
     /// [`OffPolicyLearner::priorities`], with importance weights in the batch; `None`
     /// (default): uniform.
+    #[serde(default)]
     pub prioritized: Option<PrioritizedConfig>,
     /// Which collector steps the environments (default [`CollectorChoice::Sync`]).
+    #[serde(default)]
     pub collector: CollectorChoice,
+}
+
+fn unset_run() -> RunConfig {
+    RunConfig::new(1)
+}
+
+/// [`OffPolicyConfig::new`]'s values, for fields a config file leaves out.
+mod defaults {
+    use super::{OffPolicyConfig, RunConfig};
+
+    fn new() -> OffPolicyConfig {
+        OffPolicyConfig::new(RunConfig::new(1))
+    }
+
+    pub(super) fn buffer_capacity() -> usize {
+        new().buffer_capacity
+    }
+
+    pub(super) fn learning_starts() -> u64 {
+        new().learning_starts
+    }
+
+    pub(super) fn train_freq() -> u64 {
+        new().train_freq
+    }
+
+    pub(super) fn gradient_steps() -> usize {
+        new().gradient_steps
+    }
 }
 
 impl OffPolicyConfig {
@@ -210,6 +254,7 @@ where
     /// Env steps taken before this process (a resumed run), plus the collector's frames.
     steps_before: u64,
     last_eval_steps: u64,
+    best_eval: Option<f64>,
     last_stats: Option<L::Stats>,
 }
 
@@ -249,16 +294,14 @@ where
     pub fn plan(learner: &L, config: &OffPolicyConfig) -> Result<MemoryPlan> {
         let schema = learner.replay_schema()?;
         let mut plan = base_plan(learner, &schema, config)?;
-        if let CollectorChoice::Async {
-            workers,
-            steps_per_chunk,
-        } = config.collector
-        {
-            plan.nest(
-                "collector",
-                &async_plan::<E, L>(learner, &schema, config, workers, steps_per_chunk)?,
-            );
-        }
+        let collector = match config.collector {
+            CollectorChoice::Async {
+                workers,
+                steps_per_chunk,
+            } => async_plan::<E, L>(learner, &schema, config, workers, steps_per_chunk)?,
+            CollectorChoice::Sync => sync_plan::<E, L>(&schema, config),
+        };
+        plan.nest("collector", &collector);
         Ok(plan)
     }
 
@@ -326,7 +369,7 @@ where
             checked.check(budget)?;
         }
         let created = resume.is_none();
-        let (replay, steps_before, last_eval_steps) = match resume {
+        let (replay, steps_before, last_eval_steps, best_eval) = match resume {
             None => {
                 OffPolicyReplay::check_new(&config)?;
                 let budget = run.budget.unwrap_or_else(MemoryBudget::unlimited);
@@ -335,12 +378,14 @@ where
                     OffPolicyReplay::create(&schema, &config, sequence, &budget)?,
                     0,
                     0,
+                    None,
                 )
             }
             Some((dir, counters)) => (
                 OffPolicyReplay::load(&dir.join(REPLAY_DIR), &schema, &config, learner.sequence())?,
                 counters.env_steps,
                 counters.last_eval_steps,
+                counters.best_eval_return,
             ),
         };
         let rest = (|| {
@@ -375,6 +420,7 @@ where
             plan,
             steps_before,
             last_eval_steps,
+            best_eval,
             last_stats: None,
         })
     }
@@ -449,7 +495,7 @@ where
     /// trainer keeps what it had done before the error.
     pub fn train(&mut self, callback: &mut dyn Callback<L::Stats>) -> Result<TrainSummary> {
         let run = self.config.run.clone();
-        let mut clock = Clock::start(self.env_steps(), self.last_eval_steps);
+        let mut clock = Clock::start(self.env_steps(), self.last_eval_steps, self.best_eval);
         let episodes_before = self.collection.stats().episodes();
         while self.env_steps() < run.total_steps && clock.stop.is_none() {
             let before = self.env_steps();
@@ -478,6 +524,10 @@ where
                 self.collection.learner_mut(),
                 callback,
             )?;
+            if let Some(best) = clock.take_new_best(&run) {
+                self.best_eval = clock.best_eval;
+                self.save_best(&best)?;
+            }
             if clock.save_due(&run, steps) {
                 self.save_scheduled(&mut clock, callback)?;
             }
@@ -520,6 +570,7 @@ where
     ) -> Result<()> {
         let steps = self.env_steps();
         self.last_eval_steps = clock.last_eval_steps;
+        self.best_eval = clock.best_eval;
         if let Some(schedule) = self.config.run.checkpoint.clone() {
             self.save(&schedule.dir)?;
             clock.saved(steps);
@@ -536,19 +587,35 @@ where
     /// # Errors
     /// I/O errors.
     pub fn save(&mut self, dir: &Path) -> Result<()> {
-        let counters = RunCounters {
-            trainer: TRAINER.to_owned(),
-            learner: self.learner().checkpoint_kind().to_owned(),
-            env_steps: self.env_steps(),
-            updates: self.learner().updates(),
-            last_eval_steps: self.last_eval_steps,
-            run: self.config.run.clone(),
-        };
+        let counters = self.counters();
         let (learner, replay) = (self.collection.learner(), &mut self.replay);
         run::save_dir(dir, |partial| {
             learner.checkpoint().save(partial.join(LEARNER_FILE))?;
             replay.save(&partial.join(REPLAY_DIR))?;
             run::write_counters(partial, &counters)
         })
+    }
+
+    /// Saves the learner and the counters, without the replay buffer, into `dir` (a
+    /// best checkpoint: enough to evaluate or export the learner, not to resume).
+    fn save_best(&mut self, dir: &Path) -> Result<()> {
+        let counters = self.counters();
+        let learner = self.collection.learner();
+        run::save_dir(dir, |partial| {
+            learner.checkpoint().save(partial.join(LEARNER_FILE))?;
+            run::write_counters(partial, &counters)
+        })
+    }
+
+    fn counters(&self) -> RunCounters {
+        RunCounters {
+            trainer: TRAINER.to_owned(),
+            learner: self.learner().checkpoint_kind().to_owned(),
+            env_steps: self.env_steps(),
+            updates: self.learner().updates(),
+            last_eval_steps: self.last_eval_steps,
+            run: self.config.run.clone(),
+            best_eval_return: self.best_eval,
+        }
     }
 }

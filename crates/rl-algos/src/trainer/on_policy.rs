@@ -321,6 +321,7 @@ where
     plan: MemoryPlan,
     steps_before: u64,
     last_eval_steps: u64,
+    best_eval: Option<f64>,
     last_stats: Option<UpdateStats>,
 }
 
@@ -367,22 +368,26 @@ where
         Self::build(make_env, policy, ppo, run, Some((dir, counters)))
     }
 
-    fn build(
-        mut make_env: impl FnMut(u64) -> E,
+    /// The whole run's memory plan for `policy` trained with `config` under `run` on
+    /// environments like `env`, from the configuration alone (the learner's networks are
+    /// built; no rollout buffer, collector or further environment): what
+    /// [`OnPolicyTrainer::memory_plan`] reports once the trainer exists, and what a new
+    /// run checks against `run.budget`.
+    ///
+    /// # Errors
+    /// An invalid configuration.
+    pub fn plan(
+        env: &E,
         policy: P,
         config: LearnerConfig<P>,
-        run: RunConfig,
-        resume: Option<(&Path, RunCounters)>,
-    ) -> Result<Self> {
+        run: &RunConfig,
+    ) -> Result<MemoryPlan> {
         run.validate()?;
-        let mut ppo = P::Learner::new(policy.clone(), config, run.n_envs)?;
-        let (steps_before, last_eval_steps) = match &resume {
-            Some((dir, counters)) => {
-                ppo.load(&dir.join(LEARNER_FILE))?;
-                (counters.env_steps, counters.last_eval_steps)
-            }
-            None => (0, 0),
-        };
+        let ppo = P::Learner::new(policy, config, run.n_envs)?;
+        Self::plan_of(&ppo, run, env)
+    }
+
+    fn plan_of(ppo: &P::Learner, run: &RunConfig, env: &E) -> Result<MemoryPlan> {
         let mut plan = MemoryPlan::new();
         plan.nest("rollout", &ppo.rollout_plan()?);
         plan.nest("learner", &ppo.memory_plan());
@@ -392,12 +397,44 @@ where
             (ppo.num_params() * size_of::<f32>()) as u64,
         );
         plan.nest("collector", &ppo.acting_plan());
+        plan.nest(
+            "collector",
+            &SyncCollector::<E, P>::plan(
+                run.n_envs,
+                env.observation_space().flat_len(),
+                env.action_space().flat_len(),
+            ),
+        );
+        Ok(plan)
+    }
+
+    fn build(
+        mut make_env: impl FnMut(u64) -> E,
+        policy: P,
+        config: LearnerConfig<P>,
+        run: RunConfig,
+        resume: Option<(&Path, RunCounters)>,
+    ) -> Result<Self> {
+        run.validate()?;
+        let mut ppo = P::Learner::new(policy.clone(), config, run.n_envs)?;
+        let (steps_before, last_eval_steps, best_eval) = match &resume {
+            Some((dir, counters)) => {
+                ppo.load(&dir.join(LEARNER_FILE))?;
+                (
+                    counters.env_steps,
+                    counters.last_eval_steps,
+                    counters.best_eval_return,
+                )
+            }
+            None => (0, 0, None),
+        };
+        let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
+        let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
+        let plan = Self::plan_of(&ppo, &run, &eval_env)?;
         if let Some(budget) = &run.budget {
             plan.check(budget)?;
         }
         let rollout = ppo.rollout_buffer(None)?;
-        let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
-        let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
         let mut collector = SyncCollector::new(
             envs,
             policy,
@@ -414,7 +451,6 @@ where
             let sampling = ppo.policy().sampling_state();
             collector.policy_mut().set_sampling_state(sampling);
         }
-        plan.nest("collector", &collector.memory_plan());
         Ok(Self {
             run,
             ppo,
@@ -424,6 +460,7 @@ where
             plan,
             steps_before,
             last_eval_steps,
+            best_eval,
             last_stats: None,
         })
     }
@@ -480,7 +517,7 @@ where
     /// Environment, policy and learner errors ([`Error::Diverged`](crate::Error::Diverged) ...).
     pub fn train(&mut self, callback: &mut dyn Callback<UpdateStats>) -> Result<TrainSummary> {
         let run = self.run.clone();
-        let mut clock = Clock::start(self.env_steps(), self.last_eval_steps);
+        let mut clock = Clock::start(self.env_steps(), self.last_eval_steps, self.best_eval);
         let episodes_before = self.collector.stats().episodes();
         while self.env_steps() < run.total_steps && clock.stop.is_none() {
             self.rollout.clear();
@@ -504,6 +541,12 @@ where
                 self.collector.policy_mut(),
                 callback,
             )?;
+            if let Some(best) = clock.take_new_best(&run) {
+                // An on-policy save is the learner and the counters, nothing more: the
+                // best checkpoint is a whole save.
+                self.best_eval = clock.best_eval;
+                self.save(&best)?;
+            }
             if clock.save_due(&run, steps) {
                 self.save_scheduled(&mut clock, callback)?;
             }
@@ -535,6 +578,7 @@ where
     ) -> Result<()> {
         let steps = self.env_steps();
         self.last_eval_steps = clock.last_eval_steps;
+        self.best_eval = clock.best_eval;
         if let Some(schedule) = self.run.checkpoint.clone() {
             self.save(&schedule.dir)?;
             clock.saved(steps);
@@ -569,6 +613,7 @@ where
             updates: self.ppo.updates(),
             last_eval_steps: self.last_eval_steps,
             run: self.run.clone(),
+            best_eval_return: self.best_eval,
         };
         let ppo = &self.ppo;
         run::save_dir(dir, |partial| {

@@ -16,6 +16,7 @@ pub const RUN_FILE: &str = "run.json";
 
 /// When a run counts as solved, and stops (unless [`RunConfig::stop_at_goal`] is off).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Goal {
     /// The mean return of the last `window` training episodes reaches `mean_return`.
     TrainingReturn {
@@ -33,13 +34,19 @@ pub enum Goal {
 
 /// Deterministic evaluation on a separate environment every `every_steps` env steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EvalSchedule {
     /// Env steps between evaluations (at least 1); the first comes after `every_steps`.
     pub every_steps: u64,
     /// Episodes per evaluation (at least 1), reset with seeds `eval seed + i`.
     pub episodes: usize,
     /// An evaluation episode longer than this is cut. Default 100 000.
+    #[serde(default = "default_max_episode_steps")]
     pub max_episode_steps: u64,
+}
+
+fn default_max_episode_steps() -> u64 {
+    EvalConfig::default().max_episode_steps
 }
 
 impl EvalSchedule {
@@ -54,17 +61,27 @@ impl EvalSchedule {
 }
 
 /// Where and how often a run saves itself.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct CheckpointSchedule {
     /// The run directory. A save writes a sibling `<dir>.partial` completely, then swaps
     /// it in, so a crash mid-save leaves the previous checkpoint whole.
     pub dir: PathBuf,
     /// Env steps between saves (`None`: only at the end of `train`).
     pub every_steps: Option<u64>,
+    /// Where the learner alone is saved (its checkpoint and the counters, no replay
+    /// buffer) each time a scheduled evaluation's mean return beats every earlier one of
+    /// the run (`None`: no best checkpoint). Written the same whole-or-nothing way as
+    /// `dir`; it must not be `dir` or inside it.
+    pub best: Option<PathBuf>,
 }
 
 /// The loop's settings, shared by both trainers.
+///
+/// In serialized form (a config file) only `total_steps` is required; every other field
+/// defaults to [`RunConfig::new`]'s value, unknown fields are refused.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunConfig {
     /// Env steps to take in all (all environments together), counted over the run's life:
     /// a resumed run continues towards the same total.
@@ -74,22 +91,50 @@ pub struct RunConfig {
     /// `make_env(seed * 1000 + 500)` and its episode `j` reset with
     /// `seed * 1000 + 500 + j`; random warm-up actions and the replay sampler are seeded
     /// from it too.
+    #[serde(default = "default_seed")]
     pub seed: u64,
     /// Environments stepped together. Default 1.
+    #[serde(default = "default_n_envs")]
     pub n_envs: usize,
     /// When the run is solved (`None`: never, run the whole budget).
+    #[serde(default = "default_none")]
     pub goal: Option<Goal>,
     /// Stop when the goal is reached (default true); otherwise only note when.
+    #[serde(default = "default_true")]
     pub stop_at_goal: bool,
     /// Training episodes averaged in progress reports. Default 100.
+    #[serde(default = "default_stats_window")]
     pub stats_window: usize,
     /// Scheduled deterministic evaluations (`None`: none).
+    #[serde(default = "default_none")]
     pub eval: Option<EvalSchedule>,
     /// Saving the run (`None`: never).
+    #[serde(default = "default_none")]
     pub checkpoint: Option<CheckpointSchedule>,
     /// Memory the run's plan must fit in, checked before the buffer is allocated
     /// (`None`: no check).
+    #[serde(default = "default_none")]
     pub budget: Option<MemoryBudget>,
+}
+
+fn default_seed() -> u64 {
+    RunConfig::new(1).seed
+}
+
+fn default_n_envs() -> usize {
+    RunConfig::new(1).n_envs
+}
+
+fn default_none<T>() -> Option<T> {
+    None
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_stats_window() -> usize {
+    RunConfig::new(1).stats_window
 }
 
 impl RunConfig {
@@ -171,6 +216,17 @@ impl RunConfig {
                     "is empty: name a folder",
                 ));
             }
+            if let Some(best) = &checkpoint.best
+                && (best.as_os_str().is_empty() || best.starts_with(&checkpoint.dir))
+            {
+                return Err(Error::config(
+                    "run.checkpoint.best",
+                    format!(
+                        "is {:?}: name a folder outside run.checkpoint.dir (a save replaces that folder whole)",
+                        best.display()
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -218,6 +274,10 @@ pub struct Progress<'a, S> {
     pub episodes: u64,
     /// Mean return of the last training episodes (`None` before the first ends).
     pub mean_return: Option<f32>,
+    /// Mean length of the same episodes.
+    pub mean_length: Option<f32>,
+    /// Training episodes in those means (at most the run's window).
+    pub window: usize,
     /// Seconds since `train` started.
     pub wall_s: f64,
     /// Env steps per second in this `train` call.
@@ -367,11 +427,18 @@ pub struct RunCounters {
     /// The loop settings of the run (a resumed run may change the budget, the goal and
     /// the cadences, not the seed or the number of environments).
     pub run: RunConfig,
+    /// The best mean return of the run's scheduled evaluations so far (`None` before
+    /// the first), which a [`CheckpointSchedule::best`] save must beat.
+    #[serde(default)]
+    pub best_eval_return: Option<f64>,
 }
 
 impl RunCounters {
-    /// Reads `dir/run.json`.
-    pub(crate) fn load(dir: &Path) -> Result<Self> {
+    /// Reads `dir/run.json` of a run directory a trainer saved.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a missing or unreadable file, or one that does not parse.
+    pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join(RUN_FILE);
         let text = std::fs::read(&path).map_err(|e| {
             Error::config(
@@ -462,10 +529,15 @@ pub(crate) struct Clock {
     pub(crate) last_eval: Option<EvalReport>,
     last_save_steps: u64,
     pub(crate) stop: Option<StopReason>,
+    /// The best evaluation's mean return of the run so far.
+    pub(crate) best_eval: Option<f64>,
+    /// Whether the last evaluation beat every earlier one (and the best checkpoint is
+    /// due).
+    new_best: bool,
 }
 
 impl Clock {
-    pub(crate) fn start(env_steps: u64, last_eval_steps: u64) -> Self {
+    pub(crate) fn start(env_steps: u64, last_eval_steps: u64, best_eval: Option<f64>) -> Self {
         Self {
             start: Instant::now(),
             start_steps: env_steps,
@@ -474,7 +546,19 @@ impl Clock {
             last_eval: None,
             last_save_steps: env_steps,
             stop: None,
+            best_eval,
+            new_best: false,
         }
+    }
+
+    /// Whether a best checkpoint is due: the last evaluation beat every earlier one and
+    /// the run keeps a best checkpoint. Clears the flag.
+    pub(crate) fn take_new_best(&mut self, run: &RunConfig) -> Option<PathBuf> {
+        let due = std::mem::take(&mut self.new_best);
+        run.checkpoint
+            .as_ref()
+            .and_then(|c| c.best.clone())
+            .filter(|_| due)
     }
 
     pub(crate) fn elapsed(&self) -> f64 {
@@ -550,6 +634,10 @@ impl Clock {
     ) {
         self.last_eval_steps = env_steps;
         self.last_eval = Some(report);
+        if self.best_eval.is_none_or(|best| report.mean_return > best) {
+            self.best_eval = Some(report.mean_return);
+            self.new_best = true;
+        }
         if callback.on_eval(env_steps, &report) == Control::Stop {
             self.stop.get_or_insert(StopReason::Callback);
         }
@@ -585,6 +673,8 @@ impl Clock {
             updates,
             episodes: episodes.episodes(),
             mean_return: episodes.mean_return(),
+            mean_length: episodes.mean_length(),
+            window: episodes.window_len(),
             wall_s: self.elapsed(),
             steps_per_s: self.steps_per_s(env_steps),
             rss_bytes: ProcessMemory::read().ok().map(|m| m.rss_bytes),

@@ -100,6 +100,7 @@ fn on_policy(
         checkpoint: dir.map(|d| CheckpointSchedule {
             dir: d.to_owned(),
             every_steps: None,
+            best: None,
         }),
         ..RunConfig::new(total)
     };
@@ -184,6 +185,7 @@ fn off_policy_config(
             checkpoint: dir.map(|d| CheckpointSchedule {
                 dir: d.to_owned(),
                 every_steps: None,
+                best: None,
             }),
             ..RunConfig::new(total)
         })
@@ -349,6 +351,7 @@ fn sac_run(total: u64, dir: Option<&std::path::Path>) -> OffPolicyConfig {
             checkpoint: dir.map(|d| CheckpointSchedule {
                 dir: d.to_owned(),
                 every_steps: None,
+                best: None,
             }),
             ..RunConfig::new(total)
         })
@@ -850,6 +853,7 @@ fn an_async_run_saves_and_resumes_with_its_learner_replay_and_counters() {
         config.run.checkpoint = checkpoint.map(|d| CheckpointSchedule {
             dir: d.to_owned(),
             every_steps: None,
+            best: None,
         });
         config
     };
@@ -1057,4 +1061,92 @@ fn a_new_memmap_run_that_fails_leaves_no_replay_file() {
     assert!(!dir.path().join(REPLAY_FILE).exists());
     let mut trainer = OffPolicyTrainer::new(cue, small_dqn(1), config).unwrap();
     assert_eq!(trainer.train(&mut ()).unwrap().total_env_steps, 100);
+}
+
+#[test]
+fn plans_from_the_configuration_equal_the_plans_of_the_built_trainers() {
+    let run = RunConfig {
+        n_envs: 2,
+        ..RunConfig::new(64)
+    };
+    let planned = OnPolicyTrainer::<Fixed, CategoricalPolicy>::plan(
+        &fixed(0),
+        small_policy(0),
+        ppo_config(0),
+        &run,
+    )
+    .unwrap();
+    let built = OnPolicyTrainer::new(fixed, small_policy(0), ppo_config(0), run).unwrap();
+    assert_eq!(&planned, built.memory_plan());
+    assert!(
+        planned
+            .lines()
+            .iter()
+            .any(|l| l.component.starts_with("collector/sync_collector"))
+    );
+
+    let config = off_policy_config(64, 0, false, None);
+    let planned = OffPolicyTrainer::<Fixed, Dqn>::plan(&fixed_dqn(0), &config).unwrap();
+    let built = OffPolicyTrainer::new(fixed, fixed_dqn(0), config).unwrap();
+    assert_eq!(&planned, built.memory_plan());
+}
+
+/// Records every scheduled evaluation's mean return.
+#[derive(Default)]
+struct Evals(Vec<f64>);
+
+impl<S> Callback<S> for Evals {
+    fn on_eval(&mut self, _env_steps: u64, report: &crate::eval::EvalReport) -> Control {
+        self.0.push(report.mean_return);
+        Control::Continue
+    }
+}
+
+#[test]
+fn the_best_checkpoint_holds_the_learner_of_the_best_evaluation() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run_dir, best) = (dir.path().join("run"), dir.path().join("best"));
+    let mut config = off_policy_config(640, 3, false, Some(&run_dir));
+    config.run.eval = Some(EvalSchedule::new(64, 2));
+    config.run.checkpoint.as_mut().unwrap().best = Some(best.clone());
+    let mut trainer = OffPolicyTrainer::new(fixed, fixed_dqn(3), config.clone()).unwrap();
+    let mut evals = Evals::default();
+    trainer.train(&mut evals).unwrap();
+    assert_eq!(evals.0.len(), 10);
+    let top = evals.0.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let counters = RunCounters::load(&best).unwrap();
+    assert_eq!(counters.best_eval_return, Some(top));
+    let at = evals.0.iter().position(|&m| m == top).unwrap();
+    assert_eq!(
+        counters.env_steps,
+        64 * (at as u64 + 1),
+        "saved at the first best"
+    );
+    assert!(!best.join(REPLAY_FILE).exists() && !best.join("replay").exists());
+    assert_eq!(
+        RunCounters::load(&run_dir).unwrap().best_eval_return,
+        Some(top)
+    );
+
+    // The saved learner scores what the best evaluation scored.
+    let mut learner = fixed_dqn(99);
+    let saved = rl_nn::Checkpoint::load(best.join("learner.safetensors"), "dqn").unwrap();
+    learner.restore(&saved).unwrap();
+    let schedule = config.run.eval.unwrap();
+    let report = crate::eval::evaluate(
+        &mut fixed(0),
+        &mut learner,
+        &config.run.eval_config(&schedule),
+    )
+    .unwrap();
+    assert_eq!(report.mean_return, top);
+
+    // A best folder inside the run directory would be swapped away with it.
+    let mut inside = config;
+    inside.run.checkpoint.as_mut().unwrap().best = Some(run_dir.join("best"));
+    let e = OffPolicyTrainer::new(fixed, fixed_dqn(3), inside).unwrap_err();
+    assert!(
+        matches!(e, Error::Config { ref what, .. } if what == "run.checkpoint.best"),
+        "{e}"
+    );
 }

@@ -18,7 +18,7 @@ const LSTM_SEED_OFFSET: u64 = 0x6C73_746D_5EED_0001;
 
 /// What a recurrent policy remembers of each environment's past, chosen at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum History {
     /// Nothing: the heads see the last observation (`rl_history::Identity`), the
     /// feed-forward baseline.

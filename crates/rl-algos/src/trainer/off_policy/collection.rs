@@ -16,6 +16,7 @@ use crate::trainer::OffPolicyLearner;
 
 /// Which collector steps the training environments.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum CollectorChoice {
     /// [`rl_collect::SyncCollector`]: every environment stepped in the trainer's thread,
     /// one batched call of the learner per step. The learner is the collector's policy,
@@ -155,6 +156,28 @@ fn collector_configs(
 ///
 /// # Errors
 /// An invalid collector configuration, as [`AsyncCollector::plan`].
+/// What the synchronous collector of `config`'s run will hold (the collector's
+/// [`SyncCollector::memory_plan`], from the replay columns alone).
+pub(super) fn sync_plan<E, L>(schema: &Schema, config: &OffPolicyConfig) -> MemoryPlan
+where
+    E: Env<Obs = f32>,
+    E::Act: RandomAction,
+    L: OffPolicyLearner<Act = E::Act>,
+{
+    SyncCollector::<E, L>::plan(
+        config.run.n_envs,
+        numel(schema, Field::Obs),
+        numel(schema, Field::Action),
+    )
+}
+
+/// Elements per row of `field`'s column (0 if the schema has none).
+fn numel(schema: &Schema, field: Field) -> usize {
+    schema
+        .index_of(field.name())
+        .map_or(0, |i| schema.columns()[i].numel())
+}
+
 pub(super) fn async_plan<E, L>(
     learner: &L,
     schema: &Schema,
@@ -167,11 +190,7 @@ where
     E::Act: RandomAction,
     L: OffPolicyLearner<Act = E::Act>,
 {
-    let numel = |field: Field| {
-        schema
-            .index_of(field.name())
-            .map_or(0, |i| schema.columns()[i].numel())
-    };
+    let numel = |field: Field| numel(schema, field);
     let (_, async_config) = collector_configs(config, 0, workers, steps_per_chunk);
     let mut plan = AsyncCollector::<E, L::Actor>::plan(
         &async_config,

@@ -31,6 +31,7 @@ const MEMMAP_RECORD: &str = "memmap.json";
 
 /// Where the off-policy trainer's replay rows live.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum ReplayLocation {
     /// Anonymous memory, allocated and touched up front (the plan's `Ram` lines). A save
     /// writes the stored rows into the run directory's `replay/` folder.
@@ -267,8 +268,12 @@ impl OffPolicyReplay {
         with_buffer!(&self.buffer, b => b.memory_plan())
     }
 
-    /// The storage's plan for `config`, nothing allocated or created.
-    pub(super) fn plan(schema: &Schema, config: &OffPolicyConfig) -> Result<MemoryPlan> {
+    /// The storage's plan for rows of `schema` under `config` (capacity and location),
+    /// nothing allocated or created: the trainer's `replay` lines.
+    ///
+    /// # Errors
+    /// A capacity whose bytes overflow.
+    pub fn plan(schema: &Schema, config: &OffPolicyConfig) -> Result<MemoryPlan> {
         Ok(match config.replay_location {
             ReplayLocation::Ram => RamStorage::plan(schema, config.buffer_capacity)?,
             ReplayLocation::Memmap { .. } => MemmapStorage::plan(schema, config.buffer_capacity)?,

@@ -1,0 +1,294 @@
+//! The command line: `rl train | plan | eval | resume | plot | export`, on any
+//! [`Registry`] (the `rl` binary passes [`Registry::builtin`]).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use super::{Error, Registry, TrainOptions, Trained, Which};
+use crate::config::{Config, ConfigError};
+
+/// Train, plan, evaluate, resume, plot and export reinforcement-learning runs whose
+/// memory is planned before they start.
+#[derive(Debug, Parser)]
+#[command(name = "rl", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Train a config into a run directory (effective config, metrics.jsonl,
+    /// checkpoints, result.json, curve.png); prints the result as one JSON line.
+    /// Ctrl-C ends the run cleanly (exit code 130) and `rl resume` continues it.
+    Train {
+        /// The experiment's TOML file (see configs/).
+        config: PathBuf,
+        /// The run directory (created; must not hold a run). Default: runs/<config
+        /// name>, numbered if taken.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        set: SetFlags,
+        /// Print no plan and no progress.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Print the whole run's memory plan and whether it fits run.budget, allocating
+    /// nothing; exits 1 when it does not fit.
+    Plan {
+        /// The experiment's TOML file.
+        config: PathBuf,
+        #[command(flatten)]
+        set: SetFlags,
+    },
+    /// Evaluate a run's saved policy (deterministic actions); prints mean and std of the
+    /// returns as JSON.
+    Eval {
+        /// The run directory.
+        run_dir: PathBuf,
+        /// Episodes to run.
+        #[arg(long, default_value_t = 20)]
+        episodes: usize,
+        /// Which checkpoint: the latest save or the best evaluation's.
+        #[arg(long, value_enum, default_value_t = CheckpointFlag::Latest)]
+        checkpoint: CheckpointFlag,
+        /// Reset seed of the first episode (episode i uses seed + i). Default: the seeds
+        /// of the run's scheduled evaluations.
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Continue a run from its latest checkpoint (after an interrupt, or with a larger
+    /// run.total_steps), appending to its metrics.
+    Resume {
+        /// The run directory.
+        run_dir: PathBuf,
+        #[command(flatten)]
+        set: SetFlags,
+        /// Print no plan and no progress.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Draw the learning curves (mean training return against env steps) of one or
+    /// more runs into a PNG.
+    Plot {
+        /// Run directories, one line each.
+        #[arg(required = true)]
+        run_dirs: Vec<PathBuf>,
+        /// The PNG. Default: RUN_DIR/curve.png for one run, curves.png for several.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Write a run's policy weights for other tools (names and shapes as PyTorch's).
+    Export {
+        /// The run directory.
+        run_dir: PathBuf,
+        /// The file format.
+        #[arg(long, value_enum, default_value_t = Format::Safetensors)]
+        format: Format,
+        /// Which checkpoint: the latest save or the best evaluation's.
+        #[arg(long, value_enum, default_value_t = CheckpointFlag::Latest)]
+        checkpoint: CheckpointFlag,
+        /// The file. Default: RUN_DIR/policy.safetensors.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct SetFlags {
+    /// Override a config value: KEY=VALUE with a dotted key and a TOML value (or a bare
+    /// string), e.g. --set ppo.n_steps=64 --set run.seed=3. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum CheckpointFlag {
+    /// RUN_DIR/checkpoint: the latest save.
+    Latest,
+    /// RUN_DIR/best: the learner of the best scheduled evaluation.
+    Best,
+}
+
+impl From<CheckpointFlag> for Which {
+    fn from(flag: CheckpointFlag) -> Self {
+        match flag {
+            CheckpointFlag::Latest => Which::Latest,
+            CheckpointFlag::Best => Which::Best,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Format {
+    /// safetensors (tensors `<network>.<tensor>`, PyTorch names).
+    Safetensors,
+}
+
+/// Runs the `rl` command line (`std::env::args`) on `registry`'s environments and
+/// returns the exit code: 0 on success, 1 for a failed run or a plan over budget, 2 for
+/// a usage or config error (nothing ran), 130 for a run ended by Ctrl-C or SIGTERM
+/// (saved, resumable). Results go to stdout as JSON, progress and errors to stderr.
+pub fn run_command(registry: &Registry) -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(registry, cli.command) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(error.exit_code() as u8)
+        }
+    }
+}
+
+fn dispatch(registry: &Registry, command: Command) -> Result<u8, Error> {
+    match command {
+        Command::Train {
+            config,
+            out,
+            set,
+            quiet,
+        } => {
+            let parsed = read(&config, &set.set)?;
+            let out = match out {
+                Some(out) => out,
+                None => default_out(&config),
+            };
+            let options = TrainOptions {
+                quiet,
+                stop: Some(stop_flag()?),
+                overrides: Vec::new(),
+            };
+            report(super::train(registry, &parsed, &out, &options)?)
+        }
+        Command::Resume {
+            run_dir,
+            set,
+            quiet,
+        } => {
+            let options = TrainOptions {
+                quiet,
+                stop: Some(stop_flag()?),
+                overrides: set.set,
+            };
+            report(super::resume(registry, &run_dir, &options)?)
+        }
+        Command::Plan { config, set } => {
+            let parsed = read(&config, &set.set)?;
+            let planned = super::plan(registry, &parsed)?;
+            println!("{}", planned.plan);
+            match (&planned.refused, parsed.run.budget) {
+                (Some(why), _) => {
+                    println!("does not fit run.budget: {why}");
+                    Ok(1)
+                }
+                (None, Some(_)) => {
+                    println!("fits run.budget");
+                    Ok(0)
+                }
+                (None, None) => {
+                    println!("no run.budget to check against");
+                    Ok(0)
+                }
+            }
+        }
+        Command::Eval {
+            run_dir,
+            episodes,
+            checkpoint,
+            seed,
+        } => {
+            let evaluated = super::eval(registry, &run_dir, checkpoint.into(), episodes, seed)?;
+            println!("{}", json(&evaluated)?);
+            Ok(0)
+        }
+        Command::Plot { run_dirs, out } => {
+            let out = match (out, run_dirs.as_slice()) {
+                (Some(out), _) => out,
+                (None, [one]) => one.join(super::CURVE_FILE),
+                (None, _) => PathBuf::from("curves.png"),
+            };
+            super::plot(&run_dirs, &out)?;
+            eprintln!("wrote {}", out.display());
+            Ok(0)
+        }
+        Command::Export {
+            run_dir,
+            format: Format::Safetensors,
+            checkpoint,
+            out,
+        } => {
+            let exported = super::export(&run_dir, checkpoint.into(), out.as_deref())?;
+            println!("{}", json(&exported)?);
+            Ok(0)
+        }
+    }
+}
+
+fn json(value: &impl serde::Serialize) -> Result<String, Error> {
+    serde_json::to_string(value).map_err(|e| Error::Usage(format!("output: {e}")))
+}
+
+/// Prints the result line; exit code 130 for an interrupted run.
+fn report(trained: Trained) -> Result<u8, Error> {
+    println!("{}", json(&trained.result)?);
+    if trained.interrupted {
+        eprintln!(
+            "interrupted: saved at {} env steps; continue with `rl resume {}`",
+            trained.result.total_env_steps,
+            trained.dir.display()
+        );
+        return Ok(130);
+    }
+    Ok(0)
+}
+
+/// Reads a config file with overrides; errors name the file.
+fn read(path: &Path, overrides: &[String]) -> Result<Config, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::Usage(format!(
+            "{}: cannot read the config ({e}): give a TOML file, e.g. configs/ppo_cartpole.toml",
+            path.display()
+        ))
+    })?;
+    Config::from_toml(&text, overrides).map_err(|e| {
+        Error::Config(ConfigError {
+            key: e.key,
+            message: format!("{}: {}", path.display(), e.message),
+        })
+    })
+}
+
+/// `runs/<config file stem>`, or the first of `-2`, `-3` ... not taken.
+fn default_out(config: &Path) -> PathBuf {
+    let stem = config
+        .file_stem()
+        .map_or_else(|| "run".to_owned(), |s| s.to_string_lossy().into_owned());
+    let base = Path::new("runs");
+    let mut out = base.join(&stem);
+    let mut n = 2;
+    while out.exists() {
+        out = base.join(format!("{stem}-{n}"));
+        n += 1;
+    }
+    out
+}
+
+/// A flag set by the first Ctrl-C or SIGTERM (the run then ends cleanly); a second
+/// one exits at once with code 130.
+fn stop_flag() -> Result<Arc<AtomicBool>, Error> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = Arc::clone(&flag);
+    ctrlc::set_handler(move || {
+        if set.swap(true, Ordering::SeqCst) {
+            eprintln!("stopped without saving");
+            std::process::exit(130);
+        }
+    })
+    .map_err(|e| Error::Usage(format!("cannot handle Ctrl-C: {e}")))?;
+    Ok(flag)
+}

@@ -1,0 +1,242 @@
+//! One job (plan, train or resume, evaluate) on a trainer built for a concrete
+//! environment and learner: the generic half of the command.
+
+use std::path::Path;
+
+use rl_algos::eval::{EvalConfig, EvalReport, evaluate};
+use rl_algos::trainer::{
+    Goal, LearnerConfig, OffPolicyConfig, OffPolicyLearner, OffPolicyReplay, OffPolicyTrainer,
+    OnPolicyLearner, OnPolicyTrainer, PpoPolicy, RunConfig, TrainSummary,
+};
+use rl_collect::RandomAction;
+use rl_core::{Column, DType, Env, Field, MemoryPlan, Schema, Space};
+use rl_nn::Checkpoint;
+use rl_storage::Batch;
+
+use super::monitor::Monitor;
+use super::rundir::{self, CHECKPOINT_DIR, LEARNER_FILE};
+use super::{Error, Result, TrainOptions, Trained};
+use crate::config::{Config, ConfigError, StoredActions};
+
+/// What to do with the trainer a config describes.
+pub(crate) enum Job<'a> {
+    /// The memory plan, nothing allocated.
+    Plan,
+    /// Train into the run directory (`true`: resume it from its checkpoint).
+    Train(&'a Path, &'a TrainOptions, bool),
+    /// Evaluate the learner saved in a checkpoint folder.
+    Eval {
+        /// The checkpoint folder (`RUN/checkpoint` or `RUN/best`).
+        dir: &'a Path,
+        /// Episodes.
+        episodes: usize,
+        /// Reset seed of the first episode.
+        seed: u64,
+    },
+}
+
+/// What a job gave.
+pub(crate) enum Outcome {
+    Plan(MemoryPlan),
+    Trained(Box<Trained>),
+    Eval(EvalReport),
+}
+
+impl Outcome {
+    pub(crate) fn trained(self) -> Result<Trained> {
+        match self {
+            Outcome::Trained(trained) => Ok(*trained),
+            _ => Err(Error::Usage("train: the job gave no run".into())),
+        }
+    }
+}
+
+/// The evaluation settings of `rl eval`: the scheduled evaluations' episode cap.
+fn eval_config(run: &RunConfig, episodes: usize, seed: u64) -> EvalConfig {
+    EvalConfig {
+        episodes,
+        seed,
+        max_episode_steps: run
+            .eval
+            .map_or(EvalConfig::default().max_episode_steps, |e| {
+                e.max_episode_steps
+            }),
+    }
+}
+
+/// The evaluation the result reports: the one that reached an evaluation goal, or a new
+/// one of the policy as it ended (none without `run.eval`).
+fn final_eval(
+    run: &RunConfig,
+    summary: &TrainSummary,
+    evaluate: impl FnOnce(usize) -> rl_algos::Result<EvalReport>,
+) -> Result<Option<EvalReport>> {
+    let Some(schedule) = run.eval else {
+        return Ok(None);
+    };
+    if summary.solved && matches!(run.goal, Some(Goal::EvalReturn { .. })) {
+        return Ok(summary.last_eval);
+    }
+    Ok(Some(evaluate(schedule.episodes)?))
+}
+
+/// A job on the on-policy trainer of `policy` (PPO, recurrent PPO).
+pub(crate) fn on_policy<E, P, F>(
+    make: F,
+    env: E,
+    policy: P,
+    learner: LearnerConfig<P>,
+    config: &Config,
+    job: Job<'_>,
+) -> Result<Outcome>
+where
+    E: Env<Obs = f32>,
+    E::Act: RandomAction,
+    P: PpoPolicy<Act = E::Act>,
+    F: Fn(u64) -> E,
+{
+    match job {
+        Job::Plan => Ok(Outcome::Plan(OnPolicyTrainer::<E, P>::plan(
+            &env,
+            policy,
+            learner,
+            &config.run,
+        )?)),
+        Job::Train(dir, options, resume) => {
+            let run = rundir::run_config(dir, config);
+            let mut trainer = if resume {
+                OnPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, policy, learner, run)?
+            } else {
+                OnPolicyTrainer::new(make, policy, learner, run)?
+            };
+            let plan = trainer.memory_plan().clone();
+            let mut monitor = Monitor::start(dir, config, options, &plan, trainer.env_steps())?;
+            let summary = trainer.train(&mut monitor);
+            let summary = monitor.finish(summary)?;
+            let run = trainer.run_config().clone();
+            let eval = final_eval(&run, &summary, |n| trainer.evaluate(n))?;
+            let interrupted = monitor.interrupted();
+            rundir::finish(dir, config, &summary, eval, plan, interrupted).map(outcome)
+        }
+        Job::Eval {
+            dir,
+            episodes,
+            seed,
+        } => {
+            let mut ppo = P::Learner::new(policy, learner, config.run.n_envs)?;
+            ppo.load(&dir.join(LEARNER_FILE))?;
+            let mut env = make(seed);
+            let report = evaluate(
+                &mut env,
+                ppo.policy_mut(),
+                &eval_config(&config.run, episodes, seed),
+            )?;
+            Ok(Outcome::Eval(report))
+        }
+    }
+}
+
+fn outcome(trained: Trained) -> Outcome {
+    Outcome::Trained(Box::new(trained))
+}
+
+/// A job on the off-policy trainer of `learner` (SAC, discrete SAC, DQN).
+pub(crate) fn off_policy<E, L, F>(
+    make: F,
+    env: E,
+    mut learner: L,
+    config: &Config,
+    job: Job<'_>,
+) -> Result<Outcome>
+where
+    E: Env<Obs = f32> + Send + 'static,
+    E::Act: RandomAction,
+    L: OffPolicyLearner<Act = E::Act>,
+    F: Fn(u64) -> E,
+{
+    let missing = || Error::Usage(format!("the config of algo {} is incomplete", config.algo));
+    match job {
+        Job::Plan => {
+            let off = config.off_policy_config().ok_or_else(missing)?;
+            let plan = match config.stored_actions {
+                StoredActions::Index => OffPolicyTrainer::<E, L>::plan(&learner, &off)?,
+                StoredActions::OneHot => one_hot_plan::<E, L>(&env, &learner, &off)?,
+            };
+            Ok(Outcome::Plan(plan))
+        }
+        Job::Train(dir, options, resume) => {
+            let mut off = config.off_policy_config().ok_or_else(missing)?;
+            off.run = rundir::run_config(dir, config);
+            let mut trainer = if resume {
+                OffPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, off)?
+            } else {
+                OffPolicyTrainer::new(make, learner, off)?
+            };
+            let plan = trainer.memory_plan().clone();
+            let mut monitor = Monitor::start(dir, config, options, &plan, trainer.env_steps())?;
+            let summary = trainer.train(&mut monitor);
+            let summary = monitor.finish(summary)?;
+            let run = trainer.config().run.clone();
+            let eval = final_eval(&run, &summary, |n| trainer.evaluate(n))?;
+            let interrupted = monitor.interrupted();
+            rundir::finish(dir, config, &summary, eval, plan, interrupted).map(outcome)
+        }
+        Job::Eval {
+            dir,
+            episodes,
+            seed,
+        } => {
+            let saved =
+                Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.checkpoint_kind())?;
+            learner.restore(&saved)?;
+            let mut env = make(seed);
+            let report = evaluate(
+                &mut env,
+                &mut learner,
+                &eval_config(&config.run, episodes, seed),
+            )?;
+            Ok(Outcome::Eval(report))
+        }
+    }
+}
+
+/// The plan of `off` with actions stored one-hot (a float per possible action) instead
+/// of as indices: replay and batch lines for that layout, every other line as the
+/// trainer plans it.
+fn one_hot_plan<E, L>(env: &E, learner: &L, off: &OffPolicyConfig) -> Result<MemoryPlan>
+where
+    E: Env<Obs = f32> + Send + 'static,
+    E::Act: RandomAction,
+    L: OffPolicyLearner<Act = E::Act>,
+{
+    let Space::Discrete { n } = *env.action_space() else {
+        return Err(ConfigError::new(
+            "stored_actions",
+            "is \"one_hot\", which needs discrete actions: leave it out",
+        )
+        .into());
+    };
+    let schema = learner.replay_schema()?;
+    let action = Field::Action.name();
+    let one_hot = Schema::new(schema.columns().iter().map(|c| {
+        if c.name() == action {
+            Column::new(action, DType::F32, &[n as usize])
+        } else {
+            c.clone()
+        }
+    }))
+    .map_err(rl_algos::Error::from)?;
+    let index = OffPolicyTrainer::<E, L>::plan(learner, off)?;
+    let mut plan = MemoryPlan::new();
+    plan.nest("replay", &OffPolicyReplay::plan(&one_hot, off)?);
+    plan.nest(
+        "batch",
+        &Batch::plan(&one_hot, learner.batch_size()).map_err(rl_algos::Error::from)?,
+    );
+    for line in index.lines() {
+        if !(line.component.starts_with("replay/") || line.component.starts_with("batch/")) {
+            plan.add(line.component.clone(), line.location, line.bytes);
+        }
+    }
+    Ok(plan)
+}

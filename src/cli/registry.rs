@@ -1,0 +1,360 @@
+//! The environments a config can name, and how each algorithm is built for them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::OnceLock;
+
+use rl_algos::dqn::Dqn;
+use rl_algos::policy::{CategoricalPolicy, GaussianPolicy, RecurrentCategoricalPolicy};
+use rl_algos::ppo::RecurrentPpoConfig;
+use rl_algos::sac::{DiscreteSac, Sac};
+use rl_core::{Env, FeatureTable, Space};
+use rl_envs::{CartPole, LargeDiscrete, MaskedCartPole, PartialLargeDiscrete, Pendulum};
+
+use super::job::{self, Job, Outcome};
+use super::{Error, Result};
+use crate::config::{Algo, Config, ConfigError};
+
+/// The kind of actions an environment takes, which decides the algorithms it fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActionSpace {
+    /// `n` discrete actions (`Env::Act = u32`): PPO, recurrent PPO, discrete SAC, DQN.
+    Discrete(usize),
+    /// A box of `dim` floats (`Env::Act = f32`): PPO, SAC.
+    Box(usize),
+}
+
+impl ActionSpace {
+    fn of(space: &Space) -> Self {
+        match space {
+            Space::Discrete { n } => ActionSpace::Discrete(*n as usize),
+            other => ActionSpace::Box(other.flat_len()),
+        }
+    }
+
+    /// Whether `algo` can train on these actions.
+    pub fn fits(self, algo: Algo) -> bool {
+        match self {
+            ActionSpace::Discrete(_) => algo != Algo::Sac,
+            ActionSpace::Box(_) => matches!(algo, Algo::Ppo | Algo::Sac),
+        }
+    }
+}
+
+impl fmt::Display for ActionSpace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ActionSpace::Discrete(n) => write!(f, "{n} discrete actions"),
+            ActionSpace::Box(dim) => write!(f, "a box of {dim} continuous actions"),
+        }
+    }
+}
+
+/// One registered environment, with its action type known to the compiler.
+pub(crate) trait Entry: Send + Sync {
+    /// Its actions.
+    fn actions(&self) -> ActionSpace;
+
+    /// Builds what `config` asks for on this environment and runs `job`.
+    fn run(&self, config: &Config, job: Job<'_>) -> Result<Outcome>;
+}
+
+/// Environments by name, each with a constructor from a seed: what a config's `env`
+/// can name. [`Registry::builtin`] holds the reference environments; register your own
+/// with [`Registry::register_discrete`] (`Env::Act = u32`) or
+/// [`Registry::register_continuous`] (`Env::Act = f32`), then pass the registry to
+/// [`train`](super::train) and friends (or [`run_command`](crate::cli::run_command) for
+/// the whole command line in your own binary).
+///
+/// An environment is built once per training environment (`make(seed)` with the seeds
+/// of [`RunConfig::seed`](rl_algos::trainer::RunConfig::seed)), once for evaluation,
+/// and once to read the spaces.
+pub struct Registry {
+    entries: BTreeMap<String, Box<dyn Entry>>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("envs", &self.entries.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
+
+impl Registry {
+    /// No environment.
+    pub fn empty() -> Self {
+        Self {
+            entries: BTreeMap::new(),
+        }
+    }
+
+    /// The reference environments: `cartpole`, `masked_cartpole`, `pendulum`,
+    /// `large_discrete` (100 000 actions, task 0; discrete SAC scores them against its
+    /// action feature table) and `partial_large_discrete` (the same task revealed a
+    /// block per step).
+    pub fn builtin() -> Self {
+        let mut registry = Self::empty();
+        registry.register_discrete("cartpole", CartPole::new);
+        registry.register_discrete("masked_cartpole", MaskedCartPole::new);
+        registry.register_continuous("pendulum", Pendulum::new);
+        registry.register_discrete_with_table(
+            "large_discrete",
+            |_| LargeDiscrete::new(0),
+            |env: &LargeDiscrete| env.action_features().clone(),
+        );
+        registry.register_discrete_with_table(
+            "partial_large_discrete",
+            |_| PartialLargeDiscrete::new(0),
+            |env: &PartialLargeDiscrete| env.action_features().clone(),
+        );
+        registry
+    }
+
+    /// Registers an environment with discrete actions under `name` (replacing one of
+    /// that name). Nothing is built until a config names it.
+    pub fn register_discrete<E, F>(&mut self, name: &str, make: F) -> &mut Self
+    where
+        E: Env<Obs = f32, Act = u32> + Send + 'static,
+        F: Fn(u64) -> E + Clone + Send + Sync + 'static,
+    {
+        self.insert(name, Discrete::new(make, None))
+    }
+
+    /// Registers an environment with discrete actions and a feature row per action,
+    /// which `table` reads from an environment (shared, not copied, for
+    /// `FeatureTable`s): discrete SAC scores actions against it (a two-tower actor and
+    /// critics) instead of one output per action.
+    pub fn register_discrete_with_table<E, F, T>(
+        &mut self,
+        name: &str,
+        make: F,
+        table: T,
+    ) -> &mut Self
+    where
+        E: Env<Obs = f32, Act = u32> + Send + 'static,
+        F: Fn(u64) -> E + Clone + Send + Sync + 'static,
+        T: Fn(&E) -> FeatureTable + Send + Sync + 'static,
+    {
+        self.insert(name, Discrete::new(make, Some(Box::new(table))))
+    }
+
+    /// Registers an environment with continuous (box) actions under `name`.
+    pub fn register_continuous<E, F>(&mut self, name: &str, make: F) -> &mut Self
+    where
+        E: Env<Obs = f32, Act = f32> + Send + 'static,
+        F: Fn(u64) -> E + Clone + Send + Sync + 'static,
+    {
+        self.insert(
+            name,
+            Continuous {
+                make,
+                actions: OnceLock::new(),
+                _env: PhantomData,
+            },
+        )
+    }
+
+    fn insert(&mut self, name: &str, entry: impl Entry + 'static) -> &mut Self {
+        self.entries.insert(name.to_owned(), Box::new(entry));
+        self
+    }
+
+    /// The registered names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// The actions of environment `name`.
+    pub fn actions(&self, name: &str) -> Option<ActionSpace> {
+        self.entries.get(name).map(|e| e.actions())
+    }
+
+    /// The entry of `config.env`, checked against `config.algo`.
+    pub(crate) fn entry(&self, config: &Config) -> Result<&dyn Entry> {
+        let entry = self.entries.get(&config.env).ok_or_else(|| {
+            ConfigError::new(
+                "env",
+                format!(
+                    "is {:?}, which is not registered: use one of {}",
+                    config.env,
+                    self.names().collect::<Vec<_>>().join(", ")
+                ),
+            )
+        })?;
+        let actions = entry.actions();
+        if !actions.fits(config.algo) {
+            let fitting: Vec<&str> = Algo::ALL
+                .into_iter()
+                .filter(|a| actions.fits(*a))
+                .map(Algo::name)
+                .collect();
+            return Err(ConfigError::new(
+                "algo",
+                format!(
+                    "is {:?}, which cannot train env {:?} with {actions}: use one of {}",
+                    config.algo.name(),
+                    config.env,
+                    fitting.join(", ")
+                ),
+            )
+            .into());
+        }
+        Ok(entry.as_ref())
+    }
+
+    /// [`Registry::entry`], and what only `rl plan` accepts refused for training.
+    pub(crate) fn check(&self, config: &Config) -> Result<&dyn Entry> {
+        let entry = self.entry(config)?;
+        if config.stored_actions == crate::config::StoredActions::OneHot {
+            return Err(ConfigError::new(
+                "stored_actions",
+                "is \"one_hot\", which only `rl plan` accepts (to show what one-hot stored actions would cost): the learners store indices, leave it out to train",
+            )
+            .into());
+        }
+        Ok(entry)
+    }
+}
+
+/// Reads an environment's action feature table.
+type TableOf<E> = Box<dyn Fn(&E) -> FeatureTable + Send + Sync>;
+
+struct Discrete<E, F> {
+    make: F,
+    table: Option<TableOf<E>>,
+    /// Read from `make(0)` when first asked.
+    actions: OnceLock<ActionSpace>,
+    _env: PhantomData<fn() -> E>,
+}
+
+impl<E, F> Discrete<E, F>
+where
+    E: Env<Obs = f32, Act = u32> + Send + 'static,
+    F: Fn(u64) -> E + Clone + Send + Sync + 'static,
+{
+    fn new(make: F, table: Option<TableOf<E>>) -> Self {
+        Self {
+            make,
+            table,
+            actions: OnceLock::new(),
+            _env: PhantomData,
+        }
+    }
+}
+
+/// The error of building a learner or policy whose settings were validated already.
+fn build_error(e: rl_algos::Error) -> Error {
+    Error::Algos(e)
+}
+
+impl<E, F> Entry for Discrete<E, F>
+where
+    E: Env<Obs = f32, Act = u32> + Send + 'static,
+    F: Fn(u64) -> E + Clone + Send + Sync + 'static,
+{
+    fn actions(&self) -> ActionSpace {
+        *self
+            .actions
+            .get_or_init(|| ActionSpace::of((self.make)(0).action_space()))
+    }
+
+    fn run(&self, config: &Config, job: Job<'_>) -> Result<Outcome> {
+        let env = (self.make)(0);
+        let seed = config.run.seed;
+        let missing = || Error::Usage(format!("the config of algo {} is incomplete", config.algo));
+        match config.algo {
+            Algo::Ppo => {
+                let policy_config = config.policy.clone().ok_or_else(missing)?;
+                let policy =
+                    CategoricalPolicy::for_env(&env, policy_config, seed).map_err(build_error)?;
+                let ppo = config.ppo.ok_or_else(missing)?;
+                job::on_policy(self.make.clone(), env, policy, ppo, config, job)
+            }
+            Algo::RecurrentPpo => {
+                let policy_config = config.policy.clone().ok_or_else(missing)?;
+                let recurrent = config.recurrent.ok_or_else(missing)?;
+                let policy = RecurrentCategoricalPolicy::for_env(
+                    &env,
+                    recurrent.history,
+                    policy_config,
+                    seed,
+                )
+                .map_err(build_error)?;
+                let ppo = config.ppo.ok_or_else(missing)?;
+                let learner = RecurrentPpoConfig::new(ppo, recurrent.chunk_len);
+                job::on_policy(self.make.clone(), env, policy, learner, config, job)
+            }
+            Algo::DiscreteSac => {
+                let sac = config.sac.clone().ok_or_else(missing)?;
+                let learner = match &self.table {
+                    Some(table) => DiscreteSac::for_env_with_table(&env, table(&env), sac),
+                    None => DiscreteSac::for_env(&env, sac),
+                }
+                .map_err(build_error)?;
+                job::off_policy(self.make.clone(), env, learner, config, job)
+            }
+            Algo::Dqn => {
+                let dqn = config.dqn.clone().ok_or_else(missing)?;
+                let learner = Dqn::for_env(&env, dqn).map_err(build_error)?;
+                job::off_policy(self.make.clone(), env, learner, config, job)
+            }
+            Algo::Sac => Err(Error::Usage(format!(
+                "algo sac cannot train env {:?} ({}): use discrete_sac",
+                config.env,
+                self.actions()
+            ))),
+        }
+    }
+}
+
+struct Continuous<E, F> {
+    make: F,
+    /// Read from `make(0)` when first asked.
+    actions: OnceLock<ActionSpace>,
+    _env: PhantomData<fn() -> E>,
+}
+
+impl<E, F> Entry for Continuous<E, F>
+where
+    E: Env<Obs = f32, Act = f32> + Send + 'static,
+    F: Fn(u64) -> E + Clone + Send + Sync + 'static,
+{
+    fn actions(&self) -> ActionSpace {
+        *self
+            .actions
+            .get_or_init(|| ActionSpace::of((self.make)(0).action_space()))
+    }
+
+    fn run(&self, config: &Config, job: Job<'_>) -> Result<Outcome> {
+        let env = (self.make)(0);
+        let seed = config.run.seed;
+        let missing = || Error::Usage(format!("the config of algo {} is incomplete", config.algo));
+        match config.algo {
+            Algo::Ppo => {
+                let policy_config = config.policy.clone().ok_or_else(missing)?;
+                let policy =
+                    GaussianPolicy::for_env(&env, policy_config, seed).map_err(build_error)?;
+                let ppo = config.ppo.ok_or_else(missing)?;
+                job::on_policy(self.make.clone(), env, policy, ppo, config, job)
+            }
+            Algo::Sac => {
+                let sac = config.sac.clone().ok_or_else(missing)?;
+                let learner = Sac::for_env(&env, sac).map_err(build_error)?;
+                job::off_policy(self.make.clone(), env, learner, config, job)
+            }
+            other => Err(Error::Usage(format!(
+                "algo {other} cannot train env {:?} ({}): use ppo or sac",
+                config.env,
+                self.actions()
+            ))),
+        }
+    }
+}

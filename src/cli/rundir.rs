@@ -1,0 +1,241 @@
+//! The run directory: its files, the checks before a run, the result at the end.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rl_algos::eval::EvalReport;
+use rl_algos::trainer::{
+    CheckpointSchedule, RUN_FILE, RunConfig, RunCounters, StopReason, TrainSummary,
+};
+use rl_core::MemoryPlan;
+use serde::{Deserialize, Serialize};
+
+use super::{Error, Result, Trained};
+use crate::config::{Algo, Config, ConfigError};
+
+/// The effective config of a run.
+pub const CONFIG_FILE: &str = "config.toml";
+/// The metrics, one JSON object per line.
+pub const METRICS_FILE: &str = "metrics.jsonl";
+/// The latest save of the run, what `rl resume` continues from.
+pub const CHECKPOINT_DIR: &str = "checkpoint";
+/// The learner at its best scheduled evaluation.
+pub const BEST_DIR: &str = "best";
+/// The outcome of the last `rl train` or `rl resume` of the run.
+pub const RESULT_FILE: &str = "result.json";
+/// The learning curve.
+pub const CURVE_FILE: &str = "curve.png";
+/// The learner's checkpoint inside a checkpoint folder (the trainers' layout).
+pub(crate) const LEARNER_FILE: &str = "learner.safetensors";
+
+/// The outcome of a run: the JSON line `rl train` prints and `result.json` holds. The
+/// keys of the examples' line, and the run's algorithm, environment, directory and why
+/// it stopped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// Whether the goal was reached.
+    pub solved: bool,
+    /// Env steps at the goal, or at the end when it was not reached.
+    pub env_steps: u64,
+    /// Seconds of this process's training at the goal, or at the end.
+    pub wall_s: f64,
+    /// Mean return of the last training episodes.
+    pub mean_return: Option<f32>,
+    /// Training episodes in that mean.
+    pub window: usize,
+    /// Peak resident memory of the process.
+    pub peak_rss_bytes: Option<u64>,
+    /// `run.seed`.
+    pub seed: u64,
+    /// RAM bytes the plan holds.
+    pub planned_bytes: u64,
+    /// Env steps per second of this process.
+    pub env_steps_per_s: f64,
+    /// Env steps over the run's life at the end.
+    pub total_env_steps: u64,
+    /// Seconds of this process's training.
+    pub total_wall_s: f64,
+    /// The mean return of the final (or goal-reaching) evaluation, with `run.eval`.
+    pub eval_mean_return: Option<f64>,
+    /// The algorithm.
+    pub algo: Algo,
+    /// The environment.
+    pub env: String,
+    /// `"goal"`, `"budget"` or `"interrupted"` (resume it with `rl resume`).
+    pub stopped_by: String,
+    /// The run directory.
+    pub run_dir: PathBuf,
+}
+
+/// The checkpoint kind each algorithm's learner writes.
+fn kind_of(algo: Algo) -> &'static str {
+    match algo {
+        Algo::Ppo => rl_algos::ppo::CHECKPOINT_KIND,
+        Algo::RecurrentPpo => rl_algos::ppo::RECURRENT_CHECKPOINT_KIND,
+        Algo::Sac => rl_algos::sac::SAC_CHECKPOINT_KIND,
+        Algo::DiscreteSac => rl_algos::sac::DISCRETE_SAC_CHECKPOINT_KIND,
+        Algo::Dqn => rl_algos::dqn::CHECKPOINT_KIND,
+    }
+}
+
+/// Makes `out` a new run directory: created if missing, refused if it holds a run,
+/// checked writable.
+pub(crate) fn create(out: &Path) -> Result<PathBuf> {
+    if out.join(CONFIG_FILE).exists() {
+        return Err(Error::Usage(format!(
+            "--out {}: the folder holds a run already: continue it with `rl resume {}`, or choose another --out",
+            out.display(),
+            out.display()
+        )));
+    }
+    fs::create_dir_all(out).map_err(|e| {
+        Error::Usage(format!(
+            "--out {}: cannot create the folder ({e}): choose a writable place",
+            out.display()
+        ))
+    })?;
+    check_writable(out)?;
+    Ok(out.to_owned())
+}
+
+/// Writes and removes a probe file in `dir`.
+pub(crate) fn check_writable(dir: &Path) -> Result<()> {
+    let probe = dir.join(".rl-write-check");
+    fs::write(&probe, b"rl")
+        .and_then(|()| fs::remove_file(&probe))
+        .map_err(|e| {
+            Error::Usage(format!(
+                "--out {}: cannot write into the folder ({e}): choose a writable folder",
+                dir.display()
+            ))
+        })
+}
+
+/// Writes `dir/config.toml` (whole or not at all).
+pub(crate) fn write_config(dir: &Path, config: &Config) -> Result<()> {
+    let text = format!(
+        "# The effective configuration of this run: every value in force, defaults written\n\
+         # out (an optional setting that is off is left out). `rl resume` reads it.\n\n{}",
+        config.to_toml()?
+    );
+    write_atomically(&dir.join(CONFIG_FILE), text.as_bytes())
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    fs::write(&partial, bytes)
+        .and_then(|()| fs::rename(&partial, path))
+        .map_err(|e| Error::io("writing", path, e))
+}
+
+/// Reads `dir/config.toml` with `overrides`.
+pub(crate) fn read_config(dir: &Path, overrides: &[String]) -> Result<Config> {
+    let path = dir.join(CONFIG_FILE);
+    let text = fs::read_to_string(&path).map_err(|e| {
+        Error::Usage(format!(
+            "{}: not a run directory ({} cannot be read: {e}): give the --out folder of `rl train`",
+            dir.display(),
+            path.display()
+        ))
+    })?;
+    Config::from_toml(&text, overrides).map_err(|e| {
+        Error::Config(ConfigError {
+            key: e.key,
+            message: format!("{}: {}", path.display(), e.message),
+        })
+    })
+}
+
+/// The counters of the checkpoint folder `dir/name`, checked to hold a learner of
+/// `config`'s algorithm.
+pub(crate) fn check_checkpoint(dir: &Path, name: &str, config: &Config) -> Result<RunCounters> {
+    let folder = dir.join(name);
+    if !folder.join(RUN_FILE).exists() {
+        let hint = if name == BEST_DIR {
+            "a best checkpoint is kept only for runs with run.eval"
+        } else {
+            "the run has not saved yet"
+        };
+        return Err(Error::Usage(format!(
+            "{} holds no checkpoint ({hint})",
+            folder.display()
+        )));
+    }
+    let counters = RunCounters::load(&folder)?;
+    let expected = kind_of(config.algo);
+    if counters.learner != expected {
+        let held = Algo::ALL
+            .into_iter()
+            .find(|a| kind_of(*a) == counters.learner)
+            .map_or_else(|| counters.learner.clone(), |a| a.name().to_owned());
+        return Err(Error::Usage(format!(
+            "{} holds a checkpoint of algo {held}, but {} says algo = \"{}\": use the config the run was trained with",
+            folder.display(),
+            dir.join(CONFIG_FILE).display(),
+            config.algo
+        )));
+    }
+    Ok(counters)
+}
+
+/// The loop settings of a run in `dir`: the config's, saving into `dir/checkpoint` at
+/// `run.checkpoint.every_steps` (and at the end), and into `dir/best` at each best
+/// evaluation.
+pub(crate) fn run_config(dir: &Path, config: &Config) -> RunConfig {
+    let every_steps = config.run.checkpoint.as_ref().and_then(|c| c.every_steps);
+    RunConfig {
+        checkpoint: Some(CheckpointSchedule {
+            dir: dir.join(CHECKPOINT_DIR),
+            every_steps,
+            best: config.run.eval.map(|_| dir.join(BEST_DIR)),
+        }),
+        ..config.run.clone()
+    }
+}
+
+/// Writes `result.json` and `curve.png` at the end of a run.
+pub(crate) fn finish(
+    dir: &Path,
+    config: &Config,
+    s: &TrainSummary,
+    eval: Option<EvalReport>,
+    plan: MemoryPlan,
+    interrupted: bool,
+) -> Result<Trained> {
+    let stopped_by = match (interrupted, s.stopped_by) {
+        (true, _) => "interrupted",
+        (false, StopReason::Goal) => "goal",
+        (false, StopReason::Budget) => "budget",
+        (false, StopReason::Callback) => "callback",
+    };
+    let result = RunResult {
+        solved: s.solved,
+        env_steps: s.env_steps,
+        wall_s: s.wall_s,
+        mean_return: s.mean_return,
+        window: s.window,
+        peak_rss_bytes: s.peak_rss_bytes,
+        seed: config.run.seed,
+        planned_bytes: s.planned_bytes,
+        env_steps_per_s: s.total_env_steps as f64 / s.total_wall_s.max(1e-9),
+        total_env_steps: s.total_env_steps,
+        total_wall_s: s.total_wall_s,
+        eval_mean_return: eval.map(|e| e.mean_return),
+        algo: config.algo,
+        env: config.env.clone(),
+        stopped_by: stopped_by.to_owned(),
+        run_dir: dir.to_owned(),
+    };
+    let text = serde_json::to_string(&result)
+        .map_err(|e| Error::io("writing", &dir.join(RESULT_FILE), e.into()))?;
+    write_atomically(&dir.join(RESULT_FILE), format!("{text}\n").as_bytes())?;
+    super::plot::plot(&[dir.to_owned()], &dir.join(CURVE_FILE))?;
+    Ok(Trained {
+        result,
+        dir: dir.to_owned(),
+        plan,
+        interrupted,
+    })
+}

@@ -1,0 +1,387 @@
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use super::*;
+
+/// A config of `algo` on `env` for `steps` env steps, with `overrides`.
+fn config(algo: &str, env: &str, steps: u64, overrides: &[&str]) -> Config {
+    let text = format!("algo = \"{algo}\"\nenv = \"{env}\"\n[run]\ntotal_steps = {steps}\n");
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    Config::from_toml(&text, &overrides).unwrap()
+}
+
+fn lines(dir: &Path) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    std::fs::read_to_string(dir.join(METRICS_FILE))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Small runs of every algorithm: one per action kind it fits.
+fn small_runs() -> Vec<(&'static str, Config)> {
+    vec![
+        (
+            "ppo",
+            config("ppo", "cartpole", 256, &["ppo.n_steps=32", "run.n_envs=2"]),
+        ),
+        (
+            "ppo_box",
+            config(
+                "ppo",
+                "pendulum",
+                128,
+                &["ppo.n_steps=64", "ppo.batch_size=32"],
+            ),
+        ),
+        (
+            "recurrent_ppo",
+            config(
+                "recurrent_ppo",
+                "masked_cartpole",
+                128,
+                &[
+                    "ppo.n_steps=32",
+                    "ppo.batch_size=32",
+                    "recurrent.chunk_len=8",
+                    "run.n_envs=2",
+                ],
+            ),
+        ),
+        (
+            "sac",
+            config(
+                "sac",
+                "pendulum",
+                260,
+                &[
+                    "sac.hidden=[16, 16]",
+                    "sac.batch_size=16",
+                    "off_policy.buffer_capacity=1000",
+                ],
+            ),
+        ),
+        (
+            "discrete_sac",
+            config(
+                "discrete_sac",
+                "cartpole",
+                160,
+                &[
+                    "sac.hidden=[16, 16]",
+                    "sac.batch_size=16",
+                    "off_policy.buffer_capacity=1000",
+                ],
+            ),
+        ),
+        (
+            "dqn",
+            config(
+                "dqn",
+                "cartpole",
+                200,
+                &[
+                    "dqn.hidden=[16, 16]",
+                    "off_policy.buffer_capacity=1000",
+                    "off_policy.learning_starts=50",
+                    "run.eval={every_steps=100, episodes=2}",
+                    "log.metrics_every_steps=50",
+                ],
+            ),
+        ),
+    ]
+}
+
+#[test]
+fn every_algorithm_fills_a_run_directory_with_the_same_metrics_keys() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, config) in small_runs() {
+        let dir = tmp.path().join(name);
+        let trained = train(&registry, &config, &dir, &TrainOptions::quiet()).unwrap();
+        assert_eq!(
+            trained.result.total_env_steps, config.run.total_steps,
+            "{name}"
+        );
+        assert_eq!(trained.result.stopped_by, "budget", "{name}");
+        for file in [CONFIG_FILE, RESULT_FILE, CURVE_FILE] {
+            assert!(dir.join(file).is_file(), "{name}: {file}");
+        }
+        assert!(
+            dir.join(CHECKPOINT_DIR)
+                .join("learner.safetensors")
+                .is_file()
+        );
+        let lines = lines(&dir);
+        assert!(lines.len() >= 2, "{name}: {} lines", lines.len());
+        for line in &lines {
+            let keys: BTreeSet<&str> = line.keys().map(String::as_str).collect();
+            for key in METRICS_KEYS {
+                assert!(keys.contains(key), "{name} lacks {key}: {keys:?}");
+            }
+        }
+        let steps: Vec<u64> = lines
+            .iter()
+            .map(|l| l["env_steps"].as_u64().unwrap())
+            .collect();
+        assert!(steps.windows(2).all(|w| w[0] < w[1]), "{name}: {steps:?}");
+        assert_eq!(steps.last(), Some(&config.run.total_steps), "{name}");
+        // The effective config reads back as the config that ran.
+        let written = std::fs::read_to_string(dir.join(CONFIG_FILE)).unwrap();
+        assert_eq!(Config::from_toml(&written, &[]).unwrap(), config, "{name}");
+        // The saved policy evaluates.
+        let evaluated = eval(&registry, &dir, Which::Latest, 2, Some(7)).unwrap();
+        assert_eq!(evaluated.report.episodes, 2);
+        assert_eq!(evaluated.env_steps, config.run.total_steps);
+    }
+    // DQN evaluated on a schedule: its lines carry the evaluations, and it kept a best.
+    let dqn = lines(&tmp.path().join("dqn"));
+    let evals: Vec<_> = dqn
+        .iter()
+        .filter(|l| !l["eval_return_mean"].is_null())
+        .collect();
+    assert_eq!(evals.len(), 2, "evaluations at 100 and 200 env steps");
+    assert!(
+        tmp.path()
+            .join("dqn")
+            .join(BEST_DIR)
+            .join("learner.safetensors")
+            .is_file()
+    );
+    assert!(eval(&registry, &tmp.path().join("dqn"), Which::Best, 1, None).is_ok());
+    let no_best = eval(&registry, &tmp.path().join("ppo"), Which::Best, 1, None).unwrap_err();
+    assert!(no_best.to_string().contains("run.eval"), "{no_best}");
+}
+
+#[test]
+fn a_stopped_run_saves_and_resume_takes_it_to_its_budget() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let config = config(
+        "dqn",
+        "cartpole",
+        300,
+        &[
+            "dqn.hidden=[16]",
+            "off_policy.buffer_capacity=1000",
+            "off_policy.learning_starts=20",
+        ],
+    );
+    let stop = Arc::new(AtomicBool::new(true));
+    let options = TrainOptions {
+        stop: Some(Arc::clone(&stop)),
+        ..TrainOptions::quiet()
+    };
+    let first = train(&registry, &config, &dir, &options).unwrap();
+    assert!(first.interrupted);
+    assert_eq!(first.result.stopped_by, "interrupted");
+    let saved = first.result.total_env_steps;
+    assert!(saved < 300, "stopped after one iteration, at {saved}");
+    assert_eq!(
+        eval(&registry, &dir, Which::Latest, 1, None)
+            .unwrap()
+            .env_steps,
+        saved
+    );
+
+    // Training into the same folder again is refused; resuming continues it.
+    let again = train(&registry, &config, &dir, &TrainOptions::quiet()).unwrap_err();
+    assert_eq!(again.exit_code(), 2);
+    assert!(again.to_string().contains("rl resume"), "{again}");
+    stop.store(false, std::sync::atomic::Ordering::SeqCst);
+    let resumed = resume(&registry, &dir, &options).unwrap();
+    assert!(!resumed.interrupted);
+    assert_eq!(resumed.result.total_env_steps, 300);
+    let lines = lines(&dir);
+    let steps: Vec<u64> = lines
+        .iter()
+        .map(|l| l["env_steps"].as_u64().unwrap())
+        .collect();
+    assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
+    let walls: Vec<f64> = lines
+        .iter()
+        .map(|l| l["wall_s"].as_f64().unwrap())
+        .collect();
+    assert!(
+        walls.windows(2).all(|w| w[0] <= w[1]),
+        "wall time continues: {walls:?}"
+    );
+
+    // A longer budget through --set continues the same run.
+    let longer = TrainOptions {
+        overrides: vec!["run.total_steps=400".into()],
+        ..TrainOptions::quiet()
+    };
+    assert_eq!(
+        resume(&registry, &dir, &longer)
+            .unwrap()
+            .result
+            .total_env_steps,
+        400
+    );
+    let seed = TrainOptions {
+        overrides: vec!["run.seed=5".into()],
+        ..TrainOptions::quiet()
+    };
+    assert!(
+        resume(&registry, &dir, &seed).is_err(),
+        "another seed is another run"
+    );
+}
+
+#[test]
+fn usage_errors_come_before_anything_is_written() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let ok = config("ppo", "cartpole", 64, &["ppo.n_steps=32", "run.n_envs=2"]);
+    let cases = [
+        (config("ppo", "no_such_env", 64, &[]), "env"),
+        (config("sac", "cartpole", 64, &[]), "algo"),
+        (config("dqn", "pendulum", 64, &[]), "algo"),
+        (
+            config("dqn", "cartpole", 64, &["stored_actions=one_hot"]),
+            "stored_actions",
+        ),
+        (
+            config("dqn", "cartpole", 64, &["run.budget={ram=1000}"]),
+            "run.budget",
+        ),
+    ];
+    for (i, (bad, key)) in cases.into_iter().enumerate() {
+        let dir = tmp.path().join(format!("bad{i}"));
+        let e = train(&registry, &bad, &dir, &TrainOptions::quiet()).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().starts_with(key), "{e}");
+        assert!(!dir.exists(), "nothing is created for {e}");
+    }
+    // An --out below a file cannot be created.
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let e = train(&registry, &ok, &file.join("run"), &TrainOptions::quiet()).unwrap_err();
+    assert_eq!(e.exit_code(), 2);
+    assert!(e.to_string().starts_with("--out"), "{e}");
+    // A folder that is not a run directory.
+    let e = eval(&registry, tmp.path(), Which::Latest, 1, None).unwrap_err();
+    assert_eq!(e.exit_code(), 2);
+    assert!(e.to_string().contains("not a run directory"), "{e}");
+}
+
+#[test]
+fn a_checkpoint_of_another_algorithm_is_named_as_such() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let ppo = tmp.path().join("ppo");
+    let dqn = tmp.path().join("dqn");
+    let ppo_config = config("ppo", "cartpole", 64, &["ppo.n_steps=32", "run.n_envs=2"]);
+    let dqn_config = config(
+        "dqn",
+        "cartpole",
+        64,
+        &["dqn.hidden=[8]", "off_policy.buffer_capacity=100"],
+    );
+    train(&registry, &ppo_config, &ppo, &TrainOptions::quiet()).unwrap();
+    train(&registry, &dqn_config, &dqn, &TrainOptions::quiet()).unwrap();
+    std::fs::remove_dir_all(ppo.join(CHECKPOINT_DIR)).unwrap();
+    std::fs::rename(dqn.join(CHECKPOINT_DIR), ppo.join(CHECKPOINT_DIR)).unwrap();
+    for e in [
+        eval(&registry, &ppo, Which::Latest, 1, None).unwrap_err(),
+        resume(&registry, &ppo, &TrainOptions::quiet()).unwrap_err(),
+        export(&ppo, Which::Latest, None).unwrap_err(),
+    ] {
+        assert_eq!(e.exit_code(), 2);
+        let text = e.to_string();
+        assert!(
+            text.contains("checkpoint of algo dqn") && text.contains("algo = \"ppo\""),
+            "{text}"
+        );
+        assert!(!text.contains("corrupt"), "{text}");
+    }
+}
+
+#[test]
+fn export_writes_every_policy_network_without_optimiser_state() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let config = config(
+        "ppo",
+        "cartpole",
+        64,
+        &["ppo.n_steps=32", "run.n_envs=2", "policy.hidden=[16, 8]"],
+    );
+    train(&registry, &config, &dir, &TrainOptions::quiet()).unwrap();
+    let exported = export(&dir, Which::Latest, None).unwrap();
+    assert_eq!(exported.path, dir.join("policy.safetensors"));
+    let expected: Vec<(String, Vec<usize>)> = [
+        ("actor.0.bias", vec![16]),
+        ("actor.0.weight", vec![16, 4]),
+        ("actor.2.bias", vec![8]),
+        ("actor.2.weight", vec![8, 16]),
+        ("actor.4.bias", vec![2]),
+        ("actor.4.weight", vec![2, 8]),
+        ("critic.0.bias", vec![16]),
+        ("critic.0.weight", vec![16, 4]),
+        ("critic.2.bias", vec![8]),
+        ("critic.2.weight", vec![8, 16]),
+        ("critic.4.bias", vec![1]),
+        ("critic.4.weight", vec![1, 8]),
+    ]
+    .into_iter()
+    .map(|(n, s)| (n.to_owned(), s))
+    .collect();
+    assert_eq!(exported.tensors, expected);
+    // The file is the network layer's weights format, and holds the trained weights.
+    let mut actor =
+        rl_nn::Mlp::zeros(rl_nn::MlpSpec::new(4, &[16, 8], 2, rl_nn::Activation::Relu)).unwrap();
+    rl_nn::load_weights(&exported.path, "actor", &mut actor).unwrap();
+    use rl_nn::Weights;
+    assert!(actor.params().iter().any(|&p| p != 0.0));
+    let bytes = std::fs::read(&exported.path).unwrap();
+    let text = String::from_utf8_lossy(&bytes[..2000.min(bytes.len())]).into_owned();
+    assert!(!text.contains("exp_avg"), "no optimiser state");
+}
+
+#[test]
+fn plot_draws_a_png_that_decodes_with_one_line_per_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dirs = Vec::new();
+    for (run, scale) in [("a", 1.0), ("b", 2.0)] {
+        let dir = tmp.path().join(run);
+        std::fs::create_dir_all(&dir).unwrap();
+        let text: String = (1..=20)
+            .map(|i| {
+                format!(
+                    "{{\"env_steps\":{},\"return_mean\":{}}}\n",
+                    i * 100,
+                    scale * f64::from(i)
+                )
+            })
+            .collect();
+        std::fs::write(
+            dir.join(METRICS_FILE),
+            format!("{{\"env_steps\":0,\"return_mean\":null}}\n{text}"),
+        )
+        .unwrap();
+        dirs.push(dir);
+    }
+    let out = tmp.path().join("curves.png");
+    plot(&dirs, &out).unwrap();
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&out).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    assert_eq!((info.width, info.height), (1024, 640));
+    let pixel = |i: usize| &pixels[i * 3..i * 3 + 3];
+    let colors: BTreeSet<[u8; 3]> = (0..(1024 * 640))
+        .map(|i| pixel(i).try_into().unwrap())
+        .filter(|p: &[u8; 3]| p[0] != p[1] || p[1] != p[2])
+        .collect();
+    assert!(
+        colors.len() >= 2,
+        "two coloured lines (and text in grey): {}",
+        colors.len()
+    );
+    let missing = plot(&[tmp.path().join("none")], &out).unwrap_err();
+    assert_eq!(missing.exit_code(), 2);
+}

@@ -1,0 +1,181 @@
+use super::*;
+
+const PPO: &str = r#"
+algo = "ppo"
+env = "cartpole"
+[run]
+total_steps = 1000
+n_envs = 4
+[ppo]
+n_steps = 32
+adam = { lr = 2e-3 }
+"#;
+
+fn error(text: &str, overrides: &[&str]) -> ConfigError {
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    Config::from_toml(text, &overrides).expect_err("the config should be refused")
+}
+
+#[test]
+fn missing_keys_take_the_algorithms_defaults_also_in_nested_tables() {
+    let config = Config::from_toml(PPO, &[]).unwrap();
+    let ppo = config.ppo.unwrap();
+    assert_eq!(ppo.n_steps, 32);
+    assert_eq!(ppo.adam.lr, 2e-3);
+    // PPO's own Adam epsilon, not AdamConfig::default()'s by accident of equality:
+    assert_eq!(ppo.adam.eps, PpoConfig::new().adam.eps);
+    assert_eq!(ppo.epochs, PpoConfig::new().epochs);
+    assert_eq!(config.policy, Some(PolicyConfig::new()));
+    assert!(config.sac.is_none() && config.off_policy.is_none());
+
+    let sac = Config::from_toml(
+        "algo = \"sac\"\nenv = \"pendulum\"\n[run]\ntotal_steps = 10\n[sac.adam]\nlr = 1e-3\n",
+        &[],
+    )
+    .unwrap()
+    .sac
+    .unwrap();
+    assert_eq!(sac.adam.lr, 1e-3);
+    assert_eq!(
+        sac.adam.eps, 1e-8,
+        "SAC's epsilon survives a partial [sac.adam]"
+    );
+    assert_eq!(sac.hidden, vec![256, 256]);
+
+    // Beside a key whose default is off (None), and inline.
+    let sac = Config::from_toml(
+        "algo = \"discrete_sac\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 10\n[sac]\ntarget_entropy = 0.5\nadam = { lr = 1e-3 }\nent_coef = { auto = {} }\n",
+        &[],
+    )
+    .unwrap()
+    .sac
+    .unwrap();
+    assert_eq!((sac.adam.lr, sac.adam.eps), (1e-3, 1e-8));
+    assert_eq!(sac.target_entropy, Some(0.5));
+    assert_eq!(
+        sac.ent_coef,
+        rl_algos::sac::EntropyCoef::Auto { initial: 1.0 }
+    );
+
+    // Another enum variant replaces the default one whole.
+    let dqn = Config::from_toml(
+        "algo = \"dqn\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 10\n[dqn]\ntarget_update = { polyak = { tau = 0.01 } }\n",
+        &[],
+    )
+    .unwrap()
+    .dqn
+    .unwrap();
+    assert_eq!(
+        dqn.target_update,
+        rl_algos::dqn::TargetUpdate::Polyak { tau: 0.01 }
+    );
+}
+
+#[test]
+fn the_effective_config_reads_back_as_the_same_config() {
+    for text in [
+        PPO,
+        "algo = \"dqn\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 10\nseed = 3\n[run.goal.eval_return]\nmean_return = 475.0\n[run.eval]\nevery_steps = 100\nepisodes = 2\n[off_policy]\nprioritized = {}\ncollector = { async = { workers = 1, steps_per_chunk = 8 } }\n",
+        "algo = \"recurrent_ppo\"\nenv = \"masked_cartpole\"\n[run]\ntotal_steps = 10\nn_envs = 2\n[ppo]\nn_steps = 64\nbatch_size = 128\n[recurrent]\nhistory = { stack = { k = 4 } }\n",
+        "algo = \"discrete_sac\"\nenv = \"large_discrete\"\nstored_actions = \"one_hot\"\n[run]\ntotal_steps = 10\n[run.budget]\nram = 1073741824\n[sac]\nent_coef = { fixed = 0.1 }\ntarget_entropy = 6.9\n",
+    ] {
+        let config = Config::from_toml(text, &[]).unwrap();
+        let written = config.to_toml().unwrap();
+        let again = Config::from_toml(&written, &[]).unwrap();
+        assert_eq!(again, config, "{written}");
+        assert!(!written.contains("seed = 0\n[") || written.contains("[run]"));
+    }
+}
+
+#[test]
+fn the_run_seed_seeds_every_algorithm_table_and_no_table_takes_its_own() {
+    let config = Config::from_toml(PPO, &["run.seed=7".into()]).unwrap();
+    assert_eq!(config.ppo.unwrap().seed, 7);
+    let e = error(PPO, &["ppo.seed=7"]);
+    assert_eq!(e.key, "ppo.seed");
+    assert!(e.message.contains("run.seed"), "{e}");
+}
+
+#[test]
+fn overrides_parse_toml_values_or_bare_strings() {
+    let config = Config::from_toml(
+        PPO,
+        &[
+            "ppo.n_steps=64".into(),
+            "env=pendulum".into(),
+            "run.goal={training_return={mean_return=-500.0, window=20}}".into(),
+            "policy.hidden=[32, 32]".into(),
+        ],
+    )
+    .unwrap();
+    assert_eq!(config.ppo.unwrap().n_steps, 64);
+    assert_eq!(config.env, "pendulum");
+    assert_eq!(config.policy.unwrap().hidden, vec![32, 32]);
+    assert!(config.run.goal.is_some());
+    assert_eq!(error(PPO, &["ppo.n_steps"]).key, "--set");
+    assert_eq!(error(PPO, &["algo.x=1"]).key, "algo");
+}
+
+#[test]
+fn errors_name_the_key_the_value_and_what_is_allowed_on_one_line() {
+    let cases: [(&str, &[&str], &str, &[&str]); 8] = [
+        (
+            PPO,
+            &["ppo.adam.lrr=3"],
+            "ppo.adam.lrr",
+            &["unknown field", "lr"],
+        ),
+        (
+            PPO,
+            &["ppo.n_stepz=3"],
+            "ppo.n_stepz",
+            &["unknown field", "n_steps"],
+        ),
+        (
+            PPO,
+            &["ppo.n_steps=\"many\""],
+            "ppo.n_steps",
+            &["\"many\"", "usize"],
+        ),
+        (PPO, &["algo=ppx"], "algo", &["ppx", "recurrent_ppo", "dqn"]),
+        (
+            PPO,
+            &["ppo.batch_size=1000"],
+            "ppo.batch_size",
+            &["1000", "at most 128"],
+        ),
+        (PPO, &["sac.batch_size=10"], "sac", &["[ppo], [policy]"]),
+        (
+            PPO,
+            &["stored_actions=one_hot"],
+            "stored_actions",
+            &["one_hot"],
+        ),
+        (
+            PPO,
+            &["run.checkpoint.dir=x"],
+            "run.checkpoint.dir",
+            &["--out"],
+        ),
+    ];
+    for (text, overrides, key, words) in cases {
+        let e = error(text, overrides);
+        assert_eq!(e.key, key, "{e}");
+        assert!(!e.message.contains('\n'), "{e}");
+        for word in words {
+            assert!(e.message.contains(word), "{e:?} lacks {word}");
+        }
+    }
+    let e = error("algo = \"ppo\"\nenv = \"cartpole\"\n[run\n", &[]);
+    assert!(e.message.starts_with("line 3"), "{e}");
+    assert!(!e.message.contains('\n'));
+    assert_eq!(error("env = \"cartpole\"", &[]).key, "algo");
+    assert_eq!(
+        error(
+            "algo = \"dqn\"\nenv = \"x\"\n[run]\ntotal_steps = 1\n[off_policy]\ntrain_freq = 0\n",
+            &[]
+        )
+        .key,
+        "off_policy.train_freq"
+    );
+}

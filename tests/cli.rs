@@ -1,0 +1,307 @@
+//! The `rl` command as a user runs it: every shipped config trains for a few hundred
+//! steps (a smoke run), `rl plan` accepts the shipped configs and refuses a one-hot
+//! replay of 100 000 actions, usage errors exit with code 2 before anything runs, and
+//! the exported weights load in Python's `safetensors` (numpy only).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rl::config::Config;
+
+fn rl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rl"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap()
+}
+
+fn configs() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut configs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    configs.sort();
+    configs
+}
+
+/// Each config runs in its own `rl` process (as a user runs it), which also keeps its
+/// memory out of the tests in this binary that measure the process's resident set.
+#[test]
+fn every_shipped_config_trains_for_a_few_hundred_steps() {
+    let configs = configs();
+    assert!(configs.len() >= 7, "{configs:?}");
+    let tmp = tempfile::tempdir().unwrap();
+    for path in configs {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let config = Config::from_toml(&text, &[]).unwrap();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let dir = tmp.path().join(&name);
+        // A few hundred steps, with updates: the off-policy warm-up shortened.
+        let mut args = vec![
+            "train".to_owned(),
+            path.to_string_lossy().into_owned(),
+            "--out".to_owned(),
+            dir.to_string_lossy().into_owned(),
+            "--quiet".to_owned(),
+            "--set".to_owned(),
+            "run.total_steps=300".to_owned(),
+        ];
+        if config.algo.off_policy() {
+            args.extend([
+                "--set".to_owned(),
+                "off_policy.learning_starts=100".to_owned(),
+            ]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = rl(&args);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(result["total_env_steps"].as_u64().unwrap() >= 300, "{name}");
+        assert_eq!(result["algo"], config.algo.name(), "{name}");
+        assert!(
+            dir.join("checkpoint/learner.safetensors").is_file(),
+            "{name}"
+        );
+        let updates = std::fs::read_to_string(dir.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .last()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["updates"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .unwrap();
+        assert!(updates > 0, "{name}: no update in the smoke run");
+    }
+}
+
+#[test]
+fn plan_accepts_the_shipped_configs_and_refuses_a_one_hot_replay_of_100k_actions() {
+    for path in configs() {
+        let out = rl(&["plan", path.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("total: ram"));
+    }
+    let out = rl(&[
+        "plan",
+        "configs/sac_large_actions.toml",
+        "--set",
+        "stored_actions=one_hot",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("replay/action"), "{text}");
+    assert!(
+        text.contains("372.53 GiB"),
+        "1 000 000 rows x 100 000 floats: {text}"
+    );
+    assert!(text.contains("does not fit run.budget"), "{text}");
+}
+
+#[test]
+fn usage_errors_are_one_line_with_exit_code_2_before_anything_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let key = write(
+        "key.toml",
+        "algo = \"ppo\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 100\n[ppo]\nn_stepz = 3\n",
+    );
+    let kind = write(
+        "type.toml",
+        "algo = \"ppo\"\nenv = \"cartpole\"\n[run]\ntotal_steps = \"many\"\n",
+    );
+    let algo = write(
+        "algo.toml",
+        "algo = \"a2c\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 100\n",
+    );
+    let file = write("file", "not a folder");
+    let out_dir = tmp.path().join("out");
+    let out = out_dir.to_str().unwrap();
+    let unwritable = format!("{file}/run");
+    let cases: [(Vec<&str>, &str); 4] = [
+        (
+            vec!["train", &key, "--out", out],
+            "ppo.n_stepz: unknown field",
+        ),
+        (
+            vec!["train", &kind, "--out", out],
+            "run.total_steps: invalid type: string \"many\"",
+        ),
+        (
+            vec!["train", &algo, "--out", out],
+            "algo: unknown algorithm `a2c`, expected one of",
+        ),
+        (
+            vec!["train", "configs/ppo_cartpole.toml", "--out", &unwritable],
+            "cannot create the folder",
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = rl(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains(expected),
+            "{stderr}"
+        );
+        assert!(output.stdout.is_empty());
+        assert!(!out_dir.exists(), "nothing was created for {args:?}");
+    }
+    let help = rl(&["train", "--help"]);
+    assert!(help.status.success());
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--set <KEY=VALUE>"));
+}
+
+/// Trains a small PPO run through the binary, exports it, and loads the file with
+/// Python's `safetensors.numpy` (the interpreter in `$RL_TEST_PYTHON`, which
+/// `cargo xtask ci` sets to its virtualenv's).
+#[test]
+fn the_exported_weights_load_in_python_safetensors_with_the_documented_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let run = dir.to_str().unwrap();
+    let train = rl(&[
+        "train",
+        "configs/ppo_cartpole.toml",
+        "--out",
+        run,
+        "--quiet",
+        "--set",
+        "run.total_steps=512",
+    ]);
+    assert!(
+        train.status.success(),
+        "{}",
+        String::from_utf8_lossy(&train.stderr)
+    );
+    let export = rl(&["export", run, "--format", "safetensors"]);
+    assert!(
+        export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&export.stdout).unwrap();
+    let path = listed["path"].as_str().unwrap().to_owned();
+    assert_eq!(listed["tensors"].as_array().unwrap().len(), 12);
+
+    let Ok(python) = std::env::var("RL_TEST_PYTHON") else {
+        eprintln!(
+            "skipped the Python half: RL_TEST_PYTHON is not set (cargo xtask ci sets it to target/ci-venv's python)"
+        );
+        return;
+    };
+    let script = r#"
+import json, sys
+from safetensors import safe_open
+from safetensors.numpy import load_file
+tensors = load_file(sys.argv[1])
+with safe_open(sys.argv[1], framework="np") as f:
+    meta = f.metadata()
+print(json.dumps({
+    "shapes": {k: list(v.shape) for k, v in tensors.items()},
+    "dtypes": sorted({str(v.dtype) for v in tensors.values()}),
+    "kind": meta["kind"],
+    "algo": json.loads(meta["state"])["algo"],
+}))
+"#;
+    let out = Command::new(python)
+        .args(["-c", script, &path])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let expected = serde_json::json!({
+        "actor.0.weight": [64, 4], "actor.0.bias": [64],
+        "actor.2.weight": [64, 64], "actor.2.bias": [64],
+        "actor.4.weight": [2, 64], "actor.4.bias": [2],
+        "critic.0.weight": [64, 4], "critic.0.bias": [64],
+        "critic.2.weight": [64, 64], "critic.2.bias": [64],
+        "critic.4.weight": [1, 64], "critic.4.bias": [1],
+    });
+    assert_eq!(seen["shapes"], expected);
+    assert_eq!(seen["dtypes"], serde_json::json!(["float32"]));
+    assert_eq!(seen["kind"], "weights");
+    assert_eq!(seen["algo"], "ppo");
+}
+
+/// SIGTERM (as Ctrl-C's SIGINT) ends a run cleanly: exit code 130, checkpoint with the
+/// replay buffer, metrics and result written; `rl resume` takes it on to a new budget.
+#[test]
+fn sigterm_saves_the_run_and_resume_continues_it() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let run = dir.to_str().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rl"))
+        .args(["train", "configs/sac_pendulum.toml", "--out", run])
+        .args([
+            "--set",
+            "run.total_steps=1000000",
+            "--set",
+            "off_policy.learning_starts=100",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("memory plan") {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "the run ended before its plan"
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(rest.contains("rl resume"), "{rest}");
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap()).unwrap();
+    assert_eq!(result["stopped_by"], "interrupted");
+    let saved = result["total_env_steps"].as_u64().unwrap();
+    assert!(saved > 0 && saved < 1_000_000);
+    assert!(dir.join("checkpoint/replay").is_dir() && dir.join("curve.png").is_file());
+
+    let budget = format!("run.total_steps={}", saved + 50);
+    let resumed = rl(&["resume", run, "--quiet", "--set", &budget]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_slice(&resumed.stdout).unwrap();
+    assert_eq!(result["total_env_steps"].as_u64(), Some(saved + 50));
+    assert_eq!(result["stopped_by"], "budget");
+}
