@@ -96,6 +96,18 @@ pub enum Error {
         available: usize,
     },
 
+    /// More rows were asked of a sampler than the batch (or output slices) it fills has
+    /// room for.
+    #[error(
+        "{requested} rows requested but the batch has room for {room}: sample at most {room} rows, or allocate the batch for {requested} (Batch::new(schema, {requested}))"
+    )]
+    BatchTooSmall {
+        /// Rows asked for.
+        requested: usize,
+        /// Rows the batch holds.
+        room: usize,
+    },
+
     /// A rollout buffer already holds all its steps.
     #[error(
         "the rollout buffer is full ({steps} steps of {envs} environments): train on it, then clear() before pushing the next step"

@@ -220,7 +220,7 @@ impl Sampler for SliceSampler {
                 ),
             ));
         }
-        let Draw { ring, room, .. } = begin_draw(context, None, indices, weights)?;
+        let Draw { ring, room, .. } = begin_draw(context, None, rows, indices, weights)?;
         let windows = rows.min(room) / slice_len;
         if windows == 0 {
             return Ok(0);
