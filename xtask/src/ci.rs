@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, anyhow};
 
 use crate::cmd::{Cmd, Workspace, announce, human};
-use crate::{boundaries, metadata, usage_error, venv};
+use crate::{boundaries, metadata, reliability, usage_error, venv};
 
 /// One step of the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,13 +24,15 @@ pub(crate) enum Step {
     Doc,
     /// Build every example.
     Examples,
+    /// Assemble the gather PTX with ptxas; the crash test (`cargo xtask crash-test`).
+    Reliability,
     /// `cargo check` each library crate alone with its default features.
     EachCrate,
 }
 
 impl Step {
     /// Every step, in the order they run (cheapest first).
-    pub(crate) const ALL: [Step; 8] = [
+    pub(crate) const ALL: [Step; 9] = [
         Step::Fmt,
         Step::Boundaries,
         Step::PythonEnv,
@@ -38,6 +40,7 @@ impl Step {
         Step::Test,
         Step::Doc,
         Step::Examples,
+        Step::Reliability,
         Step::EachCrate,
     ];
 
@@ -51,6 +54,7 @@ impl Step {
             Step::Test => "test",
             Step::Doc => "doc",
             Step::Examples => "examples",
+            Step::Reliability => "reliability",
             Step::EachCrate => "each-crate",
         }
     }
@@ -79,7 +83,9 @@ impl Step {
             Step::Doc => Cmd::cargo(["doc", "--workspace", "--all-features", "--no-deps"])
                 .env("RUSTDOCFLAGS", "-D warnings"),
             Step::Examples => Cmd::cargo(["build", "--workspace", "--all-features", "--examples"]),
-            Step::Boundaries | Step::PythonEnv | Step::EachCrate => return None,
+            Step::Boundaries | Step::PythonEnv | Step::Reliability | Step::EachCrate => {
+                return None;
+            }
         };
         Some(cmd)
     }
@@ -212,6 +218,10 @@ fn run_step(ws: &Workspace, step: Step) -> Result<(), Failure> {
             reproduce: "cargo xtask ci --only python-env".to_owned(),
         }),
         Step::EachCrate => each_crate(ws),
+        Step::Reliability => reliability::ci_step(ws).map_err(|reason| Failure {
+            reason,
+            reproduce: "cargo xtask ci --only reliability".to_owned(),
+        }),
         _ => unreachable!("every other step is a single command"),
     }
 }
@@ -283,6 +293,7 @@ mod tests {
                 "test",
                 "doc",
                 "examples",
+                "reliability",
                 "each-crate"
             ]
         );
@@ -293,7 +304,14 @@ mod tests {
     fn skip_and_only() -> Result<()> {
         assert_eq!(
             parse(&["--skip", "test", "--skip=doc", "--skip", "each-crate"])?,
-            ["fmt", "boundaries", "python-env", "clippy", "examples"]
+            [
+                "fmt",
+                "boundaries",
+                "python-env",
+                "clippy",
+                "examples",
+                "reliability"
+            ]
         );
         assert_eq!(parse(&["--only", "fmt"])?, ["fmt"]);
         assert_eq!(parse(&["--only", "doc", "--only=fmt"])?, ["fmt", "doc"]);
