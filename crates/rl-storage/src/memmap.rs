@@ -212,8 +212,9 @@ pub struct MemmapStorage {
     access: Access,
     /// Never read: kept open because it holds the lock (released on close).
     _file: File,
-    /// What opening (or creating) the file found.
-    recovery: Recovery,
+    /// What opening (or creating) the file found (boxed: read rarely, and it would make
+    /// the storage, which buffers hold by value, a third larger).
+    recovery: Box<Recovery>,
     /// The newest slot written, and which of the two it is.
     newest: Slot,
     newest_index: usize,
@@ -344,7 +345,7 @@ impl MemmapStorage {
             map,
             access: Access::Write,
             _file: file,
-            recovery,
+            recovery: Box::new(recovery),
             newest: Slot {
                 seq: recovery.sequence,
                 ring: recovery.ring,
@@ -490,7 +491,7 @@ impl MemmapStorage {
             map,
             access,
             _file: file,
-            recovery: header.recovery,
+            recovery: Box::new(header.recovery),
             newest: header.newest,
             newest_index: header.newest_index,
             synced: ring,
