@@ -21,11 +21,24 @@
 //!
 //! `--big` runs the larger-than-RAM check instead: a 32 GiB sparse memmap buffer, 8 GiB
 //! filled, sampled while anonymous memory stays small.
+//!
+//! Without arguments it also measures what commits cost: extend into a memmap buffer
+//! (D = 4, 1M rows, chunks of 1024) with a commit every 1024, 65 536 and 1 048 576 rows,
+//! timed over whole wraps (median over 3 processes of the median over 5 wraps):
+//! `{"bench":"storage","backend":"memmap","op":"extend_commit","obs_dim":4,
+//!   "capacity":1000000,"chunk":1024,"commit_every":N,"rows_per_s":X}`;
+//! and a soak: 10 million steps of 64 CartPole environments through the synchronous
+//! collector into a 500 000-row memmap replay buffer, committing after every 100 032
+//! steps, with the resident memory after every million steps and the spread after the
+//! first million: `{"bench":"storage","backend":"memmap","run":"soak","env_steps":S,
+//! "commits":C,"rss_spread_after_first_million_bytes":B}`.
 
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use rl_collect::{CollectorConfig, ConstantPolicy, SyncCollector};
 use rl_core::{Column, DType, Flag, ProcessMemory, Schema};
+use rl_envs::CartPole;
 use rl_storage::{
     Batch, ColumnSlice,
     dedup::DedupReplay,
@@ -48,12 +61,15 @@ fn main() -> anyhow::Result<()> {
         [] => run_all(),
         [flag] if flag == "--big" => big(),
         [flag] if flag == "--atari" => atari(),
+        [flag] if flag == "--soak" => soak(),
+        [flag, every] if flag == "--commits" => extend_commit(every.parse()?),
         [flag, backend, dim, capacity] if flag == "--config" => {
             let (dim, capacity) = (dim.parse()?, capacity.parse()?);
             one_config(backend, dim, capacity)
         }
         other => bail!(
-            "unknown arguments {other:?}: use no arguments, --big, or --config BACKEND DIM CAPACITY"
+            "unknown arguments {other:?}: use no arguments, --big, --atari, --soak, \
+             --commits ROWS, or --config BACKEND DIM CAPACITY"
         ),
     }
 }
@@ -79,6 +95,133 @@ fn run_all() -> anyhow::Result<()> {
             }
         }
     }
+    for every in COMMIT_EVERY {
+        let lines = common::run_children(&["--commits".to_owned(), every.to_string()], 3)?;
+        let all: Vec<&serde_json::Value> = lines.iter().collect();
+        if let Some(line) = common::median_line(&all, "rows_per_s") {
+            println!("{line}");
+        }
+    }
+    for line in common::run_children(&["--soak".to_owned()], 1)? {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// Rows between commits in the `extend_commit` lines.
+const COMMIT_EVERY: [usize; 3] = [1 << 10, 1 << 16, 1 << 20];
+
+/// Extend into a 1M-row memmap buffer (D = 4) with a commit every `every` rows, timed
+/// over whole wraps of the filled buffer.
+fn extend_commit(every: usize) -> anyhow::Result<()> {
+    const DIM: usize = 4;
+    const CAPACITY: usize = 1_000_000;
+    const WRAPS: usize = 5;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("commits.rl");
+    let storage = MemmapStorage::create(
+        &path,
+        transition_schema(DIM)?,
+        CAPACITY,
+        MemmapOptions::default(),
+    )?;
+    let mut buffer = ReplayBuffer::new(storage, Uniform::new(0));
+    let chunk = Chunk::new(DIM);
+    let columns = chunk.columns();
+    let chunks = CAPACITY.div_ceil(CHUNK);
+    let mut since_commit = 0usize;
+    let mut wrap = |buffer: &mut ReplayBuffer<MemmapStorage, Uniform>| -> anyhow::Result<()> {
+        for _ in 0..chunks {
+            buffer.extend(&columns)?;
+            since_commit += CHUNK;
+            if since_commit >= every {
+                buffer.commit()?;
+                since_commit = 0;
+            }
+        }
+        Ok(())
+    };
+    wrap(&mut buffer)?;
+    let mut rates = Vec::with_capacity(WRAPS);
+    for _ in 0..WRAPS {
+        let start = Instant::now();
+        wrap(&mut buffer)?;
+        rates.push((chunks * CHUNK) as f64 / start.elapsed().as_secs_f64());
+    }
+    let line = serde_json::json!({
+        "bench": "storage",
+        "backend": "memmap",
+        "op": "extend_commit",
+        "obs_dim": DIM,
+        "capacity": CAPACITY,
+        "chunk": CHUNK,
+        "commit_every": every,
+        "rows_per_s": common::median(&mut rates).round(),
+    });
+    println!("{line}");
+    Ok(())
+}
+
+/// Ten million collector steps (64 CartPole environments, constant policy) into a
+/// 500 000-row memmap replay buffer, committing after every batch of 100 032 steps; the
+/// resident memory after every million steps, then its spread after the first million.
+fn soak() -> anyhow::Result<()> {
+    const ENVS: usize = 64;
+    const STEPS: u64 = 10_000_000;
+    const MILLION: u64 = 1_000_000;
+    const BATCH: usize = ENVS * 1563;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("soak.rl");
+    let storage = MemmapStorage::create(
+        &path,
+        transition_schema(4)?,
+        500_000,
+        MemmapOptions::default(),
+    )?;
+    let mut replay = ReplayBuffer::new(storage, Uniform::new(0));
+    let envs: Vec<CartPole> = (0..ENVS as u64).map(CartPole::new).collect();
+    let config = CollectorConfig {
+        total_frames: Some(STEPS),
+        ..CollectorConfig::new(BATCH)
+    };
+    let mut collector = SyncCollector::new(envs, ConstantPolicy::new(&[1u32]), config)?;
+    let mut commits = 0u64;
+    let mut next_report = MILLION;
+    let mut after_first = Vec::new();
+    let start = Instant::now();
+    while collector.frames() < STEPS {
+        collector.collect(&mut replay)?;
+        replay.commit()?;
+        commits += 1;
+        if collector.frames() >= next_report {
+            let memory = ProcessMemory::read()?;
+            let line = serde_json::json!({
+                "bench": "storage",
+                "backend": "memmap",
+                "run": "soak",
+                "env_steps": collector.frames(),
+                "rss_bytes": memory.rss_bytes,
+                "rss_anon_bytes": memory.rss_anon_bytes,
+                "rss_file_bytes": memory.rss_file_bytes,
+            });
+            println!("{line}");
+            if next_report > MILLION {
+                after_first.push(memory.rss_bytes);
+            }
+            next_report += MILLION;
+        }
+    }
+    let spread = after_first.iter().max().unwrap_or(&0) - after_first.iter().min().unwrap_or(&0);
+    let line = serde_json::json!({
+        "bench": "storage",
+        "backend": "memmap",
+        "run": "soak",
+        "env_steps": collector.frames(),
+        "commits": commits,
+        "env_steps_per_s": (collector.frames() as f64 / start.elapsed().as_secs_f64()).round(),
+        "rss_spread_after_first_million_bytes": spread,
+    });
+    println!("{line}");
     Ok(())
 }
 

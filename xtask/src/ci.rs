@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, anyhow};
 
 use crate::cmd::{Cmd, Workspace, announce, human};
-use crate::{boundaries, metadata, python, usage_error, venv};
+use crate::{boundaries, metadata, python, reliability, usage_error, venv};
 
 /// One step of the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,13 +26,15 @@ pub(crate) enum Step {
     Doc,
     /// Build every example.
     Examples,
+    /// Assemble the gather PTX with ptxas; the crash test (`cargo xtask crash-test`).
+    Reliability,
     /// `cargo check` each library crate alone with its default features.
     EachCrate,
 }
 
 impl Step {
     /// Every step, in the order they run (cheapest first).
-    pub(crate) const ALL: [Step; 9] = [
+    pub(crate) const ALL: [Step; 10] = [
         Step::Fmt,
         Step::Boundaries,
         Step::PythonEnv,
@@ -41,6 +43,7 @@ impl Step {
         Step::Python,
         Step::Doc,
         Step::Examples,
+        Step::Reliability,
         Step::EachCrate,
     ];
 
@@ -55,6 +58,7 @@ impl Step {
             Step::Python => "python",
             Step::Doc => "doc",
             Step::Examples => "examples",
+            Step::Reliability => "reliability",
             Step::EachCrate => "each-crate",
         }
     }
@@ -83,7 +87,11 @@ impl Step {
             Step::Doc => Cmd::cargo(["doc", "--workspace", "--all-features", "--no-deps"])
                 .env("RUSTDOCFLAGS", "-D warnings"),
             Step::Examples => Cmd::cargo(["build", "--workspace", "--all-features", "--examples"]),
-            Step::Boundaries | Step::PythonEnv | Step::Python | Step::EachCrate => return None,
+            Step::Boundaries
+            | Step::PythonEnv
+            | Step::Python
+            | Step::Reliability
+            | Step::EachCrate => return None,
         };
         Some(cmd)
     }
@@ -220,6 +228,10 @@ fn run_step(ws: &Workspace, step: Step) -> Result<(), Failure> {
             reproduce: "cargo xtask ci --only python-env --only python".to_owned(),
         }),
         Step::EachCrate => each_crate(ws),
+        Step::Reliability => reliability::ci_step(ws).map_err(|reason| Failure {
+            reason,
+            reproduce: "cargo xtask ci --only reliability".to_owned(),
+        }),
         _ => unreachable!("every other step is a single command"),
     }
 }
@@ -292,6 +304,7 @@ mod tests {
                 "python",
                 "doc",
                 "examples",
+                "reliability",
                 "each-crate"
             ]
         );
@@ -308,7 +321,8 @@ mod tests {
                 "python-env",
                 "clippy",
                 "python",
-                "examples"
+                "examples",
+                "reliability"
             ]
         );
         assert_eq!(parse(&["--only", "fmt"])?, ["fmt"]);

@@ -14,6 +14,7 @@ mod cmd;
 mod graph;
 mod metadata;
 mod python;
+mod reliability;
 mod venv;
 
 use std::fmt;
@@ -31,8 +32,9 @@ Commands:
   ci [--skip STEP]... [--only STEP]...
       Run the CI pipeline, cheapest step first, and stop at the first failing step.
       Steps, in order: fmt, boundaries, python-env, clippy, test, python, doc,
-      examples, each-crate (python-env: the CI virtualenv target/ci-venv; python: the
-      flatrl wheel built, installed there, and its pytest suite).
+      examples, reliability, each-crate (python-env: the CI virtualenv target/ci-venv;
+      python: the flatrl wheel built, installed there, and its pytest suite;
+      reliability: ptx and crash-test).
       --skip STEP leaves a step out; --only STEP runs only the steps named (both
       repeatable, also as --skip=STEP / --only=STEP).
 
@@ -56,6 +58,17 @@ Commands:
       CI virtualenv target/ci-venv) and run crates/rl-python/bench/python_bench.py
       there: JSON lines for replay extend/sample and vector-env steps from Python, with
       cpprb, torchrl and envpool measured beside flatrl when that interpreter has them.
+
+  crash-test [--kills N] [--seed S]
+      Kill writers of a replay buffer file with SIGKILL N times (default 200: while
+      creating the file, while the ring wraps, at random moments), reopen after each
+      kill and check that no committed row a later write did not overwrite is lost
+      and no row is torn. Ends with one JSON line:
+      {\"kills\":N,\"committed_rows_lost\":0,\"torn_rows\":0,\"panics\":0,\"open_errors\":0}
+
+  ptx
+      Assemble rl-storage's hand-written gather PTX with ptxas (from the CI
+      virtualenv, or $RL_PTXAS) for sm_52, sm_80 and sm_90; fail on a PTX error.
 
   help
       Print this text.";
@@ -120,6 +133,11 @@ fn dispatch(args: &[String]) -> anyhow::Result<ExitCode> {
             boundaries::run(&Workspace::detect()?)?;
         }
         "bench" => bench::run(&Workspace::detect()?, rest)?,
+        "crash-test" => reliability::run(&Workspace::detect()?, rest)?,
+        "ptx" => {
+            no_arguments(command, rest)?;
+            reliability::ptx(&Workspace::detect()?)?;
+        }
         // Reserved, deliberately not in USAGE until the storage work lands.
         "mem" => {
             eprintln!("not yet implemented: memory reports arrive with the storage issue");

@@ -503,6 +503,9 @@ pub struct AsyncCollector<E: Env, P: Policy<Obs = E::Obs, Act = E::Act>> {
     shared: Arc<Shared<P>>,
     config: AsyncConfig,
     envs: usize,
+    /// Elements of one observation and of one action.
+    obs_len: usize,
+    act_len: usize,
     chunk_rows: usize,
     stats: EpisodeStats,
     frames: u64,
@@ -639,6 +642,8 @@ where
             shared: Arc::clone(&shared),
             config,
             envs: total_envs,
+            obs_len,
+            act_len,
             chunk_rows,
             stats: EpisodeStats::new(config.collector.stats_window),
             frames: 0,
@@ -818,6 +823,13 @@ where
         replay: &mut ReplayBuffer<S, Q>,
     ) -> Result<BatchReport> {
         Layout::replay(replay.schema())?;
+        // Before a chunk is consumed: a wrong width would fail only at the write.
+        Layout::check_widths::<E::Obs, E::Act>(
+            replay.schema(),
+            "replay",
+            self.obs_len,
+            self.act_len,
+        )?;
         let (rows, written) = {
             let chunk = self.next_chunk()?;
             (chunk.rows(), chunk.write_to(replay))

@@ -85,12 +85,26 @@ impl<O: Element, A: Element> Policy for ConstantPolicy<O, A> {
     type Act = A;
     type State = ();
 
+    /// # Errors
+    /// An action of another length than the environments take (or an empty one):
+    /// nothing is written.
     fn act(
         &mut self,
         _obs: &[O],
-        _states: &mut [()],
+        states: &mut [()],
         out: ActOutput<'_, A>,
     ) -> Result<(), PolicyError> {
+        let envs = states.len().max(1);
+        if self.action.is_empty() || out.actions.len() != envs * self.action.len() {
+            return Err(Box::new(rl_core::Error::config(
+                "ConstantPolicy action",
+                format!(
+                    "has {} elements but the environments take {} per action: give exactly one action's elements",
+                    self.action.len(),
+                    out.actions.len() / envs
+                ),
+            )));
+        }
         for action in out.actions.chunks_exact_mut(self.action.len()) {
             action.copy_from_slice(&self.action);
         }

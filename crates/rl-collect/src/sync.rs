@@ -317,6 +317,13 @@ where
     ) -> Result<BatchReport> {
         self.check_running()?;
         let layout = Layout::replay(replay.schema())?;
+        // Before any environment steps: a wrong width would fail only at the write.
+        Layout::check_widths::<E::Obs, E::Act>(
+            replay.schema(),
+            "replay",
+            self.lanes.obs_len,
+            self.lanes.act_len,
+        )?;
         let steps = self.batch_steps();
         for _ in 0..steps {
             let result = self.replay_step(replay, &layout);
@@ -385,33 +392,12 @@ where
     pub fn collect_rollout(&mut self, rollout: &mut RolloutBuffer) -> Result<BatchReport> {
         self.check_running()?;
         let layout = Layout::rollout(rollout.schema())?;
-        let schema = rollout.schema();
-        for (field, dtype, numel) in [
-            (
-                Field::Obs,
-                <E::Obs as rl_core::Element>::DTYPE,
-                self.lanes.obs_len,
-            ),
-            (
-                Field::Action,
-                <E::Act as rl_core::Element>::DTYPE,
-                self.lanes.act_len,
-            ),
-        ] {
-            let column = schema.index_of(field.name()).map(|i| &schema.columns()[i]);
-            if let Some(column) = column
-                && (column.dtype() != dtype || column.numel() != numel)
-            {
-                return Err(Error::config(
-                    format!("rollout column `{field}`"),
-                    format!(
-                        "holds {} x {} per row; the collector's environments give {dtype} x {numel}: build the schema from their spaces",
-                        column.dtype(),
-                        column.numel()
-                    ),
-                ));
-            }
-        }
+        Layout::check_widths::<E::Obs, E::Act>(
+            rollout.schema(),
+            "rollout",
+            self.lanes.obs_len,
+            self.lanes.act_len,
+        )?;
         if rollout.envs() != self.lanes.len() || !rollout.is_empty() {
             return Err(Error::config(
                 "rollout buffer",
@@ -562,6 +548,36 @@ impl Layout {
             ));
         }
         Ok(layout)
+    }
+
+    /// Checks that the schema's `obs`, `next_obs` and `action` columns (those it has)
+    /// hold what the environments give: `O` x `obs_len` and `A` x `act_len` per row.
+    pub(crate) fn check_widths<O: rl_core::Element, A: rl_core::Element>(
+        schema: &rl_core::Schema,
+        what: &str,
+        obs_len: usize,
+        act_len: usize,
+    ) -> Result<()> {
+        for (field, dtype, numel) in [
+            (Field::Obs, O::DTYPE, obs_len),
+            (Field::NextObs, O::DTYPE, obs_len),
+            (Field::Action, A::DTYPE, act_len),
+        ] {
+            let column = schema.index_of(field.name()).map(|i| &schema.columns()[i]);
+            if let Some(column) = column
+                && (column.dtype() != dtype || column.numel() != numel)
+            {
+                return Err(Error::config(
+                    format!("{what} column `{field}`"),
+                    format!(
+                        "holds {} x {} per row; the collector's environments give {dtype} x {numel}: build the schema from their spaces (rl_core::TransitionSchema)",
+                        column.dtype(),
+                        column.numel()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Puts `all` (the data of each field, in [`Field::ALL`]'s order) in schema order;

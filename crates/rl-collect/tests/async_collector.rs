@@ -226,6 +226,36 @@ fn constant_policy_chunks_hold_real_transitions() {
 }
 
 #[test]
+fn a_replay_of_the_wrong_width_is_refused_before_a_chunk_is_consumed() {
+    within(Duration::from_secs(10), || {
+        let mut collector =
+            AsyncCollector::new(cartpoles(4), constant(1), config(2, 8, 4)).unwrap();
+        let wide = Schema::new([
+            Column::new("obs", DType::F32, &[5]),
+            Column::scalar("action", DType::U32),
+            Column::scalar("reward", DType::F32),
+            Column::scalar("terminated", DType::Bool),
+            Column::scalar("truncated", DType::Bool),
+            Column::new("next_obs", DType::F32, &[5]),
+        ])
+        .unwrap();
+        let mut wrong =
+            ReplayBuffer::new(RamStorage::new(wide, 100, None).unwrap(), Uniform::new(0));
+        let err = collector.collect(&mut wrong).unwrap_err();
+        assert!(
+            err.to_string().contains("column `obs`") && err.to_string().contains("f32 x 4"),
+            "{err}"
+        );
+        assert_eq!(collector.frames(), 0);
+        assert_eq!(wrong.len(), 0);
+        // Nothing consumed, nothing stopped: the next call with the right buffer works.
+        let mut right = replay(100);
+        assert_eq!(collector.collect(&mut right).unwrap().frames, 16);
+        assert_eq!(right.len(), 16);
+    });
+}
+
+#[test]
 fn random_policy_chunks_hold_real_transitions() {
     within(Duration::from_secs(10), || {
         let space = Space::discrete(2).unwrap();

@@ -308,6 +308,71 @@ fn bad_configurations_are_refused() {
 }
 
 #[test]
+fn a_schema_of_the_wrong_width_is_refused_before_any_step() {
+    let policy = ConstantPolicy::<f32, u32>::new(&[0]);
+    let mut collector = SyncCollector::new(cartpoles(4), policy, CollectorConfig::new(8)).unwrap();
+    for (obs, next_obs, column) in [(5, 5, "obs"), (4, 3, "next_obs")] {
+        let schema = Schema::new([
+            Column::new("obs", DType::F32, &[obs]),
+            Column::scalar("action", DType::U32),
+            Column::scalar("reward", DType::F32),
+            Column::scalar("terminated", DType::Bool),
+            Column::scalar("truncated", DType::Bool),
+            Column::new("next_obs", DType::F32, &[next_obs]),
+        ])
+        .unwrap();
+        let mut replay =
+            ReplayBuffer::new(RamStorage::new(schema, 100, None).unwrap(), Uniform::new(0));
+        let err = collector.collect(&mut replay).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("column `{column}`")) && text.contains("f32 x 4"),
+            "{text}"
+        );
+        // Nothing stepped, nothing written, and the collector still works.
+        assert_eq!(collector.frames(), 0);
+        assert_eq!(replay.len(), 0);
+    }
+    let wide_actions = Schema::new([
+        Column::new("obs", DType::F32, &[4]),
+        Column::new("action", DType::U32, &[2]),
+        Column::scalar("reward", DType::F32),
+        Column::scalar("terminated", DType::Bool),
+        Column::scalar("truncated", DType::Bool),
+        Column::new("next_obs", DType::F32, &[4]),
+    ])
+    .unwrap();
+    let mut replay = ReplayBuffer::new(
+        RamStorage::new(wide_actions, 100, None).unwrap(),
+        Uniform::new(0),
+    );
+    let err = collector.collect(&mut replay).unwrap_err();
+    assert!(err.to_string().contains("column `action`"), "{err}");
+    let mut replay = replay_for_cartpole();
+    assert_eq!(collector.collect(&mut replay).unwrap().frames, 8);
+    assert_eq!(replay.len(), 8);
+}
+
+#[test]
+fn a_constant_policy_of_the_wrong_width_is_refused() {
+    for action in [&[1u32, 0][..], &[]] {
+        let policy = ConstantPolicy::<f32, u32>::new(action);
+        let mut collector =
+            SyncCollector::new(cartpoles(4), policy, CollectorConfig::new(8)).unwrap();
+        let mut replay = replay_for_cartpole();
+        let err = collector.collect(&mut replay).unwrap_err();
+        assert!(matches!(err, Error::Policy { step: 0, .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("has {} elements", action.len()))
+                && text.contains("take 1 per action"),
+            "{text}"
+        );
+        assert_eq!(replay.len(), 0);
+    }
+}
+
+#[test]
 fn total_and_random_frames_are_honoured() {
     let config = CollectorConfig {
         total_frames: Some(100),

@@ -128,6 +128,7 @@ impl LargeDiscrete {
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`](rl_core::Error::ShapeMismatch) for a context of the wrong length,
+    /// [`Error::InvalidConfig`](rl_core::Error::InvalidConfig) for a non-finite context,
     /// [`Error::ActionOutOfRange`](rl_core::Error::ActionOutOfRange) for a bad index.
     pub fn mean_reward(&self, context: &[f32], action: u32) -> Result<f32> {
         let projected = self.project(context)?;
@@ -138,7 +139,9 @@ impl LargeDiscrete {
     /// The best action for `context` and its expected reward.
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`](rl_core::Error::ShapeMismatch) for a context of the wrong length.
+    /// [`Error::ShapeMismatch`](rl_core::Error::ShapeMismatch) for a context of the wrong
+    /// length, [`Error::InvalidConfig`](rl_core::Error::InvalidConfig) for a context
+    /// holding NaN or an infinity.
     pub fn best_action(&self, context: &[f32]) -> Result<(u32, f32)> {
         let projected = self.project(context)?;
         Ok(self.argmax(&projected))
@@ -173,6 +176,12 @@ impl LargeDiscrete {
 
     fn project(&self, context: &[f32]) -> Result<[f32; FEATURE_DIM]> {
         check_len("context", CONTEXT_DIM, context.len())?;
+        if let Some((i, v)) = context.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(rl_core::Error::config(
+                "context",
+                format!("element {i} is {v}, not a finite number: no action is best there"),
+            ));
+        }
         Ok(self.project_unchecked(context))
     }
 
@@ -280,6 +289,21 @@ mod tests {
             (errors.iter().map(|e| (e - mean).powi(2)).sum::<f64>() / errors.len() as f64).sqrt();
         assert!(mean.abs() < 0.02, "noise mean {mean}");
         assert!((std - 0.1).abs() < 0.015, "noise std {std}");
+    }
+
+    #[test]
+    fn a_non_finite_context_is_refused() {
+        let env = LargeDiscrete::with_actions(100, 3).unwrap();
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut context = [0.5f32; CONTEXT_DIM];
+            context[2] = bad;
+            let err = env.best_action(&context).unwrap_err();
+            assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
+            assert!(err.to_string().contains("element 2"), "{err}");
+            assert!(env.mean_reward(&context, 0).is_err());
+        }
+        let (best, reward) = env.best_action(&[0.5f32; CONTEXT_DIM]).unwrap();
+        assert!(best < 100 && reward.is_finite());
     }
 
     #[test]

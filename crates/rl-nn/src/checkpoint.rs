@@ -319,7 +319,25 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
             .map_err(|e| corrupt(format!("damaged or truncated ({e})")))?;
         let mut networks = Vec::with_capacity(headers.len());
         for header in headers {
-            let len = header.tensors.iter().map(TensorSpec::len).sum();
+            // Sizes come from the file: check them before allocating anything by them.
+            let len = header
+                .tensors
+                .iter()
+                .try_fold(0usize, |total, spec| {
+                    let n = spec
+                        .shape
+                        .iter()
+                        .try_fold(1usize, |n, &d| n.checked_mul(d))?;
+                    spec.offset.checked_add(n)?;
+                    total.checked_add(n)
+                })
+                .filter(|&len| len <= bytes.len() / 4)
+                .ok_or_else(|| {
+                    corrupt(format!(
+                        "network {:?} claims more values than the file holds",
+                        header.name
+                    ))
+                })?;
             let read = |prefix: &str| -> Result<Vec<f32>> {
                 let mut values = vec![0.0; len];
                 for spec in &header.tensors {
@@ -340,6 +358,18 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
                     })?;
                     for (v, b) in out.iter_mut().zip(view.data().chunks_exact(4)) {
                         *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    }
+                    // Saving refuses these, so only damage puts them there.
+                    let second_moment = prefix == "exp_avg_sq/";
+                    if let Some((i, v)) = out
+                        .iter()
+                        .enumerate()
+                        .find(|&(_, &v)| !v.is_finite() || (second_moment && v < 0.0))
+                    {
+                        return Err(corrupt(format!(
+                            "tensor {name:?} holds {v} at element {i}, which no saved \
+                             checkpoint holds"
+                        )));
                     }
                 }
                 Ok(values)

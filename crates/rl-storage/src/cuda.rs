@@ -659,101 +659,16 @@ mod driver {
     // %rd8 and %rd9 the source and destination rows, %rd10 the byte offset i, %rd11 the
     // stride, %rd12 and %rd13 the addresses of one load and store, %rd14 and %rd15 the
     // position and slot widened to 64 bits. `cvta.to.global` turns the (generic) device
-    // pointers into global-space addresses, as `nvcc` does for kernel pointers.
-    macro_rules! gather_ptx {
-        ($(($name:literal, $width:literal, $load:literal, $store:literal)),+ $(,)?) => {
-            concat!(
-                ".version 7.0\n.target sm_52\n.address_size 64\n",
-                $(
-"
-.visible .entry ", $name, "(
-    .param .u64 ", $name, "_src,
-    .param .u64 ", $name, "_pairs,
-    .param .u64 ", $name, "_dst,
-    .param .u64 ", $name, "_row_bytes,
-    .param .u64 ", $name, "_src_rows,
-    .param .u64 ", $name, "_dst_rows
-)
-{
-    .reg .pred %p<4>;
-    .reg .b16 %rs<2>;
-    .reg .b32 %r<10>;
-    .reg .b64 %rd<16>;
-
-    ld.param.u64 %rd1, [", $name, "_src];
-    ld.param.u64 %rd2, [", $name, "_pairs];
-    ld.param.u64 %rd3, [", $name, "_dst];
-    ld.param.u64 %rd4, [", $name, "_row_bytes];
-    ld.param.u64 %rd5, [", $name, "_src_rows];
-    ld.param.u64 %rd6, [", $name, "_dst_rows];
-    cvta.to.global.u64 %rd1, %rd1;
-    cvta.to.global.u64 %rd2, %rd2;
-    cvta.to.global.u64 %rd3, %rd3;
-    mov.u32 %r1, %ctaid.x;
-    mul.wide.u32 %rd7, %r1, 8;
-    add.s64 %rd7, %rd2, %rd7;
-    ld.global.u32 %r2, [%rd7];
-    ld.global.u32 %r3, [%rd7+4];
-    cvt.u64.u32 %rd14, %r2;
-    cvt.u64.u32 %rd15, %r3;
-    setp.ge.u64 %p1, %rd14, %rd5;
-    setp.ge.u64 %p2, %rd15, %rd6;
-    or.pred %p3, %p1, %p2;
-    @%p3 trap;
-    mul.lo.u64 %rd8, %rd14, %rd4;
-    add.s64 %rd8, %rd1, %rd8;
-    mul.lo.u64 %rd9, %rd15, %rd4;
-    add.s64 %rd9, %rd3, %rd9;
-    mov.u32 %r4, %tid.x;
-    mul.wide.u32 %rd10, %r4, ", $width, ";
-    mov.u32 %r5, %ntid.x;
-    mul.wide.u32 %rd11, %r5, ", $width, ";
-    setp.ge.u64 %p1, %rd10, %rd4;
-    @%p1 bra ", $name, "_done;
-", $name, "_loop:
-    add.s64 %rd12, %rd8, %rd10;
-    ", $load, "
-    add.s64 %rd13, %rd9, %rd10;
-    ", $store, "
-    add.s64 %rd10, %rd10, %rd11;
-    setp.lt.u64 %p1, %rd10, %rd4;
-    @%p1 bra ", $name, "_loop;
-", $name, "_done:
-    ret;
-}
-",
-                )+
-                "\0"
-            )
-        };
-    }
-
-    /// The PTX module of the gather kernels, NUL-terminated for the driver.
+    // pointers into global-space addresses, as `nvcc` does for kernel pointers. The text
+    // is `cuda/gather.ptx` (the three entries differ only in W and their load and store),
+    // which `cargo xtask ci` also assembles with ptxas.
+    /// The PTX module of the gather kernels (`cuda/gather.ptx`, one entry per width as
+    /// above), NUL-terminated for the driver.
     pub(super) const GATHER_PTX: &CStr = match CStr::from_bytes_with_nul(
-        gather_ptx!(
-            (
-                "rl_gather_v4",
-                16,
-                "ld.global.v4.u32 {%r6, %r7, %r8, %r9}, [%rd12];",
-                "st.global.v4.u32 [%rd13], {%r6, %r7, %r8, %r9};"
-            ),
-            (
-                "rl_gather_u32",
-                4,
-                "ld.global.u32 %r6, [%rd12];",
-                "st.global.u32 [%rd13], %r6;"
-            ),
-            (
-                "rl_gather_u8",
-                1,
-                "ld.global.u8 %rs1, [%rd12];",
-                "st.global.u8 [%rd13], %rs1;"
-            ),
-        )
-        .as_bytes(),
+        concat!(include_str!("cuda/gather.ptx"), "\0").as_bytes(),
     ) {
         Ok(ptx) => ptx,
-        Err(_) => panic!("the gather PTX must end with its only NUL byte"),
+        Err(_) => panic!("the gather PTX must hold no NUL byte"),
     };
 
     /// The entry points of [`GATHER_PTX`] with the bytes each copies at a time, widest

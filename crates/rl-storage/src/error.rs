@@ -96,6 +96,18 @@ pub enum Error {
         available: usize,
     },
 
+    /// More rows were asked of a sampler than the batch (or output slices) it fills has
+    /// room for.
+    #[error(
+        "{requested} rows requested but the batch has room for {room}: sample at most {room} rows, or allocate the batch for {requested} (Batch::new(schema, {requested}))"
+    )]
+    BatchTooSmall {
+        /// Rows asked for.
+        requested: usize,
+        /// Rows the batch holds.
+        room: usize,
+    },
+
     /// A rollout buffer already holds all its steps.
     #[error(
         "the rollout buffer is full ({steps} steps of {envs} environments): train on it, then clear() before pushing the next step"
@@ -184,11 +196,37 @@ pub enum Error {
         found: String,
     },
 
-    /// Another writer holds the file.
+    /// Another storage holds the file's lock: a writer excludes every other storage, a
+    /// read-only storage excludes writers.
     #[error(
-        "{path}: another writer has the file open (it is locked): close it first, or open read-only"
+        "{path}: another storage has the file open (it is locked): close it first; to inspect or sample a file another process has finished writing, open it with MemmapStorage::open_read_only"
     )]
     Locked {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// A strict open ([`Fallback::Refuse`](crate::memmap::Fallback::Refuse)) found a
+    /// commit slot unusable: the state in force may be older than the last commit.
+    #[error(
+        "{path}: {damaged}; the other slot holds an older state (sequence {sequence}, {rows} rows): open without Fallback::Refuse to continue from it, or restore the file from a copy"
+    )]
+    Fallback {
+        /// The file.
+        path: PathBuf,
+        /// The unusable slot and why.
+        damaged: String,
+        /// Sequence number of the valid slot.
+        sequence: u64,
+        /// Rows the valid slot holds.
+        rows: usize,
+    },
+
+    /// A write or commit to a storage opened read-only.
+    #[error(
+        "{path} was opened read-only: nothing can be written or committed; open it with MemmapStorage::open to write"
+    )]
+    ReadOnly {
         /// The file.
         path: PathBuf,
     },

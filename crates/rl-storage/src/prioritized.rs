@@ -342,7 +342,7 @@ impl Sampler for Prioritized {
             ring,
             capacity,
             room,
-        } = begin_draw(context, Some(self.capacity), indices, weights)?;
+        } = begin_draw(context, Some(self.capacity), rows, indices, weights)?;
         let out_of_step = || {
             Error::config(
                 "prioritized sampler",

@@ -330,6 +330,26 @@ mod tests {
             .collect()
     }
 
+    #[test]
+    fn sampling_more_rows_than_the_batch_holds_is_refused() {
+        let mut buffer = buffer(100);
+        let rows = Rows::new(0..50);
+        buffer.extend(&rows.columns()).unwrap();
+        let mut batch = Batch::new(&schema(), 8).unwrap();
+        match buffer.sample_rows(&mut batch, 300) {
+            Err(Error::BatchTooSmall {
+                requested: 300,
+                room: 8,
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(batch.is_empty());
+        buffer.sample_rows(&mut batch, 8).unwrap();
+        assert_eq!(batch.len(), 8);
+        buffer.sample_rows(&mut batch, 3).unwrap();
+        assert_eq!(batch.len(), 3);
+    }
+
     proptest! {
         /// The ring behaves like a bounded VecDeque: FIFO order, no row lost or duplicated
         /// among the newest `capacity`, capacity never exceeded.

@@ -390,19 +390,53 @@ pub(crate) fn validate_write(
         }
         let expected = rows * column.numel();
         if slice.len() != expected {
-            return Err(Error::RowMismatch {
-                column: column.name().to_owned(),
-                elements: slice.len(),
-                rows,
-                per_row: column.numel(),
-                expected,
-            });
+            return Err(row_mismatch(schema, columns));
         }
         if non_finite == NonFinite::Reject {
             reject_non_finite(*slice, column.name(), column.numel())?;
         }
     }
     Ok(rows)
+}
+
+/// The error of a write whose columns disagree on their number of rows (cold path). The
+/// write's rows are the count most columns agree on (the first column's on a tie), so
+/// that the column named is the odd one out, with the right numbers: one column of the
+/// wrong width does not make every other column look wrong.
+#[cold]
+fn row_mismatch(schema: &Schema, columns: &[ColumnSlice<'_>]) -> Error {
+    let implied: Vec<Option<usize>> = schema
+        .columns()
+        .iter()
+        .zip(columns)
+        .map(|(column, slice)| {
+            let per_row = column.numel();
+            (per_row > 0 && slice.len().is_multiple_of(per_row)).then(|| slice.len() / per_row)
+        })
+        .collect();
+    let votes = |rows: usize| implied.iter().filter(|&&r| r == Some(rows)).count();
+    let rows = implied
+        .iter()
+        .flatten()
+        .copied()
+        .fold(None, |best: Option<usize>, rows| match best {
+            Some(best) if votes(best) >= votes(rows) => Some(best),
+            _ => Some(rows),
+        })
+        .unwrap_or(0);
+    let (column, slice) = schema
+        .columns()
+        .iter()
+        .zip(columns)
+        .find(|(column, slice)| slice.len() != rows * column.numel())
+        .unwrap_or((&schema.columns()[0], &columns[0]));
+    Error::RowMismatch {
+        column: column.name().to_owned(),
+        elements: slice.len(),
+        rows,
+        per_row: column.numel(),
+        expected: rows * column.numel(),
+    }
 }
 
 /// Checks that a `push` holds exactly one row (its first column has one row's elements);

@@ -47,11 +47,14 @@ impl SampleContext<'_> {
 
 /// Chooses the rows of each batch.
 pub trait Sampler: Send {
-    /// Draws up to `indices.len()` positions (normally exactly `rows`) into `indices` and
-    /// the matching importance weights (1.0 for unweighted samplers) into `weights`
-    /// (same length as `indices`). Returns how many were drawn.
+    /// Draws `rows` positions (normally exactly `rows`; an epoch's last batch may hold
+    /// fewer or, merged, more) into `indices` and the matching importance weights (1.0
+    /// for unweighted samplers) into `weights` (same length as `indices`). Returns how
+    /// many were drawn.
     ///
     /// # Errors
+    /// [`Error::BatchTooSmall`] when `indices` or `weights` has room for fewer than
+    /// `rows` (the samplers of this crate never return fewer rows in silence);
     /// [`Error::Empty`] when no row can be sampled; sampler-specific errors (not enough
     /// rows for a batch without replacement).
     fn sample(
@@ -163,7 +166,7 @@ impl Sampler for Uniform {
             ring,
             capacity,
             room,
-        } = begin_draw(context, None, indices, weights)?;
+        } = begin_draw(context, None, rows, indices, weights)?;
         let rows = rows.min(room);
         let oldest = ring.oldest(capacity);
         let len = ring.len as u128;
@@ -190,16 +193,25 @@ pub(crate) struct Draw {
     pub(crate) room: usize,
 }
 
-/// The checks every sampler makes before it draws, in this order: the context is
-/// self-consistent ([`check_context`]), the buffer holds at least one row
+/// The checks every sampler makes before it draws, in this order: the output has room
+/// for the `rows` asked for ([`Error::BatchTooSmall`]: never fewer rows in silence), the
+/// context is self-consistent ([`check_context`]), the buffer holds at least one row
 /// ([`Error::Empty`]), and, for a sampler `built_for` a capacity (per-row state), the
 /// buffer has that capacity ([`check_capacity`]).
 pub(crate) fn begin_draw(
     context: &SampleContext<'_>,
     built_for: Option<usize>,
+    rows: usize,
     indices: &[usize],
     weights: &[f32],
 ) -> Result<Draw> {
+    let room = indices.len().min(weights.len());
+    if rows > room {
+        return Err(Error::BatchTooSmall {
+            requested: rows,
+            room,
+        });
+    }
     check_context(context)?;
     let ring = context.ring;
     if ring.len == 0 {
@@ -211,7 +223,7 @@ pub(crate) fn begin_draw(
     Ok(Draw {
         ring,
         capacity: context.capacity,
-        room: indices.len().min(weights.len()),
+        room,
     })
 }
 
@@ -355,8 +367,14 @@ mod tests {
                 Err(Error::Empty)
             ));
             assert_eq!(draw(&context(stored, 4), &mut weights).unwrap(), 2);
-            // Weights shorter than indices bound the draw (no panic).
-            assert_eq!(draw(&context(stored, 4), &mut weights[..1]).unwrap(), 1);
+            // Weights shorter than the rows asked for: refused, first, never cut short.
+            assert!(matches!(
+                draw(&context(too_long, 4), &mut weights[..1]),
+                Err(Error::BatchTooSmall {
+                    requested: 2,
+                    room: 1
+                })
+            ));
         }
         // Samplers with per-row state refuse a buffer of another capacity.
         for sampler in &mut samplers[1..3] {

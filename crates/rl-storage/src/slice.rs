@@ -387,7 +387,7 @@ impl Sampler for SliceSampler {
                 format!("of {rows} rows is not a multiple of {of}: ask for whole windows"),
             ));
         }
-        let Draw { ring, room, .. } = begin_draw(context, None, indices, weights)?;
+        let Draw { ring, room, .. } = begin_draw(context, None, rows, indices, weights)?;
         let windows = rows.min(room) / window_len;
         if windows == 0 {
             return Ok(0);

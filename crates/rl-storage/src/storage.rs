@@ -86,8 +86,9 @@ pub trait Storage: Send {
     fn restored(&self) -> RingState;
 
     /// Called before rows `ring.cursor .. ring.cursor + rows` (wrapping) are written.
-    /// Persistent storages use it to make sure no committed row outside their reserved
-    /// window is overwritten without a new commit first. `rows <= capacity`.
+    /// Persistent storages use it to record, before any committed row is overwritten,
+    /// that exactly the rows about to be overwritten leave the committed set (so a
+    /// crash never loses a committed row no write reached). `rows <= capacity`.
     ///
     /// # Errors
     /// I/O errors of persistent storages.

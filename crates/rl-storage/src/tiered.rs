@@ -38,10 +38,10 @@ const SPLIT_BYTES: usize = size_of::<(usize, usize)>() + 2 * size_of::<usize>();
 /// and how its file is created or opened.
 ///
 /// ```
-/// use rl_storage::{memmap::MemmapOptions, device::TieredConfig};
+/// use rl_storage::{memmap::{Fallback, MemmapOptions}, device::TieredConfig};
 ///
 /// let config = TieredConfig::new(1 << 16, 256)
-///     .with_memmap(MemmapOptions { reserve_rows: 4096 });
+///     .with_memmap(MemmapOptions { fallback: Fallback::Refuse });
 /// assert_eq!((config.hot_rows, config.batch_rows), (65_536, 256));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

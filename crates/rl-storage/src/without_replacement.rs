@@ -175,7 +175,7 @@ impl Sampler for WithoutReplacement {
             ring,
             capacity,
             room,
-        } = begin_draw(context, Some(self.order.len()), indices, weights)?;
+        } = begin_draw(context, Some(self.order.len()), rows, indices, weights)?;
         if rows > ring.len {
             return Err(Error::NotEnoughRows {
                 requested: rows,

@@ -275,3 +275,138 @@ fn non_finite_values_are_refused_and_the_old_file_stays() {
         "no temporary file left behind"
     );
 }
+
+/// A checkpoint whose JSON header says `to` where it said `from`, length prefix fixed.
+fn with_header_replaced(bytes: &[u8], from: &str, to: &str) -> Vec<u8> {
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + header_len]).unwrap();
+    assert!(header.contains(from), "{header}");
+    let header = header.replacen(from, to, 1);
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&bytes[8 + header_len..]);
+    out
+}
+
+#[test]
+fn absurd_sizes_in_the_header_are_corrupt_not_an_allocation() {
+    let (checkpoint, _, _) = checkpoint();
+    let bytes = checkpoint.to_bytes().unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + header_len]).unwrap();
+    for shape in ["[8,4]", "[4,8]"] {
+        let from = format!("\\\"shape\\\":{shape}");
+        if !header.contains(&from) {
+            continue;
+        }
+        for huge in [
+            "[4294967296,4294967296]",
+            "[18446744073709551615,2]",
+            "[1000000000,1000]",
+        ] {
+            let to = format!("\\\"shape\\\":{huge}");
+            let damaged = with_header_replaced(&bytes, &from, &to);
+            let err =
+                Checkpoint::<State>::from_bytes(&damaged, "test", Path::new("huge")).unwrap_err();
+            assert!(matches!(err, Error::CheckpointCorrupt { .. }), "{err:?}");
+        }
+        return;
+    }
+    panic!("no shape [8,4] in the header");
+}
+
+/// One damage done to a checkpoint's bytes.
+#[derive(Clone, Debug)]
+enum Damage {
+    /// Set the byte at (position modulo the length) to a value.
+    Set(usize, u8),
+    /// Keep only the first (position modulo the length) bytes.
+    Truncate(usize),
+    /// Append bytes.
+    Append(Vec<u8>),
+}
+
+fn damage() -> impl proptest::strategy::Strategy<Value = Damage> {
+    use proptest::prelude::*;
+    prop_oneof![
+        8 => (any::<usize>(), any::<u8>()).prop_map(|(at, value)| Damage::Set(at, value)),
+        1 => any::<usize>().prop_map(Damage::Truncate),
+        1 => proptest::collection::vec(any::<u8>(), 1..64).prop_map(Damage::Append),
+    ]
+}
+
+/// Loads `bytes` as a checkpoint and, when it parses, restores each of its networks into
+/// a network of the saved shape: a typed error or a usable result, never a panic.
+fn load_and_use(bytes: &[u8]) {
+    let Ok(loaded) = Checkpoint::<State>::from_bytes(bytes, "test", Path::new("fuzzed")) else {
+        return;
+    };
+    let mut actor = net(8, Activation::Tanh, 9);
+    let mut adam = Adam::new(actor.num_params(), AdamConfig::default()).unwrap();
+    if let Ok(state) = loaded.network("actor") {
+        let before = actor.params().to_vec();
+        match state.restore_into(&mut actor, Some(&mut adam)) {
+            // A restored network computes: its weights are finite numbers.
+            Ok(()) => assert!(actor.params().iter().all(|w| w.is_finite())),
+            // Nothing changes on error.
+            Err(_) => assert_eq!(actor.params(), &before[..]),
+        }
+    }
+    let mut log_std = Parameters::filled(vec![2], 0.0).unwrap();
+    if let Ok(state) = loaded.network("log_std") {
+        let _ = state.restore_into(&mut log_std, None);
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Random bytes and damaged checkpoints: never a panic, always a typed error or a
+    /// checkpoint that restores (or refuses to) cleanly.
+    #[test]
+    fn damaged_and_random_bytes_never_panic(
+        damages in proptest::collection::vec(damage(), 1..6),
+        random in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+        header_sets in proptest::collection::vec(
+            (proptest::prelude::any::<usize>(), proptest::sample::select(b"0123456789[],-.e".to_vec())),
+            1..4,
+        ),
+        nan_at in proptest::prelude::any::<usize>(),
+    ) {
+        load_and_use(&random);
+        let (checkpoint, _, _) = checkpoint();
+        let pristine = checkpoint.to_bytes().unwrap();
+        let header_len = u64::from_le_bytes(pristine[..8].try_into().unwrap()) as usize;
+        // Characters of the JSON header (sizes, shapes, offsets, the trainer state)
+        // changed into other JSON characters: damage that still parses as JSON.
+        let mut bytes = pristine.clone();
+        for &(at, value) in &header_sets {
+            bytes[8 + at % header_len] = value;
+        }
+        load_and_use(&bytes);
+        // One stored value turned into NaN.
+        let mut bytes = pristine.clone();
+        let data = bytes.len() - (8 + header_len);
+        let at = 8 + header_len + (nan_at % (data / 4)) * 4;
+        bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        let err = Checkpoint::<State>::from_bytes(&bytes, "test", Path::new("nan")).unwrap_err();
+        proptest::prop_assert!(err.to_string().contains("NaN"), "{}", err);
+        let mut bytes = pristine.clone();
+        for damage in damages {
+            match damage {
+                Damage::Set(at, value) if !bytes.is_empty() => {
+                    let at = at % bytes.len();
+                    bytes[at] = value;
+                }
+                Damage::Set(..) => {}
+                Damage::Truncate(at) => bytes.truncate(at % (bytes.len() + 1)),
+                Damage::Append(tail) => bytes.extend(tail),
+            }
+        }
+        load_and_use(&bytes);
+        // A header length prefix pointing anywhere.
+        let mut long = checkpoint.to_bytes().unwrap();
+        long[..8].copy_from_slice(&(random.len() as u64 * 977).to_le_bytes());
+        load_and_use(&long);
+    }
+}

@@ -227,3 +227,52 @@ fn stored_indices_count_from_the_oldest_row_and_refuse_the_rest() {
     empty.announce_stored(&mut sampler);
     assert!(sampler.written.is_empty());
 }
+
+#[test]
+fn a_column_of_the_wrong_width_is_named_with_the_write_s_real_row_count() {
+    let schema = Schema::new([
+        Column::new("obs", DType::F32, &[5]),
+        Column::scalar("reward", DType::F32),
+        Column::scalar("terminated", DType::Bool),
+        Column::new("next_obs", DType::F32, &[5]),
+    ])
+    .unwrap();
+    // 64 rows of 4-element observations into a schema of 5: obs is the odd one out.
+    let obs = vec![0.0f32; 64 * 4];
+    let reward = vec![0.0f32; 64];
+    let flags = vec![Flag::new(false); 64];
+    let next_obs = vec![0.0f32; 64 * 5];
+    let columns = [
+        ColumnSlice::from(&obs),
+        (&reward).into(),
+        (&flags).into(),
+        (&next_obs).into(),
+    ];
+    match validate_write(&schema, &columns, NonFinite::Reject) {
+        Err(Error::RowMismatch {
+            column,
+            elements,
+            rows,
+            per_row,
+            expected,
+        }) => assert_eq!(
+            (column.as_str(), elements, rows, per_row, expected),
+            ("obs", 256, 64, 5, 320)
+        ),
+        other => panic!("{other:?}"),
+    }
+    // A later column short by one row is named with the rows the others agree on.
+    let short = vec![0.0f32; 63];
+    let columns = [
+        ColumnSlice::from(&next_obs),
+        (&short).into(),
+        (&flags).into(),
+        (&next_obs).into(),
+    ];
+    let err = validate_write(&schema, &columns, NonFinite::Reject).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("column `reward` was given 63 elements; 64 rows"),
+        "{err}"
+    );
+}

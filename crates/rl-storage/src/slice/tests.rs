@@ -780,10 +780,17 @@ fn invalid_requests_are_refused() {
             available: 3
         })
     ));
-    // Room for one window only: one is drawn.
+    // Room for fewer rows than asked: refused, not cut to one window.
+    assert!(matches!(
+        sampler.sample(&context(8), 8, &mut indices[..6], &mut weights),
+        Err(Error::BatchTooSmall {
+            requested: 8,
+            room: 6
+        })
+    ));
     assert_eq!(
         sampler
-            .sample(&context(8), 8, &mut indices[..6], &mut weights)
+            .sample(&context(8), 4, &mut indices[..6], &mut weights)
             .unwrap(),
         4
     );

@@ -235,11 +235,18 @@ fn invalid_requests_are_refused() {
 }
 
 #[test]
-fn shorter_indices_cap_the_batch() {
+fn shorter_indices_are_refused_and_the_epoch_is_untouched() {
     let mut sampler = WithoutReplacement::new(8, LastBatch::Keep, 0).unwrap();
     let (mut indices, mut weights) = ([0; 2], [0.0; 2]);
+    assert!(matches!(
+        sampler.sample(&context(5, 5, 8), 4, &mut indices, &mut weights),
+        Err(Error::BatchTooSmall {
+            requested: 4,
+            room: 2
+        })
+    ));
     let n = sampler
-        .sample(&context(5, 5, 8), 4, &mut indices, &mut weights)
+        .sample(&context(5, 5, 8), 2, &mut indices, &mut weights)
         .unwrap();
     assert_eq!((n, sampler.remaining()), (2, 3));
 }
