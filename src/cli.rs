@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use rl_algos::eval::EvalReport;
+use rl_algos::trainer::{ChunkActor, ChunkConfig};
 use rl_core::MemoryPlan;
 use serde::Serialize;
 
@@ -183,6 +184,54 @@ pub fn train(
     entry
         .run(config, Job::Train(&dir, options, false))?
         .trained()
+}
+
+/// Trains `config` (an off-policy algorithm) into the run directory `out` from the
+/// chunks `source` delivers (collectors in other processes or on other machines, each a
+/// [`remote_actor`]; the Python package drives Ray actors this way), with the same run
+/// directory, metrics and checkpoints as [`train`]. The source gets the learner's
+/// weights after every training phase. The budget check includes the source's plan.
+///
+/// # Errors
+/// As [`train`]; an on-policy algorithm (Usage).
+pub fn train_remote(
+    registry: &Registry,
+    config: &Config,
+    out: &Path,
+    options: &TrainOptions,
+    source: Box<dyn rl_algos::trainer::ChunkSource>,
+) -> Result<Trained> {
+    let entry = registry.check(config)?;
+    if !config.algo.off_policy() {
+        return Err(Error::Usage(format!(
+            "algo {} is on-policy: remote collection trains the off-policy algorithms (sac, discrete_sac, dqn)",
+            config.algo
+        )));
+    }
+    let dir = rundir::create(out)?;
+    rundir::write_config(&dir, config)?;
+    entry
+        .run(config, Job::Remote(&dir, options, source))?
+        .trained()
+}
+
+/// A collector for a remote run of `config` ([`train_remote`]): `run.n_envs` of the
+/// config's environments (environment `i` reset first with `chunk.seed + i`), acting
+/// with a copy of the learner's actor, filling chunks of `chunk.steps_per_chunk` steps
+/// of every environment. Weights arrive with [`ChunkActor::set_weights`].
+///
+/// # Errors
+/// An unknown environment, an algorithm it does not fit or that is on-policy, an
+/// invalid config.
+pub fn remote_actor(
+    registry: &Registry,
+    config: &Config,
+    chunk: ChunkConfig,
+) -> Result<Box<dyn ChunkActor>> {
+    match registry.check(config)?.run(config, Job::Actor(chunk))? {
+        Outcome::Actor(actor) => Ok(actor),
+        _ => Err(Error::Usage("remote_actor: the job gave no actor".into())),
+    }
 }
 
 /// Continues the run saved in `dir` (from `dir/checkpoint`, with `dir/config.toml` and

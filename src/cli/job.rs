@@ -5,8 +5,9 @@ use std::path::Path;
 
 use rl_algos::eval::{EvalConfig, EvalReport, evaluate};
 use rl_algos::trainer::{
-    Goal, LearnerConfig, OffPolicyConfig, OffPolicyLearner, OffPolicyReplay, OffPolicyTrainer,
-    OnPolicyLearner, OnPolicyTrainer, PpoPolicy, RunConfig, TrainSummary,
+    ChunkActor, ChunkCollector, ChunkConfig, ChunkSource, Goal, LearnerConfig, OffPolicyConfig,
+    OffPolicyLearner, OffPolicyReplay, OffPolicyTrainer, OnPolicyLearner, OnPolicyTrainer,
+    PpoPolicy, RunConfig, TrainSummary,
 };
 use rl_collect::RandomAction;
 use rl_core::{Column, DType, Env, Field, MemoryPlan, Schema, Space};
@@ -33,6 +34,11 @@ pub(crate) enum Job<'a> {
         /// Reset seed of the first episode.
         seed: u64,
     },
+    /// Train into the new run directory from the chunks of a remote source.
+    Remote(&'a Path, &'a TrainOptions, Box<dyn ChunkSource>),
+    /// A collector for a remote run: `run.n_envs` environments, reset from
+    /// `ChunkConfig::seed`.
+    Actor(ChunkConfig),
 }
 
 /// What a job gave.
@@ -40,6 +46,7 @@ pub(crate) enum Outcome {
     Plan(MemoryPlan),
     Trained(Box<Trained>),
     Eval(EvalReport),
+    Actor(Box<dyn ChunkActor>),
 }
 
 impl Outcome {
@@ -118,6 +125,10 @@ where
             let interrupted = monitor.interrupted();
             rundir::finish(dir, config, &summary, eval, plan, interrupted).map(outcome)
         }
+        Job::Remote(..) | Job::Actor(_) => Err(Error::Usage(format!(
+            "algo {} is on-policy: remote collection (Ray) trains the off-policy algorithms (sac, discrete_sac, dqn)",
+            config.algo
+        ))),
         Job::Eval {
             dir,
             episodes,
@@ -151,7 +162,8 @@ pub(crate) fn off_policy<E, L, F>(
 where
     E: Env<Obs = f32> + Send + 'static,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Act = E::Act>,
+    L: OffPolicyLearner<Act = E::Act> + Send + 'static,
+    L::Actor: Send,
     F: Fn(u64) -> E,
 {
     let missing = || Error::Usage(format!("the config of algo {} is incomplete", config.algo));
@@ -167,19 +179,25 @@ where
         Job::Train(dir, options, resume) => {
             let mut off = config.off_policy_config().ok_or_else(missing)?;
             off.run = rundir::run_config(dir, config);
-            let mut trainer = if resume {
+            let trainer = if resume {
                 OffPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, off)?
             } else {
                 OffPolicyTrainer::new(make, learner, off)?
             };
-            let plan = trainer.memory_plan().clone();
-            let mut monitor = Monitor::start(dir, config, options, &plan, trainer.env_steps())?;
-            let summary = trainer.train(&mut monitor);
-            let summary = monitor.finish(summary)?;
-            let run = trainer.config().run.clone();
-            let eval = final_eval(&run, &summary, |n| trainer.evaluate(n))?;
-            let interrupted = monitor.interrupted();
-            rundir::finish(dir, config, &summary, eval, plan, interrupted).map(outcome)
+            train_off_policy(trainer, dir, options, config)
+        }
+        Job::Remote(dir, options, source) => {
+            let mut off = config.off_policy_config().ok_or_else(missing)?;
+            off.run = rundir::run_config(dir, config);
+            let trainer = OffPolicyTrainer::with_source(make, learner, off, source)?;
+            train_off_policy(trainer, dir, options, config)
+        }
+        Job::Actor(chunk) => {
+            let envs = (0..config.run.n_envs as u64)
+                .map(|i| make(chunk.seed.wrapping_add(i)))
+                .collect();
+            let actor = ChunkCollector::new(envs, learner, chunk)?;
+            Ok(Outcome::Actor(Box::new(actor)))
         }
         Job::Eval {
             dir,
@@ -198,6 +216,28 @@ where
             Ok(Outcome::Eval(report))
         }
     }
+}
+
+/// Trains `trainer` into the run directory `dir`: monitor, metrics, checkpoints, result.
+fn train_off_policy<E, L>(
+    mut trainer: OffPolicyTrainer<E, L>,
+    dir: &Path,
+    options: &TrainOptions,
+    config: &Config,
+) -> Result<Outcome>
+where
+    E: Env<Obs = f32> + Send + 'static,
+    E::Act: RandomAction,
+    L: OffPolicyLearner<Act = E::Act>,
+{
+    let plan = trainer.memory_plan().clone();
+    let mut monitor = Monitor::start(dir, config, options, &plan, trainer.env_steps())?;
+    let summary = trainer.train(&mut monitor);
+    let summary = monitor.finish(summary)?;
+    let run = trainer.config().run.clone();
+    let eval = final_eval(&run, &summary, |n| trainer.evaluate(n))?;
+    let interrupted = monitor.interrupted();
+    rundir::finish(dir, config, &summary, eval, plan, interrupted).map(outcome)
 }
 
 /// The plan of `off` with actions stored one-hot (a float per possible action) instead

@@ -52,9 +52,10 @@ const DESIGN: &[(&str, &[&str])] = &[
         ],
     ),
     ("rl-testkit", &["rl-core"]),
+    // The facade for the trainers and configs of the `rl` command (`flatrl.train`).
     (
         "rl-python",
-        &["rl-core", "rl-envs", "rl-storage", "rl-collect"],
+        &["rl", "rl-core", "rl-envs", "rl-storage", "rl-collect"],
     ),
 ];
 

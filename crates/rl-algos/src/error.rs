@@ -101,6 +101,11 @@ pub enum Error {
         source: rl_collect::Error,
     },
 
+    /// Remote collection failed: the [`crate::trainer::ChunkSource`] (collectors in
+    /// other processes, Ray actors) gave up or delivered something unusable.
+    #[error("remote collection: {0}")]
+    Remote(String),
+
     /// A network operation failed (`rl-nn`: an architecture mismatch, an optimiser
     /// state of another network, a checkpoint file that cannot be used ...). `rl-nn`'s
     /// configuration and shape errors arrive as [`Error::Config`] and

@@ -34,8 +34,8 @@ mod tests;
 pub(crate) use learner::ActorRng;
 pub use learner::{OffPolicyLearner, SequenceSpec};
 pub use off_policy::{
-    CollectorChoice, OffPolicyConfig, OffPolicyReplay, OffPolicyTrainer, REPLAY_FILE,
-    ReplayLocation,
+    ChunkActor, ChunkCollector, ChunkConfig, ChunkSink, ChunkSource, CollectorChoice, Episode,
+    OffPolicyConfig, OffPolicyReplay, OffPolicyTrainer, REPLAY_FILE, ReplayLocation,
 };
 pub use on_policy::{LearnerConfig, OnPolicyLearner, OnPolicyTrainer, PpoPolicy};
 pub use run::{

@@ -62,7 +62,9 @@ impl GymAction for f32 {
 /// A Gymnasium environment (`gymnasium.Env` with a `Box` observation space) as an
 /// [`rl_core::Env`]: observations as `f32`, actions `u32` (`Discrete`) or `f32` (`Box`).
 pub struct GymEnv<A> {
-    env: Py<PyAny>,
+    /// `None` for an environment whose factory failed ([`GymFactory::make`]): its
+    /// `reset` fails, the factory's exception waits in `errors`.
+    env: Option<Py<PyAny>>,
     observation_space: Space,
     action_space: Space,
     action_shape: Vec<usize>,
@@ -76,6 +78,14 @@ impl<A> std::fmt::Debug for GymEnv<A> {
             .field("observation_space", &self.observation_space)
             .field("action_space", &self.action_space)
             .finish_non_exhaustive()
+    }
+}
+
+/// The shape of one action of `space` as `env.step` takes it (`[]` for `Discrete`).
+fn action_shape(space: &Space) -> Vec<usize> {
+    match space {
+        Space::Box(b) => b.shape().to_vec(),
+        Space::Discrete { .. } => Vec::new(),
     }
 }
 
@@ -134,12 +144,9 @@ impl<A: GymAction> GymEnv<A> {
                 A::DTYPE
             )));
         }
-        let action_shape = match &action_space {
-            Space::Box(b) => b.shape().to_vec(),
-            Space::Discrete { .. } => Vec::new(),
-        };
+        let action_shape = action_shape(&action_space);
         Ok(Self {
-            env: env.clone().unbind(),
+            env: Some(env.clone().unbind()),
             observation_space,
             action_space,
             action_shape,
@@ -148,10 +155,23 @@ impl<A: GymAction> GymEnv<A> {
         })
     }
 
-    /// Keeps `err` for the caller and returns the `rl_core::Error` the Rust side sees.
+    /// The Python environment (an error for one whose factory failed).
+    fn env<'py>(&self, py: Python<'py>) -> PyResult<&Bound<'py, PyAny>> {
+        self.env.as_ref().map(|env| env.bind(py)).ok_or_else(|| {
+            pyo3::exceptions::PyRuntimeError::new_err(
+                "the environment factory failed when this environment was built",
+            )
+        })
+    }
+
+    /// Keeps `err` for the caller (unless an earlier exception waits there: the first
+    /// one is the cause) and returns the `rl_core::Error` the Rust side sees.
     fn fail(&self, call: &str, err: PyErr) -> rl_core::Error {
         let message = err.to_string();
-        *self.errors.lock().unwrap_or_else(PoisonError::into_inner) = Some(err);
+        self.errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert(err);
         rl_core::Error::Io {
             context: format!("gymnasium env.{call}"),
             source: std::io::Error::other(message),
@@ -200,7 +220,7 @@ impl<A: GymAction> Env for GymEnv<A> {
             let result = (|| {
                 let kwargs = pyo3::types::PyDict::new(py);
                 kwargs.set_item("seed", seed)?;
-                let out = self.env.bind(py).call_method("reset", (), Some(&kwargs))?;
+                let out = self.env(py)?.call_method("reset", (), Some(&kwargs))?;
                 self.read_obs(&out.get_item(0)?, obs)
             })();
             result.map_err(|err| self.fail("reset", err))
@@ -211,7 +231,7 @@ impl<A: GymAction> Env for GymEnv<A> {
         Python::attach(|py| {
             let result = (|| {
                 let action = A::to_python(py, action, &self.action_shape)?;
-                let out = self.env.bind(py).call_method1("step", (action,))?;
+                let out = self.env(py)?.call_method1("step", (action,))?;
                 self.read_obs(&out.get_item(0)?, obs)?;
                 Ok(Step {
                     reward: out.get_item(1)?.extract::<f64>()? as f32,
@@ -220,6 +240,90 @@ impl<A: GymAction> Env for GymEnv<A> {
                 })
             })();
             result.map_err(|err| self.fail("step", err))
+        })
+    }
+}
+
+/// Builds [`GymEnv`]s from a Python callable that takes no argument and returns a
+/// `gymnasium.Env` (a factory, or `functools.partial(gymnasium.make, id)`): what a
+/// registry of the `rl` command needs, an infallible `Fn(seed) -> Env`.
+///
+/// The factory is called once by [`GymFactory::new`] to read the spaces (that
+/// environment is closed). A later call that raises gives an environment whose `reset`
+/// fails, the factory's exception kept in the [`ErrorSlot`] for the caller to re-raise.
+/// Seeds reach the environments through `reset(seed=...)`, as the collectors give them.
+#[derive(Clone)]
+pub struct GymFactory {
+    factory: Arc<Py<PyAny>>,
+    observation_space: Space,
+    action_space: Space,
+    errors: ErrorSlot,
+}
+
+impl std::fmt::Debug for GymFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GymFactory")
+            .field("observation_space", &self.observation_space)
+            .field("action_space", &self.action_space)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GymFactory {
+    /// Calls `factory` once to read and check the spaces.
+    ///
+    /// # Errors
+    /// The factory's exception, a `TypeError` if it is not callable, and the
+    /// `ValueError`s of [`GymEnv::new`] for spaces `GymEnv` cannot take.
+    pub fn new(factory: &Bound<'_, PyAny>, errors: ErrorSlot) -> PyResult<Self> {
+        if !factory.is_callable() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "env is a {}: give a Gymnasium id (str) or a callable returning a gymnasium.Env",
+                factory.get_type().name()?
+            )));
+        }
+        let probe = factory.call0()?;
+        let action_space = space_of(&probe.getattr("action_space")?, "action")?;
+        let checked = match action_space {
+            Space::Discrete { .. } => {
+                GymEnv::<u32>::new(&probe, errors.clone()).map(|e| e.observation_space)
+            }
+            _ => GymEnv::<f32>::new(&probe, errors.clone()).map(|e| e.observation_space),
+        };
+        let _ = probe.call_method0("close");
+        Ok(Self {
+            factory: Arc::new(factory.clone().unbind()),
+            observation_space: checked?,
+            action_space,
+            errors,
+        })
+    }
+
+    /// Whether the environments take discrete actions (`GymEnv<u32>`), else a box
+    /// (`GymEnv<f32>`).
+    pub fn discrete(&self) -> bool {
+        matches!(self.action_space, Space::Discrete { .. })
+    }
+
+    /// A new environment (see the type's documentation for a factory that raises).
+    pub fn make<A: GymAction>(&self) -> GymEnv<A> {
+        Python::attach(|py| {
+            let built = self
+                .factory
+                .bind(py)
+                .call0()
+                .and_then(|env| GymEnv::new(&env, self.errors.clone()));
+            built.unwrap_or_else(|err| {
+                *self.errors.lock().unwrap_or_else(PoisonError::into_inner) = Some(err);
+                GymEnv {
+                    env: None,
+                    observation_space: self.observation_space.clone(),
+                    action_space: self.action_space.clone(),
+                    action_shape: action_shape(&self.action_space),
+                    errors: self.errors.clone(),
+                    _action: PhantomData,
+                }
+            })
         })
     }
 }
@@ -315,7 +419,7 @@ impl RandomCollector {
 }
 
 /// The environment's own exception if one was kept, else `fallback`.
-fn take_error(errors: &ErrorSlot, fallback: PyErr) -> PyErr {
+pub(crate) fn take_error(errors: &ErrorSlot, fallback: PyErr) -> PyErr {
     errors
         .lock()
         .unwrap_or_else(PoisonError::into_inner)

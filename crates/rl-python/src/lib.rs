@@ -17,7 +17,10 @@
 //!   `gymnasium.vector.VectorEnv` with autoreset).
 //! - **Gymnasium environments for the Rust side** ([`gym`]): [`gym::GymEnv`] is an
 //!   [`rl_core::Env`] over a Python Gymnasium environment, so the Rust collectors (and,
-//!   later, trainers) drive it; the GIL is held only while Python runs.
+//!   trainers) drive it; the GIL is held only while Python runs.
+//! - **Trainers** ([`train`]): `flatrl.train`, `resume`, `evaluate` and `plan` run what
+//!   the `rl` command runs, from the same configs (TOML file or text, or a dict), on the
+//!   built-in environments or any Gymnasium environment, into the same run directories.
 //!
 //! Heavy Rust work (large writes and gathers, collection) runs with the GIL released.
 //!
@@ -34,10 +37,12 @@ pub mod dedup;
 pub mod error;
 pub mod gym;
 pub mod plan;
+pub mod remote;
 pub mod replay;
 pub mod sampler;
 mod schema;
 mod store;
+pub mod train;
 pub mod vector;
 
 use pyo3::prelude::*;
@@ -61,5 +66,13 @@ fn _flatrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dedup::DedupReplayBuffer>()?;
     m.add_class::<vector::VecEnvCore>()?;
     m.add_class::<gym::RandomCollector>()?;
+    m.add("ConfigError", py.get_type::<train::ConfigError>())?;
+    m.add_function(wrap_pyfunction!(train::train, m)?)?;
+    m.add_function(wrap_pyfunction!(train::resume, m)?)?;
+    m.add_function(wrap_pyfunction!(train::evaluate, m)?)?;
+    m.add_function(wrap_pyfunction!(train::plan, m)?)?;
+    m.add_function(wrap_pyfunction!(train::load_config, m)?)?;
+    m.add_class::<remote::RemoteCollector>()?;
+    m.add_function(wrap_pyfunction!(remote::train_remote, m)?)?;
     Ok(())
 }

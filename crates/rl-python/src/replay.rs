@@ -118,8 +118,18 @@ pub(crate) fn stored_column<'py, S: HostStorage, P: rl_storage::sampler::Sampler
     for position in buffer.positions() {
         bytes.extend_from_slice(&source[position * row_bytes..(position + 1) * row_bytes]);
     }
+    column_array(py, column, bytes, buffer.len())
+}
+
+/// A numpy array of `rows` rows of `column` from their bytes (taken, not copied).
+pub(crate) fn column_array<'py>(
+    py: Python<'py>,
+    column: &rl_core::Column,
+    bytes: Vec<u8>,
+    rows: usize,
+) -> PyResult<Bound<'py, PyUntypedArray>> {
     let flat = PyArray1::from_vec(py, bytes);
-    let shape: Vec<usize> = std::iter::once(buffer.len())
+    let shape: Vec<usize> = std::iter::once(rows)
         .chain(column.shape().iter().copied())
         .collect();
     flat.call_method1("view", (schema::descr(py, column.dtype()),))?

@@ -59,6 +59,22 @@ impl ColumnSlice<'_> {
         self.len() == 0
     }
 
+    /// Views `bytes` (a storage column's, or any aligned buffer) as elements of
+    /// `column`'s dtype: the inverse of [`ColumnSlice::as_bytes`].
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] for bytes that are not a whole number of elements or not
+    /// aligned for the dtype.
+    pub fn from_bytes<'a>(column: &Column, bytes: &'a [u8]) -> Result<ColumnSlice<'a>> {
+        Ok(match column.dtype() {
+            DType::F32 => ColumnSlice::F32(cast(bytes, column)?),
+            DType::U32 => ColumnSlice::U32(cast(bytes, column)?),
+            DType::I64 => ColumnSlice::I64(cast(bytes, column)?),
+            DType::U8 => ColumnSlice::U8(bytes),
+            DType::Bool => ColumnSlice::Bool(cast(bytes, column)?),
+        })
+    }
+
     /// The elements as bytes.
     pub fn as_bytes(&self) -> &[u8] {
         match self {

@@ -3,6 +3,7 @@
 //! threads (async), gradient steps on sampled batches.
 
 mod collection;
+mod remote;
 mod replay;
 
 use std::path::Path;
@@ -15,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 pub use self::collection::CollectorChoice;
 use self::collection::{Collection, async_plan, sync_plan};
+use self::remote::Remote;
+pub use self::remote::{ChunkActor, ChunkCollector, ChunkConfig, ChunkSink, ChunkSource, Episode};
 use self::replay::ReplaySampler;
 pub use self::replay::{OffPolicyReplay, REPLAY_FILE, ReplayLocation};
 use super::learner::OffPolicyLearner;
@@ -319,7 +322,39 @@ where
         learner: L,
         config: OffPolicyConfig,
     ) -> Result<Self> {
-        Self::build(make_env, learner, config, None)
+        Self::build(make_env, learner, config, None, None)
+    }
+
+    /// A new run whose transitions come from `source` (collectors in other processes or
+    /// on other machines, [`ChunkCollector`]s): each collection writes the source's next
+    /// chunk; after every training phase the learner's checkpoint goes to the source
+    /// with a new version (version 0, the learner as built, before the first chunk).
+    /// `make_env` builds only the evaluation environment. `config.collector` must be
+    /// the default (sync): the source replaces it; `learning_starts` counts the
+    /// source's rows (the collectors act at random for their share of it).
+    ///
+    /// # Errors
+    /// As [`OffPolicyTrainer::new`]; an asynchronous `collector`, a learner trained on
+    /// sequences (windows need one environment's steps a fixed stride apart).
+    pub fn with_source(
+        make_env: impl FnMut(u64) -> E,
+        learner: L,
+        config: OffPolicyConfig,
+        source: Box<dyn ChunkSource>,
+    ) -> Result<Self> {
+        if config.collector != CollectorChoice::Sync {
+            return Err(Error::config(
+                "collector",
+                "is asynchronous, but a remote source delivers the chunks: leave collector out",
+            ));
+        }
+        if learner.sequence().is_some() {
+            return Err(Error::config(
+                "algo",
+                "is a recurrent learner, which reads windows of one environment's steps; remote chunks interleave collectors: train it with the sync collector",
+            ));
+        }
+        Self::build(make_env, learner, config, None, Some(source))
     }
 
     /// Continues the run saved in `dir` (by [`OffPolicyTrainer::save`] or a checkpoint
@@ -351,7 +386,7 @@ where
         let saved =
             Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.checkpoint_kind())?;
         learner.restore(&saved)?;
-        Self::build(make_env, learner, config, Some((dir, counters)))
+        Self::build(make_env, learner, config, Some((dir, counters)), None)
     }
 
     fn build(
@@ -359,12 +394,20 @@ where
         learner: L,
         config: OffPolicyConfig,
         resume: Option<(&Path, RunCounters)>,
+        source: Option<Box<dyn ChunkSource>>,
     ) -> Result<Self> {
         config.validate()?;
         check_sequence(&learner, &config)?;
         let run = &config.run;
         let schema = learner.replay_schema()?;
-        let checked = Self::plan(&learner, &config)?;
+        let checked = match &source {
+            None => Self::plan(&learner, &config)?,
+            Some(source) => {
+                let mut plan = base_plan(&learner, &schema, &config)?;
+                plan.nest("collector", &source.memory_plan(&schema));
+                plan
+            }
+        };
         if let Some(budget) = &run.budget {
             checked.check(budget)?;
         }
@@ -389,9 +432,16 @@ where
             ),
         };
         let rest = (|| {
-            let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
+            let collection = match source {
+                None => {
+                    let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
+                    Collection::new(envs, learner, &config, steps_before)?
+                }
+                Some(source) => {
+                    Collection::Remote(Remote::new(learner, source, run.window(), steps_before)?)
+                }
+            };
             let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
-            let collection = Collection::new(envs, learner, &config, steps_before)?;
             let mut plan = base_plan(collection.learner(), &schema, &config)?;
             plan.nest("collector", &collection.memory_plan());
             if let Some(budget) = &run.budget {

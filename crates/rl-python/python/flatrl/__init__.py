@@ -9,22 +9,37 @@ and flat while it runs. A thin skin over the Rust crates of ``rl`` (numpy in and
 - ``VectorEnv`` / ``make_vec``: the Rust environments as a ``gymnasium.vector.VectorEnv``
   (needs ``gymnasium``).
 - ``RandomCollector``: Gymnasium environments stepped by the Rust collector.
+- ``train``, ``resume``, ``evaluate``, ``plan``: the trainers of the ``rl`` command from a
+  config (TOML file, TOML text or dict) on a built-in or Gymnasium environment, into the
+  same run directories (``config.toml``, ``metrics.jsonl``, ``checkpoint/``,
+  ``result.json``); ``ConfigError`` names the bad key; ``load_config`` gives the
+  effective config as a dict.
+- ``flatrl.ray`` (needs ``ray``): collection on Ray actors for the off-policy trainers
+  (``flatrl.ray.train``), built on ``RemoteCollector`` and ``train_remote``.
 """
 
 from typing import TYPE_CHECKING
 
 from ._flatrl import (
     Batch,
+    ConfigError,
     DedupReplayBuffer,
     MemoryBudget,
     MemoryBudgetError,
     MemoryPlan,
     Prioritized,
     RandomCollector,
+    RemoteCollector,
     ReplayBuffer,
     SliceSampler,
     Uniform,
     __version__,
+    evaluate,
+    load_config,
+    plan,
+    resume,
+    train,
+    train_remote,
 )
 
 if TYPE_CHECKING:
@@ -32,18 +47,26 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Batch",
+    "ConfigError",
     "DedupReplayBuffer",
     "MemoryBudget",
     "MemoryBudgetError",
     "MemoryPlan",
     "Prioritized",
     "RandomCollector",
+    "RemoteCollector",
     "ReplayBuffer",
     "SliceSampler",
     "Uniform",
     "VectorEnv",
     "make_vec",
     "__version__",
+    "evaluate",
+    "load_config",
+    "plan",
+    "resume",
+    "train",
+    "train_remote",
 ]
 
 

@@ -1,6 +1,6 @@
 """Type stubs of the Rust extension module flatrl._flatrl (re-exported by flatrl)."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from types import TracebackType
 from typing import Any, Literal, Union
@@ -215,3 +215,85 @@ class RandomCollector:
 
     def __init__(self, envs: list[Any], *, frames_per_batch: int, seed: int = 0) -> None: ...
     def collect(self, buffer: ReplayBuffer) -> dict[str, Any]: ...
+
+#: A config: a dict, TOML text, or a path to a TOML file (the `rl` command's configs).
+ConfigLike = Union[Mapping[str, Any], str, PathLike[str]]
+#: An environment: a Gymnasium id, a built-in name, or a callable returning a gymnasium.Env.
+EnvLike = Union[str, Callable[[], Any], None]
+
+class ConfigError(ValueError):
+    """A config that cannot be used: the message names the key. Nothing ran."""
+
+def train(
+    config: ConfigLike,
+    run_dir: str | PathLike[str],
+    *,
+    env: EnvLike = None,
+    overrides: Sequence[str] = (),
+    verbose: bool = False,
+) -> dict[str, Any]:
+    """Trains into a new run directory (as `rl train`); returns result.json's object."""
+
+def resume(
+    run_dir: str | PathLike[str],
+    *,
+    env: EnvLike = None,
+    overrides: Sequence[str] = (),
+    verbose: bool = False,
+) -> dict[str, Any]:
+    """Continues the run in run_dir from its checkpoint (as `rl resume`)."""
+
+def evaluate(
+    run_dir: str | PathLike[str],
+    *,
+    env: EnvLike = None,
+    episodes: int = 10,
+    seed: int | None = None,
+    best: bool = False,
+) -> dict[str, Any]:
+    """Deterministic episodes of the saved policy (as `rl eval`)."""
+
+def plan(config: ConfigLike, *, env: EnvLike = None, overrides: Sequence[str] = ()) -> MemoryPlan:
+    """The run's memory plan; MemoryBudgetError when over run.budget."""
+
+def load_config(
+    config: ConfigLike, *, overrides: Sequence[str] = (), env: EnvLike = None
+) -> dict[str, Any]:
+    """The effective config as a dict, defaults written out."""
+
+class RemoteCollector:
+    """A collector for a remote run: fills chunks with the learner's latest weights."""
+
+    def __init__(
+        self,
+        config: ConfigLike,
+        *,
+        steps_per_chunk: int,
+        env: EnvLike = None,
+        overrides: Sequence[str] = (),
+        random_frames: int = 0,
+        seed: int = 0,
+    ) -> None: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def schema(self) -> dict[str, tuple[str, tuple[int, ...]]]: ...
+    def set_weights(self, version: int, env_steps: int, weights: bytes) -> None: ...
+    def collect(
+        self,
+    ) -> tuple[dict[str, npt.NDArray[Any]], list[tuple[float, int, bool]]]: ...
+    def __repr__(self) -> str: ...
+
+def train_remote(
+    config: ConfigLike,
+    run_dir: str | PathLike[str],
+    feed: Any,
+    *,
+    rows_in_flight: int,
+    env: EnvLike = None,
+    overrides: Sequence[str] = (),
+    verbose: bool = False,
+) -> dict[str, Any]:
+    """Trains from the chunks feed.next_chunk() delivers; feed.publish() takes weights."""

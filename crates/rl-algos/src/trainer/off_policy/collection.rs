@@ -10,6 +10,7 @@ use rl_core::{Env, Field, MemoryPlan, Schema};
 use serde::{Deserialize, Serialize};
 
 use super::OffPolicyConfig;
+use super::remote::Remote;
 use super::replay::{OffPolicyReplay, with_buffer};
 use crate::error::{Error, Result};
 use crate::trainer::OffPolicyLearner;
@@ -98,6 +99,8 @@ where
     /// The learner is the collector's policy.
     Sync(SyncCollector<E, L>),
     Async(Workers<E, L>),
+    /// Chunks from other processes ([`super::ChunkSource`]).
+    Remote(Remote<L>),
 }
 
 /// An asynchronous collector, the learner, and the actor the trainer refreshes and
@@ -253,6 +256,7 @@ where
         match self {
             Self::Sync(c) => c.policy(),
             Self::Async(w) => &w.learner,
+            Self::Remote(r) => &r.learner,
         }
     }
 
@@ -260,6 +264,7 @@ where
         match self {
             Self::Sync(c) => c.policy_mut(),
             Self::Async(w) => &mut w.learner,
+            Self::Remote(r) => &mut r.learner,
         }
     }
 
@@ -268,6 +273,7 @@ where
         match self {
             Self::Sync(c) => c.frames(),
             Self::Async(w) => w.collector.frames(),
+            Self::Remote(r) => r.frames(),
         }
     }
 
@@ -276,6 +282,7 @@ where
         match self {
             Self::Sync(c) => c.stats(),
             Self::Async(w) => w.collector.stats(),
+            Self::Remote(r) => r.stats(),
         }
     }
 
@@ -290,6 +297,7 @@ where
             Self::Async(w) => {
                 with_buffer!(&mut replay.buffer, b => w.collector.collect(b))?;
             }
+            Self::Remote(r) => r.collect(replay)?,
         }
         Ok(())
     }
@@ -298,8 +306,10 @@ where
     /// weights and exploration state (async; nothing to do when the learner is the
     /// policy). Returns the version published.
     pub(super) fn publish(&mut self, env_steps: u64) -> Result<u64> {
-        let Self::Async(w) = self else {
-            return Ok(0);
+        let w = match self {
+            Self::Sync(_) => return Ok(0),
+            Self::Remote(r) => return r.publish(env_steps),
+            Self::Async(w) => w,
         };
         w.learner.set_env_steps(env_steps);
         w.learner.refresh_actor(&mut w.staging)?;
@@ -316,6 +326,7 @@ where
                 plan.nest("async_collector", &w.learner.actor_memory_plan(copies));
                 plan
             }
+            Self::Remote(r) => r.memory_plan(),
         }
     }
 
@@ -324,6 +335,7 @@ where
         match self {
             Self::Sync(_) => 0,
             Self::Async(w) => w.collector.version(),
+            Self::Remote(r) => r.version(),
         }
     }
 }

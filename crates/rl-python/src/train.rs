@@ -1,0 +1,376 @@
+//! Trainers from Python: `flatrl.train`, `flatrl.resume`, `flatrl.evaluate` and
+//! `flatrl.plan` run what the `rl` command runs (`rl::cli`), from the same configs (a
+//! TOML file, TOML text or a dict), on the built-in environments or on any Gymnasium
+//! environment, into the same run directories (`config.toml`, `metrics.jsonl`,
+//! `checkpoint/`, `best/`, `result.json`, `curve.png`).
+//!
+//! The environment of a run:
+//!
+//! - `env=None`: the config's `env`, a built-in name (`cartpole`, `pendulum` ...) or
+//!   else a Gymnasium id (`"CartPole-v1"`), built with `gymnasium.make`;
+//! - `env="CartPole-v1"` (a str): the same, and the config's `env` becomes that name, so
+//!   `config.toml` records it and `resume`/`evaluate` find it again without `env`;
+//! - `env=callable`: a factory taking no argument that returns a `gymnasium.Env`,
+//!   registered under the config's `env` name (give it again to `resume`/`evaluate`).
+//!
+//! Training runs with the GIL released; each Gymnasium `reset`/`step` takes it.
+
+use std::path::{Path, PathBuf};
+
+use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use rl::cli::{self, Registry, TrainOptions, Which};
+use rl::config::Config;
+use toml::{Table, Value};
+
+use crate::error::{budget_error, value_error};
+use crate::gym::{ErrorSlot, GymFactory};
+use crate::plan::MemoryPlan;
+
+pyo3::create_exception!(
+    flatrl,
+    ConfigError,
+    pyo3::exceptions::PyValueError,
+    "A config (file, text, dict or override) that cannot be used: the message names the key, what is wrong and what is allowed. Nothing ran."
+);
+
+/// A Python value as a TOML value; `key` names it in errors.
+fn toml_value(value: &Bound<'_, PyAny>, key: &str) -> PyResult<Value> {
+    if value.is_instance_of::<PyBool>() {
+        return Ok(Value::Boolean(value.extract()?));
+    }
+    if value.is_instance_of::<PyInt>() {
+        return Ok(Value::Integer(value.extract().map_err(|_| {
+            ConfigError::new_err(format!("{key}: the integer does not fit in 64 bits"))
+        })?));
+    }
+    if value.is_instance_of::<PyFloat>() {
+        return Ok(Value::Float(value.extract()?));
+    }
+    if value.is_instance_of::<PyString>() {
+        return Ok(Value::String(value.extract()?));
+    }
+    if let Ok(dict) = value.cast::<PyDict>() {
+        return toml_table(dict, key).map(Value::Table);
+    }
+    if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        return value
+            .try_iter()?
+            .enumerate()
+            .map(|(i, item)| toml_value(&item?, &format!("{key}[{i}]")))
+            .collect::<PyResult<Vec<_>>>()
+            .map(Value::Array);
+    }
+    if let Ok(path) = value.extract::<PathBuf>() {
+        return Ok(Value::String(path.to_string_lossy().into_owned()));
+    }
+    let kind = value.get_type().name()?;
+    let hint = if value.is_none() {
+        "leave the key out for its default"
+    } else {
+        "use a bool, int, float, str, list or dict"
+    };
+    Err(ConfigError::new_err(format!(
+        "{key}: a {kind} is not a config value: {hint}"
+    )))
+}
+
+/// A dict of str keys as a TOML table.
+fn toml_table(dict: &Bound<'_, PyDict>, prefix: &str) -> PyResult<Table> {
+    let mut table = Table::new();
+    for (name, value) in dict.iter() {
+        let name: String = name.extract().map_err(|_| {
+            ConfigError::new_err(format!(
+                "{}: keys of a config dict are str, not {}",
+                if prefix.is_empty() {
+                    "the config"
+                } else {
+                    prefix
+                },
+                name.get_type().name().map_or("?".into(), |n| n.to_string())
+            ))
+        })?;
+        let key = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        table.insert(name, toml_value(&value, &key)?);
+    }
+    Ok(table)
+}
+
+fn config_error(err: rl::config::ConfigError) -> PyErr {
+    ConfigError::new_err(err.to_string())
+}
+
+/// A config from a dict, a path to a TOML file, or TOML text, with `overrides`
+/// (`"key=value"`) applied.
+pub(crate) fn read_config(config: &Bound<'_, PyAny>, overrides: &[String]) -> PyResult<Config> {
+    if let Ok(dict) = config.cast::<PyDict>() {
+        let text = toml::to_string(&toml_table(dict, "")?)
+            .map_err(|e| ConfigError::new_err(e.to_string()))?;
+        return Config::from_toml(&text, overrides).map_err(config_error);
+    }
+    let text: String = if let Ok(text) = config.extract::<String>()
+        && (text.contains('\n') || text.contains('='))
+    {
+        text
+    } else if let Ok(path) = config.extract::<PathBuf>() {
+        std::fs::read_to_string(&path).map_err(|e| {
+            let message = format!(
+                "config {}: {e}: give a TOML file, TOML text or a dict",
+                path.display()
+            );
+            if e.kind() == std::io::ErrorKind::NotFound {
+                PyFileNotFoundError::new_err(message)
+            } else {
+                PyOSError::new_err(message)
+            }
+        })?
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "config is a {}: give a dict, a path to a TOML file or TOML text",
+            config.get_type().name()?
+        )));
+    };
+    Config::from_toml(&text, overrides).map_err(config_error)
+}
+
+/// The registry a run of `config` needs (built-in environments, plus the Gymnasium one
+/// `env` or `config.env` names), with `config.env` set to the environment's name.
+pub(crate) fn registry(
+    py: Python<'_>,
+    config: &mut Config,
+    env: Option<&Bound<'_, PyAny>>,
+    errors: &ErrorSlot,
+) -> PyResult<Registry> {
+    let mut registry = Registry::builtin();
+    let factory = match env {
+        Some(env) if env.is_instance_of::<PyString>() => {
+            config.env = env.extract()?;
+            None
+        }
+        Some(env) => Some(env.clone()),
+        None => None,
+    };
+    let factory = match factory {
+        Some(factory) => factory,
+        None if registry.actions(&config.env).is_some() => return Ok(registry),
+        None => {
+            let gymnasium = py.import("gymnasium").map_err(|e| {
+                ConfigError::new_err(format!(
+                    "env: {:?} is not a built-in environment ({}), and gymnasium cannot be imported to make it ({e})",
+                    config.env,
+                    registry.names().collect::<Vec<_>>().join(", ")
+                ))
+            })?;
+            let partial = py
+                .import("functools")?
+                .getattr("partial")?
+                .call1((gymnasium.getattr("make")?, config.env.as_str()))?;
+            // An id Gymnasium does not know: say which names work.
+            if let Err(err) = gymnasium.getattr("spec")?.call1((config.env.as_str(),)) {
+                return Err(ConfigError::new_err(format!(
+                    "env: {:?} is neither a built-in environment ({}) nor a Gymnasium id ({err})",
+                    config.env,
+                    registry.names().collect::<Vec<_>>().join(", ")
+                )));
+            }
+            partial
+        }
+    };
+    let made = GymFactory::new(&factory, errors.clone())?;
+    let name = config.env.clone();
+    if made.discrete() {
+        registry.register_discrete(&name, move |_seed| made.make::<u32>());
+    } else {
+        registry.register_continuous(&name, move |_seed| made.make::<f32>());
+    }
+    Ok(registry)
+}
+
+/// The Python exception for an error of the `rl` command's library side: the
+/// environment's own exception when one was raised.
+pub(crate) fn cli_error(err: cli::Error, errors: &ErrorSlot) -> PyErr {
+    if let Some(raised) = errors
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+    {
+        return raised;
+    }
+    let message = err.to_string();
+    match err {
+        cli::Error::Config(e) => config_error(e),
+        cli::Error::Usage(_) => value_error(message),
+        cli::Error::Io { .. } | cli::Error::Nn(_) => PyOSError::new_err(message),
+        cli::Error::Algos(rl::algos::Error::Core { source }) => crate::error::core_error(source),
+        cli::Error::Algos(
+            rl::algos::Error::Config { .. }
+            | rl::algos::Error::CheckpointMismatch { .. }
+            | rl::algos::Error::SpaceMismatch { .. }
+            | rl::algos::Error::ShapeMismatch { .. }
+            | rl::algos::Error::Nn { .. },
+        ) => value_error(message),
+        _ => PyRuntimeError::new_err(message),
+    }
+}
+
+/// The result (`result.json`'s object) as a dict, with `"dir"` added.
+pub(crate) fn result_dict<'py>(
+    py: Python<'py>,
+    trained: &cli::Trained,
+) -> PyResult<Bound<'py, PyAny>> {
+    let text = serde_json::to_string(&trained.result)
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    let dict = py.import("json")?.call_method1("loads", (text,))?;
+    dict.set_item("dir", trained.dir.clone())?;
+    dict.set_item("interrupted", trained.interrupted)?;
+    Ok(dict)
+}
+
+pub(crate) fn options(verbose: bool, overrides: Vec<String>) -> TrainOptions {
+    TrainOptions {
+        quiet: !verbose,
+        stop: None,
+        overrides,
+    }
+}
+
+/// Trains `config` into the new run directory `run_dir`; returns the run's result.
+#[pyfunction]
+#[pyo3(signature = (config, run_dir, *, env=None, overrides=Vec::new(), verbose=false))]
+pub fn train<'py>(
+    py: Python<'py>,
+    config: &Bound<'py, PyAny>,
+    run_dir: PathBuf,
+    env: Option<&Bound<'py, PyAny>>,
+    overrides: Vec<String>,
+    verbose: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut config = read_config(config, &overrides)?;
+    let errors = ErrorSlot::default();
+    let registry = registry(py, &mut config, env, &errors)?;
+    checked_plan(py, &registry, &config, &errors)?;
+    let options = options(verbose, Vec::new());
+    let trained = py
+        .detach(|| cli::train(&registry, &config, &run_dir, &options))
+        .map_err(|e| cli_error(e, &errors))?;
+    result_dict(py, &trained)
+}
+
+/// The effective config as a dict: every value in force, defaults written out (what a
+/// run directory's `config.toml` holds). With `env`, `env` is set as `flatrl.train`
+/// would set it (a str), or left (a callable).
+#[pyfunction]
+#[pyo3(signature = (config, *, overrides=Vec::new(), env=None))]
+pub fn load_config<'py>(
+    py: Python<'py>,
+    config: &Bound<'py, PyAny>,
+    overrides: Vec<String>,
+    env: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut config = read_config(config, &overrides)?;
+    if let Some(env) = env
+        && env.is_instance_of::<PyString>()
+    {
+        config.env = env.extract()?;
+    }
+    let text =
+        serde_json::to_string(&config).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    py.import("json")?.call_method1("loads", (text,))
+}
+
+/// The config saved in a run directory.
+fn run_config(dir: &Path) -> PyResult<Config> {
+    let path = dir.join(cli::CONFIG_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        value_error(format!(
+            "{}: not a run directory ({} cannot be read: {e}): give the run_dir of flatrl.train",
+            dir.display(),
+            path.display()
+        ))
+    })?;
+    Config::from_toml(&text, &[]).map_err(config_error)
+}
+
+/// Continues the run in `run_dir` from its checkpoint; returns the run's result.
+#[pyfunction]
+#[pyo3(signature = (run_dir, *, env=None, overrides=Vec::new(), verbose=false))]
+pub fn resume<'py>(
+    py: Python<'py>,
+    run_dir: PathBuf,
+    env: Option<&Bound<'py, PyAny>>,
+    overrides: Vec<String>,
+    verbose: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut config = run_config(&run_dir)?;
+    let errors = ErrorSlot::default();
+    let registry = registry(py, &mut config, env, &errors)?;
+    let options = options(verbose, overrides);
+    let trained = py
+        .detach(|| cli::resume(&registry, &run_dir, &options))
+        .map_err(|e| cli_error(e, &errors))?;
+    result_dict(py, &trained)
+}
+
+/// Evaluates the policy saved in `run_dir` (`best=True`: the best scheduled
+/// evaluation's) over `episodes` deterministic episodes.
+#[pyfunction]
+#[pyo3(signature = (run_dir, *, env=None, episodes=10, seed=None, best=false))]
+pub fn evaluate<'py>(
+    py: Python<'py>,
+    run_dir: PathBuf,
+    env: Option<&Bound<'py, PyAny>>,
+    episodes: usize,
+    seed: Option<u64>,
+    best: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut config = run_config(&run_dir)?;
+    let errors = ErrorSlot::default();
+    let registry = registry(py, &mut config, env, &errors)?;
+    let which = if best { Which::Best } else { Which::Latest };
+    let evaluated = py
+        .detach(|| cli::eval(&registry, &run_dir, which, episodes, seed))
+        .map_err(|e| cli_error(e, &errors))?;
+    let text =
+        serde_json::to_string(&evaluated).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    py.import("json")?.call_method1("loads", (text,))
+}
+
+/// The whole run's memory plan of `config`, without allocating buffers; raises
+/// `MemoryBudgetError` (with `.plan`) when it does not fit `run.budget`.
+#[pyfunction]
+#[pyo3(signature = (config, *, env=None, overrides=Vec::new()))]
+pub fn plan<'py>(
+    py: Python<'py>,
+    config: &Bound<'py, PyAny>,
+    env: Option<&Bound<'py, PyAny>>,
+    overrides: Vec<String>,
+) -> PyResult<MemoryPlan> {
+    let mut config = read_config(config, &overrides)?;
+    let errors = ErrorSlot::default();
+    let registry = registry(py, &mut config, env, &errors)?;
+    checked_plan(py, &registry, &config, &errors).map(MemoryPlan::from)
+}
+
+/// The plan of `config`, or `MemoryBudgetError` (carrying it) when it does not fit
+/// `run.budget`.
+fn checked_plan(
+    py: Python<'_>,
+    registry: &Registry,
+    config: &Config,
+    errors: &ErrorSlot,
+) -> PyResult<rl::core::MemoryPlan> {
+    let planned = py
+        .detach(|| cli::plan(registry, config))
+        .map_err(|e| cli_error(e, errors))?;
+    if let Some(budget) = &config.run.budget
+        && let Err(err) = planned.plan.check(budget)
+    {
+        return Err(budget_error(err, &planned.plan));
+    }
+    Ok(planned.plan)
+}

@@ -1,0 +1,169 @@
+"""Trainers from Python: flatrl.train / resume / evaluate / plan on Gymnasium envs and the
+built-in ones, into the run directories of the `rl` command."""
+
+import json
+import pathlib
+import tomllib
+
+import gymnasium
+import numpy as np
+import pytest
+
+import flatrl
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[3] / "configs"
+
+
+def small_ppo(**run):
+    return {
+        "algo": "ppo",
+        "env": "CartPole-v1",
+        "run": {"total_steps": 1_024, "seed": 0, "n_envs": 4, **run},
+        "policy": {"hidden": [16]},
+        "ppo": {"n_steps": 32, "batch_size": 64, "epochs": 2},
+    }
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_solves_gymnasiums_own_cartpole_within_50k_steps(tmp_path, seed):
+    # Gymnasium's CartPole-v1 (the Python env), the CLI's preset config file.
+    result = flatrl.train(
+        CONFIGS / "ppo_cartpole.toml",
+        tmp_path / "run",
+        env="CartPole-v1",
+        overrides=[f"run.seed={seed}", "run.total_steps=50000"],
+    )
+    assert result["solved"], result
+    assert result["env_steps"] <= 50_000
+    assert result["mean_return"] >= 475.0 and result["window"] == 20
+    assert result["env"] == "CartPole-v1" and result["seed"] == seed
+    run = tmp_path / "run"
+    saved = tomllib.loads((run / "config.toml").read_text())
+    assert saved["env"] == "CartPole-v1" and saved["run"]["seed"] == seed
+    assert json.loads((run / "result.json").read_text())["env_steps"] == result["env_steps"]
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert lines and lines[-1]["env_steps"] == result["env_steps"]
+    # The saved policy keeps the pole up on fresh episodes: evaluate finds the env
+    # again from the id in config.toml.
+    evaluated = flatrl.evaluate(run, episodes=5)
+    assert evaluated["episodes"] == 5 and evaluated["mean_return"] >= 400.0
+
+
+def test_a_dict_config_and_a_factory_env_and_resume(tmp_path):
+    made = []
+
+    def factory():
+        made.append(1)
+        return gymnasium.make("CartPole-v1")
+
+    config = small_ppo()
+    config["env"] = "my_cartpole"
+    first = flatrl.train(config, tmp_path / "run", env=factory)
+    assert first["total_env_steps"] == 1_024 and first["stopped_by"] == "budget"
+    assert first["env"] == "my_cartpole" and len(made) >= 5  # 4 training envs + eval
+    assert (tmp_path / "run" / "checkpoint" / "learner.safetensors").is_file()
+    # resume continues the same run (the factory given again), appending metrics.
+    lines_before = len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+    second = flatrl.resume(tmp_path / "run", env=factory, overrides=["run.total_steps=2048"])
+    assert second["total_env_steps"] == 2_048
+    lines_after = len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+    assert lines_after > lines_before
+    # Without the factory the name is neither built in nor a Gymnasium id.
+    with pytest.raises(flatrl.ConfigError, match="my_cartpole"):
+        flatrl.evaluate(tmp_path / "run")
+
+
+def test_builtin_envs_and_off_policy_from_text(tmp_path):
+    text = (CONFIGS / "sac_pendulum.toml").read_text()
+    result = flatrl.train(
+        text, tmp_path / "run", overrides=["run.total_steps=300", "off_policy.learning_starts=100"]
+    )
+    assert result["env"] == "pendulum" and result["total_env_steps"] == 300
+    # Gymnasium's Pendulum (continuous actions through the bridge).
+    result = flatrl.train(
+        text,
+        tmp_path / "gym",
+        env="Pendulum-v1",
+        overrides=["run.total_steps=300", "off_policy.learning_starts=100"],
+    )
+    assert result["env"] == "Pendulum-v1" and result["total_env_steps"] == 300
+    assert (tmp_path / "gym" / "checkpoint" / "replay").is_dir()
+
+
+def test_plan_prints_a_table_and_a_budget_refusal_carries_it(tmp_path):
+    plan = flatrl.plan(CONFIGS / "sac_pendulum.toml")
+    assert plan.total("ram") > 1_000_000 * 4 * 4  # a million rows of obs, next_obs ...
+    assert "replay" in str(plan)
+    with pytest.raises(flatrl.MemoryBudgetError) as refused:
+        flatrl.train(
+            CONFIGS / "sac_pendulum.toml", tmp_path / "run", overrides=["run.budget={ram=1000000}"]
+        )
+    assert refused.value.plan.total("ram") == plan.total("ram")
+    assert not (tmp_path / "run").exists()  # refused before anything was created
+
+
+def test_bad_configs_name_the_key(tmp_path):
+    with pytest.raises(flatrl.ConfigError, match="ppo.n_stepz"):
+        flatrl.train({**small_ppo(), "ppo": {"n_stepz": 3}}, tmp_path / "a")
+    with pytest.raises(flatrl.ConfigError, match="run.n_envs"):
+        flatrl.train(small_ppo(n_envs=0), tmp_path / "b")
+    with pytest.raises(flatrl.ConfigError, match="run.seed"):
+        flatrl.train(small_ppo(seed=None), tmp_path / "c")
+    with pytest.raises(flatrl.ConfigError, match="NoSuchEnv-v0"):
+        flatrl.train(small_ppo(), tmp_path / "d", env="NoSuchEnv-v0")
+    with pytest.raises(flatrl.ConfigError, match="algo"):
+        flatrl.train({**small_ppo(), "algo": "a2c"}, tmp_path / "e")
+    with pytest.raises(flatrl.ConfigError, match="algo"):
+        # SAC cannot train discrete CartPole.
+        flatrl.train({"algo": "sac", "env": "CartPole-v1", "run": {"total_steps": 10}}, tmp_path / "f")
+    with pytest.raises(FileNotFoundError):
+        flatrl.train(tmp_path / "missing.toml", tmp_path / "g")
+    with pytest.raises(TypeError):
+        flatrl.train(42, tmp_path / "h")
+    with pytest.raises(TypeError, match="callable"):
+        flatrl.train(small_ppo(), tmp_path / "i", env=3.5)
+    assert not any(tmp_path.iterdir())  # nothing was created
+    flatrl.train(small_ppo(), tmp_path / "run")
+    with pytest.raises(ValueError):
+        flatrl.train(small_ppo(), tmp_path / "run")  # holds a run already
+
+
+class Boom(gymnasium.Env):
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, fail_at):
+        self.fail_at, self.steps = fail_at, 0
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.fail_at:
+            raise KeyError("boom from the env")
+        return np.zeros(3, np.float32), 1.0, False, False, {}
+
+
+def test_an_env_exception_reaches_the_caller_unchanged(tmp_path):
+    config = {**small_ppo(), "env": "boom"}
+    with pytest.raises(KeyError, match="boom from the env"):
+        flatrl.train(config, tmp_path / "a", env=lambda: Boom(fail_at=50))
+    calls = []
+
+    def failing_factory():
+        calls.append(1)
+        if len(calls) > 2:
+            raise RuntimeError("factory gave up")
+        return Boom(fail_at=-1)
+
+    with pytest.raises(RuntimeError, match="factory gave up"):
+        flatrl.train(config, tmp_path / "b", env=failing_factory)
+
+
+def test_spaces_the_bridge_cannot_take_raise_value_error(tmp_path):
+    class DiscreteObs(Boom):
+        observation_space = gymnasium.spaces.Discrete(3)
+
+    with pytest.raises(ValueError, match="observation space"):
+        flatrl.train({**small_ppo(), "env": "d"}, tmp_path / "a", env=lambda: DiscreteObs(0))
