@@ -25,7 +25,7 @@ use crate::arrays::{InputArray, columns_from_dict};
 use crate::gym::ErrorSlot;
 use crate::replay::column_array;
 use crate::schema;
-use crate::train::{cli_error, options, read_config, registry, result_dict};
+use crate::train::{cli_error, options, prepare, result_dict};
 
 /// A finished episode as Python sees it: `(return, length, terminated)`.
 type EpisodeTuple = (f32, u32, bool);
@@ -62,9 +62,7 @@ impl RemoteCollector {
         random_frames: u64,
         seed: u64,
     ) -> PyResult<Self> {
-        let mut config = read_config(config, &overrides)?;
-        let errors = ErrorSlot::default();
-        let registry = registry(py, &mut config, env, &errors)?;
+        let (config, registry, errors) = prepare(py, config, &overrides, env)?;
         let chunk = ChunkConfig {
             steps_per_chunk,
             random_frames,
@@ -247,9 +245,7 @@ pub fn train_remote<'py>(
     overrides: Vec<String>,
     verbose: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let mut config = read_config(config, &overrides)?;
-    let errors = ErrorSlot::default();
-    let registry = registry(py, &mut config, env, &errors)?;
+    let (config, registry, errors) = prepare(py, config, &overrides, env)?;
     let source = Box::new(Feed {
         feed: feed.clone().unbind(),
         rows_in_flight,

@@ -107,7 +107,7 @@ fn config_error(err: rl::config::ConfigError) -> PyErr {
 
 /// A config from a dict, a path to a TOML file, or TOML text, with `overrides`
 /// (`"key=value"`) applied.
-pub(crate) fn read_config(config: &Bound<'_, PyAny>, overrides: &[String]) -> PyResult<Config> {
+fn read_config(config: &Bound<'_, PyAny>, overrides: &[String]) -> PyResult<Config> {
     if let Ok(dict) = config.cast::<PyDict>() {
         let text = toml::to_string(&toml_table(dict, "")?)
             .map_err(|e| ConfigError::new_err(e.to_string()))?;
@@ -140,7 +140,7 @@ pub(crate) fn read_config(config: &Bound<'_, PyAny>, overrides: &[String]) -> Py
 
 /// The registry a run of `config` needs (built-in environments, plus the Gymnasium one
 /// `env` or `config.env` names), with `config.env` set to the environment's name.
-pub(crate) fn registry(
+fn registry(
     py: Python<'_>,
     config: &mut Config,
     env: Option<&Bound<'_, PyAny>>,
@@ -189,6 +189,21 @@ pub(crate) fn registry(
         registry.register_continuous(&name, move |_seed| made.make::<f32>());
     }
     Ok(registry)
+}
+
+/// What every entry point starts with: the config (with `overrides`), the registry of
+/// its environment (`env` as the module documentation says), and the slot that keeps
+/// the environment's exceptions.
+pub(crate) fn prepare(
+    py: Python<'_>,
+    config: &Bound<'_, PyAny>,
+    overrides: &[String],
+    env: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(Config, Registry, ErrorSlot)> {
+    let mut config = read_config(config, overrides)?;
+    let errors = ErrorSlot::default();
+    let registry = registry(py, &mut config, env, &errors)?;
+    Ok((config, registry, errors))
 }
 
 /// The Python exception for an error of the `rl` command's library side: the
@@ -250,9 +265,7 @@ pub fn train<'py>(
     overrides: Vec<String>,
     verbose: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let mut config = read_config(config, &overrides)?;
-    let errors = ErrorSlot::default();
-    let registry = registry(py, &mut config, env, &errors)?;
+    let (config, registry, errors) = prepare(py, config, &overrides, env)?;
     checked_plan(py, &registry, &config, &errors)?;
     let options = options(verbose, Vec::new());
     let trained = py
@@ -350,9 +363,7 @@ pub fn plan<'py>(
     env: Option<&Bound<'py, PyAny>>,
     overrides: Vec<String>,
 ) -> PyResult<MemoryPlan> {
-    let mut config = read_config(config, &overrides)?;
-    let errors = ErrorSlot::default();
-    let registry = registry(py, &mut config, env, &errors)?;
+    let (config, registry, errors) = prepare(py, config, &overrides, env)?;
     checked_plan(py, &registry, &config, &errors).map(MemoryPlan::from)
 }
 
