@@ -385,3 +385,121 @@ fn plot_draws_a_png_that_decodes_with_one_line_per_run() {
     let missing = plot(&[tmp.path().join("none")], &out).unwrap_err();
     assert_eq!(missing.exit_code(), 2);
 }
+
+/// Remote actors of the registry, taking turns, each taking the newest weights first.
+#[derive(Debug)]
+struct Turns {
+    actors: Vec<Box<dyn ChunkActor>>,
+    next: usize,
+    weights: Option<(u64, u64, Vec<u8>)>,
+}
+
+impl rl_algos::trainer::ChunkSource for Turns {
+    fn next_chunk(&mut self, sink: &mut rl_algos::trainer::ChunkSink<'_>) -> rl_algos::Result<()> {
+        let n = self.actors.len();
+        let actor = &mut self.actors[self.next % n];
+        self.next += 1;
+        if let Some((version, steps, bytes)) = &self.weights
+            && actor.version() != *version
+        {
+            actor.set_weights(*version, *steps, bytes)?;
+        }
+        let episodes = actor.collect()?.to_vec();
+        let columns = (0..actor.schema().columns().len())
+            .map(|i| actor.column(i))
+            .collect::<rl_algos::Result<Vec<_>>>()?;
+        sink.extend(&columns)?;
+        for episode in episodes {
+            sink.episode(episode);
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self, version: u64, env_steps: u64, weights: &[u8]) -> rl_algos::Result<()> {
+        self.weights = Some((version, env_steps, weights.to_vec()));
+        Ok(())
+    }
+
+    fn memory_plan(&self, schema: &rl_core::Schema) -> MemoryPlan {
+        let mut plan = MemoryPlan::new();
+        plan.add(
+            "remote/chunks_in_flight",
+            rl_core::Location::Ram,
+            schema.row_bytes() as u64,
+        );
+        plan
+    }
+}
+
+#[test]
+fn a_remote_run_writes_the_run_directory_of_a_local_one() {
+    let registry = Registry::builtin();
+    let config = config(
+        "dqn",
+        "cartpole",
+        400,
+        &[
+            "dqn.hidden=[16]",
+            "dqn.batch_size=16",
+            "off_policy.learning_starts=64",
+        ],
+    );
+    let chunk = |seed| ChunkConfig {
+        steps_per_chunk: 8,
+        random_frames: 32,
+        seed,
+    };
+    let actors = vec![
+        remote_actor(&registry, &config, chunk(1_000)).unwrap(),
+        remote_actor(&registry, &config, chunk(2_000)).unwrap(),
+    ];
+    assert_eq!(actors[0].rows(), 8);
+    let source = Turns {
+        actors,
+        next: 0,
+        weights: None,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let trained = train_remote(
+        &registry,
+        &config,
+        &out,
+        &TrainOptions::quiet(),
+        Box::new(source),
+    )
+    .unwrap();
+    assert_eq!(trained.result.total_env_steps, 400);
+    assert!(
+        trained
+            .plan
+            .lines()
+            .iter()
+            .any(|l| l.component == "collector/remote/chunks_in_flight")
+    );
+    for file in [CONFIG_FILE, METRICS_FILE, RESULT_FILE] {
+        assert!(out.join(file).is_file(), "{file}");
+    }
+    assert!(
+        out.join(CHECKPOINT_DIR)
+            .join("learner.safetensors")
+            .is_file()
+    );
+    assert_eq!(lines(&out).last().unwrap()["env_steps"], 400);
+    // The saved learner evaluates like a local run's.
+    assert!(eval(&registry, &out, Which::Latest, 2, None).is_ok());
+}
+
+#[test]
+fn remote_runs_refuse_on_policy_algorithms() {
+    let registry = Registry::builtin();
+    let ppo = config("ppo", "cartpole", 64, &[]);
+    let chunk = ChunkConfig {
+        steps_per_chunk: 4,
+        random_frames: 0,
+        seed: 0,
+    };
+    let err = remote_actor(&registry, &ppo, chunk).unwrap_err();
+    assert!(err.to_string().contains("on-policy"), "{err}");
+    assert_eq!(err.exit_code(), 2);
+}
