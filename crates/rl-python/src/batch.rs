@@ -51,7 +51,7 @@ impl Batch {
                     .chain(column.shape().iter().copied())
                     .collect();
                 // SAFETY: `column_bytes_mut` holds room for `rows` rows of the column, is
-                // 8-byte aligned and never reallocated (an `rl_storage::Batch` does not
+                // 64-byte aligned and never reallocated (an `rl_storage::Batch` does not
                 // grow); `memory` owns it and becomes the base of the array. Rust code
                 // re-borrows these bytes only through `BatchMemory`'s exclusive borrow
                 // while sampling, with no Python code running on them.
