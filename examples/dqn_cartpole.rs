@@ -21,9 +21,9 @@ mod common;
 
 use clap::{ArgAction, Parser};
 use rl::algos::dqn::{Dqn, DqnConfig};
-use rl::algos::trainer::{Goal, OffPolicyConfig};
 use rl::envs::CartPole;
 use rl::storage::sampler::PrioritizedConfig;
+use rl::train::trainer::{Goal, OffPolicyConfig};
 
 /// DQN on CartPole-v1 with rl-zoo3's tuned settings, on the off-policy trainer; one JSON
 /// line on stdout.

@@ -21,13 +21,13 @@ mod common;
 use std::num::NonZeroUsize;
 
 use clap::{ArgAction, Parser};
-use rl::algos::trainer::Goal;
 use rl::algos::{
     AdamConfig,
     policy::CategoricalPolicy,
     ppo::{ObsNormalization, PpoConfig, RewardNormalization},
 };
 use rl::envs::CartPole;
+use rl::train::trainer::Goal;
 
 /// PPO on CartPole-v1 on the on-policy trainer; one JSON line on stdout.
 #[derive(Debug, Parser)]

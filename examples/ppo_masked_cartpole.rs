@@ -16,13 +16,13 @@ mod common;
 use std::num::NonZeroUsize;
 
 use clap::Parser;
-use rl::algos::trainer::Goal;
 use rl::algos::{
     AdamConfig,
     policy::RecurrentCategoricalPolicy,
     ppo::{PpoConfig, RecurrentPpoConfig},
 };
 use rl::envs::MaskedCartPole;
+use rl::train::trainer::Goal;
 
 /// Recurrent PPO on MaskedCartPole on the on-policy trainer; one JSON line on stdout.
 #[derive(Debug, Parser)]

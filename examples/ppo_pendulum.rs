@@ -17,13 +17,13 @@ mod common;
 use std::num::NonZeroUsize;
 
 use clap::{ArgAction, Parser};
-use rl::algos::trainer::Goal;
 use rl::algos::{
     AdamConfig,
     policy::{GaussianPolicy, PolicyConfig},
     ppo::{PpoConfig, RewardNormalization},
 };
 use rl::envs::Pendulum;
+use rl::train::trainer::Goal;
 
 /// PPO on Pendulum-v1 on the on-policy trainer; one JSON line on stdout.
 #[derive(Debug, Parser)]

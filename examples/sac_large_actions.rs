@@ -27,7 +27,6 @@ use std::num::{NonZeroU64, NonZeroUsize};
 
 use anyhow::bail;
 use clap::{ArgAction, Parser};
-use rl::algos::trainer::{Goal, OffPolicyConfig};
 use rl::algos::{
     AdamConfig,
     recurrent::{Recurrent, RecurrentConfig},
@@ -36,6 +35,7 @@ use rl::algos::{
 use rl::core::{DType, Env, MemoryBudget, TransitionSchema};
 use rl::envs::{LargeDiscrete, PartialLargeDiscrete};
 use rl::storage::ram::RamStorage;
+use rl::train::trainer::{Goal, OffPolicyConfig};
 
 const BUDGET_BYTES: u64 = 1 << 30;
 
@@ -135,7 +135,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// The loop settings: budget, goal over `window` episodes, 1 GiB.
-fn goal_run(args: &Args, goal: f32, window: usize) -> rl::algos::trainer::RunConfig {
+fn goal_run(args: &Args, goal: f32, window: usize) -> rl::train::trainer::RunConfig {
     let goal = Goal::TrainingReturn {
         mean_return: goal,
         window,
@@ -145,7 +145,7 @@ fn goal_run(args: &Args, goal: f32, window: usize) -> rl::algos::trainer::RunCon
     run
 }
 
-fn off_policy_config(args: &Args, run: rl::algos::trainer::RunConfig) -> OffPolicyConfig {
+fn off_policy_config(args: &Args, run: rl::train::trainer::RunConfig) -> OffPolicyConfig {
     OffPolicyConfig {
         learning_starts: 1_000,
         train_freq: args.train_freq.get(),

@@ -21,8 +21,8 @@ use std::num::NonZeroUsize;
 
 use clap::{ArgAction, Parser, ValueEnum};
 use rl::algos::sac::{Sac, SacConfig};
-use rl::algos::trainer::{Goal, OffPolicyConfig};
 use rl::envs::Pendulum;
+use rl::train::trainer::{Goal, OffPolicyConfig};
 
 /// SAC on Pendulum-v1 (Stable-Baselines3's defaults or a tuned preset) on the off-policy
 /// trainer; one JSON line on stdout.

@@ -12,14 +12,15 @@
 //! | `actions` | `rl-actions` | index, lazy one-hot, binary and embedding action representations |
 //! | `nn` | `rl-nn` | the one network layer: MLPs with runtime sizes, Adam, safetensors checkpoints |
 //! | `history` | `rl-history` | history summarizers (identity, frame stacks, LSTM) with constant memory per environment |
-//! | `algos` | `rl-algos` | PPO and SAC |
+//! | `algos` | `rl-algos` | the learners: PPO, SAC (continuous, discrete), DQN, recurrent forms |
 //! | `collect` | `rl-collect` | synchronous and asynchronous collectors |
+//! | `train` | `rl-train` | the run layer: trainers, evaluation, experiment configs, registry, run directories |
 //!
-//! With the `cli` feature (on by default), [`config`] reads experiment files (TOML) into
-//! the library's configurations and [`cli`] runs them: train into a run directory
-//! (effective config, metrics, checkpoints, result, learning curve), resume, plan,
-//! evaluate, plot and export, for the built-in environments and any registered one.
-//! The `rl` binary is a thin command line over [`cli`].
+//! With the `cli` feature (on by default), [`config`] (`rl-train`'s) reads experiment
+//! files (TOML) into the library's configurations and [`cli`] runs them: train into a
+//! run directory (effective config, metrics, checkpoints, result, learning curve),
+//! resume, plan, evaluate, plot and export, for the built-in environments and any
+//! registered one. The `rl` binary is a thin command line over [`cli`].
 //!
 //! The `cuda` feature turns on GPU storage (`rl-storage`'s `CudaDevice`, through cudarc
 //! loaded dynamically, so it builds without a CUDA toolkit) and is forwarded to
@@ -49,13 +50,16 @@ pub use rl_nn as nn;
 #[cfg(feature = "storage")]
 #[cfg_attr(docsrs, doc(cfg(feature = "storage")))]
 pub use rl_storage as storage;
+#[cfg(feature = "train")]
+#[cfg_attr(docsrs, doc(cfg(feature = "train")))]
+pub use rl_train as train;
 
 #[cfg(feature = "cli")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
 #[cfg(feature = "cli")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
-pub mod config;
+pub use rl_train::config;
 
 /// The README's examples run as doc tests, so they cannot go stale.
 #[cfg(doctest)]

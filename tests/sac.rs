@@ -5,13 +5,10 @@
 
 use std::sync::Mutex;
 
-use rl::algos::trainer::{
-    Callback, Control, OffPolicyConfig, OffPolicyTrainer, Progress, RunConfig, StopReason,
-};
 use rl::algos::{
     AdamConfig,
+    learner::OffPolicyLearner,
     sac::{DiscreteSac, Sac, SacConfig},
-    trainer::OffPolicyLearner,
 };
 use rl::collect::{CollectorConfig, SyncCollector};
 use rl::core::{
@@ -19,6 +16,9 @@ use rl::core::{
 };
 use rl::envs::{CartPole, LargeDiscrete, Pendulum};
 use rl::storage::{ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
+use rl::train::trainer::{
+    Callback, Control, OffPolicyConfig, OffPolicyTrainer, Progress, RunConfig, StopReason,
+};
 // `measure` counts through the `CountingAllocator` that `envs_through_facade` installs
 // as this test binary's global allocator.
 use rl_testkit::measure;

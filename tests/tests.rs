@@ -9,5 +9,10 @@
 mod cli;
 mod envs_through_facade;
 mod errors;
-#[cfg(all(feature = "algos", feature = "collect", feature = "storage"))]
+#[cfg(all(
+    feature = "algos",
+    feature = "collect",
+    feature = "storage",
+    feature = "train"
+))]
 mod sac;

@@ -7,14 +7,15 @@
 
 use std::path::PathBuf;
 
-use rl::algos::trainer::{
+use rl::algos::{Activation, policy::PolicyConfig};
+use rl::collect::RandomAction;
+use rl::core::{Env, MemoryBudget};
+use rl::train::eval::EvalReport;
+use rl::train::trainer::{
     CheckpointSchedule, CollectorChoice, EvalSchedule, Goal, LearnerConfig, OffPolicyConfig,
     OffPolicyLearner, OffPolicyTrainer, OnPolicyTrainer, PpoPolicy, ProgressLog, ReplayLocation,
     RunConfig, TrainSummary,
 };
-use rl::algos::{Activation, eval::EvalReport, policy::PolicyConfig};
-use rl::collect::RandomAction;
-use rl::core::{Env, MemoryBudget};
 
 /// The run flags of every training example; `MAX_STEPS`, `EVAL_EVERY` and
 /// `EVAL_EPISODES` are the example's defaults.

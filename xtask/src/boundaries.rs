@@ -27,7 +27,25 @@ const NO_PYO3: &[&str] = &[
     "rl-nn",
     "rl-history",
     "rl-algos",
+    "rl-train",
     "rl-testkit",
+];
+
+/// Every crate below the facade `rl`: none of them may reach it, with no exception (the
+/// binary and the Python package both sit on `rl-train`).
+const BELOW_FACADE: &[&str] = &[
+    "rl-core",
+    "rl-envs",
+    "rl-storage",
+    "rl-collect",
+    "rl-actions",
+    "rl-nn",
+    "rl-history",
+    "rl-algos",
+    "rl-train",
+    "rl-testkit",
+    "rl-python",
+    "xtask",
 ];
 
 /// The design: the workspace crates each crate may depend on. A member missing from
@@ -51,11 +69,31 @@ const DESIGN: &[(&str, &[&str])] = &[
             "rl-collect",
         ],
     ),
+    (
+        "rl-train",
+        &[
+            "rl-core",
+            "rl-envs",
+            "rl-storage",
+            "rl-actions",
+            "rl-nn",
+            "rl-history",
+            "rl-collect",
+            "rl-algos",
+        ],
+    ),
     ("rl-testkit", &["rl-core"]),
-    // The facade for the trainers and configs of the `rl` command (`flatrl.train`).
+    // The run layer for the trainers and configs of the `rl` command (`flatrl.train`).
     (
         "rl-python",
-        &["rl", "rl-core", "rl-envs", "rl-storage", "rl-collect"],
+        &[
+            "rl-train",
+            "rl-algos",
+            "rl-core",
+            "rl-envs",
+            "rl-storage",
+            "rl-collect",
+        ],
     ),
 ];
 
@@ -209,6 +247,11 @@ fn workspace_rules(all_features: bool) -> Rules<'static> {
             target: "pyo3",
             why: "Python bindings live in rl-python only; no other crate may need Python",
         },
+        ReachRule {
+            sources: Sources::Crates(BELOW_FACADE),
+            target: "rl",
+            why: "no crate may depend on the facade: shared run code belongs in rl-train",
+        },
     ];
     reach.push(if all_features {
         ReachRule {
@@ -286,6 +329,9 @@ mod tests {
             ("rl-algos", "rl-history"),
             ("rl-algos", "rand"),
             ("rl-testkit", "rl-core"),
+            ("rl-train", "rl-algos"),
+            ("rl-train", "rl-envs"),
+            ("rl-python", "rl-train"),
             ("rl-python", "rl-core"),
             ("rl-python", "rl-envs"),
             ("rl-python", "rl-storage"),
@@ -307,6 +353,7 @@ mod tests {
         "rl-nn",
         "rl-history",
         "rl-algos",
+        "rl-train",
         "rl-testkit",
         "rl-python",
         "xtask",
@@ -346,6 +393,7 @@ mod tests {
                 "rl-collect -> rl-storage -> foo -> bar -> dfdx",
                 "rl-python -> rl-storage -> foo -> bar -> dfdx",
                 "rl-storage -> foo -> bar -> dfdx",
+                "rl-train -> rl-algos -> rl-collect -> rl-storage -> foo -> bar -> dfdx",
             ]
         );
         let storage = violations
@@ -371,9 +419,11 @@ mod tests {
         // ... but not with default features.
         let violations = check(&graph, &workspace_rules(false));
         let rendered: Vec<String> = violations.iter().map(|v| v.to_string()).collect();
-        assert_eq!(rendered.len(), 2, "{rendered:?}");
+        assert_eq!(rendered.len(), 4, "{rendered:?}");
         assert!(rendered[0].starts_with("rl -> rl-algos -> cudarc"));
         assert!(rendered[1].starts_with("rl-algos -> cudarc"));
+        assert!(rendered[2].starts_with("rl-python -> rl-train -> rl-algos -> cudarc"));
+        assert!(rendered[3].starts_with("rl-train -> rl-algos -> cudarc"));
         // rl-envs may never reach it.
         edges.push(("rl-envs", "cudarc"));
         let graph = Graph::from_names(MEMBERS, &edges)?;
@@ -419,6 +469,27 @@ mod tests {
             rendered[0].starts_with("rl -> rl-python -> pyo3"),
             "{rendered:?}"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn no_crate_depends_on_the_facade() -> Result<()> {
+        for from in ["rl-python", "rl-train", "xtask"] {
+            let mut edges = good_edges();
+            edges.push((from, "rl"));
+            let graph = Graph::from_names(MEMBERS, &edges)?;
+            let rendered: Vec<String> = check(&graph, &workspace_rules(false))
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            assert!(
+                rendered
+                    .iter()
+                    .any(|v| v.starts_with(&format!("{from} -> rl ("))
+                        && v.contains("no crate may depend on the facade")),
+                "{from}: {rendered:?}"
+            );
+        }
         Ok(())
     }
 

@@ -12,6 +12,7 @@ mod boundaries;
 mod ci;
 mod cmd;
 mod graph;
+mod loc;
 mod metadata;
 mod python;
 mod reliability;
@@ -65,6 +66,11 @@ Commands:
       kill and check that no committed row a later write did not overwrite is lost
       and no row is torn. Ends with one JSON line:
       {\"kills\":N,\"committed_rows_lost\":0,\"torn_rows\":0,\"panics\":0,\"open_errors\":0}
+
+  loc [--check]
+      Lines of Rust per crate, tests apart (tests.rs, *_tests.rs and tests/ folders), as
+      JSON lines {\"loc\":CRATE,\"lines\":N,\"test_lines\":M}, and every file longer
+      than 1,500 lines; --check fails when there is one (a step of `ci boundaries`).
 
   ptx
       Assemble rl-storage's hand-written gather PTX with ptxas (from the CI
@@ -134,6 +140,7 @@ fn dispatch(args: &[String]) -> anyhow::Result<ExitCode> {
         }
         "bench" => bench::run(&Workspace::detect()?, rest)?,
         "crash-test" => reliability::run(&Workspace::detect()?, rest)?,
+        "loc" => loc::run(&Workspace::detect()?, rest)?,
         "ptx" => {
             no_arguments(command, rest)?;
             reliability::ptx(&Workspace::detect()?)?;

@@ -319,7 +319,7 @@ pub struct DqnState {
     /// Gradient steps done (the hard target copies count them).
     pub updates: u64,
     /// Environment steps of the run, as last given to
-    /// [`OffPolicyLearner::set_env_steps`](crate::trainer::OffPolicyLearner::set_env_steps).
+    /// [`OffPolicyLearner::set_env_steps`](crate::learner::OffPolicyLearner::set_env_steps).
     pub env_steps: u64,
     /// The generator of the exploration draws (so a resumed run acts the same).
     pub rng: Xoshiro256PlusPlus,
@@ -539,7 +539,7 @@ struct EpsilonGreedy<'a> {
 impl EpsilonGreedy<'_> {
     fn act(self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
         let obs_dim = self.q.input_dim();
-        for (o, a) in crate::eval::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
+        for (o, a) in crate::predict::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
             let q = self.q.forward(o, a.len(), self.ws)?;
             for (action, row) in a.iter_mut().zip(q.chunks_exact(self.n_actions as usize)) {
                 *action = if self.sample && self.rng.random::<f32>() < self.epsilon {
@@ -977,7 +977,7 @@ impl Dqn {
     }
 }
 
-impl crate::eval::Predict for Dqn {
+impl crate::predict::Predict for Dqn {
     fn mode(&self) -> Mode {
         self.mode
     }
@@ -987,7 +987,7 @@ impl crate::eval::Predict for Dqn {
     }
 }
 
-impl crate::trainer::OffPolicyLearner for Dqn {
+impl crate::learner::OffPolicyLearner for Dqn {
     type Saved = DqnState;
     type Stats = DqnStats;
     type Actor = DqnActor;

@@ -101,7 +101,7 @@ pub enum Error {
         source: rl_collect::Error,
     },
 
-    /// Remote collection failed: the [`crate::trainer::ChunkSource`] (collectors in
+    /// Remote collection failed: the `ChunkSource` of `rl-train` (collectors in
     /// other processes, Ray actors) gave up or delivered something unusable.
     #[error("remote collection: {0}")]
     Remote(String),

@@ -1,13 +1,11 @@
 //! Learning algorithms with bounded memory, every network on `rl-nn`: PPO, SAC
-//! (continuous and discrete), DQN, and the trainers that own their loops.
+//! (continuous and discrete), DQN, and their recurrent forms. The loops that drive them
+//! (trainers, evaluation, run directories) are `rl-train`'s.
 //!
 //! One module per concern:
 //!
-//! - [`trainer`]: [`OnPolicyTrainer`](trainer::OnPolicyTrainer) (PPO) and
-//!   [`OffPolicyTrainer`](trainer::OffPolicyTrainer) (SAC, discrete SAC, DQN, or any
-//!   [`OffPolicyLearner`](trainer::OffPolicyLearner)) own the loop: environments,
-//!   collector (sync or async), buffer, updates, evaluation, checkpoints, a memory plan
-//!   checked before anything is allocated, and a typed summary.
+//! - [`learner`]: the contract a trainer drives ([`OnPolicyLearner`](learner::OnPolicyLearner),
+//!   [`OffPolicyLearner`](learner::OffPolicyLearner)).
 //! - [`policy`]: the actor-critic policies PPO trains
 //!   ([`CategoricalPolicy`](policy::CategoricalPolicy),
 //!   [`GaussianPolicy`](policy::GaussianPolicy)) with sizes, activation and initialisation
@@ -24,8 +22,8 @@
 //!   chunks, fixed or learned action tables, action masks.
 //! - [`dqn`]: [`Dqn`](dqn::Dqn): double Q-learning, hard or polyak targets, epsilon
 //!   schedule, Huber loss, prioritized replay.
-//! - [`eval`]: [`evaluate`](eval::evaluate) (deterministic episodes, mean, std, min and
-//!   max of returns and lengths) and [`Predict`](eval::Predict) on every trained policy.
+//! - [`predict`]: [`Predict`](predict::Predict), deterministic actions of every trained
+//!   policy and learner.
 //!
 //! Every trainer writes the one checkpoint layout of `rl-nn` ([`Checkpoint`]: named
 //! networks with their weights and Adam states, plus the trainer's typed state), and a
@@ -34,12 +32,12 @@
 
 pub mod dqn;
 mod error;
-pub mod eval;
+pub mod learner;
 pub mod policy;
 pub mod ppo;
+pub mod predict;
 pub mod recurrent;
 pub mod sac;
-pub mod trainer;
 
 pub use error::{Error, Result};
 /// The network layer's types that appear in this crate's signatures.

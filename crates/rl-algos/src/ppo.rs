@@ -4,7 +4,7 @@
 //! [`RecurrentCategoricalPolicy`](crate::policy::RecurrentCategoricalPolicy) (chunks of
 //! the rollout replayed from recorded states; see its documentation).
 //!
-//! One iteration (the [`OnPolicyTrainer`](crate::trainer::OnPolicyTrainer) runs it):
+//! One iteration (`rl-train`'s `OnPolicyTrainer` runs it):
 //!
 //! 1. a collector fills a [`RolloutBuffer`] made by [`Ppo::rollout_buffer`]
 //!    (`rl-collect`'s `SyncCollector::collect_rollout`, recording each action's

@@ -42,10 +42,10 @@ use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, first_difference};
+use crate::learner::{OffPolicyLearner, SequenceSpec};
 use crate::policy::{
     History, HistorySlot, Mode, ReplayWorkspace, Summary, SummaryState, Window, describe,
 };
-use crate::trainer::{OffPolicyLearner, SequenceSpec};
 
 use acting::Acting;
 pub use acting::RecurrentActor;
@@ -141,7 +141,7 @@ impl RecurrentConfig {
 /// use rl_algos::dqn::{Dqn, DqnConfig};
 /// use rl_algos::policy::History;
 /// use rl_algos::recurrent::{Recurrent, RecurrentConfig};
-/// use rl_algos::trainer::OffPolicyLearner;
+/// use rl_algos::learner::OffPolicyLearner;
 /// use rl_core::Env;
 /// use rl_envs::MaskedCartPole;
 ///
@@ -678,7 +678,7 @@ impl<L: SequenceLearner> Recurrent<L> {
     }
 
     fn mode(&self) -> Mode {
-        crate::eval::Predict::mode(&self.inner)
+        crate::predict::Predict::mode(&self.inner)
     }
 }
 

@@ -90,7 +90,7 @@ impl SacConfig {
     /// learning rate 3e-4 for everything, gamma 0.99, tau 0.005, `ent_coef = "auto"`
     /// starting at 1.0 with target entropy `-dim(A)`, Adam epsilon 1e-8. The loop's
     /// defaults (a 1 000 000-row buffer, 100 random steps, one gradient step per
-    /// environment step) are [`crate::trainer::OffPolicyConfig::new`]'s.
+    /// environment step) are `rl_train::trainer::OffPolicyConfig::new`'s.
     pub fn sb3() -> Self {
         Self {
             hidden: vec![256, 256],
@@ -231,9 +231,9 @@ pub struct SacState {
 }
 
 /// What [`Sac`] and [`DiscreteSac`] share beyond being an
-/// [`OffPolicyLearner`](crate::trainer::OffPolicyLearner): their configuration and entropy
+/// [`OffPolicyLearner`](crate::learner::OffPolicyLearner): their configuration and entropy
 /// coefficient.
-pub trait SacTrainer: crate::trainer::OffPolicyLearner<Saved = SacState, Stats = SacStats> {
+pub trait SacTrainer: crate::learner::OffPolicyLearner<Saved = SacState, Stats = SacStats> {
     /// The configuration.
     fn config(&self) -> &SacConfig;
 

@@ -2,7 +2,7 @@
 //!
 //! - `flatrl.RemoteCollector`: what a collecting process holds, a collector over its own
 //!   environments acting with a copy of the learner's actor
-//!   ([`rl::algos::trainer::ChunkActor`]); it fills one chunk per `collect` (a dict of
+//!   ([`rl_train::trainer::ChunkActor`]); it fills one chunk per `collect` (a dict of
 //!   numpy arrays and the episodes it finished) and takes weights as checkpoint bytes.
 //! - `flatrl.train_remote`: trains a config into a run directory (as `flatrl.train`)
 //!   from the chunks a Python feed object delivers: `feed.next_chunk()` returns
@@ -16,10 +16,10 @@ use std::sync::{Mutex, PoisonError};
 use numpy::PyUntypedArray;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use rl::algos::trainer::{ChunkActor, ChunkConfig, ChunkSink, ChunkSource, Episode};
-use rl::cli;
-use rl::core::{Location, MemoryPlan, Schema};
-use rl::storage::ColumnSlice;
+use rl_core::{Location, MemoryPlan, Schema};
+use rl_storage::ColumnSlice;
+use rl_train::run as cli;
+use rl_train::trainer::{ChunkActor, ChunkConfig, ChunkSink, ChunkSource, Episode};
 
 use crate::arrays::{InputArray, columns_from_dict};
 use crate::gym::ErrorSlot;
@@ -42,7 +42,7 @@ pub struct RemoteCollector {
     errors: ErrorSlot,
 }
 
-fn algos_error(err: rl::algos::Error, errors: &ErrorSlot) -> PyErr {
+fn algos_error(err: rl_algos::Error, errors: &ErrorSlot) -> PyErr {
     cli_error(cli::Error::Algos(err), errors)
 }
 
@@ -168,18 +168,18 @@ impl std::fmt::Debug for Feed {
 
 impl Feed {
     /// Keeps the feed's exception for the caller; the trainer sees a `Remote` error.
-    fn fail(&self, call: &str, err: PyErr) -> rl::algos::Error {
+    fn fail(&self, call: &str, err: PyErr) -> rl_algos::Error {
         let message = format!("feed.{call}: {err}");
         self.errors
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get_or_insert(err);
-        rl::algos::Error::Remote(message)
+        rl_algos::Error::Remote(message)
     }
 }
 
 impl ChunkSource for Feed {
-    fn next_chunk(&mut self, sink: &mut ChunkSink<'_>) -> rl::algos::Result<()> {
+    fn next_chunk(&mut self, sink: &mut ChunkSink<'_>) -> rl_algos::Result<()> {
         Python::attach(|py| {
             let read = (|| -> PyResult<_> {
                 let out = self.feed.bind(py).call_method0("next_chunk")?;
@@ -203,7 +203,7 @@ impl ChunkSource for Feed {
         })
     }
 
-    fn publish(&mut self, version: u64, env_steps: u64, weights: &[u8]) -> rl::algos::Result<()> {
+    fn publish(&mut self, version: u64, env_steps: u64, weights: &[u8]) -> rl_algos::Result<()> {
         Python::attach(|py| {
             let weights = PyBytes::new(py, weights);
             self.feed

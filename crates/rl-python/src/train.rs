@@ -1,5 +1,5 @@
 //! Trainers from Python: `flatrl.train`, `flatrl.resume`, `flatrl.evaluate` and
-//! `flatrl.plan` run what the `rl` command runs (`rl::cli`), from the same configs (a
+//! `flatrl.plan` run what the `rl` command runs (`rl_train::run`), from the same configs (a
 //! TOML file, TOML text or a dict), on the built-in environments or on any Gymnasium
 //! environment, into the same run directories (`config.toml`, `metrics.jsonl`,
 //! `checkpoint/`, `best/`, `result.json`, `curve.png`).
@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
-use rl::cli::{self, Registry, TrainOptions, Which};
-use rl::config::Config;
+use rl_train::config::Config;
+use rl_train::run::{self as cli, Registry, TrainOptions, Which};
 use toml::{Table, Value};
 
 use crate::error::{budget_error, value_error};
@@ -101,7 +101,7 @@ fn toml_table(dict: &Bound<'_, PyDict>, prefix: &str) -> PyResult<Table> {
     Ok(table)
 }
 
-fn config_error(err: rl::config::ConfigError) -> PyErr {
+fn config_error(err: rl_train::config::ConfigError) -> PyErr {
     ConfigError::new_err(err.to_string())
 }
 
@@ -221,13 +221,13 @@ pub(crate) fn cli_error(err: cli::Error, errors: &ErrorSlot) -> PyErr {
         cli::Error::Config(e) => config_error(e),
         cli::Error::Usage(_) => value_error(message),
         cli::Error::Io { .. } | cli::Error::Nn(_) => PyOSError::new_err(message),
-        cli::Error::Algos(rl::algos::Error::Core { source }) => crate::error::core_error(source),
+        cli::Error::Algos(rl_algos::Error::Core { source }) => crate::error::core_error(source),
         cli::Error::Algos(
-            rl::algos::Error::Config { .. }
-            | rl::algos::Error::CheckpointMismatch { .. }
-            | rl::algos::Error::SpaceMismatch { .. }
-            | rl::algos::Error::ShapeMismatch { .. }
-            | rl::algos::Error::Nn { .. },
+            rl_algos::Error::Config { .. }
+            | rl_algos::Error::CheckpointMismatch { .. }
+            | rl_algos::Error::SpaceMismatch { .. }
+            | rl_algos::Error::ShapeMismatch { .. }
+            | rl_algos::Error::Nn { .. },
         ) => value_error(message),
         _ => PyRuntimeError::new_err(message),
     }
@@ -374,7 +374,7 @@ fn checked_plan(
     registry: &Registry,
     config: &Config,
     errors: &ErrorSlot,
-) -> PyResult<rl::core::MemoryPlan> {
+) -> PyResult<rl_core::MemoryPlan> {
     let planned = py
         .detach(|| cli::plan(registry, config))
         .map_err(|e| cli_error(e, errors))?;

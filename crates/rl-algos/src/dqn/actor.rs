@@ -6,7 +6,7 @@ use rl_nn::{Mlp, MlpWorkspace, Module, Weights};
 
 use super::{ACT_ROWS, Dqn, EpsilonGreedy};
 use crate::error::{Error, Result};
-use crate::trainer::ActorRng;
+use crate::learner::ActorRng;
 
 /// Seeds an actor's exploration from the learner's seed, apart from the learner's own.
 const ACTOR_SEED: u64 = 0xD0AC_7000_D0AC_7000;
@@ -17,7 +17,7 @@ const ACTOR_SEED: u64 = 0xD0AC_7000_D0AC_7000;
 /// [`crate::policy::Mode::Sample`]; its epsilon changes only when it is refreshed.
 ///
 /// A clone explores with other draws than its source (see
-/// [`OffPolicyLearner::Actor`](crate::trainer::OffPolicyLearner::Actor)); `clone_from` copies
+/// [`OffPolicyLearner::Actor`](crate::learner::OffPolicyLearner::Actor)); `clone_from` copies
 /// the weights and epsilon in place and allocates nothing.
 #[derive(Debug)]
 pub struct DqnActor {

@@ -378,7 +378,7 @@ policy_networks!(
     PolicyKind::Categorical
 );
 
-impl crate::eval::Predict for CategoricalPolicy {
+impl crate::predict::Predict for CategoricalPolicy {
     fn mode(&self) -> Mode {
         self.core.config.mode
     }

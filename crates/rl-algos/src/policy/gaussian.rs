@@ -255,7 +255,7 @@ policy_networks!(
     PolicyKind::Gaussian
 );
 
-impl crate::eval::Predict for GaussianPolicy {
+impl crate::predict::Predict for GaussianPolicy {
     fn mode(&self) -> Mode {
         self.core.config.mode
     }

@@ -71,7 +71,7 @@ impl HistorySlot {
 /// same number of rows share one state: with a single training environment, an
 /// evaluation on the collector's copy restarts that environment's memory (it then
 /// continues from the evaluation's last state), and a
-/// [`Predict::predict`](crate::eval::Predict::predict) over as many rows as the collector
+/// [`Predict::predict`](crate::predict::Predict::predict) over as many rows as the collector
 /// has restarts all of them; predict on a clone to keep a collection undisturbed.
 ///
 /// **Training.** [`RecurrentCategoricalPolicy::begin_rollout`] makes the policy record its
@@ -633,7 +633,7 @@ impl ValuePolicy for RecurrentCategoricalPolicy {
     }
 }
 
-impl crate::eval::Predict for RecurrentCategoricalPolicy {
+impl crate::predict::Predict for RecurrentCategoricalPolicy {
     fn mode(&self) -> Mode {
         self.core.config.mode
     }

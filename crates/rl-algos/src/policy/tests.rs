@@ -10,7 +10,7 @@ use rl_storage::{ram::RamStorage, replay::ReplayBuffer, rollout::RolloutBuffer, 
 
 use rl_nn::{Activation, Architecture};
 
-use crate::eval::Predict;
+use crate::predict::Predict;
 
 use super::*;
 

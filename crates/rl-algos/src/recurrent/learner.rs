@@ -8,10 +8,10 @@ use rl_storage::Batch;
 use super::{Recurrent, RecurrentActor, RecurrentState};
 use crate::dqn::{self, Dqn, DqnStats};
 use crate::error::{Error, Result};
-use crate::eval::Predict;
+use crate::learner::{OffPolicyLearner, SequenceSpec};
 use crate::policy::{HistorySlot, Mode};
+use crate::predict::Predict;
 use crate::sac::{self, DiscreteSac, Sac, SacStats};
-use crate::trainer::{OffPolicyLearner, SequenceSpec};
 
 /// Transitions whose observations are summaries, batch-major, as a [`Recurrent`]
 /// learner hands them to its inner learner.

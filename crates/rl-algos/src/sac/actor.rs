@@ -13,8 +13,8 @@ use super::continuous::Acting;
 use super::discrete::DiscreteActing;
 use super::{ACT_ROWS, ActionMaskFn, DiscreteSac, Sac, f32_bytes};
 use crate::error::{Error, Result};
+use crate::learner::ActorRng;
 use crate::policy::Mode;
-use crate::trainer::ActorRng;
 
 /// Seeds an actor's noise from the learner's seed, apart from the learner's own noise.
 const ACTOR_SEED: u64 = 0xAC70_5AC0_AC70_5AC0;
@@ -38,7 +38,7 @@ fn copy_weights(dest: &mut Mlp, source: &Mlp) -> Result<()> {
 /// tanh-squashed Gaussian actions exactly as [`Sac`] does in [`Mode::Sample`].
 ///
 /// A clone draws other noise than its source (see
-/// [`OffPolicyLearner::Actor`](crate::trainer::OffPolicyLearner::Actor)); `clone_from` copies
+/// [`OffPolicyLearner::Actor`](crate::learner::OffPolicyLearner::Actor)); `clone_from` copies
 /// the weights in place and allocates nothing.
 #[derive(Debug)]
 pub struct SacActor {
@@ -152,8 +152,8 @@ impl Policy for SacActor {
 /// generator. It samples actions exactly as [`DiscreteSac`] does in [`Mode::Sample`].
 ///
 /// A fixed table is shared, never copied (the scorer's transposed copy is made once, in
-/// [`crate::trainer::OffPolicyLearner::actor`], and shared by clones). A learned table is copied:
-/// [`crate::trainer::OffPolicyLearner::refresh_actor`] copies the learner's values (a new table
+/// [`crate::learner::OffPolicyLearner::actor`], and shared by clones). A learned table is copied:
+/// [`crate::learner::OffPolicyLearner::refresh_actor`] copies the learner's values (a new table
 /// and transposed copy whenever clones still hold the previous ones), and `clone_from`
 /// of a newer table re-clones the scorer (its buffers included).
 pub struct DiscreteSacActor {

@@ -653,7 +653,7 @@ impl Sac {
     }
 }
 
-impl crate::eval::Predict for Sac {
+impl crate::predict::Predict for Sac {
     fn mode(&self) -> Mode {
         self.core.mode
     }
@@ -663,7 +663,7 @@ impl crate::eval::Predict for Sac {
     }
 }
 
-impl crate::trainer::OffPolicyLearner for Sac {
+impl crate::learner::OffPolicyLearner for Sac {
     type Saved = SacState;
     type Stats = SacStats;
     type Actor = SacActor;

@@ -775,7 +775,7 @@ impl DiscreteActing<'_> {
     /// Actions for `obs`.
     pub(super) fn act(mut self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
         let obs_dim = self.actor.input_dim();
-        for (o, a) in crate::eval::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
+        for (o, a) in crate::predict::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
             let m = a.len();
             let u = self.actor.forward(o, m, self.ws)?;
             let masks = match &mut self.masking {
@@ -824,7 +824,7 @@ fn discrete_n(space: &Space) -> Result<u32> {
     }
 }
 
-impl crate::eval::Predict for DiscreteSac {
+impl crate::predict::Predict for DiscreteSac {
     fn mode(&self) -> Mode {
         self.core.mode
     }
@@ -834,7 +834,7 @@ impl crate::eval::Predict for DiscreteSac {
     }
 }
 
-impl crate::trainer::OffPolicyLearner for DiscreteSac {
+impl crate::learner::OffPolicyLearner for DiscreteSac {
     type Saved = SacState;
     type Stats = SacStats;
     type Actor = DiscreteSacActor;

@@ -9,7 +9,7 @@ use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, samp
 
 use super::continuous::squash;
 use super::*;
-use crate::eval::Predict;
+use crate::predict::Predict;
 
 fn box_space(low: f32, high: f32, len: usize) -> Space {
     Space::Box(BoxSpace::uniform(low, high, &[len], DType::F32).unwrap())

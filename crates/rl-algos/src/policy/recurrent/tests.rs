@@ -12,8 +12,8 @@ use rl_nn::{Activation, Architecture};
 use rl_storage::rollout::RolloutBuffer;
 
 use super::*;
-use crate::eval::Predict;
 use crate::policy::tests::{discrete_actions, mlp64, uniform};
+use crate::predict::Predict;
 
 /// What acting did over `steps x envs`: observations, episode starts (time-major, as
 /// fed), actions, log-probs and values.

@@ -8,7 +8,6 @@ use rl_envs::MaskedCartPole;
 
 use super::*;
 use crate::policy::{History, PolicyConfig};
-use crate::trainer::{Goal, OnPolicyTrainer, RunConfig};
 
 const ENVS: usize = 4;
 
@@ -272,53 +271,4 @@ fn configurations_and_records_are_checked() {
         Err(Error::Config { .. })
     ));
     assert_eq!(learner.updates(), 0);
-}
-
-#[test]
-fn the_trainer_drives_recurrent_ppo_and_resumes() {
-    let history = History::Lstm { hidden: 8 };
-    let run = RunConfig {
-        n_envs: ENVS,
-        goal: Some(Goal::TrainingReturn {
-            mean_return: 475.0,
-            window: 20,
-        }),
-        ..RunConfig::new(3 * 32 * ENVS as u64)
-    };
-    let mut trainer = OnPolicyTrainer::new(
-        MaskedCartPole::new,
-        policy(history, 2),
-        config(8),
-        run.clone(),
-    )
-    .unwrap();
-    let plan = trainer.memory_plan().clone();
-    assert!(
-        plan.lines()
-            .iter()
-            .any(|l| l.component.contains("chunk starts")),
-        "{plan}"
-    );
-    let summary = trainer.train(&mut ()).unwrap();
-    assert_eq!(summary.total_env_steps, 3 * 32 * ENVS as u64);
-    assert_eq!(trainer.ppo().updates(), 3);
-    let report = trainer.evaluate(2).unwrap();
-    assert_eq!(report.episodes, 2);
-    let dir = tempfile::tempdir().unwrap();
-    trainer.save(dir.path()).unwrap();
-    let run = RunConfig {
-        total_steps: 4 * 32 * ENVS as u64,
-        ..run
-    };
-    let mut resumed = OnPolicyTrainer::resume(
-        dir.path(),
-        MaskedCartPole::new,
-        policy(history, 7),
-        config(8),
-        run,
-    )
-    .unwrap();
-    assert_eq!(resumed.env_steps(), 3 * 32 * ENVS as u64);
-    resumed.train(&mut ()).unwrap();
-    assert_eq!(resumed.ppo().updates(), 4);
 }

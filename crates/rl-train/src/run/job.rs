@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use rl_algos::eval::{EvalConfig, EvalReport, evaluate};
-use rl_algos::trainer::{
+use crate::eval::{EvalConfig, EvalReport, evaluate};
+use crate::trainer::{
     ChunkActor, ChunkCollector, ChunkConfig, ChunkSource, Goal, LearnerConfig, OffPolicyConfig,
     OffPolicyLearner, OffPolicyReplay, OffPolicyTrainer, OnPolicyLearner, OnPolicyTrainer,
     PpoPolicy, RunConfig, TrainSummary,

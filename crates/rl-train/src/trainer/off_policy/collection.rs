@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::OffPolicyConfig;
 use super::remote::Remote;
 use super::replay::{OffPolicyReplay, with_buffer};
-use crate::error::{Error, Result};
 use crate::trainer::OffPolicyLearner;
+use rl_algos::{Error, Result};
 
 /// Which collector steps the training environments.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

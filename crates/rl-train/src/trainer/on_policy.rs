@@ -4,281 +4,20 @@
 use std::fmt::Debug;
 use std::path::Path;
 
-use rl_collect::{CollectorConfig, RandomAction, SyncCollector, ValuePolicy};
-use rl_core::{Env, Location, MemoryBudget, MemoryPlan};
+use rl_collect::{CollectorConfig, RandomAction, SyncCollector};
+use rl_core::{Env, Location, MemoryPlan};
 use rl_nn::Checkpoint;
 use rl_storage::rollout::RolloutBuffer;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
-use crate::error::{Error, Result};
-use crate::eval::{EvalReport, Predict, evaluate};
-use crate::policy::{ActorCritic, PolicyNetworks, RecurrentCategoricalPolicy};
-use crate::ppo::{
-    CHECKPOINT_KIND, Ppo, PpoConfig, PpoState, RECURRENT_CHECKPOINT_KIND, RecurrentPpo,
-    RecurrentPpoConfig, RecurrentPpoState, UpdateStats,
-};
+use crate::eval::{EvalReport, evaluate};
+use rl_algos::Result;
+use rl_algos::learner::{LearnerConfig, OnPolicyLearner, PpoPolicy};
+use rl_algos::ppo::UpdateStats;
 
 /// The learner's checkpoint inside a run directory.
 const LEARNER_FILE: &str = "learner.safetensors";
 const TRAINER: &str = "on_policy";
-
-/// A policy the [`OnPolicyTrainer`] can train, and the learner that trains it:
-/// [`Ppo`] for every [`ActorCritic`] policy ([`CategoricalPolicy`](crate::policy::CategoricalPolicy),
-/// [`GaussianPolicy`](crate::policy::GaussianPolicy)), [`RecurrentPpo`] for a
-/// [`RecurrentCategoricalPolicy`].
-pub trait PpoPolicy:
-    ValuePolicy<Obs = f32, State: Debug> + Predict + PolicyNetworks + Clone
-{
-    /// The learner.
-    type Learner: OnPolicyLearner<Policy = Self>;
-}
-
-impl<P: ActorCritic + Predict + Clone> PpoPolicy for P {
-    type Learner = Ppo<P>;
-}
-
-impl PpoPolicy for RecurrentCategoricalPolicy {
-    type Learner = RecurrentPpo;
-}
-
-/// What the [`OnPolicyTrainer`] needs of a learner ([`Ppo`], [`RecurrentPpo`]): build
-/// itself, plan and make its rollout buffer, prepare the collector's copy of the policy
-/// for a rollout, update on the rollout, hand its weights to that copy, save and
-/// restore itself.
-pub trait OnPolicyLearner: Sized + Debug {
-    /// The policy it trains.
-    type Policy: PpoPolicy<Learner = Self>;
-    /// Its configuration.
-    type Config: Clone + Debug;
-    /// Typed state its checkpoints carry besides the networks.
-    type Saved: Serialize + DeserializeOwned + Clone + Debug;
-    /// Its checkpoints' `kind`.
-    const KIND: &'static str;
-
-    /// A learner for `policy` on rollouts of `envs` environments.
-    ///
-    /// # Errors
-    /// An invalid configuration.
-    fn new(policy: Self::Policy, config: Self::Config, envs: usize) -> Result<Self>;
-
-    /// What its rollout buffer allocates.
-    ///
-    /// # Errors
-    /// As [`RolloutBuffer::plan`].
-    fn rollout_plan(&self) -> Result<MemoryPlan>;
-
-    /// Its rollout buffer, refused first if the plan does not fit `budget`.
-    ///
-    /// # Errors
-    /// As [`RolloutBuffer::new`].
-    fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer>;
-
-    /// What the learner holds.
-    fn memory_plan(&self) -> MemoryPlan;
-
-    /// What the collector's copy of the policy holds besides its weights while
-    /// collecting (a recurrent policy's state and chunk record; nothing otherwise).
-    fn acting_plan(&self) -> MemoryPlan;
-
-    /// The policy being trained.
-    fn policy(&self) -> &Self::Policy;
-
-    /// The policy being trained, mutably.
-    fn policy_mut(&mut self) -> &mut Self::Policy;
-
-    /// Parameters over every network.
-    fn num_params(&self) -> usize;
-
-    /// Updates completed.
-    fn updates(&self) -> u64;
-
-    /// Prepares the collector's copy for the rollout collected next.
-    ///
-    /// # Errors
-    /// The policy's.
-    fn begin_rollout(&self, acting: &mut Self::Policy) -> Result<()>;
-
-    /// One update on a full rollout collected by `acting`.
-    ///
-    /// # Errors
-    /// The learner's.
-    fn update(&mut self, rollout: &mut RolloutBuffer, acting: &Self::Policy)
-    -> Result<UpdateStats>;
-
-    /// Copies what acting depends on into `target`.
-    ///
-    /// # Errors
-    /// A target of another architecture.
-    fn copy_policy_into(&self, target: &mut Self::Policy) -> Result<()>;
-
-    /// Everything needed to resume training exactly.
-    fn checkpoint(&self) -> Checkpoint<Self::Saved>;
-
-    /// Writes [`OnPolicyLearner::checkpoint`] to `path`.
-    ///
-    /// # Errors
-    /// I/O errors.
-    fn save(&self, path: &Path) -> Result<()>;
-
-    /// Restores the checkpoint at `path`; on error nothing changes.
-    ///
-    /// # Errors
-    /// A missing, corrupt or mismatched checkpoint.
-    fn load(&mut self, path: &Path) -> Result<()>;
-}
-
-impl<P: ActorCritic + Predict + Clone> OnPolicyLearner for Ppo<P> {
-    type Policy = P;
-    type Config = PpoConfig;
-    type Saved = PpoState;
-    const KIND: &'static str = CHECKPOINT_KIND;
-
-    fn new(policy: P, config: PpoConfig, envs: usize) -> Result<Self> {
-        Ppo::new(policy, config, envs)
-    }
-
-    fn rollout_plan(&self) -> Result<MemoryPlan> {
-        Ppo::rollout_plan(self)
-    }
-
-    fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer> {
-        Ppo::rollout_buffer(self, budget)
-    }
-
-    fn memory_plan(&self) -> MemoryPlan {
-        Ppo::memory_plan(self)
-    }
-
-    fn acting_plan(&self) -> MemoryPlan {
-        MemoryPlan::new()
-    }
-
-    fn policy(&self) -> &P {
-        Ppo::policy(self)
-    }
-
-    fn policy_mut(&mut self) -> &mut P {
-        Ppo::policy_mut(self)
-    }
-
-    fn num_params(&self) -> usize {
-        self.adams().iter().map(|a| a.num_params()).sum()
-    }
-
-    fn updates(&self) -> u64 {
-        Ppo::updates(self)
-    }
-
-    fn begin_rollout(&self, _acting: &mut P) -> Result<()> {
-        Ok(())
-    }
-
-    fn update(&mut self, rollout: &mut RolloutBuffer, _acting: &P) -> Result<UpdateStats> {
-        Ppo::update(self, rollout)
-    }
-
-    fn copy_policy_into(&self, target: &mut P) -> Result<()> {
-        Ppo::copy_policy_into(self, target)
-    }
-
-    fn checkpoint(&self) -> Checkpoint<PpoState> {
-        Ppo::checkpoint(self)
-    }
-
-    fn save(&self, path: &Path) -> Result<()> {
-        Ppo::save(self, path)
-    }
-
-    fn load(&mut self, path: &Path) -> Result<()> {
-        Ppo::load(self, path)
-    }
-}
-
-impl OnPolicyLearner for RecurrentPpo {
-    type Policy = RecurrentCategoricalPolicy;
-    type Config = RecurrentPpoConfig;
-    type Saved = RecurrentPpoState;
-    const KIND: &'static str = RECURRENT_CHECKPOINT_KIND;
-
-    fn new(
-        policy: RecurrentCategoricalPolicy,
-        config: RecurrentPpoConfig,
-        envs: usize,
-    ) -> Result<Self> {
-        RecurrentPpo::new(policy, config, envs)
-    }
-
-    fn rollout_plan(&self) -> Result<MemoryPlan> {
-        RecurrentPpo::rollout_plan(self)
-    }
-
-    fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer> {
-        RecurrentPpo::rollout_buffer(self, budget)
-    }
-
-    fn memory_plan(&self) -> MemoryPlan {
-        RecurrentPpo::memory_plan(self)
-    }
-
-    fn acting_plan(&self) -> MemoryPlan {
-        RecurrentPpo::acting_plan(self)
-    }
-
-    fn policy(&self) -> &RecurrentCategoricalPolicy {
-        RecurrentPpo::policy(self)
-    }
-
-    fn policy_mut(&mut self) -> &mut RecurrentCategoricalPolicy {
-        RecurrentPpo::policy_mut(self)
-    }
-
-    fn num_params(&self) -> usize {
-        self.adams().iter().map(|a| a.num_params()).sum()
-    }
-
-    fn updates(&self) -> u64 {
-        RecurrentPpo::updates(self)
-    }
-
-    fn begin_rollout(&self, acting: &mut RecurrentCategoricalPolicy) -> Result<()> {
-        RecurrentPpo::begin_rollout(self, acting)
-    }
-
-    fn update(
-        &mut self,
-        rollout: &mut RolloutBuffer,
-        acting: &RecurrentCategoricalPolicy,
-    ) -> Result<UpdateStats> {
-        let record = acting.chunk_record().ok_or_else(|| {
-            Error::config(
-                "chunk record",
-                "is missing: the collector's policy recorded no chunk starts (call begin_rollout before collecting)",
-            )
-        })?;
-        RecurrentPpo::update(self, rollout, record)
-    }
-
-    fn copy_policy_into(&self, target: &mut RecurrentCategoricalPolicy) -> Result<()> {
-        RecurrentPpo::copy_policy_into(self, target)
-    }
-
-    fn checkpoint(&self) -> Checkpoint<RecurrentPpoState> {
-        RecurrentPpo::checkpoint(self)
-    }
-
-    fn save(&self, path: &Path) -> Result<()> {
-        RecurrentPpo::save(self, path)
-    }
-
-    fn load(&mut self, path: &Path) -> Result<()> {
-        RecurrentPpo::load(self, path)
-    }
-}
-
-/// The configuration of policy `P`'s learner.
-pub type LearnerConfig<P> = <<P as PpoPolicy>::Learner as OnPolicyLearner>::Config;
 
 /// On-policy training with PPO: `run.n_envs` environments stepped by a collector that
 /// holds a copy of the policy, one rollout of `n_steps` steps per environment, reward
@@ -286,16 +25,16 @@ pub type LearnerConfig<P> = <<P as PpoPolicy>::Learner as OnPolicyLearner>::Conf
 /// statistics and sampling generator copied into the collector's policy (the trainer
 /// does this; nothing for the caller to keep in step).
 ///
-/// The learner is the policy's ([`PpoPolicy::Learner`]): [`Ppo`] with a [`PpoConfig`]
-/// for feed-forward policies, [`RecurrentPpo`] with a [`RecurrentPpoConfig`] for a
-/// [`RecurrentCategoricalPolicy`] (the trainer makes the collector's copy record each
+/// The learner is the policy's ([`PpoPolicy::Learner`]): [`Ppo`](rl_algos::ppo::Ppo) with a [`PpoConfig`](rl_algos::ppo::PpoConfig)
+/// for feed-forward policies, [`RecurrentPpo`](rl_algos::ppo::RecurrentPpo) with a [`RecurrentPpoConfig`](rl_algos::ppo::RecurrentPpoConfig) for a
+/// [`RecurrentCategoricalPolicy`](rl_algos::policy::RecurrentCategoricalPolicy) (the trainer makes the collector's copy record each
 /// chunk's starting state before every rollout).
 ///
 /// The run owns the number of environments (`run.n_envs`); a rollout holds
 /// `ppo.n_steps x run.n_envs` rows.
 ///
 /// ```
-/// use rl_algos::trainer::{Goal, OnPolicyTrainer, RunConfig};
+/// use rl_train::trainer::{Goal, OnPolicyTrainer, RunConfig};
 /// use rl_algos::{policy::{CategoricalPolicy, PolicyConfig}, ppo::PpoConfig};
 /// use rl_envs::CartPole;
 ///
@@ -354,7 +93,7 @@ where
     /// environments start new episodes.
     ///
     /// # Errors
-    /// A directory of another run ([`Error::CheckpointMismatch`](crate::Error::CheckpointMismatch)), missing or corrupt
+    /// A directory of another run ([`Error::CheckpointMismatch`](rl_algos::Error::CheckpointMismatch)), missing or corrupt
     /// files, and the errors of [`OnPolicyTrainer::new`].
     pub fn resume(
         dir: &Path,
@@ -514,7 +253,7 @@ where
     /// the last rollout of the budget is learned from, as Stable-Baselines3 does.
     ///
     /// # Errors
-    /// Environment, policy and learner errors ([`Error::Diverged`](crate::Error::Diverged) ...).
+    /// Environment, policy and learner errors ([`Error::Diverged`](rl_algos::Error::Diverged) ...).
     pub fn train(&mut self, callback: &mut dyn Callback<UpdateStats>) -> Result<TrainSummary> {
         let run = self.run.clone();
         let mut clock = Clock::start(self.env_steps(), self.last_eval_steps, self.best_eval);

@@ -4,9 +4,9 @@
 //!
 //! ```toml
 //! algo = "ppo"          # ppo | recurrent_ppo | sac | discrete_sac | dqn
-//! env = "cartpole"      # a name of the environment registry (rl::cli::Registry)
+//! env = "cartpole"      # a name of the environment registry (rl_train::run::Registry)
 //!
-//! [run]                 # rl::algos::trainer::RunConfig (only total_steps is required)
+//! [run]                 # rl::train::trainer::RunConfig (only total_steps is required)
 //! total_steps = 100_000
 //! n_envs = 8
 //! goal = { training_return = { mean_return = 475.0, window = 20 } }
@@ -36,11 +36,11 @@
 
 use std::fmt;
 
+use crate::trainer::{OffPolicyConfig, RunConfig};
 use rl_algos::dqn::DqnConfig;
 use rl_algos::policy::{History, PolicyConfig};
 use rl_algos::ppo::{PpoConfig, RecurrentPpoConfig};
 use rl_algos::sac::SacConfig;
-use rl_algos::trainer::{OffPolicyConfig, RunConfig};
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 

@@ -21,8 +21,8 @@ use rl_storage::sampler::Uniform;
 use rl_storage::storage::HostStorage;
 
 use super::replay::{OffPolicyReplay, with_buffer};
-use crate::error::{Error, Result};
 use crate::trainer::OffPolicyLearner;
+use rl_algos::{Error, Result};
 
 /// A finished episode, as a chunk reports it.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -3,8 +3,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use rl_algos::eval::EvalReport;
-use rl_algos::trainer::{
+use crate::eval::EvalReport;
+use crate::trainer::{
     CheckpointSchedule, RUN_FILE, RunConfig, RunCounters, StopReason, TrainSummary,
 };
 use rl_core::MemoryPlan;

@@ -3,8 +3,8 @@
 //! allocated, evaluation and checkpoints on a cadence, callbacks, an early stop on a goal
 //! and a typed [`TrainSummary`].
 //!
-//! - [`OffPolicyTrainer`] drives any [`OffPolicyLearner`] ([`crate::sac::Sac`],
-//!   [`crate::sac::DiscreteSac`], [`crate::dqn::Dqn`]) over a replay buffer in RAM or in a
+//! - [`OffPolicyTrainer`] drives any [`OffPolicyLearner`] ([`rl_algos::sac::Sac`],
+//!   [`rl_algos::sac::DiscreteSac`], [`rl_algos::dqn::Dqn`]) over a replay buffer in RAM or in a
 //!   memory-mapped file ([`ReplayLocation`]): random actions for the first
 //!   `learning_starts` steps, then `gradient_steps` updates every `train_freq` steps of
 //!   every environment, with uniform or prioritized sampling. With the synchronous
@@ -12,8 +12,8 @@
 //!   action without a copy; with the asynchronous one ([`CollectorChoice::Async`])
 //!   worker threads act with copies of the learner's actor, and the trainer publishes
 //!   new weights after every training phase.
-//! - [`OnPolicyTrainer`] drives the policy's [`OnPolicyLearner`] ([`crate::ppo::Ppo`]
-//!   for feed-forward policies, [`crate::ppo::RecurrentPpo`] for a recurrent one, chosen
+//! - [`OnPolicyTrainer`] drives the policy's [`OnPolicyLearner`] ([`rl_algos::ppo::Ppo`]
+//!   for feed-forward policies, [`rl_algos::ppo::RecurrentPpo`] for a recurrent one, chosen
 //!   by [`PpoPolicy`]): collect a rollout (a recurrent policy recording each chunk's
 //!   starting state), scale rewards if configured, update, hand the new weights to the
 //!   collector's policy copy.
@@ -24,20 +24,22 @@
 //! replay buffer for off-policy runs, and `run.json` with the counters) and resumes from
 //! it; a directory of another run is refused before anything changes.
 
-mod learner;
 mod off_policy;
 mod on_policy;
+#[cfg(test)]
+mod recurrent_tests;
 mod run;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use learner::ActorRng;
-pub use learner::{OffPolicyLearner, SequenceSpec};
 pub use off_policy::{
     ChunkActor, ChunkCollector, ChunkConfig, ChunkSink, ChunkSource, CollectorChoice, Episode,
     OffPolicyConfig, OffPolicyReplay, OffPolicyTrainer, REPLAY_FILE, ReplayLocation,
 };
-pub use on_policy::{LearnerConfig, OnPolicyLearner, OnPolicyTrainer, PpoPolicy};
+pub use on_policy::OnPolicyTrainer;
+pub use rl_algos::learner::{
+    LearnerConfig, OffPolicyLearner, OnPolicyLearner, PpoPolicy, SequenceSpec,
+};
 pub use run::{
     Callback, CheckpointSchedule, Control, EvalSchedule, Goal, Progress, ProgressLog, RUN_FILE,
     RunConfig, RunCounters, StopReason, TrainSummary,

@@ -8,8 +8,9 @@ use rl_collect::EpisodeStats;
 use rl_core::{Env, MemoryBudget, ProcessMemory};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
-use crate::eval::{EvalConfig, EvalReport, Predict, evaluate};
+use crate::eval::{EvalConfig, EvalReport, evaluate};
+use rl_algos::predict::Predict;
+use rl_algos::{Error, Result};
 
 /// The file of a run directory that holds the loop's counters ([`RunCounters`]).
 pub const RUN_FILE: &str = "run.json";

@@ -20,10 +20,10 @@ use self::remote::Remote;
 pub use self::remote::{ChunkActor, ChunkCollector, ChunkConfig, ChunkSink, ChunkSource, Episode};
 use self::replay::ReplaySampler;
 pub use self::replay::{OffPolicyReplay, REPLAY_FILE, ReplayLocation};
-use super::learner::OffPolicyLearner;
 use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
-use crate::error::{Error, Result};
 use crate::eval::{EvalReport, evaluate};
+use rl_algos::learner::OffPolicyLearner;
+use rl_algos::{Error, Result};
 
 /// The learner's checkpoint inside a run directory.
 const LEARNER_FILE: &str = "learner.safetensors";
@@ -205,7 +205,7 @@ pub(super) fn phases_due(before: u64, after: u64, learning_starts: u64, phase_st
 /// `train_freq x n_envs` env steps once `learning_starts` random steps are stored.
 ///
 /// ```
-/// use rl_algos::trainer::{Goal, OffPolicyConfig, OffPolicyTrainer, RunConfig};
+/// use rl_train::trainer::{Goal, OffPolicyConfig, OffPolicyTrainer, RunConfig};
 /// use rl_algos::sac::{Sac, SacConfig};
 /// use rl_envs::Pendulum;
 ///
@@ -224,7 +224,7 @@ pub(super) fn phases_due(before: u64, after: u64, learning_starts: u64, phase_st
 /// With worker threads and the buffer in a file (the same run, asynchronous):
 ///
 /// ```
-/// use rl_algos::trainer::{CollectorChoice, OffPolicyConfig, OffPolicyTrainer, ReplayLocation, RunConfig};
+/// use rl_train::trainer::{CollectorChoice, OffPolicyConfig, OffPolicyTrainer, ReplayLocation, RunConfig};
 /// use rl_algos::sac::{Sac, SacConfig};
 /// use rl_envs::Pendulum;
 ///

@@ -64,11 +64,11 @@ pub(crate) trait Entry: Send + Sync {
 /// can name. [`Registry::builtin`] holds the reference environments; register your own
 /// with [`Registry::register_discrete`] (`Env::Act = u32`) or
 /// [`Registry::register_continuous`] (`Env::Act = f32`), then pass the registry to
-/// [`train`](super::train) and friends (or [`run_command`](crate::cli::run_command) for
+/// [`train`](super::train) and friends (or the `rl` command's `rl::cli::run_command` for
 /// the whole command line in your own binary).
 ///
 /// An environment is built once per training environment (`make(seed)` with the seeds
-/// of [`RunConfig::seed`](rl_algos::trainer::RunConfig::seed)), once for evaluation,
+/// of [`RunConfig::seed`](crate::trainer::RunConfig::seed)), once for evaluation,
 /// and once to read the spaces.
 pub struct Registry {
     entries: BTreeMap<String, Box<dyn Entry>>,

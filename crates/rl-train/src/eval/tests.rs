@@ -5,7 +5,7 @@ use rl_core::{BoxSpace, DType, Env, Space, Step};
 use rl_envs::CartPole;
 
 use super::*;
-use crate::policy::{CategoricalPolicy, PolicyConfig};
+use rl_algos::policy::{CategoricalPolicy, PolicyConfig};
 
 /// Episode `i` (reset seed `i`) lasts `1 + i % 3` steps; each step pays the action.
 struct Countdown {

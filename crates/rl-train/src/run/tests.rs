@@ -394,8 +394,8 @@ struct Turns {
     weights: Option<(u64, u64, Vec<u8>)>,
 }
 
-impl rl_algos::trainer::ChunkSource for Turns {
-    fn next_chunk(&mut self, sink: &mut rl_algos::trainer::ChunkSink<'_>) -> rl_algos::Result<()> {
+impl crate::trainer::ChunkSource for Turns {
+    fn next_chunk(&mut self, sink: &mut crate::trainer::ChunkSink<'_>) -> rl_algos::Result<()> {
         let n = self.actors.len();
         let actor = &mut self.actors[self.next % n];
         self.next += 1;

@@ -11,8 +11,8 @@ use rl_envs::Pendulum;
 use rl_storage::ColumnSlice;
 
 use super::*;
-use crate::sac::{Sac, SacConfig};
 use crate::trainer::{CollectorChoice, OffPolicyConfig, OffPolicyTrainer, RunConfig};
+use rl_algos::sac::{Sac, SacConfig};
 
 fn sac() -> Sac {
     let config = SacConfig {
@@ -167,12 +167,14 @@ fn published_weights_make_a_collector_act_as_the_learner() {
     // Bad bytes: refused, nothing changes.
     assert!(other.set_weights(6, 0, b"not a checkpoint").is_err());
     assert_eq!(other.version(), 5);
-    let wrong_kind =
-        crate::dqn::Dqn::for_env(&rl_envs::CartPole::new(0), crate::dqn::DqnConfig::default())
-            .unwrap()
-            .checkpoint()
-            .to_bytes()
-            .unwrap();
+    let wrong_kind = rl_algos::dqn::Dqn::for_env(
+        &rl_envs::CartPole::new(0),
+        rl_algos::dqn::DqnConfig::default(),
+    )
+    .unwrap()
+    .checkpoint()
+    .to_bytes()
+    .unwrap();
     assert!(other.set_weights(7, 0, &wrong_kind).is_err());
     assert_eq!(other.version(), 5);
 }

@@ -8,11 +8,11 @@ use rl_core::{BoxSpace, DType, Env, Location, MemoryBudget, Space, Step};
 use rl_envs::{CartPole, Pendulum};
 
 use super::*;
-use crate::error::Error;
-use crate::eval::Predict;
-use crate::policy::{CategoricalPolicy, PolicyConfig};
-use crate::ppo::PpoConfig;
-use crate::sac::{Sac, SacConfig};
+use rl_algos::Error;
+use rl_algos::policy::{CategoricalPolicy, PolicyConfig};
+use rl_algos::ppo::PpoConfig;
+use rl_algos::predict::Predict;
+use rl_algos::sac::{Sac, SacConfig};
 
 /// Episodes of exactly `LEN` steps whose dynamics ignore the reset seed: at an episode
 /// boundary a run's state is entirely the trainer's. Observation `[t / LEN, last action]`; reward 1 when the action equals
@@ -577,7 +577,7 @@ fn invalid_loop_settings_name_the_field() {
 
 // ---- The asynchronous collector and the memmap location (off-policy) ----
 
-use crate::dqn::{Dqn, DqnConfig, EpsilonSchedule, TargetUpdate};
+use rl_algos::dqn::{Dqn, DqnConfig, EpsilonSchedule, TargetUpdate};
 use rl_nn::Weights;
 
 /// Episodes of `LEN` steps whose observation shows which action pays: `[cue, 1 - cue]`
@@ -764,7 +764,7 @@ fn an_async_discrete_sac_with_a_learned_table_publishes_its_table() {
     let env = cue(0);
     let table =
         rl_core::FeatureTable::new(2, 4, vec![0.5, -0.2, 0.1, 0.3, -0.4, 0.2, 0.6, -0.1]).unwrap();
-    let sac = crate::sac::DiscreteSac::with_learnable_table(
+    let sac = rl_algos::sac::DiscreteSac::with_learnable_table(
         env.observation_space(),
         env.action_space(),
         table,
@@ -776,7 +776,7 @@ fn an_async_discrete_sac_with_a_learned_table_publishes_its_table() {
     )
     .unwrap();
     let config = async_run(600, 4);
-    let before = OffPolicyTrainer::<Cue, crate::sac::DiscreteSac>::plan(&sac, &config).unwrap();
+    let before = OffPolicyTrainer::<Cue, rl_algos::sac::DiscreteSac>::plan(&sac, &config).unwrap();
     let mut trainer = OffPolicyTrainer::new(cue, sac, config).unwrap();
     let summary = trainer.train(&mut ()).unwrap();
     assert_eq!(summary.total_env_steps, 600);
@@ -964,7 +964,7 @@ fn actor_clones_explore_apart_and_take_new_weights_without_allocating() {
     assert_eq!(staging.epsilon(), 1.0);
     let (mut a, mut b) = (staging.clone(), staging.clone());
     let obs: Vec<f32> = (0..128).map(|i| (i % 2) as f32).collect();
-    let act = |actor: &mut crate::dqn::DqnActor| {
+    let act = |actor: &mut rl_algos::dqn::DqnActor| {
         let mut actions = vec![0u32; 64];
         let (mut lp, mut v) = (vec![0.0; 64], vec![0.0; 64]);
         let out = rl_collect::ActOutput {

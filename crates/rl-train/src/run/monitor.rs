@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use crate::eval::EvalReport;
+use crate::trainer::{Callback, Control, Progress, TrainSummary};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
-use rl_algos::eval::EvalReport;
-use rl_algos::trainer::{Callback, Control, Progress, TrainSummary};
 use rl_core::{Bytes, Location, MemoryPlan, ProcessMemory};
 use serde::Serialize;
 use serde_json::{Map, Value, json};

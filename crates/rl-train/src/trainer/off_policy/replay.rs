@@ -19,8 +19,8 @@ use rl_storage::{
 use serde::{Deserialize, Serialize};
 
 use super::OffPolicyConfig;
-use crate::error::{Error, Result};
 use crate::trainer::SequenceSpec;
+use rl_algos::{Error, Result};
 
 /// The file a memmap-located replay buffer lives in, inside
 /// [`ReplayLocation::Memmap`]'s `dir`.

@@ -1,0 +1,342 @@
+//! What the `rl` command does, as a library: train a [`Config`] into a run directory,
+//! resume it, plan it, evaluate, plot and export what it saved, on the built-in
+//! environments or any registered with a [`Registry`].
+//!
+//! A run directory holds:
+//!
+//! | path | what |
+//! |---|---|
+//! | `config.toml` | the effective config: every value in force, defaults written out |
+//! | `metrics.jsonl` | one JSON object per line, at most every `log.metrics_every_steps` env steps, at every evaluation and at the end ([`METRICS_KEYS`]) |
+//! | `checkpoint/` | the latest save of the run (`learner.safetensors`, `run.json`, `replay/` for off-policy runs): what `rl resume` continues from |
+//! | `best/` | the learner at its best scheduled evaluation (with `run.eval`) |
+//! | `result.json` | the outcome, the JSON line `rl train` prints |
+//! | `curve.png` | the learning curve |
+//!
+//! ```no_run
+//! use rl_train::run::{self, Registry, TrainOptions};
+//! use rl_train::config::Config;
+//!
+//! let text = std::fs::read_to_string("configs/ppo_cartpole.toml")?;
+//! let config = Config::from_toml(&text, &[])?;
+//! let trained = run::train(&Registry::builtin(), &config, "runs/ppo_cartpole".as_ref(), &TrainOptions::quiet())?;
+//! assert!(trained.result.solved);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod export;
+mod job;
+mod monitor;
+mod plot;
+mod registry;
+mod rundir;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use crate::eval::EvalReport;
+use crate::trainer::{ChunkActor, ChunkConfig};
+use rl_core::MemoryPlan;
+use serde::Serialize;
+
+use crate::config::{Config, ConfigError};
+
+pub use export::{Exported, export};
+pub use monitor::METRICS_KEYS;
+pub use plot::plot;
+pub use registry::{ActionSpace, Registry};
+pub use rundir::{
+    BEST_DIR, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, METRICS_FILE, RESULT_FILE, RunResult,
+};
+
+use job::{Job, Outcome};
+
+/// What went wrong, and which exit code the command gives it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The config (or a flag) is unusable: a bad key or value, an unknown environment,
+    /// an algorithm the environment's actions do not fit. Nothing ran.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// A flag or path given on the command line is unusable (an `--out` that cannot be
+    /// written, a run directory without a config, a checkpoint of another algorithm).
+    /// Nothing ran.
+    #[error("{0}")]
+    Usage(String),
+    /// The library refused or failed (a plan over the memory budget, a diverged update,
+    /// an environment error ...).
+    #[error("{0}")]
+    Algos(#[from] rl_algos::Error),
+    /// Reading or writing a file failed.
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        /// What was being done (`"writing"` ...).
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Drawing the learning curve failed.
+    #[error("plot: {0}")]
+    Plot(String),
+    /// The network layer refused a file (a checkpoint of another format or version).
+    #[error("{0}")]
+    Nn(#[from] rl_nn::Error),
+}
+
+impl Error {
+    /// The exit code of the `rl` command for this error: 2 for usage and config errors
+    /// (nothing ran), 1 for everything else.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Config(_) | Error::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+
+    pub(crate) fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
+        Error::Io {
+            action,
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// Result alias of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a training run reports while it runs.
+#[derive(Clone, Debug, Default)]
+pub struct TrainOptions {
+    /// No memory plan and no progress on stderr (the result line is still printed by
+    /// the command).
+    pub quiet: bool,
+    /// Set (by a Ctrl-C handler, say) to end the run cleanly: the run saves its
+    /// checkpoint, metrics and result, and `rl resume` continues it.
+    pub stop: Option<Arc<AtomicBool>>,
+    /// Overrides applied to a resumed run's config (`--set key=value`); the seed and the
+    /// number of environments must stay.
+    pub overrides: Vec<String>,
+}
+
+impl TrainOptions {
+    /// Options that print nothing while training.
+    pub fn quiet() -> Self {
+        Self {
+            quiet: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// A finished (or interrupted) training run.
+#[derive(Clone, Debug)]
+pub struct Trained {
+    /// The outcome, as written to `result.json`.
+    pub result: RunResult,
+    /// The run directory.
+    pub dir: PathBuf,
+    /// The run's memory plan.
+    pub plan: MemoryPlan,
+    /// Whether a stop request ended it (the run is resumable).
+    pub interrupted: bool,
+}
+
+/// A plan and whether it fits the config's budget.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// The whole run's memory plan.
+    pub plan: MemoryPlan,
+    /// Why the plan does not fit `run.budget` (`None`: it fits, or there is no budget).
+    pub refused: Option<String>,
+}
+
+/// Trains `config` into the run directory `out` (created; it must not hold a run
+/// already). Checks everything a user can get wrong before anything is created: the
+/// environment and the algorithm, the memory plan against `run.budget`, that `out` is
+/// writable.
+///
+/// # Errors
+/// [`Error::Config`] and [`Error::Usage`] before anything runs; the library's errors.
+pub fn train(
+    registry: &Registry,
+    config: &Config,
+    out: &Path,
+    options: &TrainOptions,
+) -> Result<Trained> {
+    let entry = registry.check(config)?;
+    if let Some(budget) = &config.run.budget
+        && let Outcome::Plan(plan) = entry.run(config, Job::Plan)?
+    {
+        plan.check(budget)
+            .map_err(|e| ConfigError::new("run.budget", e))?;
+    }
+    let dir = rundir::create(out)?;
+    rundir::write_config(&dir, config)?;
+    entry
+        .run(config, Job::Train(&dir, options, false))?
+        .trained()
+}
+
+/// Trains `config` (an off-policy algorithm) into the run directory `out` from the
+/// chunks `source` delivers (collectors in other processes or on other machines, each a
+/// [`remote_actor`]; the Python package drives Ray actors this way), with the same run
+/// directory, metrics and checkpoints as [`train`]. The source gets the learner's
+/// weights after every training phase. The budget check includes the source's plan.
+///
+/// # Errors
+/// As [`train`]; an on-policy algorithm (Usage).
+pub fn train_remote(
+    registry: &Registry,
+    config: &Config,
+    out: &Path,
+    options: &TrainOptions,
+    source: Box<dyn crate::trainer::ChunkSource>,
+) -> Result<Trained> {
+    let entry = registry.check(config)?;
+    if !config.algo.off_policy() {
+        return Err(Error::Usage(format!(
+            "algo {} is on-policy: remote collection trains the off-policy algorithms (sac, discrete_sac, dqn)",
+            config.algo
+        )));
+    }
+    let dir = rundir::create(out)?;
+    rundir::write_config(&dir, config)?;
+    entry
+        .run(config, Job::Remote(&dir, options, source))?
+        .trained()
+}
+
+/// A collector for a remote run of `config` ([`train_remote`]): `run.n_envs` of the
+/// config's environments (environment `i` reset first with `chunk.seed + i`), acting
+/// with a copy of the learner's actor, filling chunks of `chunk.steps_per_chunk` steps
+/// of every environment. Weights arrive with [`ChunkActor::set_weights`].
+///
+/// # Errors
+/// An unknown environment, an algorithm it does not fit or that is on-policy, an
+/// invalid config.
+pub fn remote_actor(
+    registry: &Registry,
+    config: &Config,
+    chunk: ChunkConfig,
+) -> Result<Box<dyn ChunkActor>> {
+    match registry.check(config)?.run(config, Job::Actor(chunk))? {
+        Outcome::Actor(actor) => Ok(actor),
+        _ => Err(Error::Usage("remote_actor: the job gave no actor".into())),
+    }
+}
+
+/// Continues the run saved in `dir` (from `dir/checkpoint`, with `dir/config.toml` and
+/// `options.overrides`), appending to its metrics.
+///
+/// # Errors
+/// A directory without a run, a checkpoint of another algorithm, the errors of
+/// [`train`].
+pub fn resume(registry: &Registry, dir: &Path, options: &TrainOptions) -> Result<Trained> {
+    let config = rundir::read_config(dir, &options.overrides)?;
+    let entry = registry.check(&config)?;
+    rundir::check_checkpoint(dir, CHECKPOINT_DIR, &config)?;
+    rundir::check_writable(dir)?;
+    rundir::write_config(dir, &config)?;
+    entry
+        .run(&config, Job::Train(dir, options, true))?
+        .trained()
+}
+
+/// The whole run's memory plan of `config`, and whether it fits `run.budget`, without
+/// allocating buffers or creating files (the learner's networks are built).
+///
+/// # Errors
+/// An unknown environment, an algorithm the environment does not fit, an invalid
+/// configuration.
+pub fn plan(registry: &Registry, config: &Config) -> Result<Planned> {
+    let entry = registry.entry(config)?;
+    let plan = match entry.run(config, Job::Plan)? {
+        Outcome::Plan(plan) => plan,
+        _ => return Err(Error::Usage("plan: the job gave no plan".into())),
+    };
+    let refused = config
+        .run
+        .budget
+        .as_ref()
+        .and_then(|budget| plan.check(budget).err())
+        .map(|e| e.to_string());
+    Ok(Planned { plan, refused })
+}
+
+/// Which checkpoint of a run to load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Which {
+    /// `checkpoint/`: the latest save.
+    #[default]
+    Latest,
+    /// `best/`: the learner of the best scheduled evaluation.
+    Best,
+}
+
+impl Which {
+    /// The folder inside a run directory.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Which::Latest => CHECKPOINT_DIR,
+            Which::Best => BEST_DIR,
+        }
+    }
+}
+
+/// An evaluation of a saved policy.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Evaluated {
+    /// Env steps the run had taken when the checkpoint was saved.
+    pub env_steps: u64,
+    /// The first reset seed of the episodes (episode `i` resets with `seed + i`).
+    pub seed: u64,
+    /// Returns and lengths of the episodes.
+    #[serde(flatten)]
+    pub report: EvalReport,
+}
+
+/// Runs `episodes` deterministic episodes with the policy saved in `dir` (the
+/// `which` checkpoint) on a fresh environment, episode `i` reset with `seed + i`
+/// (`None`: the seeds of the run's scheduled evaluations).
+///
+/// # Errors
+/// A directory without a run or that checkpoint, a checkpoint of another algorithm,
+/// 0 episodes, environment and policy errors.
+pub fn eval(
+    registry: &Registry,
+    dir: &Path,
+    which: Which,
+    episodes: usize,
+    seed: Option<u64>,
+) -> Result<Evaluated> {
+    if episodes == 0 {
+        return Err(Error::Usage(
+            "--episodes is 0: evaluate at least 1 episode".into(),
+        ));
+    }
+    let config = rundir::read_config(dir, &[])?;
+    let entry = registry.entry(&config)?;
+    let counters = rundir::check_checkpoint(dir, which.dir_name(), &config)?;
+    let seed = seed.unwrap_or_else(|| config.run.seed.wrapping_mul(1000).wrapping_add(500));
+    let checkpoint = dir.join(which.dir_name());
+    let job = Job::Eval {
+        dir: &checkpoint,
+        episodes,
+        seed,
+    };
+    match entry.run(&config, job)? {
+        Outcome::Eval(report) => Ok(Evaluated {
+            env_steps: counters.env_steps,
+            seed,
+            report,
+        }),
+        _ => Err(Error::Usage("eval: the job gave no evaluation".into())),
+    }
+}
