@@ -4,8 +4,8 @@
 //! Every kernel is written once, generic over how a multiply-add is done, with loops over
 //! fixed-width lane arrays that LLVM vectorises across actions. On x86-64 the same code is
 //! also compiled inside `#[target_feature]` functions (AVX2 + FMA, and AVX-512), and
-//! [`Isa::detect`] picks the widest the CPU has, once, when a scorer is built. Elsewhere
-//! only the portable copy exists.
+//! [`Isa::detect`] runs the copy that rl-core's [`simd::Isa::detect`] chose for the
+//! process, checked once when a scorer is built. Elsewhere only the portable copy exists.
 
 #![allow(
     unsafe_code,
@@ -13,54 +13,38 @@
               guarded by a runtime CPU feature check recorded in `Isa`"
 )]
 
-/// Which compiled copy of the kernels to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Isa {
-    /// Plain Rust, any target (no fused multiply-add).
-    Portable,
-    /// AVX2 and FMA, checked at runtime.
-    #[cfg(target_arch = "x86_64")]
-    Avx2Fma(Detected),
-    /// AVX-512F (with AVX2 and FMA), checked at runtime.
-    #[cfg(target_arch = "x86_64")]
-    Avx512(Detected),
-}
+use std::fmt;
 
-/// Proof that a feature check ran: only this module can build one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Detected(());
+use rl_core::simd;
+
+/// Which compiled copy of the kernels to run: an [`simd::Isa`] that this CPU was checked
+/// to support. The field is private, so only this module builds one, after that check.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Isa(simd::Isa);
 
 impl Isa {
-    /// The widest kernels this CPU runs.
+    /// The kernels of this process: rl-core's choice (the widest set the CPU runs, unless
+    /// `RL_NN_KERNEL` lowers it).
     pub(crate) fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
-            if avx2 && is_x86_feature_detected!("avx512f") {
-                return Isa::Avx512(Detected(()));
-            }
-            if avx2 {
-                return Isa::Avx2Fma(Detected(()));
-            }
-        }
-        Isa::Portable
+        // `detect` only returns a set the CPU supports; scalar runs everywhere anyway.
+        Self::checked(simd::Isa::detect()).unwrap_or(Isa(simd::Isa::Scalar))
     }
 
     /// Every copy this CPU can run (tests compare them).
     #[cfg(test)]
     pub(crate) fn available() -> Vec<Self> {
-        let mut all = vec![Isa::Portable];
-        #[cfg(target_arch = "x86_64")]
-        {
-            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
-            if avx2 {
-                all.push(Isa::Avx2Fma(Detected(())));
-            }
-            if avx2 && is_x86_feature_detected!("avx512f") {
-                all.push(Isa::Avx512(Detected(())));
-            }
-        }
-        all
+        simd::Isa::supported().filter_map(Self::checked).collect()
+    }
+
+    /// `isa`, if this CPU supports it.
+    fn checked(isa: simd::Isa) -> Option<Self> {
+        isa.is_supported().then_some(Isa(isa))
+    }
+}
+
+impl fmt::Debug for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
     }
 }
 
@@ -438,20 +422,24 @@ macro_rules! dispatched {
             #[inline]
             #[allow(clippy::too_many_arguments, reason = "mirrors the generic kernel")]
             pub(crate) fn $name(isa: Isa, $($arg: $ty),*) $(-> $ret)? {
-                match isa {
-                    Isa::Portable => generic::$name::<Plain>($($arg),*),
+                match isa.0 {
+                    simd::Isa::Scalar => generic::$name::<Plain>($($arg),*),
                     #[cfg(target_arch = "x86_64")]
-                    Isa::Avx2Fma(_) => {
-                        // SAFETY: an `Isa::Avx2Fma` holds a `Detected`, which only
-                        // `Isa::detect`/`available` build, after `is_x86_feature_detected!`
-                        // reported avx2 and fma on this CPU.
+                    simd::Isa::Avx2 => {
+                        // SAFETY: an `Isa` is only built by `Isa::checked`, after
+                        // `simd::Isa::Avx2.is_supported()` reported avx2 and fma on this
+                        // CPU.
                         unsafe { avx2::$name($($arg),*) }
                     }
                     #[cfg(target_arch = "x86_64")]
-                    Isa::Avx512(_) => {
-                        // SAFETY: an `Isa::Avx512` holds a `Detected`, built only after
-                        // `is_x86_feature_detected!` reported avx512f, avx2 and fma.
+                    simd::Isa::Avx512 => {
+                        // SAFETY: an `Isa` is only built by `Isa::checked`, after
+                        // `simd::Isa::Avx512.is_supported()` reported avx512f, avx2 and fma.
                         unsafe { avx512::$name($($arg),*) }
+                    }
+                    #[cfg(not(target_arch = "x86_64"))]
+                    simd::Isa::Avx2 | simd::Isa::Avx512 => {
+                        unreachable!("no CPU of this target supports {:?}", isa.0)
                     }
                 }
             }

@@ -32,7 +32,8 @@
 //!
 //! The hot loops vectorise across actions (a transposed copy of the table, a polynomial
 //! `f32` exponential, per-chunk sums merged in `f64`); on x86-64 the AVX-512 or AVX2 + FMA
-//! copy of them is picked at runtime. 256 rows x 100k actions x d = 8 take tens of
+//! copy of them is picked at runtime, the one [`rl_core::simd::Isa::detect`] chose for
+//! the process (as rl-nn's products do). 256 rows x 100k actions x d = 8 take tens of
 //! milliseconds on one core; `cargo xtask bench actions` measures them.
 //!
 //! [`ActionMask`] is a bitset of available actions; through [`Masks`] every chunked

@@ -283,7 +283,8 @@ fn row_mask<'m>(masks: Masks<'m>, b: usize) -> Option<&'m ActionMask> {
 /// The hot loops are vectorised across actions, with a polynomial `f32` exponential
 /// (relative error below `1.5e-7`, weights under `exp(-87)` relative to a chunk's max
 /// flushed to zero); per-chunk sums are merged in `f64`. On x86-64 the widest of AVX-512,
-/// AVX2 + FMA or portable code is chosen once, at construction.
+/// AVX2 + FMA or portable code is chosen once, at construction: the set
+/// [`rl_core::simd::Isa::detect`] chose for the process.
 #[derive(Clone)]
 pub struct ChunkedScorer {
     scores: Scores,

@@ -14,6 +14,8 @@
 //! - [`ProcessMemory`]: the process's resident memory from `/proc`, read without
 //!   allocating.
 //! - [`FeatureTable`]: a shared per-action feature table, held once per process.
+//! - [`simd::Isa`]: which SIMD kernels (AVX-512, AVX2 + FMA or scalar) every vectorised
+//!   crate runs, detected once per process.
 //! - [`Error`]: one error type whose messages say what was wrong and what to do.
 //!
 //! # Example
@@ -41,6 +43,7 @@ mod error;
 mod memory;
 mod process;
 mod schema;
+pub mod simd;
 mod space;
 mod table;
 mod transition;

@@ -3,8 +3,9 @@
 //!
 //! `cargo run --release -p rl-nn --example kernel_timing [-- REPS]`: for each shape, the
 //! median GFLOP/s of both over REPS (default 101) interleaved batches, one thread. Larger
-//! square and tall products follow the layer shapes. `RL_NN_KERNEL=avx2` (or `portable`)
-//! times the kernel a CPU without AVX-512 would run (gemm keeps its own choice).
+//! square and tall products follow the layer shapes. `RL_NN_KERNEL=avx2` (or `scalar`, also
+//! spelled `portable`; see `rl_core::simd`) times the kernel a CPU without AVX-512 would
+//! run (gemm keeps its own choice).
 
 use std::hint::black_box;
 use std::time::Instant;

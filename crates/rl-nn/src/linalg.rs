@@ -2,9 +2,10 @@
 //!
 //! One function, [`matmul`], over strided read-only views ([`MatRef`]) so that layers
 //! multiply by transposes without copying. It runs on one thread on the crate's own
-//! kernel (`kernel.rs`), which picks its AVX-512, AVX2 or portable code at run time from
-//! the CPU it finds (the repository sets no `target-cpu`) and, unlike the `gemm` crate it
-//! replaced, allocates nothing after warm-up.
+//! kernel (`kernel.rs`), which runs its AVX-512, AVX2 or portable code as
+//! [`rl_core::simd::Isa::detect`] chose at run time from the CPU it finds (the repository
+//! sets no `target-cpu`) and, unlike the `gemm` crate it replaced, allocates nothing after
+//! warm-up.
 
 /// A read-only strided matrix view: element `(i, j)` is
 /// `data[i * row_stride + j * col_stride]`.

@@ -49,9 +49,11 @@
 //!
 //! # Paths
 //!
-//! [`Path::detect`] picks AVX-512, AVX2+FMA or the portable kernel once per process from
-//! the CPU (the repository never sets `target-cpu`); [`matmul_with`] takes the path
-//! explicitly so that tests run every path the machine supports.
+//! [`matmul`] runs the AVX-512, AVX2+FMA or portable kernels as rl-core's
+//! [`Isa::detect`] chose once per process from the CPU (the repository never sets
+//! `target-cpu`; `RL_NN_KERNEL` lowers the choice, see [`rl_core::simd`]);
+//! [`matmul_with`] takes the [`Isa`] explicitly so that tests run every path the machine
+//! supports. [`Isa::Scalar`] is the portable path.
 
 #![allow(
     unsafe_code,
@@ -61,7 +63,8 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU8, Ordering};
+
+use rl_core::simd::Isa;
 
 use super::{Accumulate, MatRef};
 
@@ -72,72 +75,6 @@ const NC: usize = 512;
 /// Packed panels start on this many floats (64 bytes).
 const ALIGN: usize = 16;
 
-/// Which set of kernels runs a product.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Path {
-    /// AVX-512F kernels (`zmm`, mask registers).
-    Avx512,
-    /// AVX2 and FMA kernels (`ymm`).
-    Avx2,
-    /// Plain Rust, vectorised by the compiler for the baseline target.
-    Portable,
-}
-
-/// The cached choice of [`Path::detect`]: 0 until detected, then `1 + ` the path's index.
-static DETECTED: AtomicU8 = AtomicU8::new(0);
-
-impl Path {
-    /// Every path, fastest first.
-    pub(crate) const ALL: [Path; 3] = [Path::Avx512, Path::Avx2, Path::Portable];
-
-    /// The fastest path this CPU runs, detected once per process. The environment
-    /// variable `RL_NN_KERNEL` (`avx2` or `portable`), read at that moment, picks a slower
-    /// path instead where the CPU runs it (to time or check what a machine without AVX-512
-    /// would run); any other value, or a path the CPU lacks, is ignored.
-    pub(crate) fn detect() -> Self {
-        match DETECTED.load(Ordering::Relaxed) {
-            1 => Path::Avx512,
-            2 => Path::Avx2,
-            3 => Path::Portable,
-            _ => {
-                let requested = match std::env::var("RL_NN_KERNEL").as_deref() {
-                    Ok("avx2") => Some(Path::Avx2),
-                    Ok("portable") => Some(Path::Portable),
-                    _ => None,
-                };
-                let path = requested
-                    .into_iter()
-                    .chain(Self::ALL)
-                    .find(|path| path.available())
-                    .unwrap_or(Path::Portable);
-                let code = match path {
-                    Path::Avx512 => 1,
-                    Path::Avx2 => 2,
-                    Path::Portable => 3,
-                };
-                DETECTED.store(code, Ordering::Relaxed);
-                path
-            }
-        }
-    }
-
-    /// Whether this CPU can run the path.
-    pub(crate) fn available(self) -> bool {
-        match self {
-            #[cfg(target_arch = "x86_64")]
-            Path::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
-            #[cfg(target_arch = "x86_64")]
-            Path::Avx2 => {
-                std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            Path::Avx512 | Path::Avx2 => false,
-            Path::Portable => true,
-        }
-    }
-}
-
 thread_local! {
     /// Packing scratch: grows to the largest size this thread ever needed, never shrinks.
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -145,20 +82,20 @@ thread_local! {
     static TRANSPOSED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `dst (m x n, row-major) = lhs * rhs` (or `+=`) on the fastest path of this CPU.
+/// `dst (m x n, row-major) = lhs * rhs` (or `+=`) on the kernels [`Isa::detect`] chose.
 ///
 /// # Panics
 /// As [`matmul_with`].
 pub(crate) fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Accumulate) {
-    matmul_with(Path::detect(), dst, lhs, rhs, accumulate);
+    matmul_with(Isa::detect(), dst, lhs, rhs, accumulate);
 }
 
-/// `dst (m x n, row-major) = lhs * rhs` (or `+=`) on the given path.
+/// `dst (m x n, row-major) = lhs * rhs` (or `+=`) on the given kernels.
 ///
 /// # Panics
-/// If the shapes do not agree, a view leaves its slice, or the CPU lacks `path`.
+/// If the shapes do not agree, a view leaves its slice, or the CPU lacks `isa`.
 pub(crate) fn matmul_with(
-    path: Path,
+    isa: Isa,
     dst: &mut [f32],
     lhs: MatRef<'_>,
     rhs: MatRef<'_>,
@@ -174,7 +111,10 @@ pub(crate) fn matmul_with(
         dst.len(),
         rhs.rows()
     );
-    assert!(path.available(), "this CPU cannot run the {path:?} kernels");
+    assert!(
+        isa.is_supported(),
+        "this CPU cannot run the {isa:?} kernels"
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -185,16 +125,16 @@ pub(crate) fn matmul_with(
         return;
     }
     let add = accumulate == Accumulate::Add;
-    match path {
+    match isa {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx512 => {
+        Isa::Avx512 => {
             if n <= 4 && lhs.col_stride() == 1 {
                 // SAFETY:
-                // - `path.available()` was asserted: the CPU has AVX-512F.
+                // - `isa.is_supported()` was asserted: the CPU has AVX-512F.
                 unsafe { dot_columns::<Avx512>(dst, lhs, rhs, add) };
             } else if k <= 4 {
                 // SAFETY:
-                // - `path.available()` was asserted: the CPU has AVX-512F.
+                // - `isa.is_supported()` was asserted: the CPU has AVX-512F.
                 unsafe { rank_update::<Avx512>(dst, lhs, rhs, add) };
             } else if narrow(lhs, rhs, Avx512::NR) {
                 transposed_product(dst, lhs, rhs, add, drive_avx512);
@@ -203,14 +143,14 @@ pub(crate) fn matmul_with(
             }
         }
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => {
+        Isa::Avx2 => {
             if n <= 4 && lhs.col_stride() == 1 {
                 // SAFETY:
-                // - `path.available()` was asserted: the CPU has AVX2 and FMA.
+                // - `isa.is_supported()` was asserted: the CPU has AVX2 and FMA.
                 unsafe { dot_columns::<Avx2>(dst, lhs, rhs, add) };
             } else if k <= 4 {
                 // SAFETY:
-                // - `path.available()` was asserted: the CPU has AVX2 and FMA.
+                // - `isa.is_supported()` was asserted: the CPU has AVX2 and FMA.
                 unsafe { rank_update::<Avx2>(dst, lhs, rhs, add) };
             } else if narrow(lhs, rhs, Avx2::NR) {
                 transposed_product(dst, lhs, rhs, add, drive_avx2);
@@ -219,8 +159,8 @@ pub(crate) fn matmul_with(
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        Path::Avx512 | Path::Avx2 => unreachable!("checked by Path::available"),
-        Path::Portable => {
+        Isa::Avx512 | Isa::Avx2 => unreachable!("checked by Isa::is_supported"),
+        Isa::Scalar => {
             if n <= 4 && lhs.col_stride() == 1 {
                 portable_dot(dst, lhs, rhs, add);
             } else if k <= 4 {
@@ -368,7 +308,7 @@ fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool)
                 let kc = KC.min(k - pc);
                 let (b_block, b_rs, panel_stride) = if pack_b {
                     // SAFETY:
-                    // - `K` is only instantiated for a path whose `available()`
+                    // - `K` is only instantiated for an `Isa` whose `is_supported()`
                     //   `matmul_with` asserted.
                     unsafe { K::pack(panels, rhs, pc, kc, jc, nc) };
                     (panels.as_ptr(), K::NR, kc * K::NR)
@@ -379,7 +319,7 @@ fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool)
                     let mr = K::MR.min(m - ir);
                     let (a, a_rs, a_cs) = if pack_a {
                         // SAFETY:
-                        // - `K` is only instantiated for a path whose `available()`
+                        // - `K` is only instantiated for an `Isa` whose `is_supported()`
                         //   `matmul_with` asserted.
                         unsafe { K::pack_lhs(strip, lhs, ir, mr, pc, kc) };
                         (strip.as_ptr(), 1, K::MR)
@@ -401,8 +341,8 @@ fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool)
                             add: add || pc > 0,
                         };
                         // SAFETY:
-                        // - `K` is only instantiated by `matmul_with` for a path whose
-                        //   `available()` it asserted;
+                        // - `K` is only instantiated by `matmul_with` for an `Isa` whose
+                        //   `is_supported()` it asserted;
                         // - `mr`, `nr` and `kc` are clamped to the tile and block sizes and
                         //   are positive because `m`, `n` and `k` are;
                         // - `lhs` reads are elements `(ir + i, pc + p)` of the view, inside

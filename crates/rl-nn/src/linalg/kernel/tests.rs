@@ -47,11 +47,11 @@ fn naive(lhs: MatRef<'_>, rhs: MatRef<'_>) -> Vec<f64> {
 }
 
 /// The paths this machine runs, with a note for each it cannot.
-fn paths() -> Vec<Path> {
-    Path::ALL
+fn paths() -> Vec<Isa> {
+    Isa::ALL
         .into_iter()
         .filter(|path| {
-            let ok = path.available();
+            let ok = path.is_supported();
             if !ok {
                 println!("note: this CPU lacks the {path:?} path; not tested here");
             }
@@ -224,7 +224,7 @@ fn mismatched_shapes_panic() {
     let a = [1.0; 6];
     let mut dst = [0.0; 4];
     matmul_with(
-        Path::Portable,
+        Isa::Scalar,
         &mut dst,
         view(&a, 2, 3, false, 0),
         view(&a, 2, 3, false, 0),
