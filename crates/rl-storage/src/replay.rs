@@ -23,13 +23,13 @@ use crate::storage::{HostStorage, RingState};
 /// columns, samplers that respect episodes (slices) see them.
 ///
 /// ```
-/// use rl_core::{Column, DType, Flag, Schema};
+/// use rl_core::{Column, DType, Field, Flag, Schema};
 /// use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 ///
 /// let schema = Schema::new([
-///     Column::new("obs", DType::F32, &[2]),
-///     Column::scalar("action", DType::U32),
-///     Column::scalar("terminated", DType::Bool),
+///     Column::new(Field::Obs.name(), DType::F32, &[2]),
+///     Column::scalar(Field::Action.name(), DType::U32),
+///     Column::scalar(Field::Terminated.name(), DType::Bool),
 /// ])?;
 /// let storage = RamStorage::new(schema.clone(), 3, None)?;
 /// let mut buffer = ReplayBuffer::new(storage, Uniform::new(0));
@@ -41,7 +41,7 @@ use crate::storage::{HostStorage, RingState};
 /// assert_eq!(buffer.len(), 3); // rows 2, 3, 4: the oldest two were overwritten
 /// let mut batch = Batch::new(&schema, 8)?;
 /// buffer.sample(&mut batch)?;
-/// assert!(batch.column::<u32>("action")?.iter().all(|&a| a >= 2));
+/// assert!(batch.field::<u32>(Field::Action)?.iter().all(|&a| a >= 2));
 /// # Ok::<(), rl_storage::Error>(())
 /// ```
 #[derive(Debug)]

@@ -19,12 +19,12 @@ use crate::error::{Error, Result};
 /// weights. Nothing is allocated after construction.
 ///
 /// ```
-/// use rl_core::{Column, DType, Schema};
+/// use rl_core::{Column, DType, Field, Schema};
 /// use rl_storage::{Batch, ColumnSlice, device::{FakeDevice, ToDevice}, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 ///
 /// let schema = Schema::new([
-///     Column::new("obs", DType::F32, &[2]),
-///     Column::scalar("action", DType::U32),
+///     Column::new(Field::Obs.name(), DType::F32, &[2]),
+///     Column::scalar(Field::Action.name(), DType::U32),
 /// ])?;
 /// let mut buffer = ReplayBuffer::new(RamStorage::new(schema.clone(), 100, None)?, Uniform::new(0));
 /// buffer.extend(&[ColumnSlice::from(&[1.0f32, 2.0, 3.0, 4.0]), (&[7u32, 8]).into()])?;
@@ -35,8 +35,8 @@ use crate::error::{Error, Result};
 /// buffer.sample(&mut batch)?;
 /// let on_device = to_device.to_device(&batch)?;
 /// let mut actions = [0u32; 32];
-/// on_device.download(&device, "action", &mut actions)?;
-/// assert_eq!(actions, batch.column::<u32>("action")?);
+/// on_device.download(&device, Field::Action.name(), &mut actions)?;
+/// assert_eq!(actions, batch.field::<u32>(Field::Action)?);
 /// # Ok::<(), rl_storage::Error>(())
 /// ```
 #[derive(Debug)]
