@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use anyhow::bail;
 use rl_collect::{AsyncCollector, AsyncConfig, CollectorConfig, ConstantPolicy, SyncCollector};
-use rl_core::{Column, DType, ProcessMemory, Schema};
+use rl_core::{DType, ProcessMemory, TransitionSchema};
 use rl_envs::CartPole;
 use rl_storage::{ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 
@@ -61,14 +61,9 @@ fn run_all() -> anyhow::Result<()> {
 }
 
 fn replay() -> anyhow::Result<ReplayBuffer> {
-    let schema = Schema::new([
-        Column::new("obs", DType::F32, &[4]),
-        Column::scalar("action", DType::U32),
-        Column::scalar("reward", DType::F32),
-        Column::scalar("terminated", DType::Bool),
-        Column::scalar("truncated", DType::Bool),
-        Column::new("next_obs", DType::F32, &[4]),
-    ])?;
+    let schema = TransitionSchema::new(DType::F32, &[4], DType::U32, &[])
+        .with_next_obs()
+        .build()?;
     Ok(ReplayBuffer::new(
         RamStorage::new(schema, REPLAY_ROWS, None)?,
         Uniform::new(0),

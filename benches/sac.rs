@@ -27,7 +27,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use rl::algos::sac::{DiscreteSac, Sac, SacConfig, SacTrainer};
 use rl::collect::{ActOutput, Policy};
-use rl::core::{Env, Flag};
+use rl::core::{Env, Field, Flag};
 use rl::envs::{LargeDiscrete, Pendulum};
 use rl::storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 
@@ -159,12 +159,12 @@ fn time_updates<T: SacTrainer>(
 ) -> anyhow::Result<f64> {
     let schema = trainer.replay_schema()?;
     let obs_len = schema
-        .column("obs")
-        .context("the replay schema has no obs column")?
+        .column(Field::Obs.name())
+        .with_context(|| format!("the replay schema has no {} column", Field::Obs))?
         .numel();
     let action_len = schema
-        .column("action")
-        .context("the replay schema has no action column")?
+        .column(Field::Action.name())
+        .with_context(|| format!("the replay schema has no {} column", Field::Action))?
         .numel();
     let batch_size = trainer.config().batch_size;
     let mut replay = ReplayBuffer::new(

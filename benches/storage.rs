@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use rl_collect::{CollectorConfig, ConstantPolicy, SyncCollector};
-use rl_core::{Column, DType, Flag, ProcessMemory, Schema};
+use rl_core::{DType, Flag, ProcessMemory, Schema, TransitionSchema};
 use rl_envs::CartPole;
 use rl_storage::{
     Batch, ColumnSlice,
@@ -226,14 +226,9 @@ fn soak() -> anyhow::Result<()> {
 }
 
 fn transition_schema(dim: usize) -> anyhow::Result<Schema> {
-    Ok(Schema::new([
-        Column::new("obs", DType::F32, &[dim]),
-        Column::scalar("action", DType::U32),
-        Column::scalar("reward", DType::F32),
-        Column::scalar("terminated", DType::Bool),
-        Column::scalar("truncated", DType::Bool),
-        Column::new("next_obs", DType::F32, &[dim]),
-    ])?)
+    Ok(TransitionSchema::new(DType::F32, &[dim], DType::U32, &[])
+        .with_next_obs()
+        .build()?)
 }
 
 /// One chunk of transitions, reused for every write.
@@ -459,13 +454,8 @@ fn atari() -> anyhow::Result<()> {
     const STACK: usize = 4;
     const DQN_BATCH: usize = 32;
     const EPISODE: usize = 1000;
-    let schema = DedupReplay::<MemmapStorage>::schema([
-        Column::new("obs", DType::U8, &[84, 84]),
-        Column::scalar("action", DType::U32),
-        Column::scalar("reward", DType::F32),
-        Column::scalar("terminated", DType::Bool),
-        Column::scalar("truncated", DType::Bool),
-    ])?;
+    let transition = TransitionSchema::new(DType::U8, &[84, 84], DType::U32, &[]).build()?;
+    let schema = DedupReplay::<MemmapStorage>::schema(transition.columns().to_vec())?;
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("atari.rl");
     let storage = MemmapStorage::create(&path, schema, ROWS, MemmapOptions::default())?;

@@ -15,7 +15,7 @@
 
 use std::time::Instant;
 
-use rl_core::{Column, DType, Flag, Schema};
+use rl_core::{DType, Flag, Schema, TransitionSchema};
 use rl_storage::{
     Batch, ColumnSlice,
     device::{
@@ -53,14 +53,9 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn schema(dim: usize) -> anyhow::Result<Schema> {
-    Ok(Schema::new([
-        Column::new("obs", DType::F32, &[dim]),
-        Column::scalar("action", DType::U32),
-        Column::scalar("reward", DType::F32),
-        Column::scalar("terminated", DType::Bool),
-        Column::scalar("truncated", DType::Bool),
-        Column::new("next_obs", DType::F32, &[dim]),
-    ])?)
+    Ok(TransitionSchema::new(DType::F32, &[dim], DType::U32, &[])
+        .with_next_obs()
+        .build()?)
 }
 
 /// Chunk data reused for every write.

@@ -1,28 +1,39 @@
 //! Deep Q-learning (Mnih et al. 2015) with Stable-Baselines3's semantics, plus double
-//! Q-learning (van Hasselt et al. 2016): one file for the whole algorithm.
+//! Q-learning (van Hasselt et al. 2016).
 //!
 //! Networks are `rl_nn::Mlp`s on flat parameters: every buffer an update or an action
 //! touches is allocated at construction, so memory is the [`Dqn::memory_plan`] from the
 //! first step to the last, and neither an update nor acting allocates.
+//!
+//! [`Dqn`] and its update are here; `config.rs` holds [`DqnConfig`] and its schedules,
+//! `loss.rs` the TD targets and the Huber loss's gradient, `checkpoint.rs` what a
+//! checkpoint holds and its restore, and `actor.rs` epsilon-greedy acting and
+//! [`DqnActor`].
 
 mod actor;
+mod checkpoint;
+mod config;
+mod loss;
 #[cfg(test)]
 pub(crate) mod tests;
 
 pub use actor::DqnActor;
+pub use checkpoint::{DqnArchitecture, DqnState};
+pub use config::{DqnConfig, EpsilonSchedule, TargetUpdate};
+pub(crate) use loss::Transitions;
 
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, Policy, PolicyError};
-use rl_core::{DType, Env, Field, Flag, Location, MemoryPlan, Schema, Space, TransitionSchema};
-use rl_nn::{
-    Activation, Adam, AdamConfig, Architecture, Checkpoint, Init, Mlp, MlpSpec, MlpWorkspace,
-    Module, NetworkState, Weights, clip_grad_norm,
-};
+use rl_core::{DType, Env, Location, MemoryPlan, Schema, Space, TransitionSchema};
+use rl_nn::{Adam, Checkpoint, Init, Mlp, MlpSpec, MlpWorkspace, Module, Weights, clip_grad_norm};
 use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result, first_difference};
+use actor::EpsilonGreedy;
+use loss::Scratch;
+
+use crate::error::{Error, Result};
 use crate::policy::{Mode, describe};
 
 /// The `kind` of DQN checkpoints.
@@ -38,251 +49,6 @@ const ACT_ROWS: usize = 64;
 /// Added to `|TD error|` in [`Dqn::priorities`], so that no row's priority is zero.
 const PRIORITY_EPS: f32 = 1e-6;
 
-/// How the target network follows the online network.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum TargetUpdate {
-    /// Copy the online network into the target after every `every`-th gradient step
-    /// (counted over the learner's life, so a resumed run keeps the cadence).
-    ///
-    /// Stable-Baselines3's `target_update_interval` counts environment steps instead
-    /// (calls to `_on_step`, one per vectorised step, divided by `n_envs`), and its copy
-    /// happens while collecting. With `train_freq = F` environment steps and
-    /// `gradient_steps = G` per training phase, an interval `I` that is a multiple of `F`
-    /// is `Hard { every: I / F * G }`; an interval below `F` copies during every
-    /// collection phase, while the online network does not change, so the target is the
-    /// online network at the start of every phase: `Hard { every: G }`. SB3's defaults
-    /// (`I = 10 000`, `F = 4`, `G = 1`) are `Hard { every: 2500 }`; rl-zoo's CartPole
-    /// (`I = 10`, `F = 256`, `G = 128`) is `Hard { every: 128 }`.
-    Hard {
-        /// Gradient steps between copies, at least 1.
-        every: u64,
-    },
-    /// After every gradient step, `target = (1 - tau) target + tau online`
-    /// ([`rl_nn::polyak`]): SB3's `tau` below 1 with `target_update_interval = 1` and one
-    /// gradient step per environment step (`train_freq = gradient_steps = 1`).
-    Polyak {
-        /// The coefficient, in `(0, 1]`.
-        tau: f32,
-    },
-}
-
-/// Epsilon of the epsilon-greedy behaviour policy: linear from `initial` to `end` over the
-/// first `decay_steps` environment steps, then `end` (Stable-Baselines3's linear
-/// exploration schedule, whose `exploration_fraction x total_timesteps` is
-/// `decay_steps`).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct EpsilonSchedule {
-    /// Epsilon at environment step 0, in `[0, 1]`. Default 1.0.
-    pub initial: f32,
-    /// Epsilon from `decay_steps` on, in `[0, 1]`. Default 0.05 (SB3's
-    /// `exploration_final_eps`).
-    pub end: f32,
-    /// Environment steps over which epsilon falls linearly (0: `end` from the start).
-    /// Default 10 000.
-    pub decay_steps: u64,
-}
-
-impl Default for EpsilonSchedule {
-    fn default() -> Self {
-        Self {
-            initial: 1.0,
-            end: 0.05,
-            decay_steps: 10_000,
-        }
-    }
-}
-
-impl EpsilonSchedule {
-    /// Epsilon after `env_steps` environment steps.
-    pub fn at(&self, env_steps: u64) -> f32 {
-        if env_steps >= self.decay_steps {
-            return self.end;
-        }
-        let progress = env_steps as f64 / self.decay_steps as f64;
-        let (initial, end) = (f64::from(self.initial), f64::from(self.end));
-        (initial + (end - initial) * progress) as f32
-    }
-}
-
-/// Settings of [`Dqn`]: the algorithm's knobs only. The training loop's own settings
-/// (replay capacity, environment steps before learning starts, environment steps between
-/// training phases, gradient steps per phase) belong to the loop that drives the learner;
-/// [`DqnConfig::rl_zoo_cartpole`] says which values rl-zoo uses for them.
-///
-/// The `Default` holds Stable-Baselines3's `DQN` choices where they are algorithm
-/// settings (Adam learning rate 1e-4 with PyTorch's epsilon 1e-8, gamma 0.99, gradients
-/// clipped to norm 10, epsilon from 1.0 to 0.05, Huber loss with delta 1), with larger
-/// networks and batches than SB3's (`[64, 64]`, batch 32), double Q-learning on (SB3 has
-/// none) and a hard target copy every 1000 gradient steps (SB3: every 10 000
-/// environment steps, 2500 gradient steps at its `train_freq = 4`; see
-/// [`TargetUpdate::Hard`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DqnConfig {
-    /// Hidden layer widths of the Q network. Default `[256, 256]`.
-    pub hidden: Vec<usize>,
-    /// The nonlinearity between layers. Default ReLU (SB3's).
-    pub activation: Activation,
-    /// Transitions per gradient step (the most rows [`Dqn::update`] accepts). Default 64.
-    pub batch_size: usize,
-    /// Adam of the Q network. Default learning rate 1e-4, betas `[0.9, 0.999]`, epsilon
-    /// 1e-8, no weight decay (SB3's `DQN`, which keeps PyTorch's Adam defaults).
-    pub adam: AdamConfig,
-    /// Discount. Default 0.99.
-    pub gamma: f32,
-    /// How the target network follows. Default `Hard { every: 1000 }`.
-    pub target_update: TargetUpdate,
-    /// Double Q-learning: the next action is chosen by the online network and valued by
-    /// the target network. `false`: the target network's maximum (SB3's DQN). Default
-    /// `true`.
-    pub double: bool,
-    /// The epsilon-greedy schedule over environment steps. Default 1.0 -> 0.05 over
-    /// 10 000 steps.
-    pub exploration: EpsilonSchedule,
-    /// Clip the gradient's global L2 norm to this value; `None` only measures it.
-    /// Default `Some(10.0)` (SB3's `max_grad_norm`).
-    pub max_grad_norm: Option<f32>,
-    /// Delta of the Huber loss on the TD error: `0.5 x^2` for `|x| <= delta`, else
-    /// `delta (|x| - delta / 2)`. Default 1.0, which is PyTorch's `smooth_l1_loss` as
-    /// SB3 calls it (for other values `smooth_l1_loss(beta)` is this loss divided by
-    /// `beta`).
-    pub huber_delta: f32,
-    /// Seed of the network initialisation and of the exploration draws. Default 0.
-    pub seed: u64,
-}
-
-impl Default for DqnConfig {
-    fn default() -> Self {
-        Self {
-            hidden: vec![256, 256],
-            activation: Activation::Relu,
-            batch_size: 64,
-            adam: AdamConfig {
-                lr: 1e-4,
-                betas: [0.9, 0.999],
-                eps: 1e-8,
-                weight_decay: None,
-            },
-            gamma: 0.99,
-            target_update: TargetUpdate::Hard { every: 1000 },
-            double: true,
-            exploration: EpsilonSchedule::default(),
-            max_grad_norm: Some(10.0),
-            huber_delta: 1.0,
-            seed: 0,
-        }
-    }
-}
-
-impl DqnConfig {
-    /// rl-baselines3-zoo's tuned `CartPole-v1` settings (`hyperparams/dqn.yml`, 50 000
-    /// environment steps): networks `[256, 256]`, learning rate 2.3e-3, batch 64, gamma
-    /// 0.99, epsilon from 1.0 to 0.04 over the first 16% of the run (8000 steps), SB3's
-    /// DQN (no double Q-learning) and `target_update_interval = 10` environment steps,
-    /// which with its training phases is a copy every 128 gradient steps (see
-    /// [`TargetUpdate::Hard`]).
-    ///
-    /// The loop settings that go with it: replay capacity 100 000, learning starts after
-    /// 1000 environment steps, a training phase every 256 environment steps
-    /// (`train_freq`) of 128 gradient steps (`gradient_steps`), one environment.
-    pub fn rl_zoo_cartpole() -> Self {
-        Self {
-            adam: AdamConfig {
-                lr: 2.3e-3,
-                ..Self::default().adam
-            },
-            target_update: TargetUpdate::Hard { every: 128 },
-            double: false,
-            exploration: EpsilonSchedule {
-                initial: 1.0,
-                end: 0.04,
-                decay_steps: 8_000,
-            },
-            ..Self::default()
-        }
-    }
-
-    /// Checks every field; the error names the first invalid one (`dqn.<field>`).
-    ///
-    /// # Errors
-    /// [`Error::Config`].
-    pub fn validate(&self) -> Result<()> {
-        if self.hidden.contains(&0) {
-            return Err(Error::config(
-                "dqn.hidden",
-                format!(
-                    "is {:?}: every hidden width must be at least 1",
-                    self.hidden
-                ),
-            ));
-        }
-        if self.batch_size == 0 {
-            return Err(Error::config("dqn.batch_size", "is 0: use at least 1"));
-        }
-        if !(self.gamma.is_finite() && (0.0..=1.0).contains(&self.gamma)) {
-            return Err(Error::config(
-                "dqn.gamma",
-                format!(
-                    "is {}: use a discount in [0, 1] (0.99 is usual)",
-                    self.gamma
-                ),
-            ));
-        }
-        match self.target_update {
-            TargetUpdate::Hard { every: 0 } => {
-                return Err(Error::config(
-                    "dqn.target_update.every",
-                    "is 0: copy the target every 1 or more gradient steps",
-                ));
-            }
-            TargetUpdate::Polyak { tau } if !(tau.is_finite() && tau > 0.0 && tau <= 1.0) => {
-                return Err(Error::config(
-                    "dqn.target_update.tau",
-                    format!("is {tau}: use a polyak coefficient in (0, 1] (0.005 is usual)"),
-                ));
-            }
-            _ => {}
-        }
-        for (what, value) in [
-            ("dqn.exploration.initial", self.exploration.initial),
-            ("dqn.exploration.end", self.exploration.end),
-        ] {
-            if !(value.is_finite() && (0.0..=1.0).contains(&value)) {
-                return Err(Error::config(
-                    what,
-                    format!("is {value}: epsilon is a probability, use a value in [0, 1]"),
-                ));
-            }
-        }
-        if let Some(norm) = self.max_grad_norm
-            && !(norm.is_finite() && norm > 0.0)
-        {
-            return Err(Error::config(
-                "dqn.max_grad_norm",
-                format!("is {norm}: use a positive finite norm (10 is SB3's) or None"),
-            ));
-        }
-        if !(self.huber_delta.is_finite() && self.huber_delta > 0.0) {
-            return Err(Error::config(
-                "dqn.huber_delta",
-                format!(
-                    "is {}: use a positive finite delta (1.0 is SB3's smooth L1)",
-                    self.huber_delta
-                ),
-            ));
-        }
-        self.adam.validate().map_err(|e| match Error::from(e) {
-            Error::Config { what, problem } => Error::Config {
-                what: format!("dqn.{what}"),
-                problem,
-            },
-            other => other,
-        })
-    }
-}
-
 /// What one gradient step measured.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DqnStats {
@@ -296,33 +62,6 @@ pub struct DqnStats {
     pub grad_norm: f32,
     /// Epsilon of the behaviour policy at this point of the run.
     pub epsilon: f32,
-}
-
-/// What a DQN learner is, as a comparable value: its Q network and number of actions. A
-/// checkpoint of another architecture is refused.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DqnArchitecture {
-    /// The Q network (and its target): `obs -> hidden -> n_actions`.
-    pub q: Architecture,
-    /// Actions of the discrete action space.
-    pub n_actions: u32,
-}
-
-/// Everything of a [`Dqn`] a checkpoint holds besides its networks (`q` with its Adam
-/// state, and `q_target`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DqnState {
-    /// The configuration; [`Dqn::restore`] refuses another one (the seed aside).
-    pub config: DqnConfig,
-    /// What the learner is; must match on restore.
-    pub architecture: DqnArchitecture,
-    /// Gradient steps done (the hard target copies count them).
-    pub updates: u64,
-    /// Environment steps of the run, as last given to
-    /// [`OffPolicyLearner::set_env_steps`](crate::learner::OffPolicyLearner::set_env_steps).
-    pub env_steps: u64,
-    /// The generator of the exploration draws (so a resumed run acts the same).
-    pub rng: Xoshiro256PlusPlus,
 }
 
 /// Deep Q-learning for discrete actions, with Stable-Baselines3's semantics and double
@@ -391,119 +130,6 @@ pub struct Dqn {
     env_steps: u64,
 }
 
-/// Per-update buffers, sized for `batch_size` rows at construction.
-#[derive(Clone, Debug)]
-struct Scratch {
-    /// TD targets `y`.
-    targets: Vec<f32>,
-    /// The online network's greedy next actions (double Q-learning).
-    next_actions: Vec<u32>,
-    /// `Q(s, a) - y`.
-    td: Vec<f32>,
-    /// Gradient of the loss with respect to the network's outputs (`rows x n_actions`).
-    d_out: Vec<f32>,
-    /// `|td| + 1e-6` of the last applied update's first `priority_rows` rows.
-    priorities: Vec<f32>,
-    priority_rows: usize,
-}
-
-impl Scratch {
-    fn new(rows: usize, n_actions: usize) -> Self {
-        Self {
-            targets: vec![0.0; rows],
-            next_actions: vec![0; rows],
-            td: vec![0.0; rows],
-            d_out: vec![0.0; rows * n_actions],
-            priorities: vec![0.0; rows],
-            priority_rows: 0,
-        }
-    }
-
-    fn bytes(&self) -> u64 {
-        let floats = self.targets.len() + self.td.len() + self.d_out.len() + self.priorities.len();
-        (floats * size_of::<f32>() + self.next_actions.len() * size_of::<u32>()) as u64
-    }
-}
-
-/// The columns of a sampled batch, checked against a learner's widths and actions.
-pub(crate) struct Transitions<'b> {
-    pub(crate) rows: usize,
-    pub(crate) obs: &'b [f32],
-    pub(crate) actions: &'b [u32],
-    pub(crate) rewards: &'b [f32],
-    pub(crate) terminated: &'b [Flag],
-    pub(crate) next_obs: &'b [f32],
-    pub(crate) weights: &'b [f32],
-}
-
-impl<'b> Transitions<'b> {
-    /// Reads the columns of `batch`: 1 to `max_rows` rows of `obs_dim` observations and
-    /// one action index below `n_actions` each.
-    fn read(batch: &'b Batch, max_rows: usize, obs_dim: usize, n_actions: u32) -> Result<Self> {
-        let rows = batch.len();
-        if rows == 0 || rows > max_rows {
-            return Err(Error::shape("batch rows (1 to batch_size)", max_rows, rows));
-        }
-        Self {
-            rows,
-            obs: batch.obs()?,
-            actions: batch.field::<u32>(Field::Action)?,
-            rewards: batch.rewards()?,
-            terminated: batch.terminated()?,
-            next_obs: batch.next_obs()?,
-            weights: batch.weights(),
-        }
-        .check(obs_dim, n_actions)
-    }
-
-    /// Checks the columns' lengths against `rows` and the action indices.
-    pub(crate) fn check(self, obs_dim: usize, n_actions: u32) -> Result<Self> {
-        let (rows, columns) = (self.rows, self);
-        for (what, expected, actual) in [
-            ("batch obs", rows * obs_dim, columns.obs.len()),
-            (
-                "batch actions (one index per row)",
-                rows,
-                columns.actions.len(),
-            ),
-            ("batch rewards (one per row)", rows, columns.rewards.len()),
-            (
-                "batch terminated flags (one per row)",
-                rows,
-                columns.terminated.len(),
-            ),
-            ("batch next_obs", rows * obs_dim, columns.next_obs.len()),
-            ("batch weights (one per row)", rows, columns.weights.len()),
-        ] {
-            if expected != actual {
-                return Err(Error::shape(what, expected, actual));
-            }
-        }
-        if let Some((row, &action)) = columns
-            .actions
-            .iter()
-            .enumerate()
-            .find(|(_, a)| **a >= n_actions)
-        {
-            return Err(Error::ActionOutOfRange {
-                row,
-                action,
-                actions: n_actions as usize,
-            });
-        }
-        Ok(columns)
-    }
-}
-
-/// What [`Dqn::gradients`] measured.
-#[derive(Clone, Copy, Debug)]
-struct Pass {
-    rows: usize,
-    loss: f32,
-    mean_q: f32,
-    mean_target: f32,
-}
-
 /// The index of the largest value; ties go to the lowest index (NaNs never win).
 fn argmax(row: &[f32]) -> usize {
     let mut best = 0;
@@ -513,44 +139,6 @@ fn argmax(row: &[f32]) -> usize {
         }
     }
     best
-}
-
-/// The Huber loss of `x` and its derivative.
-fn huber(x: f32, delta: f32) -> (f32, f32) {
-    if x.abs() <= delta {
-        (0.5 * x * x, x)
-    } else {
-        (delta * (x.abs() - 0.5 * delta), delta * x.signum())
-    }
-}
-
-/// Epsilon-greedy acting over the Q network, at most [`ACT_ROWS`] rows at a time: with
-/// probability `epsilon` a uniformly random action, else the greedy one; greedy only
-/// when not `sample`. Shared by [`Dqn`] and [`DqnActor`], so both act alike.
-struct EpsilonGreedy<'a> {
-    q: &'a Mlp,
-    ws: &'a mut MlpWorkspace,
-    rng: &'a mut Xoshiro256PlusPlus,
-    epsilon: f32,
-    sample: bool,
-    n_actions: u32,
-}
-
-impl EpsilonGreedy<'_> {
-    fn act(self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
-        let obs_dim = self.q.input_dim();
-        for (o, a) in crate::predict::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
-            let q = self.q.forward(o, a.len(), self.ws)?;
-            for (action, row) in a.iter_mut().zip(q.chunks_exact(self.n_actions as usize)) {
-                *action = if self.sample && self.rng.random::<f32>() < self.epsilon {
-                    self.rng.random_range(0..self.n_actions)
-                } else {
-                    argmax(row) as u32
-                };
-            }
-        }
-        Ok(())
-    }
 }
 
 impl Dqn {
@@ -778,82 +366,6 @@ impl Dqn {
         })
     }
 
-    /// The loss of `batch` and its gradient, added into `self.grads` (which must be
-    /// zero); nothing else of the learner's state changes. On error the gradients stay
-    /// zero.
-    fn gradients(
-        &mut self,
-        transitions: Transitions<'_>,
-        obs_grads: Option<&mut [f32]>,
-    ) -> Result<Pass> {
-        let n = self.n_actions as usize;
-        let Transitions {
-            rows,
-            obs,
-            actions,
-            rewards,
-            terminated,
-            next_obs,
-            weights,
-        } = transitions;
-        let s = &mut self.scratch;
-        let gamma = self.config.gamma;
-
-        // Targets: the next action by the online network (double) or the target's max.
-        if self.config.double {
-            let q_next = self.q.forward(next_obs, rows, &mut self.ws)?;
-            for (a, row) in s.next_actions.iter_mut().zip(q_next.chunks_exact(n)) {
-                *a = argmax(row) as u32;
-            }
-        }
-        let q_target = self.target.forward(next_obs, rows, &mut self.target_ws)?;
-        for (b, row) in q_target.chunks_exact(n).enumerate() {
-            s.targets[b] = if terminated[b].get() {
-                rewards[b]
-            } else {
-                let next = if self.config.double {
-                    row[s.next_actions[b] as usize]
-                } else {
-                    row[argmax(row)]
-                };
-                rewards[b] + gamma * next
-            };
-        }
-
-        // Weighted Huber loss on Q(s, a) - y; the gradient reaches only Q(s, a).
-        let q = self.q.forward(obs, rows, &mut self.ws)?;
-        let d_out = &mut s.d_out[..rows * n];
-        d_out.fill(0.0);
-        let inv_rows = 1.0 / rows as f32;
-        let delta = self.config.huber_delta;
-        let (mut loss, mut sum_q, mut sum_y) = (0.0f32, 0.0f32, 0.0f32);
-        for b in 0..rows {
-            let k = b * n + actions[b] as usize;
-            let td = q[k] - s.targets[b];
-            let (value, slope) = huber(td, delta);
-            s.td[b] = td;
-            loss += weights[b] * value;
-            d_out[k] = weights[b] * slope * inv_rows;
-            sum_q += q[k];
-            sum_y += s.targets[b];
-        }
-        let loss = loss * inv_rows;
-        if !loss.is_finite() {
-            return Err(Error::Diverged {
-                what: "TD loss",
-                value: loss,
-            });
-        }
-        self.q
-            .backward(&mut self.ws, d_out, Some(&mut self.grads), obs_grads)?;
-        Ok(Pass {
-            rows,
-            loss,
-            mean_q: sum_q * inv_rows,
-            mean_target: sum_y * inv_rows,
-        })
-    }
-
     /// `|Q(s, a) - y| + 1e-6` for each row of the last applied [`Dqn::update`] (empty
     /// before the first), the new sampling priorities of those rows.
     pub fn priorities(&self) -> &[f32] {
@@ -903,77 +415,6 @@ impl Dqn {
             n_actions: self.n_actions,
         }
         .act(obs, actions)
-    }
-
-    /// The whole learner state: `q` with its Adam state, `q_target`, the counters and the
-    /// exploration generator.
-    pub fn checkpoint(&self) -> Checkpoint<DqnState> {
-        Checkpoint {
-            kind: CHECKPOINT_KIND.to_owned(),
-            networks: vec![
-                NetworkState::capture(Q, &self.q, Some(&self.adam)),
-                NetworkState::capture(Q_TARGET, &self.target, None),
-            ],
-            state: DqnState {
-                config: self.config.clone(),
-                architecture: self.architecture(),
-                updates: self.updates,
-                env_steps: self.env_steps,
-                rng: self.rng.clone(),
-            },
-        }
-    }
-
-    /// Restores a [`Dqn::checkpoint`]; everything is checked first and on error nothing
-    /// changes. The learner keeps its own seed (the checkpoint's generator continues) and
-    /// its mode; [`Dqn::priorities`] is empty until the next update.
-    ///
-    /// # Errors
-    /// [`Error::CheckpointMismatch`] for another configuration (the seed aside) or
-    /// architecture; [`Error::Nn`] for a checkpoint without the networks or with states
-    /// that do not fit.
-    pub fn restore(&mut self, checkpoint: &Checkpoint<DqnState>) -> Result<()> {
-        let state = &checkpoint.state;
-        let ours = self.architecture();
-        if state.architecture != ours {
-            return Err(Error::CheckpointMismatch {
-                what: "DQN architecture".to_owned(),
-                expected: format!("{ours:?}"),
-                actual: format!("{:?}", state.architecture),
-            });
-        }
-        first_difference!(
-            DqnConfig,
-            "dqn",
-            &self.config,
-            &state.config,
-            [
-                hidden,
-                activation,
-                batch_size,
-                adam,
-                gamma,
-                target_update,
-                double,
-                exploration,
-                max_grad_norm,
-                huber_delta,
-            ],
-            except[seed]
-        )?;
-        let (q, target) = (checkpoint.network(Q)?, checkpoint.network(Q_TARGET)?);
-        q.check_fits(&self.q, Some(&self.adam))?;
-        target.check_fits(&self.target, None)?;
-        q.restore_into(&mut self.q, Some(&mut self.adam))?;
-        target.restore_into(&mut self.target, None)?;
-        self.updates = state.updates;
-        self.env_steps = state.env_steps;
-        self.rng = state.rng.clone();
-        // The generator is the checkpoint's, so the seed that made it is too (the one
-        // setting the comparison above leaves free).
-        self.config.seed = state.config.seed;
-        self.scratch.priority_rows = 0;
-        Ok(())
     }
 }
 

@@ -8,6 +8,8 @@
 //! - [`Env`]: environments that write observations into caller-owned buffers, so stepping
 //!   allocates nothing, and return `terminated` and `truncated` as separate facts.
 //! - [`Schema`], [`Column`], [`DType`], [`Element`]: the row layout of columnar storage.
+//! - [`Field`], [`TransitionSchema`]: the transition columns every crate agrees on, named
+//!   once.
 //! - [`Device`]: CPU or a CUDA ordinal, as plain data (naming a device touches no driver).
 //! - [`MemoryPlan`], [`MemoryBudget`]: what a component will allocate, declared before it
 //!   allocates, and checked against a budget.
@@ -21,16 +23,10 @@
 //! # Example
 //!
 //! ```
-//! use rl_core::{Column, DType, Location, MemoryBudget, MemoryPlan, Schema};
+//! use rl_core::{DType, Location, MemoryBudget, MemoryPlan, TransitionSchema};
 //!
 //! // A replay row for CartPole: 4 observation floats, an action index, reward, two flags.
-//! let schema = Schema::new([
-//!     Column::new("obs", DType::F32, &[4]),
-//!     Column::scalar("action", DType::U32),
-//!     Column::scalar("reward", DType::F32),
-//!     Column::scalar("terminated", DType::Bool),
-//!     Column::scalar("truncated", DType::Bool),
-//! ])?;
+//! let schema = TransitionSchema::new(DType::F32, &[4], DType::U32, &[]).build()?;
 //! let capacity = 1_000_000u64;
 //! let plan = MemoryPlan::new().with("replay", Location::Ram, capacity * schema.row_bytes() as u64);
 //! plan.check(&MemoryBudget::ram(1 << 30))?; // 26 MB fits in 1 GiB

@@ -180,17 +180,17 @@ impl Column {
 /// row size that fits in memory arithmetic.
 ///
 /// ```
-/// use rl_core::{Column, DType, Schema};
+/// use rl_core::{Column, DType, Field, Schema};
 ///
 /// let schema = Schema::new([
-///     Column::new("obs", DType::F32, &[4]),
-///     Column::scalar("action", DType::U32),
-///     Column::scalar("reward", DType::F32),
-///     Column::scalar("terminated", DType::Bool),
-///     Column::scalar("truncated", DType::Bool),
+///     Column::new(Field::Obs.name(), DType::F32, &[4]),
+///     Column::scalar(Field::Action.name(), DType::U32),
+///     Column::scalar(Field::Reward.name(), DType::F32),
+///     Column::scalar(Field::Terminated.name(), DType::Bool),
+///     Column::scalar(Field::Truncated.name(), DType::Bool),
 /// ])?;
 /// assert_eq!(schema.row_bytes(), 16 + 4 + 4 + 1 + 1);
-/// assert_eq!(schema.index_of("reward"), Some(2));
+/// assert_eq!(schema.index_of(Field::Reward.name()), Some(2));
 /// # Ok::<(), rl_core::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use rl_core::{Column, DType, Flag, NonFinite, Schema};
+use rl_core::{Column, DType, Field, Flag, NonFinite, Schema};
 use rl_storage::ColumnSlice;
 
 use crate::arrays::{InputArray, columns_from_dict};
@@ -63,11 +63,11 @@ impl DedupReplayBuffer {
         let schema = Schema::new(columns[..columns.len() - 1].iter().cloned())
             .map_err(crate::error::core_error)?;
         let obs = schema
-            .index_of("obs")
-            .ok_or_else(|| value_error("the schema has no `obs` column"))?;
-        let ends = ["terminated", "truncated"]
+            .index_of(Field::Obs.name())
+            .ok_or_else(|| value_error(format!("the schema has no `{}` column", Field::Obs)))?;
+        let ends = [Field::Terminated, Field::Truncated]
             .iter()
-            .filter_map(|name| schema.index_of(name))
+            .filter_map(|field| schema.index_of(field.name()))
             .filter(|&i| schema.columns()[i].dtype() == DType::Bool)
             .collect();
         Ok(Self {

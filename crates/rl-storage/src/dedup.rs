@@ -47,10 +47,10 @@ const MAX_REDRAWS: usize = 1000;
 /// use rl_storage::{Batch, dedup::DedupReplay, ram::RamStorage, sampler::Uniform};
 ///
 /// let schema = DedupReplay::<RamStorage>::schema([
-///     Column::new("obs", DType::F32, &[1]),
-///     Column::scalar("reward", DType::F32),
-///     Column::scalar("terminated", DType::Bool),
-///     Column::scalar("truncated", DType::Bool),
+///     Column::new(Field::Obs.name(), DType::F32, &[1]),
+///     Column::scalar(Field::Reward.name(), DType::F32),
+///     Column::scalar(Field::Terminated.name(), DType::Bool),
+///     Column::scalar(Field::Truncated.name(), DType::Bool),
 /// ])?;
 /// let mut buffer = DedupReplay::new(RamStorage::new(schema, 16, None)?, Uniform::new(0))?;
 /// let no = [Flag::new(false)];
@@ -93,7 +93,7 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
         let mut columns: Vec<Column> = columns.into_iter().collect();
         columns.push(Column::scalar(FINAL_OBS, DType::Bool));
         let schema = Schema::new(columns)?;
-        column_index(&schema, "obs")?;
+        column_index(&schema, Field::Obs.name())?;
         Ok(schema)
     }
 
@@ -106,7 +106,7 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
     pub fn new(storage: S, sampler: P) -> Result<Self> {
         let schema = storage.schema().clone();
         let columns = schema.columns();
-        let obs = column_index(&schema, "obs")?;
+        let obs = column_index(&schema, Field::Obs.name())?;
         let final_flag = columns.len() - 1;
         if columns[final_flag].name() != FINAL_OBS || columns[final_flag].dtype() != DType::Bool {
             return Err(Error::config(
@@ -125,12 +125,12 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
                 ),
             ));
         }
-        let flag = |name: &str| {
+        let flag = |field: Field| {
             schema
-                .index_of(name)
+                .index_of(field.name())
                 .filter(|&i| columns[i].dtype() == DType::Bool && columns[i].numel() == 1)
         };
-        let ends = [flag("terminated"), flag("truncated")];
+        let ends = [flag(Field::Terminated), flag(Field::Truncated)];
         let mut batch_columns: Vec<Column> = columns[..final_flag].to_vec();
         batch_columns.push(Column::new(
             NEXT_OBS,

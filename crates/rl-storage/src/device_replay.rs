@@ -80,13 +80,13 @@ struct HostFlags {
 /// Device operations may be asynchronous ([`DeviceBackend::synchronize`] waits).
 ///
 /// ```
-/// use rl_core::{Column, DType, Flag, Location, Schema};
+/// use rl_core::{Column, DType, Field, Flag, Location, Schema};
 /// use rl_storage::{device::{DeviceBatch, DeviceReplay, DeviceReplayOptions, FakeDevice}, sampler::Uniform};
 ///
 /// let schema = Schema::new([
-///     Column::new("obs", DType::F32, &[2]),
-///     Column::scalar("action", DType::U32),
-///     Column::scalar("terminated", DType::Bool),
+///     Column::new(Field::Obs.name(), DType::F32, &[2]),
+///     Column::scalar(Field::Action.name(), DType::U32),
+///     Column::scalar(Field::Terminated.name(), DType::Bool),
 /// ])?;
 /// let options = DeviceReplayOptions::default();
 /// let plan = DeviceReplay::<FakeDevice>::plan(&schema, 3, &options)?;
@@ -104,7 +104,7 @@ struct HostFlags {
 /// let mut batch = DeviceBatch::new(&device, &schema, 8)?; // allocated once, reused
 /// buffer.sample(&mut batch)?;
 /// let mut actions = [0u32; 8];
-/// batch.download(&device, "action", &mut actions)?;
+/// batch.download(&device, Field::Action.name(), &mut actions)?;
 /// assert!(actions.iter().all(|&a| a >= 2));
 /// # Ok::<(), rl_storage::Error>(())
 /// ```

@@ -33,16 +33,11 @@
 //! # Example
 //!
 //! ```
-//! use rl_core::{Column, DType, Flag, MemoryBudget, Schema};
+//! use rl_core::{DType, Flag, MemoryBudget, TransitionSchema};
 //! use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 //!
-//! let schema = Schema::new([
-//!     Column::new("obs", DType::F32, &[4]),
-//!     Column::scalar("action", DType::U32), // an index, never one-hot
-//!     Column::scalar("reward", DType::F32),
-//!     Column::scalar("terminated", DType::Bool),
-//!     Column::scalar("truncated", DType::Bool),
-//! ])?;
+//! // Columns obs (4 floats), action (an index, never one-hot), reward, terminated, truncated.
+//! let schema = TransitionSchema::new(DType::F32, &[4], DType::U32, &[]).build()?;
 //! // The plan is known before anything is allocated; over budget is refused up front.
 //! println!("{}", RamStorage::plan(&schema, 100_000)?);
 //! let storage = RamStorage::new(schema.clone(), 100_000, Some(&MemoryBudget::ram(64 << 20)))?;
@@ -61,7 +56,7 @@
 //!
 //! let mut batch = Batch::new(&schema, 32)?; // allocated once, reused for every sample
 //! buffer.sample(&mut batch)?;
-//! assert_eq!(batch.column::<f32>("reward")?.len(), 32);
+//! assert_eq!(batch.rewards()?.len(), 32);
 //! # Ok::<(), rl_storage::Error>(())
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -101,12 +101,12 @@ fn file_plan(schema: &Schema, layout: &ColumnLayout, header_bytes: usize) -> Mem
 /// you want to keep.
 ///
 /// ```
-/// use rl_core::{Column, DType, Schema};
+/// use rl_core::{Column, DType, Field, Schema};
 /// use rl_storage::{storage::{HostStorage, RingState, Storage}, memmap::{MemmapOptions, MemmapStorage}};
 ///
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("replay.rlmm");
-/// let schema = Schema::new([Column::scalar("reward", DType::F32)])?;
+/// let schema = Schema::new([Column::scalar(Field::Reward.name(), DType::F32)])?;
 /// let mut storage = MemmapStorage::create(&path, schema, 100, MemmapOptions::default())?;
 /// let ring = RingState { cursor: 1, len: 1, written: 1, ..RingState::default() };
 /// storage.prepare_write(&RingState::default(), 1)?;
@@ -406,12 +406,12 @@ impl MemmapStorage {
     /// there stays in this process and never reaches the file.
     ///
     /// ```
-    /// use rl_core::{Column, DType, Schema};
+    /// use rl_core::{Column, DType, Field, Schema};
     /// use rl_storage::{ColumnSlice, Batch, Error, memmap::{MemmapOptions, MemmapStorage}, replay::ReplayBuffer, sampler::Uniform};
     ///
     /// let dir = tempfile::tempdir()?;
     /// let path = dir.path().join("done.rlmm");
-    /// let schema = Schema::new([Column::scalar("reward", DType::F32)])?;
+    /// let schema = Schema::new([Column::scalar(Field::Reward.name(), DType::F32)])?;
     /// let storage = MemmapStorage::create(&path, schema.clone(), 100, MemmapOptions::default())?;
     /// let mut buffer = ReplayBuffer::new(storage, Uniform::new(0));
     /// buffer.extend(&[ColumnSlice::from(&[1.0f32, 2.0, 3.0])])?;

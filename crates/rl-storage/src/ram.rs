@@ -138,12 +138,12 @@ impl HostStorage for RamStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rl_core::{Column, DType, ProcessMemory};
+    use rl_core::{Column, DType, Field, ProcessMemory};
 
     fn schema(obs: usize) -> Schema {
         Schema::new([
-            Column::new("obs", DType::F32, &[obs]),
-            Column::scalar("action", DType::U32),
+            Column::new(Field::Obs.name(), DType::F32, &[obs]),
+            Column::scalar(Field::Action.name(), DType::U32),
         ])
         .unwrap()
     }

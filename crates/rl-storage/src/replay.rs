@@ -23,13 +23,13 @@ use crate::storage::{HostStorage, RingState};
 /// columns, samplers that respect episodes (slices) see them.
 ///
 /// ```
-/// use rl_core::{Column, DType, Flag, Schema};
+/// use rl_core::{Column, DType, Field, Flag, Schema};
 /// use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 ///
 /// let schema = Schema::new([
-///     Column::new("obs", DType::F32, &[2]),
-///     Column::scalar("action", DType::U32),
-///     Column::scalar("terminated", DType::Bool),
+///     Column::new(Field::Obs.name(), DType::F32, &[2]),
+///     Column::scalar(Field::Action.name(), DType::U32),
+///     Column::scalar(Field::Terminated.name(), DType::Bool),
 /// ])?;
 /// let storage = RamStorage::new(schema.clone(), 3, None)?;
 /// let mut buffer = ReplayBuffer::new(storage, Uniform::new(0));
@@ -41,7 +41,7 @@ use crate::storage::{HostStorage, RingState};
 /// assert_eq!(buffer.len(), 3); // rows 2, 3, 4: the oldest two were overwritten
 /// let mut batch = Batch::new(&schema, 8)?;
 /// buffer.sample(&mut batch)?;
-/// assert!(batch.column::<u32>("action")?.iter().all(|&a| a >= 2));
+/// assert!(batch.field::<u32>(Field::Action)?.iter().all(|&a| a >= 2));
 /// # Ok::<(), rl_storage::Error>(())
 /// ```
 #[derive(Debug)]
@@ -252,18 +252,18 @@ mod tests {
     use std::collections::VecDeque;
 
     use proptest::prelude::*;
-    use rl_core::{Column, DType, Flag, MemoryBudget};
+    use rl_core::{Column, DType, Field, Flag, MemoryBudget};
     use rl_testkit::measure;
 
     use super::*;
 
     fn schema() -> Schema {
         Schema::new([
-            Column::new("obs", DType::F32, &[3]),
-            Column::scalar("action", DType::U32),
-            Column::scalar("reward", DType::F32),
-            Column::scalar("terminated", DType::Bool),
-            Column::scalar("truncated", DType::Bool),
+            Column::new(Field::Obs.name(), DType::F32, &[3]),
+            Column::scalar(Field::Action.name(), DType::U32),
+            Column::scalar(Field::Reward.name(), DType::F32),
+            Column::scalar(Field::Terminated.name(), DType::Bool),
+            Column::scalar(Field::Truncated.name(), DType::Bool),
         ])
         .unwrap()
     }
@@ -313,11 +313,11 @@ mod tests {
     /// The stored rows' ids, oldest first, checking every column agrees with the id.
     fn stored_ids(buffer: &ReplayBuffer) -> Vec<u32> {
         let (obs, action) = (
-            buffer.column::<f32>("obs").unwrap(),
-            buffer.column::<u32>("action").unwrap(),
+            buffer.column::<f32>(Field::Obs.name()).unwrap(),
+            buffer.column::<u32>(Field::Action.name()).unwrap(),
         );
-        let reward = buffer.column::<f32>("reward").unwrap();
-        let terminated = buffer.column::<Flag>("terminated").unwrap();
+        let reward = buffer.column::<f32>(Field::Reward.name()).unwrap();
+        let terminated = buffer.column::<Flag>(Field::Terminated.name()).unwrap();
         buffer
             .positions()
             .map(|p| {
@@ -385,8 +385,8 @@ mod tests {
             buffer.sample(&mut batch).unwrap();
             prop_assert_eq!(batch.len(), batch_rows);
             let oldest = rows.saturating_sub(capacity as u32);
-            let actions = batch.column::<u32>("action").unwrap();
-            let obs = batch.column::<f32>("obs").unwrap();
+            let actions = batch.column::<u32>(Field::Action.name()).unwrap();
+            let obs = batch.column::<f32>(Field::Obs.name()).unwrap();
             for (j, &id) in actions.iter().enumerate() {
                 prop_assert!(id >= oldest && id < rows, "id {} not stored", id);
                 prop_assert_eq!(&obs[j * 3..j * 3 + 3], &[id as f32, -(id as f32), 0.5]);
@@ -404,7 +404,7 @@ mod tests {
         bad.reward[1] = f32::NAN;
         let err = buffer.extend(&bad.columns()).unwrap_err();
         assert!(
-            matches!(&err, Error::NonFinite { column, row: 1, .. } if column == "reward"),
+            matches!(&err, Error::NonFinite { column, row: 1, .. } if column == Field::Reward.name()),
             "{err}"
         );
         let mut short = good.columns();
@@ -431,7 +431,7 @@ mod tests {
         // Allowed on request.
         let mut buffer = buffer.with_non_finite(NonFinite::Allow);
         buffer.extend(&bad.columns()).unwrap();
-        assert!(buffer.column::<f32>("reward").unwrap()[6].is_nan());
+        assert!(buffer.column::<f32>(Field::Reward.name()).unwrap()[6].is_nan());
     }
 
     #[test]
@@ -451,8 +451,8 @@ mod tests {
             "position 3 holds no row"
         );
         buffer.gather(&[1, 0], &mut batch).unwrap();
-        assert_eq!(batch.column::<u32>("action").unwrap(), &[1, 0]);
-        assert!(batch.column::<f32>("action").is_err());
+        assert_eq!(batch.column::<u32>(Field::Action.name()).unwrap(), &[1, 0]);
+        assert!(batch.column::<f32>(Field::Action.name()).is_err());
         assert!(batch.column::<u32>("nope").is_err());
     }
 

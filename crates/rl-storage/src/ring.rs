@@ -7,7 +7,7 @@
 //! backend copy them, count the episode ends, advance the ring and tell the sampler. The
 //! backend's copy (host memory, device uploads, both tiers) is the only part that varies.
 
-use rl_core::{Column, DType, Flag, Schema};
+use rl_core::{Column, DType, Field, Flag, Schema};
 
 use crate::column::{ColumnSlice, reject_non_finite};
 use crate::copy::{self, Stores};
@@ -324,13 +324,13 @@ pub(crate) fn ring_after(
 
 /// Indices of the one-element Bool columns `terminated` and `truncated`, if present.
 pub(crate) fn flag_columns(schema: &Schema) -> (Option<usize>, Option<usize>) {
-    let flag = |name: &str| {
-        schema.index_of(name).filter(|&i| {
+    let flag = |field: Field| {
+        schema.index_of(field.name()).filter(|&i| {
             let column: &Column = &schema.columns()[i];
             column.dtype() == DType::Bool && column.numel() == 1
         })
     };
-    (flag("terminated"), flag("truncated"))
+    (flag(Field::Terminated), flag(Field::Truncated))
 }
 
 /// Counts the rows of a write that end an episode. Branch-free passes over the flag

@@ -196,13 +196,13 @@ impl ColumnLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rl_core::{Column, DType};
+    use rl_core::{Column, DType, Field};
 
     #[test]
     fn columns_are_page_aligned_and_sized_exactly() {
         let schema = Schema::new([
-            Column::new("obs", DType::F32, &[3]),
-            Column::scalar("done", DType::Bool),
+            Column::new(Field::Obs.name(), DType::F32, &[3]),
+            Column::scalar(Field::Terminated.name(), DType::Bool),
         ])
         .unwrap();
         let layout = ColumnLayout::new(&schema, 1000).unwrap();

@@ -221,14 +221,14 @@ impl TierCounts {
 /// rows of the file; the hot tier size may change between runs.
 ///
 /// ```
-/// use rl_core::{Column, DType, Schema};
+/// use rl_core::{Column, DType, Field, Schema};
 /// use rl_storage::{ColumnSlice, device::{FakeDevice, TieredConfig, TieredReplay}, sampler::Uniform};
 ///
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("replay.rlmm");
 /// let schema = Schema::new([
-///     Column::new("obs", DType::F32, &[2]),
-///     Column::scalar("reward", DType::F32),
+///     Column::new(Field::Obs.name(), DType::F32, &[2]),
+///     Column::scalar(Field::Reward.name(), DType::F32),
 /// ])?;
 /// let device = FakeDevice::new(); // a CUDA device in real use
 /// let config = TieredConfig::new(4, 8); // the newest 4 rows on the device, batches of 8
@@ -245,7 +245,7 @@ impl TierCounts {
 /// let counts = replay.last_sample_counts();
 /// assert_eq!(counts.hot + counts.cold, 8);
 /// let mut rewards = [0.0f32; 8];
-/// batch.download(&device, "reward", &mut rewards)?;
+/// batch.download(&device, Field::Reward.name(), &mut rewards)?;
 /// assert!(rewards.iter().all(|&r| (0.0..10.0).contains(&r)));
 ///
 /// replay.commit()?; // durable: reopening gives the 10 rows back, hot tier refilled

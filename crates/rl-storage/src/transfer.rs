@@ -19,12 +19,12 @@ use crate::error::{Error, Result};
 /// weights. Nothing is allocated after construction.
 ///
 /// ```
-/// use rl_core::{Column, DType, Schema};
+/// use rl_core::{Column, DType, Field, Schema};
 /// use rl_storage::{Batch, ColumnSlice, device::{FakeDevice, ToDevice}, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 ///
 /// let schema = Schema::new([
-///     Column::new("obs", DType::F32, &[2]),
-///     Column::scalar("action", DType::U32),
+///     Column::new(Field::Obs.name(), DType::F32, &[2]),
+///     Column::scalar(Field::Action.name(), DType::U32),
 /// ])?;
 /// let mut buffer = ReplayBuffer::new(RamStorage::new(schema.clone(), 100, None)?, Uniform::new(0));
 /// buffer.extend(&[ColumnSlice::from(&[1.0f32, 2.0, 3.0, 4.0]), (&[7u32, 8]).into()])?;
@@ -35,8 +35,8 @@ use crate::error::{Error, Result};
 /// buffer.sample(&mut batch)?;
 /// let on_device = to_device.to_device(&batch)?;
 /// let mut actions = [0u32; 32];
-/// on_device.download(&device, "action", &mut actions)?;
-/// assert_eq!(actions, batch.column::<u32>("action")?);
+/// on_device.download(&device, Field::Action.name(), &mut actions)?;
+/// assert_eq!(actions, batch.field::<u32>(Field::Action)?);
 /// # Ok::<(), rl_storage::Error>(())
 /// ```
 #[derive(Debug)]
@@ -205,7 +205,7 @@ fn column_bytes(batch: &Batch, index: usize, dtype: DType) -> Result<&[u8]> {
 
 #[cfg(test)]
 mod tests {
-    use rl_core::{Column, Element, Flag};
+    use rl_core::{Column, Element, Field, Flag};
     use rl_testkit::measure;
 
     use super::*;
@@ -221,12 +221,12 @@ mod tests {
     /// Every dtype, with scalar and multi-dimensional rows of odd sizes.
     fn schema() -> Schema {
         Schema::new([
-            Column::new("obs", DType::F32, &[2, 3]),
-            Column::scalar("action", DType::U32),
+            Column::new(Field::Obs.name(), DType::F32, &[2, 3]),
+            Column::scalar(Field::Action.name(), DType::U32),
             Column::new("step", DType::I64, &[2]),
             Column::new("pixels", DType::U8, &[3, 1]),
-            Column::scalar("reward", DType::F32),
-            Column::scalar("terminated", DType::Bool),
+            Column::scalar(Field::Reward.name(), DType::F32),
+            Column::scalar(Field::Terminated.name(), DType::Bool),
         ])
         .unwrap()
     }
@@ -290,12 +290,12 @@ mod tests {
         assert_eq!(on_device.len(), host.len());
         assert_eq!(on_device.positions(), host.positions());
         assert_eq!(on_device.weights(), host.weights());
-        same::<f32>(device, on_device, host, "obs");
-        same::<u32>(device, on_device, host, "action");
+        same::<f32>(device, on_device, host, Field::Obs.name());
+        same::<u32>(device, on_device, host, Field::Action.name());
         same::<i64>(device, on_device, host, "step");
         same::<u8>(device, on_device, host, "pixels");
-        same::<f32>(device, on_device, host, "reward");
-        same::<Flag>(device, on_device, host, "terminated");
+        same::<f32>(device, on_device, host, Field::Reward.name());
+        same::<Flag>(device, on_device, host, Field::Terminated.name());
     }
 
     #[test]
@@ -328,7 +328,9 @@ mod tests {
         let on_device = to_device.to_device(&batch).unwrap();
         assert_same(&device, on_device, &batch);
         let mut action = [0u32; 4];
-        on_device.download(&device, "action", &mut action).unwrap();
+        on_device
+            .download(&device, Field::Action.name(), &mut action)
+            .unwrap();
         // Positions 0..20 hold rows 50..70 (the ring wrapped), 20..50 rows 20..50.
         assert_eq!(action, [49 * 3 + 1, 55 * 3 + 1, 55 * 3 + 1, 33 * 3 + 1]);
     }
@@ -357,7 +359,7 @@ mod tests {
         assert_same(&device, on_device, &batch);
         assert!(
             batch
-                .column::<u32>("action")
+                .column::<u32>(Field::Action.name())
                 .unwrap()
                 .iter()
                 .all(|&a| (a - 1) / 3 >= 100),

@@ -1,10 +1,13 @@
-//! The acting part of [`Dqn`], for collectors that act in worker threads.
+//! The acting part of [`Dqn`], for collectors that act in worker threads, and the
+//! epsilon-greedy step both act with.
 
+use rand::Rng;
+use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, Policy, PolicyError};
 use rl_core::{Location, MemoryPlan};
 use rl_nn::{Mlp, MlpWorkspace, Module, Weights};
 
-use super::{ACT_ROWS, Dqn, EpsilonGreedy};
+use super::{ACT_ROWS, Dqn, argmax};
 use crate::error::{Error, Result};
 use crate::learner::ActorRng;
 
@@ -118,5 +121,34 @@ impl Policy for DqnActor {
         }
         .act(obs, out.actions)
         .map_err(|e| Box::new(e) as PolicyError)
+    }
+}
+
+/// Epsilon-greedy acting over the Q network, at most [`ACT_ROWS`] rows at a time: with
+/// probability `epsilon` a uniformly random action, else the greedy one; greedy only
+/// when not `sample`. Shared by [`Dqn`] and [`DqnActor`], so both act alike.
+pub(super) struct EpsilonGreedy<'a> {
+    pub(super) q: &'a Mlp,
+    pub(super) ws: &'a mut MlpWorkspace,
+    pub(super) rng: &'a mut Xoshiro256PlusPlus,
+    pub(super) epsilon: f32,
+    pub(super) sample: bool,
+    pub(super) n_actions: u32,
+}
+
+impl EpsilonGreedy<'_> {
+    pub(super) fn act(self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
+        let obs_dim = self.q.input_dim();
+        for (o, a) in crate::predict::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
+            let q = self.q.forward(o, a.len(), self.ws)?;
+            for (action, row) in a.iter_mut().zip(q.chunks_exact(self.n_actions as usize)) {
+                *action = if self.sample && self.rng.random::<f32>() < self.epsilon {
+                    self.rng.random_range(0..self.n_actions)
+                } else {
+                    argmax(row) as u32
+                };
+            }
+        }
+        Ok(())
     }
 }

@@ -3,6 +3,7 @@
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{BoxSpace, Column, DType, Env, Field, Flag, Space, Step};
+use rl_nn::{Activation, AdamConfig};
 use rl_storage::{
     Batch, ColumnSlice,
     ram::RamStorage,

@@ -1,0 +1,108 @@
+//! What a [`Dqn`] checkpoint holds besides its networks, and taking and restoring one.
+
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rl_nn::{Architecture, Checkpoint, NetworkState};
+use serde::{Deserialize, Serialize};
+
+use super::{CHECKPOINT_KIND, Dqn, DqnConfig, Q, Q_TARGET};
+use crate::error::{Error, Result, first_difference};
+
+/// What a DQN learner is, as a comparable value: its Q network and number of actions. A
+/// checkpoint of another architecture is refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DqnArchitecture {
+    /// The Q network (and its target): `obs -> hidden -> n_actions`.
+    pub q: Architecture,
+    /// Actions of the discrete action space.
+    pub n_actions: u32,
+}
+
+/// Everything of a [`Dqn`] a checkpoint holds besides its networks (`q` with its Adam
+/// state, and `q_target`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DqnState {
+    /// The configuration; [`Dqn::restore`] refuses another one (the seed aside).
+    pub config: DqnConfig,
+    /// What the learner is; must match on restore.
+    pub architecture: DqnArchitecture,
+    /// Gradient steps done (the hard target copies count them).
+    pub updates: u64,
+    /// Environment steps of the run, as last given to
+    /// [`OffPolicyLearner::set_env_steps`](crate::learner::OffPolicyLearner::set_env_steps).
+    pub env_steps: u64,
+    /// The generator of the exploration draws (so a resumed run acts the same).
+    pub rng: Xoshiro256PlusPlus,
+}
+
+impl Dqn {
+    /// The whole learner state: `q` with its Adam state, `q_target`, the counters and the
+    /// exploration generator.
+    pub fn checkpoint(&self) -> Checkpoint<DqnState> {
+        Checkpoint {
+            kind: CHECKPOINT_KIND.to_owned(),
+            networks: vec![
+                NetworkState::capture(Q, &self.q, Some(&self.adam)),
+                NetworkState::capture(Q_TARGET, &self.target, None),
+            ],
+            state: DqnState {
+                config: self.config.clone(),
+                architecture: self.architecture(),
+                updates: self.updates,
+                env_steps: self.env_steps,
+                rng: self.rng.clone(),
+            },
+        }
+    }
+
+    /// Restores a [`Dqn::checkpoint`]; everything is checked first and on error nothing
+    /// changes. The learner keeps its own seed (the checkpoint's generator continues) and
+    /// its mode; [`Dqn::priorities`] is empty until the next update.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointMismatch`] for another configuration (the seed aside) or
+    /// architecture; [`Error::Nn`] for a checkpoint without the networks or with states
+    /// that do not fit.
+    pub fn restore(&mut self, checkpoint: &Checkpoint<DqnState>) -> Result<()> {
+        let state = &checkpoint.state;
+        let ours = self.architecture();
+        if state.architecture != ours {
+            return Err(Error::CheckpointMismatch {
+                what: "DQN architecture".to_owned(),
+                expected: format!("{ours:?}"),
+                actual: format!("{:?}", state.architecture),
+            });
+        }
+        first_difference!(
+            DqnConfig,
+            "dqn",
+            &self.config,
+            &state.config,
+            [
+                hidden,
+                activation,
+                batch_size,
+                adam,
+                gamma,
+                target_update,
+                double,
+                exploration,
+                max_grad_norm,
+                huber_delta,
+            ],
+            except[seed]
+        )?;
+        let (q, target) = (checkpoint.network(Q)?, checkpoint.network(Q_TARGET)?);
+        q.check_fits(&self.q, Some(&self.adam))?;
+        target.check_fits(&self.target, None)?;
+        q.restore_into(&mut self.q, Some(&mut self.adam))?;
+        target.restore_into(&mut self.target, None)?;
+        self.updates = state.updates;
+        self.env_steps = state.env_steps;
+        self.rng = state.rng.clone();
+        // The generator is the checkpoint's, so the seed that made it is too (the one
+        // setting the comparison above leaves free).
+        self.config.seed = state.config.seed;
+        self.scratch.priority_rows = 0;
+        Ok(())
+    }
+}
