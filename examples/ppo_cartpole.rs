@@ -24,7 +24,7 @@ use clap::{ArgAction, Parser};
 use rl::algos::{
     AdamConfig,
     policy::CategoricalPolicy,
-    ppo::{ObsNormalization, PpoConfig, RewardNormalization},
+    ppo::{ObsNormalization, Ppo, PpoConfig, RewardNormalization},
 };
 use rl::envs::CartPole;
 use rl::train::trainer::Goal;
@@ -96,5 +96,6 @@ fn main() -> anyhow::Result<()> {
         args.run.seed,
     )?;
     let resume = args.run.resume.as_ref();
-    common::on_policy("ppo_cartpole", resume, CartPole::new, policy, ppo, run)
+    let ppo = Ppo::new(policy, ppo, run.n_envs)?;
+    common::on_policy("ppo_cartpole", resume, CartPole::new, ppo, run)
 }

@@ -19,7 +19,7 @@ use clap::Parser;
 use rl::algos::{
     AdamConfig,
     policy::RecurrentCategoricalPolicy,
-    ppo::{PpoConfig, RecurrentPpoConfig},
+    ppo::{PpoConfig, RecurrentPpo, RecurrentPpoConfig},
 };
 use rl::envs::MaskedCartPole;
 use rl::train::trainer::Goal;
@@ -97,5 +97,6 @@ fn main() -> anyhow::Result<()> {
     let policy = RecurrentCategoricalPolicy::for_env(&env, history, heads, args.run.seed)?;
     let config = RecurrentPpoConfig::new(ppo, chunk_len);
     let (name, resume) = ("ppo_masked_cartpole", args.run.resume.as_ref());
-    common::on_policy(name, resume, MaskedCartPole::new, policy, config, run)
+    let learner = RecurrentPpo::new(policy, config, run.n_envs)?;
+    common::on_policy(name, resume, MaskedCartPole::new, learner, run)
 }

@@ -20,7 +20,7 @@ use clap::{ArgAction, Parser};
 use rl::algos::{
     AdamConfig,
     policy::{GaussianPolicy, PolicyConfig},
-    ppo::{PpoConfig, RewardNormalization},
+    ppo::{Ppo, PpoConfig, RewardNormalization},
 };
 use rl::envs::Pendulum;
 use rl::train::trainer::Goal;
@@ -92,5 +92,6 @@ fn main() -> anyhow::Result<()> {
     };
     let policy = GaussianPolicy::for_env(&Pendulum::new(0), policy_config, args.run.seed)?;
     let resume = args.run.resume.as_ref();
-    common::on_policy("ppo_pendulum", resume, Pendulum::new, policy, ppo, run)
+    let ppo = Ppo::new(policy, ppo, run.n_envs)?;
+    common::on_policy("ppo_pendulum", resume, Pendulum::new, ppo, run)
 }

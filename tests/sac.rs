@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use rl::algos::{
     AdamConfig,
-    learner::OffPolicyLearner,
+    learner::{Learner, OffPolicyLearner},
     sac::{DiscreteSac, Sac, SacConfig},
 };
 use rl::collect::{CollectorConfig, SyncCollector};

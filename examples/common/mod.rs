@@ -8,12 +8,12 @@
 use std::path::PathBuf;
 
 use rl::algos::{Activation, policy::PolicyConfig};
-use rl::collect::RandomAction;
+use rl::collect::{RandomAction, ValuePolicy};
 use rl::core::{Env, MemoryBudget};
 use rl::train::eval::EvalReport;
 use rl::train::trainer::{
-    CheckpointSchedule, CollectorChoice, EvalSchedule, Goal, LearnerConfig, OffPolicyConfig,
-    OffPolicyLearner, OffPolicyTrainer, OnPolicyTrainer, PpoPolicy, ProgressLog, ReplayLocation,
+    CheckpointSchedule, CollectorChoice, EvalSchedule, Goal, OffPolicyConfig, OnPolicyLearner,
+    OffPolicyLearner, OffPolicyTrainer, OnPolicyTrainer, ProgressLog, ReplayLocation,
     RunConfig, TrainSummary,
 };
 
@@ -169,25 +169,24 @@ where
     report(&run, &summary, eval)
 }
 
-/// Trains `policy` with PPO (recurrent PPO for a recurrent policy), or continues the run
+/// Trains `learner` (PPO, or recurrent PPO for a recurrent policy), or continues the run
 /// saved in `resume`, and reports.
-pub(crate) fn on_policy<E, P>(
+pub(crate) fn on_policy<E, L>(
     name: &str,
     resume: Option<&PathBuf>,
     make_env: impl FnMut(u64) -> E,
-    policy: P,
-    ppo: LearnerConfig<P>,
+    learner: L,
     run: RunConfig,
 ) -> anyhow::Result<()>
 where
     E: Env<Obs = f32>,
     E::Act: RandomAction,
-    P: PpoPolicy<Act = E::Act>,
+    L: OnPolicyLearner<Policy: ValuePolicy<Act = E::Act>>,
 {
     eprintln!("{name}: seed {}", run.seed);
     let mut trainer = match resume {
-        Some(dir) => OnPolicyTrainer::resume(dir, make_env, policy, ppo, run)?,
-        None => OnPolicyTrainer::new(make_env, policy, ppo, run)?,
+        Some(dir) => OnPolicyTrainer::resume(dir, make_env, learner, run)?,
+        None => OnPolicyTrainer::new(make_env, learner, run)?,
     };
     eprintln!("memory plan\n{}", trainer.memory_plan());
     let summary = trainer.train(&mut ProgressLog::every(0.1))?;

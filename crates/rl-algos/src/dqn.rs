@@ -25,8 +25,8 @@ pub(crate) use loss::Transitions;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, Policy, PolicyError};
-use rl_core::{DType, Env, Location, MemoryPlan, Schema, Space, TransitionSchema};
-use rl_nn::{Adam, Checkpoint, Init, Mlp, MlpSpec, MlpWorkspace, Module, Weights, clip_grad_norm};
+use rl_core::{DType, Env, MemoryPlan, Schema, Space, TransitionSchema};
+use rl_nn::{Adam, Init, Mlp, MlpSpec, MlpWorkspace, Module, Weights, clip_grad_norm};
 use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
@@ -224,11 +224,6 @@ impl Dqn {
         &self.target
     }
 
-    /// Gradient steps done.
-    pub fn updates(&self) -> u64 {
-        self.updates
-    }
-
     /// Elements of the observations it takes.
     pub(crate) fn obs_dim(&self) -> usize {
         self.obs_dim
@@ -265,35 +260,6 @@ impl Dqn {
                 .with_next_obs()
                 .build()?,
         )
-    }
-
-    /// Everything the learner holds: the Q network, its gradients and Adam moments, the
-    /// target, the workspaces of an update and of acting, and the per-update buffers.
-    /// Constant for the learner's life; the replay buffer is the caller's.
-    pub fn memory_plan(&self) -> MemoryPlan {
-        let params = (self.q.num_params() * size_of::<f32>()) as u64;
-        let mut plan = MemoryPlan::new()
-            .with("dqn/q/parameters", Location::Ram, params)
-            .with("dqn/q/gradients", Location::Ram, params);
-        plan.nest("dqn", &self.adam.memory_plan(Q));
-        plan.add("dqn/q_target/parameters", Location::Ram, params);
-        for (name, ws) in [
-            ("q/workspace (update)", &self.ws),
-            ("q_target/workspace (update)", &self.target_ws),
-            ("q/workspace (acting)", &self.act_ws),
-        ] {
-            plan.add(
-                format!("dqn/{name}, {} rows", ws.max_rows()),
-                Location::Ram,
-                ws.memory_bytes(),
-            );
-        }
-        plan.add(
-            "dqn/update buffers (targets, TD errors, output gradients, priorities)",
-            Location::Ram,
-            self.scratch.bytes(),
-        );
-        plan
     }
 
     /// One gradient step on a batch sampled from a replay buffer with
@@ -429,7 +395,6 @@ impl crate::predict::Predict for Dqn {
 }
 
 impl crate::learner::OffPolicyLearner for Dqn {
-    type Saved = DqnState;
     type Stats = DqnStats;
     type Actor = DqnActor;
 
@@ -465,25 +430,6 @@ impl crate::learner::OffPolicyLearner for Dqn {
         self.env_steps = env_steps;
     }
 
-    fn updates(&self) -> u64 {
-        self.updates
-    }
-
-    fn memory_plan(&self) -> MemoryPlan {
-        Dqn::memory_plan(self)
-    }
-
-    fn checkpoint(&self) -> Checkpoint<DqnState> {
-        Dqn::checkpoint(self)
-    }
-
-    fn checkpoint_kind(&self) -> &'static str {
-        CHECKPOINT_KIND
-    }
-
-    fn restore(&mut self, checkpoint: &Checkpoint<DqnState>) -> Result<()> {
-        Dqn::restore(self, checkpoint)
-    }
 }
 
 impl Policy for Dqn {

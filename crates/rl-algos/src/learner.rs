@@ -1,8 +1,9 @@
-//! The contract between the learners and the trainers that drive them (`rl-train`): what
-//! an on-policy trainer needs ([`OnPolicyLearner`], for the policies [`PpoPolicy`] names)
-//! and what an off-policy trainer needs ([`OffPolicyLearner`]): act for the collector
-//! (itself, or a copy acting in worker threads), name the replay columns, learn from
-//! sampled batches, and save and restore itself.
+//! The one contract between the learners and the trainers that drive them (`rl-train`):
+//! [`Learner`], what every learner is (kind, checkpoint to bytes and back, memory plan,
+//! update count), and one trait per loop on top of it, each with only what that loop
+//! needs: [`OnPolicyLearner`] (a policy, a rollout, one update per rollout) and
+//! [`OffPolicyLearner`] (act for the collector, name the replay columns, one gradient
+//! step per sampled batch).
 
 use std::fmt::Debug;
 use std::path::Path;
@@ -19,22 +20,64 @@ use rl_storage::rollout::RolloutBuffer;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::{Error, Result};
-use crate::policy::{ActorCritic, PolicyNetworks, RecurrentCategoricalPolicy};
-use crate::ppo::{
-    CHECKPOINT_KIND, Ppo, PpoConfig, PpoState, RECURRENT_CHECKPOINT_KIND, RecurrentPpo,
-    RecurrentPpoConfig, RecurrentPpoState, UpdateStats,
-};
+use crate::error::Result;
+use crate::policy::PolicyNetworks;
 use crate::predict::Predict;
+
+/// What every learner is, whatever loop drives it: what it is (its checkpoints' kind),
+/// what it holds (its memory plan), how far it got (its update count), and its whole
+/// state as a checkpoint and back. Checkpoints travel as bytes ([`Learner::to_bytes`],
+/// [`Learner::restore_bytes`]); files are the run layer's business.
+pub trait Learner: Debug {
+    /// Typed learner state its checkpoints carry besides the networks.
+    type Saved: Serialize + DeserializeOwned + Clone + Debug;
+
+    /// The `kind` its checkpoints carry (`"ppo"`, `"sac"`, `"recurrent_dqn"` ...); a
+    /// checkpoint of another kind is refused.
+    fn kind(&self) -> &'static str;
+
+    /// Gradient updates done.
+    fn updates(&self) -> u64;
+
+    /// Everything the learner holds, constant for its life.
+    fn memory_plan(&self) -> MemoryPlan;
+
+    /// Everything needed to resume training exactly: networks, optimiser states,
+    /// schedules, normalisers, generators.
+    fn checkpoint(&self) -> Checkpoint<Self::Saved>;
+
+    /// Restores a checkpoint of a learner built the same way; on error nothing changes.
+    ///
+    /// # Errors
+    /// [`crate::Error::CheckpointMismatch`] and checkpoint shape or state errors.
+    fn restore(&mut self, checkpoint: &Checkpoint<Self::Saved>) -> Result<()>;
+
+    /// [`Learner::checkpoint`] as bytes (the safetensors layout of `rl-nn`).
+    ///
+    /// # Errors
+    /// A state that cannot be serialised.
+    fn to_bytes(&self) -> Result<Vec<u8>> {
+        Ok(self.checkpoint().to_bytes()?)
+    }
+
+    /// Restores the bytes of [`Learner::to_bytes`]; `what` names their source in errors
+    /// (a file, `"weights from the learner"` ...). On error nothing changes.
+    ///
+    /// # Errors
+    /// Bytes that are not a checkpoint of this learner's kind and format version, and
+    /// the errors of [`Learner::restore`].
+    fn restore_bytes(&mut self, bytes: &[u8], what: &Path) -> Result<()> {
+        let checkpoint = Checkpoint::from_bytes(bytes, self.kind(), what)?;
+        self.restore(&checkpoint)
+    }
+}
 
 /// An off-policy learner ([`crate::sac::Sac`], [`crate::sac::DiscreteSac`], [`crate::dqn::Dqn`]): it is
 /// the synchronous collector's [`rl_collect::Policy`] (so new weights reach the collector
 /// without a copy), gives an [`OffPolicyLearner::Actor`] for collectors that act in
-/// worker threads, reads batches of the replay columns it names, and saves itself in the
-/// one checkpoint layout of `rl-nn`.
-pub trait OffPolicyLearner: Predict<Obs = f32, State: Debug> {
-    /// Typed learner state its checkpoints carry besides the networks.
-    type Saved: Serialize + DeserializeOwned + Clone + Debug;
+/// worker threads, and reads batches of the replay columns it names. What every learner
+/// does (checkpoints, plan, update count) is its [`Learner`] side.
+pub trait OffPolicyLearner: Learner + Predict<Obs = f32, State: Debug> {
     /// What one gradient step measured.
     type Stats: Copy + Default + Debug + Serialize;
     /// The acting part of the learner (actor or Q network, action mapping, exploration
@@ -82,12 +125,6 @@ pub trait OffPolicyLearner: Predict<Obs = f32, State: Debug> {
     /// schedules read it). Called before every collection.
     fn set_env_steps(&mut self, _env_steps: u64) {}
 
-    /// Gradient steps done.
-    fn updates(&self) -> u64;
-
-    /// Everything the learner holds, constant for its life.
-    fn memory_plan(&self) -> MemoryPlan;
-
     /// What acting on `rows` environments at once adds to [`OffPolicyLearner::memory_plan`]
     /// (a recurrent learner's per-environment state, made on the first call with that
     /// many rows). Nothing by default.
@@ -95,9 +132,6 @@ pub trait OffPolicyLearner: Predict<Obs = f32, State: Debug> {
         let _ = rows;
         MemoryPlan::new()
     }
-
-    /// The whole learner state.
-    fn checkpoint(&self) -> Checkpoint<Self::Saved>;
 
     /// A new actor that acts as the learner would now (in [`crate::policy::Mode::Sample`]).
     ///
@@ -121,14 +155,70 @@ pub trait OffPolicyLearner: Predict<Obs = f32, State: Debug> {
     /// learner's life.
     fn actor_memory_plan(&self, copies: usize) -> MemoryPlan;
 
-    /// The `kind` its checkpoints carry, for [`Checkpoint::load`].
-    fn checkpoint_kind(&self) -> &'static str;
+}
 
-    /// Restores a checkpoint of a learner built the same way; on error nothing changes.
+/// What an on-policy trainer (`rl-train`'s `OnPolicyTrainer`) needs of a learner
+/// ([`Ppo`](crate::ppo::Ppo), [`RecurrentPpo`](crate::ppo::RecurrentPpo)) besides being a
+/// [`Learner`]: the policy it trains (whose copy the collector acts with), its rollout
+/// buffer, one update on a full rollout, and its weights handed to the collector's copy.
+pub trait OnPolicyLearner: Learner {
+    /// The policy it trains; the collector acts with a clone of it.
+    type Policy: ValuePolicy<Obs = f32, State: Debug> + Predict + PolicyNetworks + Clone;
+    /// What one update measured.
+    type Stats: Copy + Debug + Serialize;
+
+    /// The policy being trained.
+    fn policy(&self) -> &Self::Policy;
+
+    /// The policy being trained, mutably (the trainer hands it the collector's sampling
+    /// generator before a checkpoint).
+    fn policy_mut(&mut self) -> &mut Self::Policy;
+
+    /// Environments its rollouts hold (the learner was built for them).
+    fn envs(&self) -> usize;
+
+    /// What its rollout buffer allocates.
     ///
     /// # Errors
-    /// [`crate::Error::CheckpointMismatch`] and checkpoint shape or state errors.
-    fn restore(&mut self, checkpoint: &Checkpoint<Self::Saved>) -> Result<()>;
+    /// As [`RolloutBuffer::plan`].
+    fn rollout_plan(&self) -> Result<MemoryPlan>;
+
+    /// Its rollout buffer, refused first if the plan does not fit `budget`.
+    ///
+    /// # Errors
+    /// As [`RolloutBuffer::new`].
+    fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer>;
+
+    /// One update on a full rollout collected by `acting` (the collector's copy of the
+    /// policy, prepared by [`OnPolicyLearner::begin_rollout`]).
+    ///
+    /// # Errors
+    /// The learner's ([`crate::Error::Diverged`] ...).
+    fn update(&mut self, rollout: &mut RolloutBuffer, acting: &Self::Policy)
+    -> Result<Self::Stats>;
+
+    /// Copies what acting depends on (weights, normaliser statistics) into `target`;
+    /// `target` keeps its own sampling generator.
+    ///
+    /// # Errors
+    /// A target of another architecture.
+    fn copy_policy_into(&self, target: &mut Self::Policy) -> Result<()>;
+
+    /// Prepares the collector's copy for the rollout collected next (a recurrent policy
+    /// records each chunk's starting state). Nothing by default.
+    ///
+    /// # Errors
+    /// The policy's.
+    fn begin_rollout(&self, acting: &mut Self::Policy) -> Result<()> {
+        let _ = acting;
+        Ok(())
+    }
+
+    /// What the collector's copy of the policy holds besides its weights while
+    /// collecting (a recurrent policy's state and chunk record). Nothing by default.
+    fn acting_plan(&self) -> MemoryPlan {
+        MemoryPlan::new()
+    }
 }
 
 /// The windows a learner trained on sequences wants from the replay buffer: each batch
@@ -192,258 +282,3 @@ impl Clone for ActorRng {
     fn clone_from(&mut self, _source: &Self) {}
 }
 
-/// A policy an on-policy trainer (`rl-train`'s `OnPolicyTrainer`) can train, and the learner that trains it:
-/// [`Ppo`] for every [`ActorCritic`] policy ([`CategoricalPolicy`](crate::policy::CategoricalPolicy),
-/// [`GaussianPolicy`](crate::policy::GaussianPolicy)), [`RecurrentPpo`] for a
-/// [`RecurrentCategoricalPolicy`].
-pub trait PpoPolicy:
-    ValuePolicy<Obs = f32, State: Debug> + Predict + PolicyNetworks + Clone
-{
-    /// The learner.
-    type Learner: OnPolicyLearner<Policy = Self>;
-}
-
-impl<P: ActorCritic + Predict + Clone> PpoPolicy for P {
-    type Learner = Ppo<P>;
-}
-
-impl PpoPolicy for RecurrentCategoricalPolicy {
-    type Learner = RecurrentPpo;
-}
-
-/// What an on-policy trainer needs of a learner ([`Ppo`], [`RecurrentPpo`]): build
-/// itself, plan and make its rollout buffer, prepare the collector's copy of the policy
-/// for a rollout, update on the rollout, hand its weights to that copy, save and
-/// restore itself.
-pub trait OnPolicyLearner: Sized + Debug {
-    /// The policy it trains.
-    type Policy: PpoPolicy<Learner = Self>;
-    /// Its configuration.
-    type Config: Clone + Debug;
-    /// Typed state its checkpoints carry besides the networks.
-    type Saved: Serialize + DeserializeOwned + Clone + Debug;
-    /// Its checkpoints' `kind`.
-    const KIND: &'static str;
-
-    /// A learner for `policy` on rollouts of `envs` environments.
-    ///
-    /// # Errors
-    /// An invalid configuration.
-    fn new(policy: Self::Policy, config: Self::Config, envs: usize) -> Result<Self>;
-
-    /// What its rollout buffer allocates.
-    ///
-    /// # Errors
-    /// As [`RolloutBuffer::plan`].
-    fn rollout_plan(&self) -> Result<MemoryPlan>;
-
-    /// Its rollout buffer, refused first if the plan does not fit `budget`.
-    ///
-    /// # Errors
-    /// As [`RolloutBuffer::new`].
-    fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer>;
-
-    /// What the learner holds.
-    fn memory_plan(&self) -> MemoryPlan;
-
-    /// What the collector's copy of the policy holds besides its weights while
-    /// collecting (a recurrent policy's state and chunk record; nothing otherwise).
-    fn acting_plan(&self) -> MemoryPlan;
-
-    /// The policy being trained.
-    fn policy(&self) -> &Self::Policy;
-
-    /// The policy being trained, mutably.
-    fn policy_mut(&mut self) -> &mut Self::Policy;
-
-    /// Parameters over every network.
-    fn num_params(&self) -> usize;
-
-    /// Updates completed.
-    fn updates(&self) -> u64;
-
-    /// Prepares the collector's copy for the rollout collected next.
-    ///
-    /// # Errors
-    /// The policy's.
-    fn begin_rollout(&self, acting: &mut Self::Policy) -> Result<()>;
-
-    /// One update on a full rollout collected by `acting`.
-    ///
-    /// # Errors
-    /// The learner's.
-    fn update(&mut self, rollout: &mut RolloutBuffer, acting: &Self::Policy)
-    -> Result<UpdateStats>;
-
-    /// Copies what acting depends on into `target`.
-    ///
-    /// # Errors
-    /// A target of another architecture.
-    fn copy_policy_into(&self, target: &mut Self::Policy) -> Result<()>;
-
-    /// Everything needed to resume training exactly.
-    fn checkpoint(&self) -> Checkpoint<Self::Saved>;
-
-    /// Writes [`OnPolicyLearner::checkpoint`] to `path`.
-    ///
-    /// # Errors
-    /// I/O errors.
-    fn save(&self, path: &Path) -> Result<()>;
-
-    /// Restores the checkpoint at `path`; on error nothing changes.
-    ///
-    /// # Errors
-    /// A missing, corrupt or mismatched checkpoint.
-    fn load(&mut self, path: &Path) -> Result<()>;
-}
-
-impl<P: ActorCritic + Predict + Clone> OnPolicyLearner for Ppo<P> {
-    type Policy = P;
-    type Config = PpoConfig;
-    type Saved = PpoState;
-    const KIND: &'static str = CHECKPOINT_KIND;
-
-    fn new(policy: P, config: PpoConfig, envs: usize) -> Result<Self> {
-        Ppo::new(policy, config, envs)
-    }
-
-    fn rollout_plan(&self) -> Result<MemoryPlan> {
-        Ppo::rollout_plan(self)
-    }
-
-    fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer> {
-        Ppo::rollout_buffer(self, budget)
-    }
-
-    fn memory_plan(&self) -> MemoryPlan {
-        Ppo::memory_plan(self)
-    }
-
-    fn acting_plan(&self) -> MemoryPlan {
-        MemoryPlan::new()
-    }
-
-    fn policy(&self) -> &P {
-        Ppo::policy(self)
-    }
-
-    fn policy_mut(&mut self) -> &mut P {
-        Ppo::policy_mut(self)
-    }
-
-    fn num_params(&self) -> usize {
-        self.adams().iter().map(|a| a.num_params()).sum()
-    }
-
-    fn updates(&self) -> u64 {
-        Ppo::updates(self)
-    }
-
-    fn begin_rollout(&self, _acting: &mut P) -> Result<()> {
-        Ok(())
-    }
-
-    fn update(&mut self, rollout: &mut RolloutBuffer, _acting: &P) -> Result<UpdateStats> {
-        Ppo::update(self, rollout)
-    }
-
-    fn copy_policy_into(&self, target: &mut P) -> Result<()> {
-        Ppo::copy_policy_into(self, target)
-    }
-
-    fn checkpoint(&self) -> Checkpoint<PpoState> {
-        Ppo::checkpoint(self)
-    }
-
-    fn save(&self, path: &Path) -> Result<()> {
-        Ppo::save(self, path)
-    }
-
-    fn load(&mut self, path: &Path) -> Result<()> {
-        Ppo::load(self, path)
-    }
-}
-
-impl OnPolicyLearner for RecurrentPpo {
-    type Policy = RecurrentCategoricalPolicy;
-    type Config = RecurrentPpoConfig;
-    type Saved = RecurrentPpoState;
-    const KIND: &'static str = RECURRENT_CHECKPOINT_KIND;
-
-    fn new(
-        policy: RecurrentCategoricalPolicy,
-        config: RecurrentPpoConfig,
-        envs: usize,
-    ) -> Result<Self> {
-        RecurrentPpo::new(policy, config, envs)
-    }
-
-    fn rollout_plan(&self) -> Result<MemoryPlan> {
-        RecurrentPpo::rollout_plan(self)
-    }
-
-    fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer> {
-        RecurrentPpo::rollout_buffer(self, budget)
-    }
-
-    fn memory_plan(&self) -> MemoryPlan {
-        RecurrentPpo::memory_plan(self)
-    }
-
-    fn acting_plan(&self) -> MemoryPlan {
-        RecurrentPpo::acting_plan(self)
-    }
-
-    fn policy(&self) -> &RecurrentCategoricalPolicy {
-        RecurrentPpo::policy(self)
-    }
-
-    fn policy_mut(&mut self) -> &mut RecurrentCategoricalPolicy {
-        RecurrentPpo::policy_mut(self)
-    }
-
-    fn num_params(&self) -> usize {
-        self.adams().iter().map(|a| a.num_params()).sum()
-    }
-
-    fn updates(&self) -> u64 {
-        RecurrentPpo::updates(self)
-    }
-
-    fn begin_rollout(&self, acting: &mut RecurrentCategoricalPolicy) -> Result<()> {
-        RecurrentPpo::begin_rollout(self, acting)
-    }
-
-    fn update(
-        &mut self,
-        rollout: &mut RolloutBuffer,
-        acting: &RecurrentCategoricalPolicy,
-    ) -> Result<UpdateStats> {
-        let record = acting.chunk_record().ok_or_else(|| {
-            Error::config(
-                "chunk record",
-                "is missing: the collector's policy recorded no chunk starts (call begin_rollout before collecting)",
-            )
-        })?;
-        RecurrentPpo::update(self, rollout, record)
-    }
-
-    fn copy_policy_into(&self, target: &mut RecurrentCategoricalPolicy) -> Result<()> {
-        RecurrentPpo::copy_policy_into(self, target)
-    }
-
-    fn checkpoint(&self) -> Checkpoint<RecurrentPpoState> {
-        RecurrentPpo::checkpoint(self)
-    }
-
-    fn save(&self, path: &Path) -> Result<()> {
-        RecurrentPpo::save(self, path)
-    }
-
-    fn load(&mut self, path: &Path) -> Result<()> {
-        RecurrentPpo::load(self, path)
-    }
-}
-
-/// The configuration of policy `P`'s learner.
-pub type LearnerConfig<P> = <<P as PpoPolicy>::Learner as OnPolicyLearner>::Config;

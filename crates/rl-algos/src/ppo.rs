@@ -65,8 +65,8 @@
 //!
 //! # Checkpoints
 //!
-//! [`Ppo::checkpoint`] / [`Ppo::restore`] (or [`Ppo::save`] / [`Ppo::load`] through a
-//! file) capture and put back everything an update depends on: the weights, Adam's
+//! [`Ppo::checkpoint`] / [`Ppo::restore`] (or the bytes of [`Learner::to_bytes`](crate::learner::Learner::to_bytes), which a
+//! trainer writes to a file) capture and put back everything an update depends on: the weights, Adam's
 //! moments and step counter, and a [`PpoState`] (configuration, policy architecture,
 //! env-step and update counters, the minibatch-shuffling generator, the policy's
 //! sampling generator and its observation-normalisation statistics). Given the same
@@ -76,7 +76,6 @@
 //! not part of the trainer and are not saved.
 
 use std::fmt;
-use std::path::Path;
 
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -86,6 +85,8 @@ use rl_storage::{Batch, rollout::RolloutBuffer};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
+use crate::learner::OnPolicyLearner;
+use crate::predict::Predict;
 use crate::policy::{
     ActorCritic, ObsNormalizer, PolicyArchitecture, PolicyGradients, PolicyWorkspace,
 };
@@ -364,50 +365,9 @@ impl<P: ActorCritic> Ppo<P> {
         self.batch.schema()
     }
 
-    /// Environments per rollout.
-    pub fn envs(&self) -> usize {
-        self.envs
-    }
-
-    /// What [`Ppo::rollout_buffer`] allocates.
-    ///
-    /// # Errors
-    /// As [`RolloutBuffer::plan`].
-    pub fn rollout_plan(&self) -> Result<MemoryPlan> {
-        Ok(RolloutBuffer::plan(
-            self.rollout_schema(),
-            self.config.n_steps,
-            self.envs,
-        )?)
-    }
-
-    /// A rollout buffer for [`Ppo::update`]: `n_steps x envs` rows of
-    /// [`Ppo::rollout_schema`], refused first if its plan does not fit `budget`.
-    ///
-    /// # Errors
-    /// As [`RolloutBuffer::new`].
-    pub fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer> {
-        Ok(RolloutBuffer::new(
-            self.rollout_schema().clone(),
-            self.config.n_steps,
-            self.envs,
-            budget,
-        )?)
-    }
-
     /// The configuration.
     pub fn config(&self) -> &PpoConfig {
         &self.config
-    }
-
-    /// The policy being trained.
-    pub fn policy(&self) -> &P {
-        &self.learner.policy
-    }
-
-    /// The policy being trained, mutably.
-    pub fn policy_mut(&mut self) -> &mut P {
-        &mut self.learner.policy
     }
 
     /// The trained policy, consuming the learner.
@@ -426,140 +386,6 @@ impl<P: ActorCritic> Ppo<P> {
     /// [`Ppo::update`]); drives the schedules.
     pub fn env_steps(&self) -> u64 {
         self.env_steps
-    }
-
-    /// Updates completed.
-    pub fn updates(&self) -> u64 {
-        self.updates
-    }
-
-    /// What the learner holds besides the policy's weights: Adam's moments and scratch,
-    /// the minibatch, the advantages and scratch rows, and the recomputed old log-probs
-    /// and values when configured.
-    pub fn memory_plan(&self) -> MemoryPlan {
-        let f32s = |n: usize| (n * size_of::<f32>()) as u64;
-        let mut plan = MemoryPlan::new();
-        let policy = &self.learner.policy;
-        for (i, name) in policy.network_names().iter().enumerate() {
-            if let (Some(net), Some(adam)) = (policy.network(i), self.learner.adams.get(i)) {
-                plan.add(
-                    format!("ppo/{name}/parameters"),
-                    Location::Ram,
-                    f32s(net.num_params()),
-                );
-                plan.nest(&format!("ppo/{name}"), &adam.memory_plan("optimizer"));
-            }
-        }
-        plan.nest("ppo", &self.learner.grads.memory_plan("policy"));
-        plan.add(
-            format!("ppo/policy workspace ({} rows)", self.learner.ws.max_rows()),
-            Location::Ram,
-            self.learner.ws.memory_bytes(),
-        );
-        if let Some(ws) = &self.eval_ws {
-            plan.add(
-                format!("ppo/evaluation workspace ({} rows)", ws.max_rows()),
-                Location::Ram,
-                ws.memory_bytes(),
-            );
-        }
-        plan.nest("ppo/minibatch", &self.batch.memory_plan());
-        plan.nest("ppo", &Advantages::plan(self.advantages.advantages().len()));
-        plan.add(
-            "ppo/scratch_rows",
-            Location::Ram,
-            f32s(shared::SCRATCH_ROWS * self.config.batch_size),
-        );
-        if self.config.recompute_old_log_probs {
-            plan.add(
-                "ppo/recomputed_log_probs+values",
-                Location::Ram,
-                f32s(self.recomputed_log_probs.len() + self.recomputed_values.len()),
-            );
-        }
-        plan
-    }
-
-    /// Everything needed to resume training exactly: every network's weights with its
-    /// Adam's moments and step counter (kind [`CHECKPOINT_KIND`]), and a [`PpoState`]
-    /// (configuration, architecture, counters, the shuffling and sampling generators,
-    /// normalisers).
-    pub fn checkpoint(&self) -> Checkpoint<PpoState> {
-        let policy = &self.learner.policy;
-        let networks = shared::capture_networks(policy, &self.learner.adams);
-        Checkpoint {
-            kind: CHECKPOINT_KIND.to_owned(),
-            networks,
-            state: PpoState {
-                config: self.config,
-                architecture: policy.architecture(),
-                env_steps: self.env_steps,
-                updates: self.updates,
-                shuffle_rng: self.rng.clone(),
-                sampling_rng: policy.sampling_state(),
-                obs_normalizer: policy.obs_normalizer().cloned(),
-                reward_normalizer: self.reward_normalizer.clone(),
-            },
-        }
-    }
-
-    /// Puts a checkpoint from [`Ppo::checkpoint`] back: weights, Adam's state, counters
-    /// and generators. Checks everything first: on error nothing has changed.
-    ///
-    /// The trainer must have been built with the same configuration (the seed aside: the
-    /// generators come from the checkpoint, and the configuration's `seed` becomes the
-    /// checkpoint's) and a policy of the same architecture.
-    ///
-    /// # Errors
-    /// [`Error::CheckpointMismatch`](crate::Error::CheckpointMismatch) for another architecture or configuration (naming
-    /// the first differing field) or a missing or extra network, [`Error::Nn`](crate::Error::Nn) for
-    /// weights or optimiser states that do not fit the policy, [`Error::Config`](crate::Error::Config) for an
-    /// invalid optimiser configuration or observation normaliser.
-    pub fn restore(&mut self, checkpoint: &Checkpoint<PpoState>) -> Result<()> {
-        let state = &checkpoint.state;
-        let learner = &mut self.learner;
-        let obs_len = learner.policy.obs_len();
-        shared::restore_policy(
-            &mut learner.policy,
-            &mut learner.adams,
-            (&self.config, self.envs, obs_len),
-            checkpoint,
-            state,
-        )?;
-        self.env_steps = state.env_steps;
-        self.updates = state.updates;
-        self.rng = state.shuffle_rng.clone();
-        self.config.seed = state.config.seed;
-        self.reward_normalizer = state.reward_normalizer.clone();
-        Ok(())
-    }
-
-    /// Copies what acting depends on into `target` (the collector's copy of the policy):
-    /// every network's weights and the observation normaliser. The sampling generator
-    /// stays. Allocates nothing beyond the normaliser's copy.
-    ///
-    /// # Errors
-    /// [`Error::CheckpointMismatch`](crate::Error::CheckpointMismatch) for a target of another architecture; nothing
-    /// changes then.
-    pub fn copy_policy_into(&self, target: &mut P) -> Result<()> {
-        shared::copy_policy(&self.learner.policy, target)
-    }
-
-    /// [`Ppo::checkpoint`] written to `path` atomically ([`Checkpoint::save`]).
-    ///
-    /// # Errors
-    /// As [`Ppo::checkpoint`] and [`Checkpoint::save`].
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        Ok(self.checkpoint().save(path)?)
-    }
-
-    /// Reads the checkpoint at `path` ([`Checkpoint::load`]) and [`Ppo::restore`]s it; on
-    /// error the trainer is unchanged.
-    ///
-    /// # Errors
-    /// As [`Checkpoint::load`] and [`Ppo::restore`].
-    pub fn load(&mut self, path: impl AsRef<Path>) -> Result<()> {
-        self.restore(&Checkpoint::load(path, CHECKPOINT_KIND)?)
     }
 
     /// The reward-normalisation statistics ([`PpoConfig::normalize_reward`]; `None`
@@ -642,6 +468,181 @@ impl<P: ActorCritic> Ppo<P> {
         self.env_steps = prepared.env_steps;
         self.updates += 1;
         Ok(sums.stats(&prepared, early_stopped))
+    }
+}
+
+impl<P: ActorCritic + Predict + Clone> crate::learner::Learner for Ppo<P> {
+    type Saved = PpoState;
+
+    fn kind(&self) -> &'static str {
+        CHECKPOINT_KIND
+    }
+
+    /// Updates completed.
+    fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    /// What the learner holds besides the policy's weights: Adam's moments and scratch,
+    /// the minibatch, the advantages and scratch rows, and the recomputed old log-probs
+    /// and values when configured.
+    fn memory_plan(&self) -> MemoryPlan {
+        let f32s = |n: usize| (n * size_of::<f32>()) as u64;
+        let mut plan = MemoryPlan::new();
+        let policy = &self.learner.policy;
+        for (i, name) in policy.network_names().iter().enumerate() {
+            if let (Some(net), Some(adam)) = (policy.network(i), self.learner.adams.get(i)) {
+                plan.add(
+                    format!("ppo/{name}/parameters"),
+                    Location::Ram,
+                    f32s(net.num_params()),
+                );
+                plan.nest(&format!("ppo/{name}"), &adam.memory_plan("optimizer"));
+            }
+        }
+        plan.nest("ppo", &self.learner.grads.memory_plan("policy"));
+        plan.add(
+            format!("ppo/policy workspace ({} rows)", self.learner.ws.max_rows()),
+            Location::Ram,
+            self.learner.ws.memory_bytes(),
+        );
+        if let Some(ws) = &self.eval_ws {
+            plan.add(
+                format!("ppo/evaluation workspace ({} rows)", ws.max_rows()),
+                Location::Ram,
+                ws.memory_bytes(),
+            );
+        }
+        plan.nest("ppo/minibatch", &self.batch.memory_plan());
+        plan.nest("ppo", &Advantages::plan(self.advantages.advantages().len()));
+        plan.add(
+            "ppo/scratch_rows",
+            Location::Ram,
+            f32s(shared::SCRATCH_ROWS * self.config.batch_size),
+        );
+        if self.config.recompute_old_log_probs {
+            plan.add(
+                "ppo/recomputed_log_probs+values",
+                Location::Ram,
+                f32s(self.recomputed_log_probs.len() + self.recomputed_values.len()),
+            );
+        }
+        plan
+    }
+
+    /// Everything needed to resume training exactly: every network's weights with its
+    /// Adam's moments and step counter (kind [`CHECKPOINT_KIND`]), and a [`PpoState`]
+    /// (configuration, architecture, counters, the shuffling and sampling generators,
+    /// normalisers).
+    fn checkpoint(&self) -> Checkpoint<PpoState> {
+        let policy = &self.learner.policy;
+        let networks = shared::capture_networks(policy, &self.learner.adams);
+        Checkpoint {
+            kind: CHECKPOINT_KIND.to_owned(),
+            networks,
+            state: PpoState {
+                config: self.config,
+                architecture: policy.architecture(),
+                env_steps: self.env_steps,
+                updates: self.updates,
+                shuffle_rng: self.rng.clone(),
+                sampling_rng: policy.sampling_state(),
+                obs_normalizer: policy.obs_normalizer().cloned(),
+                reward_normalizer: self.reward_normalizer.clone(),
+            },
+        }
+    }
+
+    /// Puts a checkpoint from [`Ppo::checkpoint`] back: weights, Adam's state, counters
+    /// and generators. Checks everything first: on error nothing has changed.
+    ///
+    /// The trainer must have been built with the same configuration (the seed aside: the
+    /// generators come from the checkpoint, and the configuration's `seed` becomes the
+    /// checkpoint's) and a policy of the same architecture.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointMismatch`](crate::Error::CheckpointMismatch) for another architecture or configuration (naming
+    /// the first differing field) or a missing or extra network, [`Error::Nn`](crate::Error::Nn) for
+    /// weights or optimiser states that do not fit the policy, [`Error::Config`](crate::Error::Config) for an
+    /// invalid optimiser configuration or observation normaliser.
+    fn restore(&mut self, checkpoint: &Checkpoint<PpoState>) -> Result<()> {
+        let state = &checkpoint.state;
+        let learner = &mut self.learner;
+        let obs_len = learner.policy.obs_len();
+        shared::restore_policy(
+            &mut learner.policy,
+            &mut learner.adams,
+            (&self.config, self.envs, obs_len),
+            checkpoint,
+            state,
+        )?;
+        self.env_steps = state.env_steps;
+        self.updates = state.updates;
+        self.rng = state.shuffle_rng.clone();
+        self.config.seed = state.config.seed;
+        self.reward_normalizer = state.reward_normalizer.clone();
+        Ok(())
+    }
+}
+
+impl<P: ActorCritic + Predict + Clone> OnPolicyLearner for Ppo<P> {
+    type Policy = P;
+    type Stats = UpdateStats;
+
+    /// The policy being trained.
+    /// The policy being trained, mutably.
+    fn policy_mut(&mut self) -> &mut P {
+        &mut self.learner.policy
+    }
+
+    fn policy(&self) -> &P {
+        &self.learner.policy
+    }
+
+    /// Environments per rollout.
+    fn envs(&self) -> usize {
+        self.envs
+    }
+
+    /// What [`Ppo::rollout_buffer`] allocates.
+    ///
+    /// # Errors
+    /// As [`RolloutBuffer::plan`].
+    fn rollout_plan(&self) -> Result<MemoryPlan> {
+        Ok(RolloutBuffer::plan(
+            self.rollout_schema(),
+            self.config.n_steps,
+            self.envs,
+        )?)
+    }
+
+    /// A rollout buffer for [`Ppo::update`]: `n_steps x envs` rows of
+    /// [`Ppo::rollout_schema`], refused first if its plan does not fit `budget`.
+    ///
+    /// # Errors
+    /// As [`RolloutBuffer::new`].
+    fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer> {
+        Ok(RolloutBuffer::new(
+            self.rollout_schema().clone(),
+            self.config.n_steps,
+            self.envs,
+            budget,
+        )?)
+    }
+
+    fn update(&mut self, rollout: &mut RolloutBuffer, _acting: &P) -> Result<UpdateStats> {
+        Ppo::update(self, rollout)
+    }
+
+    /// Copies what acting depends on into `target` (the collector's copy of the policy):
+    /// every network's weights and the observation normaliser. The sampling generator
+    /// stays. Allocates nothing beyond the normaliser's copy.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointMismatch`](crate::Error::CheckpointMismatch) for a target of another architecture; nothing
+    /// changes then.
+    fn copy_policy_into(&self, target: &mut P) -> Result<()> {
+        shared::copy_policy(&self.learner.policy, target)
     }
 }
 

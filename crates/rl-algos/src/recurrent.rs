@@ -37,11 +37,11 @@ mod learner;
 mod tests;
 
 use rl_core::{BoxSpace, DType, Element, Field, Flag, Location, MemoryPlan, Space};
-use rl_nn::{Adam, AdamConfig, Checkpoint, NetworkState, Weights, clip_grad_norm, polyak};
+use rl_nn::{Adam, AdamConfig, Weights, clip_grad_norm, polyak};
 use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result, first_difference};
+use crate::error::{Error, Result};
 use crate::learner::{OffPolicyLearner, SequenceSpec};
 use crate::policy::{
     History, HistorySlot, Mode, ReplayWorkspace, Summary, SummaryState, Window, describe,
@@ -367,42 +367,6 @@ impl<L: SequenceLearner> Recurrent<L> {
         self.windows
     }
 
-    /// Everything the learner holds: the inner learner's plan, the summarizer and its
-    /// target (an LSTM's parameters, gradients and Adam moments), the update's states,
-    /// replay workspace and buffers. Acting states come on top, one per number of rows
-    /// acted on (`Recurrent::acting_plan`). Constant for the learner's life.
-    pub fn memory_plan(&self) -> MemoryPlan {
-        let mut plan = self.inner.memory_plan();
-        let name = format!("history ({})", self.config.history);
-        if let Some(cell) = self.summary.cell() {
-            let params = (cell.num_params() * size_of::<f32>()) as u64;
-            plan.add(format!("{name}/parameters"), Location::Ram, params);
-            plan.add(format!("{name}/gradients"), Location::Ram, params);
-            plan.add(format!("{name}/target parameters"), Location::Ram, params);
-            if let Some(adam) = &self.adam {
-                plan.nest(&name, &adam.memory_plan("summarizer"));
-            }
-        }
-        let windows = self.windows;
-        plan.nest(&name, &self.summary.state_plan("burn-in (online)", windows));
-        plan.nest(&name, &self.summary.state_plan("burn-in (target)", windows));
-        plan.add(
-            format!(
-                "{name}/window replay, {} steps x {windows} windows",
-                self.config.seq_len
-            ),
-            Location::Ram,
-            self.summary
-                .replay_workspace_bytes(self.config.seq_len, windows),
-        );
-        plan.add(
-            format!("{name}/update buffers (windows, summaries, gradients)"),
-            Location::Ram,
-            self.train.buffer_bytes(),
-        );
-        plan
-    }
-
     /// What acting on `rows` environments adds: the summarizer's state and the summaries
     /// of one step (made on the first call with that many rows).
     pub fn acting_plan(&self, rows: usize) -> MemoryPlan {
@@ -582,80 +546,6 @@ impl<L: SequenceLearner> Recurrent<L> {
             }
         }
         Ok(stats)
-    }
-
-    /// The whole learner: the inner learner's networks and state, the summarizer
-    /// (`history`, with its Adam moments) and its target (`history_target`), and this
-    /// configuration.
-    pub fn checkpoint(&self) -> Checkpoint<RecurrentState<L::Saved>> {
-        let inner = self.inner.checkpoint();
-        let mut networks = inner.networks;
-        if let (Some(cell), Some(target)) = (self.summary.cell(), self.target.cell()) {
-            networks.push(NetworkState::capture(HISTORY, cell, self.adam.as_ref()));
-            networks.push(NetworkState::capture(HISTORY_TARGET, target, None));
-        }
-        Checkpoint {
-            kind: L::RECURRENT_KIND.to_owned(),
-            networks,
-            state: RecurrentState {
-                config: self.config.clone(),
-                inner: inner.state,
-            },
-        }
-    }
-
-    /// Restores a [`Recurrent::checkpoint`] of a learner built the same way; everything
-    /// is checked first, and on error nothing changes.
-    ///
-    /// # Errors
-    /// [`Error::CheckpointMismatch`] for another configuration or architecture, and the
-    /// inner learner's restore errors.
-    pub fn restore(&mut self, checkpoint: &Checkpoint<RecurrentState<L::Saved>>) -> Result<()> {
-        first_difference!(
-            RecurrentConfig,
-            "recurrent",
-            &self.config,
-            &checkpoint.state.config,
-            [history, seq_len, burn_in, adam, tau, max_grad_norm, seed],
-            except []
-        )?;
-        let (ours, theirs): (Vec<_>, Vec<_>) = checkpoint
-            .networks
-            .iter()
-            .cloned()
-            .partition(|n| n.name == HISTORY || n.name == HISTORY_TARGET);
-        let mut summary = self.summary.clone();
-        let mut target = self.target.clone();
-        let mut adam = self.adam.clone();
-        if let (Some(cell), Some(target_cell)) = (summary.cell_mut(), target.cell_mut()) {
-            let find = |name: &str| {
-                ours.iter()
-                    .find(|n| n.name == name)
-                    .ok_or_else(|| Error::CheckpointMismatch {
-                        what: format!("network {name}"),
-                        expected: "the summarizer's weights".to_owned(),
-                        actual: "none in the checkpoint".to_owned(),
-                    })
-            };
-            find(HISTORY)?.restore_into(cell, adam.as_mut())?;
-            find(HISTORY_TARGET)?.restore_into(target_cell, None)?;
-        } else if !ours.is_empty() {
-            return Err(Error::CheckpointMismatch {
-                what: "summarizer".to_owned(),
-                expected: format!("{} (no weights)", self.config.history),
-                actual: "a summarizer with weights".to_owned(),
-            });
-        }
-        let inner = Checkpoint {
-            kind: self.inner.checkpoint_kind().to_owned(),
-            networks: theirs,
-            state: checkpoint.state.inner.clone(),
-        };
-        self.inner.restore(&inner)?;
-        self.summary = summary;
-        self.target = target;
-        self.adam = adam;
-        Ok(())
     }
 
     /// Acts for `slots.len()` environments: one summarizer step, then the inner

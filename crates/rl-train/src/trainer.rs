@@ -38,7 +38,7 @@ pub use off_policy::{
 };
 pub use on_policy::OnPolicyTrainer;
 pub use rl_algos::learner::{
-    LearnerConfig, OffPolicyLearner, OnPolicyLearner, PpoPolicy, SequenceSpec,
+    Learner, OffPolicyLearner, OnPolicyLearner, SequenceSpec,
 };
 pub use run::{
     Callback, CheckpointSchedule, Control, EvalSchedule, Goal, Progress, ProgressLog, RUN_FILE,

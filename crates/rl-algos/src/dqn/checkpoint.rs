@@ -1,11 +1,13 @@
-//! What a [`Dqn`] checkpoint holds besides its networks, and taking and restoring one.
+//! What a [`Dqn`] checkpoint holds besides its networks, and [`Dqn`] as a [`Learner`]: its kind, plan, update count, checkpoint and restore.
 
 use rand_xoshiro::Xoshiro256PlusPlus;
-use rl_nn::{Architecture, Checkpoint, NetworkState};
+use rl_core::{Location, MemoryPlan};
+use rl_nn::{Architecture, Checkpoint, NetworkState, Weights};
 use serde::{Deserialize, Serialize};
 
 use super::{CHECKPOINT_KIND, Dqn, DqnConfig, Q, Q_TARGET};
 use crate::error::{Error, Result, first_difference};
+use crate::learner::Learner;
 
 /// What a DQN learner is, as a comparable value: its Q network and number of actions. A
 /// checkpoint of another architecture is refused.
@@ -34,10 +36,50 @@ pub struct DqnState {
     pub rng: Xoshiro256PlusPlus,
 }
 
-impl Dqn {
+impl Learner for Dqn {
+    type Saved = DqnState;
+
+    fn kind(&self) -> &'static str {
+        CHECKPOINT_KIND
+    }
+
+    /// Gradient steps done.
+    fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    /// Everything the learner holds: the Q network, its gradients and Adam moments, the
+    /// target, the workspaces of an update and of acting, and the per-update buffers.
+    /// Constant for the learner's life; the replay buffer is the caller's.
+    fn memory_plan(&self) -> MemoryPlan {
+        let params = (self.q.num_params() * size_of::<f32>()) as u64;
+        let mut plan = MemoryPlan::new()
+            .with("dqn/q/parameters", Location::Ram, params)
+            .with("dqn/q/gradients", Location::Ram, params);
+        plan.nest("dqn", &self.adam.memory_plan(Q));
+        plan.add("dqn/q_target/parameters", Location::Ram, params);
+        for (name, ws) in [
+            ("q/workspace (update)", &self.ws),
+            ("q_target/workspace (update)", &self.target_ws),
+            ("q/workspace (acting)", &self.act_ws),
+        ] {
+            plan.add(
+                format!("dqn/{name}, {} rows", ws.max_rows()),
+                Location::Ram,
+                ws.memory_bytes(),
+            );
+        }
+        plan.add(
+            "dqn/update buffers (targets, TD errors, output gradients, priorities)",
+            Location::Ram,
+            self.scratch.bytes(),
+        );
+        plan
+    }
+
     /// The whole learner state: `q` with its Adam state, `q_target`, the counters and the
     /// exploration generator.
-    pub fn checkpoint(&self) -> Checkpoint<DqnState> {
+    fn checkpoint(&self) -> Checkpoint<DqnState> {
         Checkpoint {
             kind: CHECKPOINT_KIND.to_owned(),
             networks: vec![
@@ -62,7 +104,7 @@ impl Dqn {
     /// [`Error::CheckpointMismatch`] for another configuration (the seed aside) or
     /// architecture; [`Error::Nn`] for a checkpoint without the networks or with states
     /// that do not fit.
-    pub fn restore(&mut self, checkpoint: &Checkpoint<DqnState>) -> Result<()> {
+    fn restore(&mut self, checkpoint: &Checkpoint<DqnState>) -> Result<()> {
         let state = &checkpoint.state;
         let ours = self.architecture();
         if state.architecture != ours {

@@ -12,7 +12,11 @@ use rl_storage::{
 };
 
 use super::*;
-use crate::learner::OffPolicyLearner;
+use rl_core::Location;
+use rl_nn::Checkpoint;
+#[allow(unused_imports, reason = "the learner traits, for their methods")]
+use crate::learner::{Learner, OffPolicyLearner, OnPolicyLearner};
+
 use crate::predict::Predict;
 
 fn box_space(len: usize) -> Space {
@@ -552,7 +556,7 @@ fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
         Checkpoint::<DqnState>::load(&path, "sac"),
         Err(rl_nn::Error::CheckpointKind { .. })
     ));
-    let loaded = Checkpoint::<DqnState>::load(&path, dqn.checkpoint_kind()).unwrap();
+    let loaded = Checkpoint::<DqnState>::load(&path, dqn.kind()).unwrap();
     assert_eq!(loaded, dqn.checkpoint());
 
     let mut resumed = Dqn::new(
@@ -868,7 +872,7 @@ fn the_replay_schema_names_the_transition_columns() {
     assert_eq!(names, fields.map(Field::name));
     assert_eq!(schema.columns()[1].dtype(), DType::U32);
     assert_eq!(OffPolicyLearner::batch_size(&dqn), 8);
-    assert_eq!(dqn.checkpoint_kind(), crate::dqn::CHECKPOINT_KIND);
+    assert_eq!(dqn.kind(), crate::dqn::CHECKPOINT_KIND);
     assert_eq!(OffPolicyLearner::priorities(&dqn), Some(&[][..]));
 }
 
@@ -958,7 +962,7 @@ fn the_memory_plan_states_what_construction_allocates() {
         "planned {planned} vs allocated {retained}:\n{plan}"
     );
     assert!(plan.lines().iter().all(|l| l.component.starts_with("dqn/")));
-    assert_eq!(OffPolicyLearner::memory_plan(&dqn), plan);
+    assert_eq!(Learner::memory_plan(&dqn), plan);
 }
 
 // ---------------------------------------------------------------------------------------

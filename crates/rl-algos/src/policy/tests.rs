@@ -13,6 +13,8 @@ use rl_nn::{Activation, Architecture};
 use crate::predict::Predict;
 
 use super::*;
+#[allow(unused_imports, reason = "the learner traits, for their methods")]
+use crate::learner::{Learner as _, OffPolicyLearner as _, OnPolicyLearner as _};
 
 /// `rows x len` values uniform in `[-scale, scale)`, from a fixed seed.
 pub(super) fn uniform(rows: usize, len: usize, scale: f32, seed: u64) -> Vec<f32> {

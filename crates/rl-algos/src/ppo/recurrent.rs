@@ -27,7 +27,6 @@
 //! the first epoch's ratios start at 1.
 
 use std::fmt;
-use std::path::Path;
 
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -40,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use super::shared::{self, Scratch, StepSettings, Sums};
 use super::{Advantages, PpoConfig, PpoState, RewardNormalizer, UpdateStats};
 use crate::error::{Error, Result};
+use crate::learner::{Learner, OnPolicyLearner};
 use crate::policy::{
     ChunkBatch, ChunkRecord, PolicyGradients, PolicyNetworks, RecurrentCategoricalPolicy,
     RecurrentWorkspace,
@@ -298,79 +298,14 @@ impl RecurrentPpo {
         Ok(plan)
     }
 
-    /// What the learner holds ([`RecurrentPpo::plan`] of its own policy and
-    /// configuration).
-    pub fn memory_plan(&self) -> MemoryPlan {
-        // Validated at construction.
-        Self::plan(&self.policy, &self.config, self.envs).unwrap_or_default()
-    }
-
-    /// What the acting copy of the policy adds while collecting: its state for `envs`
-    /// environments and the chunk record.
-    pub fn acting_plan(&self) -> MemoryPlan {
-        let mut plan = self.policy.acting_plan("policy", self.envs);
-        plan.nest(
-            "policy",
-            &ChunkRecord::plan(
-                "record",
-                self.config.chunk_len,
-                self.config.ppo.n_steps,
-                self.envs,
-                self.policy.state_len(),
-            ),
-        );
-        plan
-    }
-
     /// The schema of the rollouts [`RecurrentPpo::update`] trains on.
     pub fn rollout_schema(&self) -> &Schema {
         self.batch.schema()
     }
 
-    /// Environments per rollout.
-    pub fn envs(&self) -> usize {
-        self.envs
-    }
-
-    /// What [`RecurrentPpo::rollout_buffer`] allocates.
-    ///
-    /// # Errors
-    /// As [`RolloutBuffer::plan`].
-    pub fn rollout_plan(&self) -> Result<MemoryPlan> {
-        Ok(RolloutBuffer::plan(
-            self.rollout_schema(),
-            self.config.ppo.n_steps,
-            self.envs,
-        )?)
-    }
-
-    /// A rollout buffer for [`RecurrentPpo::update`], refused first if its plan does not
-    /// fit `budget`.
-    ///
-    /// # Errors
-    /// As [`RolloutBuffer::new`].
-    pub fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer> {
-        Ok(RolloutBuffer::new(
-            self.rollout_schema().clone(),
-            self.config.ppo.n_steps,
-            self.envs,
-            budget,
-        )?)
-    }
-
     /// The configuration.
     pub fn config(&self) -> &RecurrentPpoConfig {
         &self.config
-    }
-
-    /// The policy being trained.
-    pub fn policy(&self) -> &RecurrentCategoricalPolicy {
-        &self.policy
-    }
-
-    /// The policy being trained, mutably.
-    pub fn policy_mut(&mut self) -> &mut RecurrentCategoricalPolicy {
-        &mut self.policy
     }
 
     /// The trained policy, consuming the learner.
@@ -389,104 +324,9 @@ impl RecurrentPpo {
         self.env_steps
     }
 
-    /// Updates completed.
-    pub fn updates(&self) -> u64 {
-        self.updates
-    }
-
     /// The reward-normalisation statistics (`None` without).
     pub fn reward_normalizer(&self) -> Option<&RewardNormalizer> {
         self.reward_normalizer.as_ref()
-    }
-
-    /// Makes `acting` (the collector's copy) record the state at every chunk's start of
-    /// the rollout collected next ([`RecurrentCategoricalPolicy::begin_rollout`] with
-    /// this learner's chunk length, `n_steps` and environments).
-    ///
-    /// # Errors
-    /// As [`RecurrentCategoricalPolicy::begin_rollout`].
-    pub fn begin_rollout(&self, acting: &mut RecurrentCategoricalPolicy) -> Result<()> {
-        acting.begin_rollout(self.config.chunk_len, self.config.ppo.n_steps, self.envs)
-    }
-
-    /// Copies the weights into `target` (the collector's copy); its sampling generator
-    /// and acting state stay.
-    ///
-    /// # Errors
-    /// [`Error::CheckpointMismatch`] for a target of another architecture; nothing
-    /// changes then.
-    pub fn copy_policy_into(&self, target: &mut RecurrentCategoricalPolicy) -> Result<()> {
-        shared::copy_policy(&self.policy, target)
-    }
-
-    /// Everything needed to resume training exactly (kind
-    /// [`RECURRENT_CHECKPOINT_KIND`]).
-    pub fn checkpoint(&self) -> Checkpoint<RecurrentPpoState> {
-        Checkpoint {
-            kind: RECURRENT_CHECKPOINT_KIND.to_owned(),
-            networks: shared::capture_networks(&self.policy, &self.adams),
-            state: RecurrentPpoState {
-                ppo: PpoState {
-                    config: self.config.ppo,
-                    architecture: self.policy.architecture(),
-                    env_steps: self.env_steps,
-                    updates: self.updates,
-                    shuffle_rng: self.rng.clone(),
-                    sampling_rng: self.policy.sampling_state(),
-                    obs_normalizer: None,
-                    reward_normalizer: self.reward_normalizer.clone(),
-                },
-                chunk_len: self.config.chunk_len,
-            },
-        }
-    }
-
-    /// Puts a checkpoint from [`RecurrentPpo::checkpoint`] back; checks everything first:
-    /// on error nothing has changed.
-    ///
-    /// # Errors
-    /// As [`Ppo::restore`](super::Ppo::restore), and [`Error::CheckpointMismatch`] for
-    /// another chunk length.
-    pub fn restore(&mut self, checkpoint: &Checkpoint<RecurrentPpoState>) -> Result<()> {
-        let state = &checkpoint.state;
-        if state.chunk_len != self.config.chunk_len {
-            return Err(Error::CheckpointMismatch {
-                what: "chunk_len".to_owned(),
-                expected: self.config.chunk_len.to_string(),
-                actual: state.chunk_len.to_string(),
-            });
-        }
-        let obs_len = self.policy.obs_len();
-        shared::restore_policy(
-            &mut self.policy,
-            &mut self.adams,
-            (&self.config.ppo, self.envs, obs_len),
-            checkpoint,
-            &state.ppo,
-        )?;
-        self.env_steps = state.ppo.env_steps;
-        self.updates = state.ppo.updates;
-        self.rng = state.ppo.shuffle_rng.clone();
-        self.config.ppo.seed = state.ppo.config.seed;
-        self.reward_normalizer = state.ppo.reward_normalizer.clone();
-        Ok(())
-    }
-
-    /// [`RecurrentPpo::checkpoint`] written to `path` atomically.
-    ///
-    /// # Errors
-    /// As [`Checkpoint::save`].
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        Ok(self.checkpoint().save(path)?)
-    }
-
-    /// Reads the checkpoint at `path` and [`RecurrentPpo::restore`]s it; on error the
-    /// learner is unchanged.
-    ///
-    /// # Errors
-    /// As [`Checkpoint::load`] and [`RecurrentPpo::restore`].
-    pub fn load(&mut self, path: impl AsRef<Path>) -> Result<()> {
-        self.restore(&Checkpoint::load(path, RECURRENT_CHECKPOINT_KIND)?)
     }
 
     /// One update on a full rollout and the chunk starts its collector recorded
@@ -655,6 +495,176 @@ impl RecurrentPpo {
         )?;
         sums.add(&losses, norm);
         Ok(true)
+    }
+}
+
+impl Learner for RecurrentPpo {
+    type Saved = RecurrentPpoState;
+
+    fn kind(&self) -> &'static str {
+        RECURRENT_CHECKPOINT_KIND
+    }
+
+    /// Updates completed.
+    fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    /// What the learner holds ([`RecurrentPpo::plan`] of its own policy and
+    /// configuration).
+    fn memory_plan(&self) -> MemoryPlan {
+        // Validated at construction.
+        Self::plan(&self.policy, &self.config, self.envs).unwrap_or_default()
+    }
+
+    /// Everything needed to resume training exactly (kind
+    /// [`RECURRENT_CHECKPOINT_KIND`]).
+    fn checkpoint(&self) -> Checkpoint<RecurrentPpoState> {
+        Checkpoint {
+            kind: RECURRENT_CHECKPOINT_KIND.to_owned(),
+            networks: shared::capture_networks(&self.policy, &self.adams),
+            state: RecurrentPpoState {
+                ppo: PpoState {
+                    config: self.config.ppo,
+                    architecture: self.policy.architecture(),
+                    env_steps: self.env_steps,
+                    updates: self.updates,
+                    shuffle_rng: self.rng.clone(),
+                    sampling_rng: self.policy.sampling_state(),
+                    obs_normalizer: None,
+                    reward_normalizer: self.reward_normalizer.clone(),
+                },
+                chunk_len: self.config.chunk_len,
+            },
+        }
+    }
+
+    /// Puts a checkpoint from [`RecurrentPpo::checkpoint`] back; checks everything first:
+    /// on error nothing has changed.
+    ///
+    /// # Errors
+    /// As [`Ppo::restore`](super::Ppo::restore), and [`Error::CheckpointMismatch`] for
+    /// another chunk length.
+    fn restore(&mut self, checkpoint: &Checkpoint<RecurrentPpoState>) -> Result<()> {
+        let state = &checkpoint.state;
+        if state.chunk_len != self.config.chunk_len {
+            return Err(Error::CheckpointMismatch {
+                what: "chunk_len".to_owned(),
+                expected: self.config.chunk_len.to_string(),
+                actual: state.chunk_len.to_string(),
+            });
+        }
+        let obs_len = self.policy.obs_len();
+        shared::restore_policy(
+            &mut self.policy,
+            &mut self.adams,
+            (&self.config.ppo, self.envs, obs_len),
+            checkpoint,
+            &state.ppo,
+        )?;
+        self.env_steps = state.ppo.env_steps;
+        self.updates = state.ppo.updates;
+        self.rng = state.ppo.shuffle_rng.clone();
+        self.config.ppo.seed = state.ppo.config.seed;
+        self.reward_normalizer = state.ppo.reward_normalizer.clone();
+        Ok(())
+    }
+}
+
+impl OnPolicyLearner for RecurrentPpo {
+    type Policy = RecurrentCategoricalPolicy;
+    type Stats = UpdateStats;
+
+    /// The policy being trained.
+    /// The policy being trained, mutably.
+    fn policy_mut(&mut self) -> &mut RecurrentCategoricalPolicy {
+        &mut self.policy
+    }
+
+    fn policy(&self) -> &RecurrentCategoricalPolicy {
+        &self.policy
+    }
+
+    /// Environments per rollout.
+    fn envs(&self) -> usize {
+        self.envs
+    }
+
+    /// What [`RecurrentPpo::rollout_buffer`] allocates.
+    ///
+    /// # Errors
+    /// As [`RolloutBuffer::plan`].
+    fn rollout_plan(&self) -> Result<MemoryPlan> {
+        Ok(RolloutBuffer::plan(
+            self.rollout_schema(),
+            self.config.ppo.n_steps,
+            self.envs,
+        )?)
+    }
+
+    /// A rollout buffer for [`RecurrentPpo::update`], refused first if its plan does not
+    /// fit `budget`.
+    ///
+    /// # Errors
+    /// As [`RolloutBuffer::new`].
+    fn rollout_buffer(&self, budget: Option<&MemoryBudget>) -> Result<RolloutBuffer> {
+        Ok(RolloutBuffer::new(
+            self.rollout_schema().clone(),
+            self.config.ppo.n_steps,
+            self.envs,
+            budget,
+        )?)
+    }
+
+    fn update(
+        &mut self,
+        rollout: &mut RolloutBuffer,
+        acting: &RecurrentCategoricalPolicy,
+    ) -> Result<UpdateStats> {
+        let record = acting.chunk_record().ok_or_else(|| {
+            Error::config(
+                "chunk record",
+                "is missing: the collector's policy recorded no chunk starts (call begin_rollout before collecting)",
+            )
+        })?;
+        RecurrentPpo::update(self, rollout, record)
+    }
+
+    /// Copies the weights into `target` (the collector's copy); its sampling generator
+    /// and acting state stay.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointMismatch`] for a target of another architecture; nothing
+    /// changes then.
+    fn copy_policy_into(&self, target: &mut RecurrentCategoricalPolicy) -> Result<()> {
+        shared::copy_policy(&self.policy, target)
+    }
+
+    /// Makes `acting` (the collector's copy) record the state at every chunk's start of
+    /// the rollout collected next ([`RecurrentCategoricalPolicy::begin_rollout`] with
+    /// this learner's chunk length, `n_steps` and environments).
+    ///
+    /// # Errors
+    /// As [`RecurrentCategoricalPolicy::begin_rollout`].
+    fn begin_rollout(&self, acting: &mut RecurrentCategoricalPolicy) -> Result<()> {
+        acting.begin_rollout(self.config.chunk_len, self.config.ppo.n_steps, self.envs)
+    }
+
+    /// What the acting copy of the policy adds while collecting: its state for `envs`
+    /// environments and the chunk record.
+    fn acting_plan(&self) -> MemoryPlan {
+        let mut plan = self.policy.acting_plan("policy", self.envs);
+        plan.nest(
+            "policy",
+            &ChunkRecord::plan(
+                "record",
+                self.config.chunk_len,
+                self.config.ppo.n_steps,
+                self.envs,
+                self.policy.state_len(),
+            ),
+        );
+        plan
     }
 }
 

@@ -1,14 +1,15 @@
 //! What an inner learner does for [`Recurrent`]: train on summaries and return their
 //! gradient; and [`Recurrent`] as an [`OffPolicyLearner`] the trainer drives.
 
-use rl_core::{DType, Flag, MemoryPlan, Schema, TransitionSchema};
+use rl_core::{DType, Flag, Location, MemoryPlan, Schema, TransitionSchema};
+use rl_nn::{NetworkState, Weights};
 use rl_nn::Checkpoint;
 use rl_storage::Batch;
 
-use super::{Recurrent, RecurrentActor, RecurrentState};
+use super::{HISTORY, HISTORY_TARGET, Recurrent, RecurrentActor, RecurrentConfig, RecurrentState};
 use crate::dqn::{self, Dqn, DqnStats};
-use crate::error::{Error, Result};
-use crate::learner::{OffPolicyLearner, SequenceSpec};
+use crate::error::{Error, Result, first_difference};
+use crate::learner::{Learner, OffPolicyLearner, SequenceSpec};
 use crate::policy::{HistorySlot, Mode};
 use crate::predict::Predict;
 use crate::sac::{self, DiscreteSac, Sac, SacStats};
@@ -231,8 +232,129 @@ impl<L: SequenceLearner> Predict for Recurrent<L> {
     }
 }
 
-impl<L: SequenceLearner> OffPolicyLearner for Recurrent<L> {
+impl<L: SequenceLearner> Learner for Recurrent<L> {
     type Saved = RecurrentState<L::Saved>;
+
+    fn kind(&self) -> &'static str {
+        L::RECURRENT_KIND
+    }
+
+    fn updates(&self) -> u64 {
+        self.inner.updates()
+    }
+
+    /// Everything the learner holds: the inner learner's plan, the summarizer and its
+    /// target (an LSTM's parameters, gradients and Adam moments), the update's states,
+    /// replay workspace and buffers. Acting states come on top, one per number of rows
+    /// acted on (`Recurrent::acting_plan`). Constant for the learner's life.
+    fn memory_plan(&self) -> MemoryPlan {
+        let mut plan = self.inner.memory_plan();
+        let name = format!("history ({})", self.config.history);
+        if let Some(cell) = self.summary.cell() {
+            let params = (cell.num_params() * size_of::<f32>()) as u64;
+            plan.add(format!("{name}/parameters"), Location::Ram, params);
+            plan.add(format!("{name}/gradients"), Location::Ram, params);
+            plan.add(format!("{name}/target parameters"), Location::Ram, params);
+            if let Some(adam) = &self.adam {
+                plan.nest(&name, &adam.memory_plan("summarizer"));
+            }
+        }
+        let windows = self.windows;
+        plan.nest(&name, &self.summary.state_plan("burn-in (online)", windows));
+        plan.nest(&name, &self.summary.state_plan("burn-in (target)", windows));
+        plan.add(
+            format!(
+                "{name}/window replay, {} steps x {windows} windows",
+                self.config.seq_len
+            ),
+            Location::Ram,
+            self.summary
+                .replay_workspace_bytes(self.config.seq_len, windows),
+        );
+        plan.add(
+            format!("{name}/update buffers (windows, summaries, gradients)"),
+            Location::Ram,
+            self.train.buffer_bytes(),
+        );
+        plan
+    }
+
+    /// The whole learner: the inner learner's networks and state, the summarizer
+    /// (`history`, with its Adam moments) and its target (`history_target`), and this
+    /// configuration.
+    fn checkpoint(&self) -> Checkpoint<Self::Saved> {
+        let inner = self.inner.checkpoint();
+        let mut networks = inner.networks;
+        if let (Some(cell), Some(target)) = (self.summary.cell(), self.target.cell()) {
+            networks.push(NetworkState::capture(HISTORY, cell, self.adam.as_ref()));
+            networks.push(NetworkState::capture(HISTORY_TARGET, target, None));
+        }
+        Checkpoint {
+            kind: L::RECURRENT_KIND.to_owned(),
+            networks,
+            state: RecurrentState {
+                config: self.config.clone(),
+                inner: inner.state,
+            },
+        }
+    }
+
+    /// Restores a [`Recurrent::checkpoint`] of a learner built the same way; everything
+    /// is checked first, and on error nothing changes.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointMismatch`] for another configuration or architecture, and the
+    /// inner learner's restore errors.
+    fn restore(&mut self, checkpoint: &Checkpoint<Self::Saved>) -> Result<()> {
+        first_difference!(
+            RecurrentConfig,
+            "recurrent",
+            &self.config,
+            &checkpoint.state.config,
+            [history, seq_len, burn_in, adam, tau, max_grad_norm, seed],
+            except []
+        )?;
+        let (ours, theirs): (Vec<_>, Vec<_>) = checkpoint
+            .networks
+            .iter()
+            .cloned()
+            .partition(|n| n.name == HISTORY || n.name == HISTORY_TARGET);
+        let mut summary = self.summary.clone();
+        let mut target = self.target.clone();
+        let mut adam = self.adam.clone();
+        if let (Some(cell), Some(target_cell)) = (summary.cell_mut(), target.cell_mut()) {
+            let find = |name: &str| {
+                ours.iter()
+                    .find(|n| n.name == name)
+                    .ok_or_else(|| Error::CheckpointMismatch {
+                        what: format!("network {name}"),
+                        expected: "the summarizer's weights".to_owned(),
+                        actual: "none in the checkpoint".to_owned(),
+                    })
+            };
+            find(HISTORY)?.restore_into(cell, adam.as_mut())?;
+            find(HISTORY_TARGET)?.restore_into(target_cell, None)?;
+        } else if !ours.is_empty() {
+            return Err(Error::CheckpointMismatch {
+                what: "summarizer".to_owned(),
+                expected: format!("{} (no weights)", self.config.history),
+                actual: "a summarizer with weights".to_owned(),
+            });
+        }
+        let inner = Checkpoint {
+            kind: self.inner.kind().to_owned(),
+            networks: theirs,
+            state: checkpoint.state.inner.clone(),
+        };
+        self.inner.restore(&inner)?;
+        self.summary = summary;
+        self.target = target;
+        self.adam = adam;
+        Ok(())
+    }
+}
+
+impl<L: SequenceLearner> OffPolicyLearner for Recurrent<L> {
     type Stats = L::Stats;
     type Actor = RecurrentActor<L::Actor>;
 
@@ -261,20 +383,8 @@ impl<L: SequenceLearner> OffPolicyLearner for Recurrent<L> {
         self.inner.set_env_steps(env_steps);
     }
 
-    fn updates(&self) -> u64 {
-        self.inner.updates()
-    }
-
-    fn memory_plan(&self) -> MemoryPlan {
-        Recurrent::memory_plan(self)
-    }
-
     fn acting_plan(&self, rows: usize) -> MemoryPlan {
         Recurrent::acting_plan(self, rows)
-    }
-
-    fn checkpoint(&self) -> Checkpoint<Self::Saved> {
-        Recurrent::checkpoint(self)
     }
 
     fn actor(&self) -> Result<Self::Actor> {
@@ -301,11 +411,4 @@ impl<L: SequenceLearner> OffPolicyLearner for Recurrent<L> {
         plan
     }
 
-    fn checkpoint_kind(&self) -> &'static str {
-        L::RECURRENT_KIND
-    }
-
-    fn restore(&mut self, checkpoint: &Checkpoint<Self::Saved>) -> Result<()> {
-        Recurrent::restore(self, checkpoint)
-    }
 }

@@ -7,6 +7,9 @@ use rl_core::{BoxSpace, DType, Flag, Space};
 use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 
 use super::*;
+use rl_nn::Checkpoint;
+#[allow(unused_imports, reason = "the learner traits, for their methods")]
+use crate::learner::{Learner as _, OffPolicyLearner as _, OnPolicyLearner as _};
 use crate::dqn::{Dqn, DqnConfig};
 use crate::sac::{DiscreteSac, SacConfig};
 

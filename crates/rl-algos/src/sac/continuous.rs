@@ -353,21 +353,6 @@ impl Sac {
         )
     }
 
-    /// Everything the trainer holds: networks, targets, gradients, Adam moments,
-    /// workspaces and per-update buffers. Constant for the trainer's life; the replay
-    /// buffer is the caller's (plan it with `RamStorage::plan`).
-    pub fn memory_plan(&self) -> MemoryPlan {
-        let mut plan = MemoryPlan::new();
-        self.core.memory_plan(&mut plan);
-        self.passes.memory_plan(&mut plan);
-        plan.add(
-            "sac/update buffers",
-            Location::Ram,
-            f32_bytes(self.scratch.floats()),
-        );
-        plan
-    }
-
     /// One gradient step (critics, actor, entropy coefficient, then the targets every
     /// `target_update_interval` steps) on a batch sampled from a replay buffer with
     /// [`Sac::replay_schema`]'s columns, in Stable-Baselines3's order.
@@ -636,21 +621,6 @@ impl Sac {
         (&self.scale, &self.offset)
     }
 
-    /// The whole trainer state: actor, critics, targets, optimisers, `log alpha`, update
-    /// count and noise generator.
-    pub fn checkpoint(&self) -> Checkpoint<SacState> {
-        self.core.checkpoint(CHECKPOINT_KIND)
-    }
-
-    /// Restores a [`Sac::checkpoint`]; everything is checked first and on error nothing
-    /// changes.
-    ///
-    /// # Errors
-    /// [`Error::CheckpointMismatch`] for another configuration (the seed aside) or
-    /// architecture; checkpoint shape and optimiser-state errors.
-    pub fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
-        self.core.restore(checkpoint)
-    }
 }
 
 impl crate::predict::Predict for Sac {
@@ -663,8 +633,50 @@ impl crate::predict::Predict for Sac {
     }
 }
 
-impl crate::learner::OffPolicyLearner for Sac {
+impl crate::learner::Learner for Sac {
     type Saved = SacState;
+
+    fn kind(&self) -> &'static str {
+        CHECKPOINT_KIND
+    }
+
+    fn updates(&self) -> u64 {
+        self.core.updates()
+    }
+
+    /// Everything the trainer holds: networks, targets, gradients, Adam moments,
+    /// workspaces and per-update buffers. Constant for the trainer's life; the replay
+    /// buffer is the caller's (plan it with `RamStorage::plan`).
+    fn memory_plan(&self) -> MemoryPlan {
+        let mut plan = MemoryPlan::new();
+        self.core.memory_plan(&mut plan);
+        self.passes.memory_plan(&mut plan);
+        plan.add(
+            "sac/update buffers",
+            Location::Ram,
+            f32_bytes(self.scratch.floats()),
+        );
+        plan
+    }
+
+    /// The whole trainer state: actor, critics, targets, optimisers, `log alpha`, update
+    /// count and noise generator.
+    fn checkpoint(&self) -> Checkpoint<SacState> {
+        self.core.checkpoint(CHECKPOINT_KIND)
+    }
+
+    /// Restores a [`Sac::checkpoint`]; everything is checked first and on error nothing
+    /// changes.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointMismatch`] for another configuration (the seed aside) or
+    /// architecture; checkpoint shape and optimiser-state errors.
+    fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
+        self.core.restore(checkpoint)
+    }
+}
+
+impl crate::learner::OffPolicyLearner for Sac {
     type Stats = SacStats;
     type Actor = SacActor;
 
@@ -692,25 +704,6 @@ impl crate::learner::OffPolicyLearner for Sac {
         Sac::update(self, batch)
     }
 
-    fn updates(&self) -> u64 {
-        self.core.updates()
-    }
-
-    fn memory_plan(&self) -> MemoryPlan {
-        Sac::memory_plan(self)
-    }
-
-    fn checkpoint(&self) -> Checkpoint<SacState> {
-        Sac::checkpoint(self)
-    }
-
-    fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
-        Sac::restore(self, checkpoint)
-    }
-
-    fn checkpoint_kind(&self) -> &'static str {
-        CHECKPOINT_KIND
-    }
 }
 
 impl Policy for Sac {

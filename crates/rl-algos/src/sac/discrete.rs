@@ -373,37 +373,6 @@ impl DiscreteSac {
         )
     }
 
-    /// Everything the trainer holds, constant for its life: networks, gradients,
-    /// moments, workspaces, the scorer's chunk scratch (and the shared table, counted
-    /// once) and per-update buffers.
-    pub fn memory_plan(&self) -> MemoryPlan {
-        let mut plan = MemoryPlan::new();
-        self.core.memory_plan(&mut plan);
-        self.passes.memory_plan(&mut plan);
-        plan.nest("sac", &self.scorer.memory_plan());
-        plan.add("sac/update buffers", Location::Ram, self.scratch.bytes());
-        if let Some(masking) = &self.masking {
-            let masks = masking.batch.len() + masking.next.len() + masking.act.len();
-            let words = (self.n as usize).div_ceil(64);
-            plan.add(
-                "sac/action masks (one per row)",
-                Location::Ram,
-                (masks * words * size_of::<u64>()) as u64,
-            );
-        }
-        if let Some(learning) = &self.learning {
-            // The table itself is the scorer's table line (its private copy here).
-            let floats = learning.grads.len();
-            plan.add(
-                "sac/learned table gradients",
-                Location::Ram,
-                f32_bytes(floats),
-            );
-            plan.nest("sac", &learning.adam.memory_plan("learned table"));
-        }
-        plan
-    }
-
     /// One gradient step (critics, actor, entropy coefficient, then the targets every
     /// `target_update_interval` steps) on a batch with [`DiscreteSac::replay_schema`]'s
     /// columns.
@@ -684,76 +653,6 @@ impl DiscreteSac {
         (per_batch * ACT_ROWS as u64).div_ceil(self.scorer.max_batch() as u64)
     }
 
-    /// The whole trainer state (as [`crate::sac::Sac::checkpoint`]), with the learned table
-    /// and its optimiser (network `action_table`) when the table is learned.
-    pub fn checkpoint(&self) -> Checkpoint<SacState> {
-        let mut checkpoint = self.core.checkpoint(CHECKPOINT_KIND);
-        if let (Some(learning), Some(table)) = (&self.learning, self.scorer.table()) {
-            let shape = vec![table.rows(), table.dim()];
-            checkpoint.networks.push(NetworkState {
-                name: TABLE.to_owned(),
-                architecture: Architecture::Tensor {
-                    shape: shape.clone(),
-                },
-                tensors: vec![TensorSpec {
-                    name: "value".to_owned(),
-                    shape,
-                    offset: 0,
-                }],
-                params: table.as_slice().to_vec(),
-                optimizer: Some(learning.adam.state()),
-            });
-        }
-        checkpoint
-    }
-
-    /// Restores a [`DiscreteSac::checkpoint`]; everything (the learned table too) is
-    /// checked first, and on error nothing changes.
-    ///
-    /// # Errors
-    /// As [`crate::sac::Sac::restore`], and [`Error::CheckpointMismatch`] for a checkpoint
-    /// with a learned table given to a trainer without one or the reverse.
-    pub fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
-        let saved = checkpoint.networks.iter().find(|n| n.name == TABLE);
-        let learned = match (&self.learning, saved, self.scorer.table()) {
-            (None, None, _) => None,
-            (Some(learning), Some(saved), Some(table)) => {
-                // Checks shape, values' count and the optimiser state on copies.
-                let mut values = Parameters::filled(vec![table.rows(), table.dim()], 0.0)?;
-                let mut adam = learning.adam.clone();
-                saved.restore_into(&mut values, Some(&mut adam))?;
-                if let Some((element, &value)) = values
-                    .params()
-                    .iter()
-                    .enumerate()
-                    .find(|(_, v)| !v.is_finite())
-                {
-                    return Err(Error::CheckpointMismatch {
-                        what: format!("learned table value {element}"),
-                        expected: "a finite value".to_owned(),
-                        actual: value.to_string(),
-                    });
-                }
-                Some((adam, values))
-            }
-            _ => {
-                let kind = |learned: bool| if learned { "learned" } else { "fixed" }.to_owned();
-                return Err(Error::CheckpointMismatch {
-                    what: "action table".to_owned(),
-                    expected: kind(self.learning.is_some()),
-                    actual: kind(saved.is_some()),
-                });
-            }
-        };
-        self.core.restore(checkpoint)?;
-        if let (Some((adam, values)), Some(learning)) = (learned, &mut self.learning) {
-            self.scorer
-                .update_table(|table| table.copy_from_slice(values.params()))?;
-            learning.adam = adam;
-            learning.grads.fill(0.0);
-        }
-        Ok(())
-    }
 }
 
 /// What acting for a collector reads and writes: the actor's forward pass over at most
@@ -834,8 +733,121 @@ impl crate::predict::Predict for DiscreteSac {
     }
 }
 
-impl crate::learner::OffPolicyLearner for DiscreteSac {
+impl crate::learner::Learner for DiscreteSac {
     type Saved = SacState;
+
+    fn kind(&self) -> &'static str {
+        CHECKPOINT_KIND
+    }
+
+    fn updates(&self) -> u64 {
+        self.core.updates()
+    }
+
+    /// Everything the trainer holds, constant for its life: networks, gradients,
+    /// moments, workspaces, the scorer's chunk scratch (and the shared table, counted
+    /// once) and per-update buffers.
+    fn memory_plan(&self) -> MemoryPlan {
+        let mut plan = MemoryPlan::new();
+        self.core.memory_plan(&mut plan);
+        self.passes.memory_plan(&mut plan);
+        plan.nest("sac", &self.scorer.memory_plan());
+        plan.add("sac/update buffers", Location::Ram, self.scratch.bytes());
+        if let Some(masking) = &self.masking {
+            let masks = masking.batch.len() + masking.next.len() + masking.act.len();
+            let words = (self.n as usize).div_ceil(64);
+            plan.add(
+                "sac/action masks (one per row)",
+                Location::Ram,
+                (masks * words * size_of::<u64>()) as u64,
+            );
+        }
+        if let Some(learning) = &self.learning {
+            // The table itself is the scorer's table line (its private copy here).
+            let floats = learning.grads.len();
+            plan.add(
+                "sac/learned table gradients",
+                Location::Ram,
+                f32_bytes(floats),
+            );
+            plan.nest("sac", &learning.adam.memory_plan("learned table"));
+        }
+        plan
+    }
+
+    /// The whole trainer state (as [`crate::sac::Sac::checkpoint`]), with the learned table
+    /// and its optimiser (network `action_table`) when the table is learned.
+    fn checkpoint(&self) -> Checkpoint<SacState> {
+        let mut checkpoint = self.core.checkpoint(CHECKPOINT_KIND);
+        if let (Some(learning), Some(table)) = (&self.learning, self.scorer.table()) {
+            let shape = vec![table.rows(), table.dim()];
+            checkpoint.networks.push(NetworkState {
+                name: TABLE.to_owned(),
+                architecture: Architecture::Tensor {
+                    shape: shape.clone(),
+                },
+                tensors: vec![TensorSpec {
+                    name: "value".to_owned(),
+                    shape,
+                    offset: 0,
+                }],
+                params: table.as_slice().to_vec(),
+                optimizer: Some(learning.adam.state()),
+            });
+        }
+        checkpoint
+    }
+
+    /// Restores a [`DiscreteSac::checkpoint`]; everything (the learned table too) is
+    /// checked first, and on error nothing changes.
+    ///
+    /// # Errors
+    /// As [`crate::sac::Sac::restore`], and [`Error::CheckpointMismatch`] for a checkpoint
+    /// with a learned table given to a trainer without one or the reverse.
+    fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
+        let saved = checkpoint.networks.iter().find(|n| n.name == TABLE);
+        let learned = match (&self.learning, saved, self.scorer.table()) {
+            (None, None, _) => None,
+            (Some(learning), Some(saved), Some(table)) => {
+                // Checks shape, values' count and the optimiser state on copies.
+                let mut values = Parameters::filled(vec![table.rows(), table.dim()], 0.0)?;
+                let mut adam = learning.adam.clone();
+                saved.restore_into(&mut values, Some(&mut adam))?;
+                if let Some((element, &value)) = values
+                    .params()
+                    .iter()
+                    .enumerate()
+                    .find(|(_, v)| !v.is_finite())
+                {
+                    return Err(Error::CheckpointMismatch {
+                        what: format!("learned table value {element}"),
+                        expected: "a finite value".to_owned(),
+                        actual: value.to_string(),
+                    });
+                }
+                Some((adam, values))
+            }
+            _ => {
+                let kind = |learned: bool| if learned { "learned" } else { "fixed" }.to_owned();
+                return Err(Error::CheckpointMismatch {
+                    what: "action table".to_owned(),
+                    expected: kind(self.learning.is_some()),
+                    actual: kind(saved.is_some()),
+                });
+            }
+        };
+        self.core.restore(checkpoint)?;
+        if let (Some((adam, values)), Some(learning)) = (learned, &mut self.learning) {
+            self.scorer
+                .update_table(|table| table.copy_from_slice(values.params()))?;
+            learning.adam = adam;
+            learning.grads.fill(0.0);
+        }
+        Ok(())
+    }
+}
+
+impl crate::learner::OffPolicyLearner for DiscreteSac {
     type Stats = SacStats;
     type Actor = DiscreteSacActor;
 
@@ -867,25 +879,6 @@ impl crate::learner::OffPolicyLearner for DiscreteSac {
         DiscreteSac::update(self, batch)
     }
 
-    fn updates(&self) -> u64 {
-        self.core.updates()
-    }
-
-    fn memory_plan(&self) -> MemoryPlan {
-        DiscreteSac::memory_plan(self)
-    }
-
-    fn checkpoint(&self) -> Checkpoint<SacState> {
-        DiscreteSac::checkpoint(self)
-    }
-
-    fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
-        DiscreteSac::restore(self, checkpoint)
-    }
-
-    fn checkpoint_kind(&self) -> &'static str {
-        CHECKPOINT_KIND
-    }
 }
 
 impl Policy for DiscreteSac {

@@ -9,6 +9,8 @@ use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, samp
 
 use super::continuous::squash;
 use super::*;
+#[allow(unused_imports, reason = "the learner traits, for their methods")]
+use crate::learner::{Learner as _, OffPolicyLearner as _, OnPolicyLearner as _};
 use crate::predict::Predict;
 
 fn box_space(low: f32, high: f32, len: usize) -> Space {

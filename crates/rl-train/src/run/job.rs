@@ -5,11 +5,12 @@ use std::path::Path;
 
 use crate::eval::{EvalConfig, EvalReport, evaluate};
 use crate::trainer::{
-    ChunkActor, ChunkCollector, ChunkConfig, ChunkSource, Goal, LearnerConfig, OffPolicyConfig,
+    ChunkActor, ChunkCollector, ChunkConfig, ChunkSource, Goal, OffPolicyConfig,
     OffPolicyLearner, OffPolicyReplay, OffPolicyTrainer, OnPolicyLearner, OnPolicyTrainer,
-    PpoPolicy, RunConfig, TrainSummary,
+    RunConfig, TrainSummary,
 };
-use rl_collect::RandomAction;
+use rl_algos::learner::Learner;
+use rl_collect::{RandomAction, ValuePolicy};
 use rl_core::{Column, DType, Env, Field, MemoryPlan, Schema, Space};
 use rl_nn::Checkpoint;
 use rl_storage::Batch;
@@ -87,34 +88,32 @@ fn final_eval(
     Ok(Some(evaluate(schedule.episodes)?))
 }
 
-/// A job on the on-policy trainer of `policy` (PPO, recurrent PPO).
-pub(crate) fn on_policy<E, P, F>(
+/// A job on the on-policy trainer of `learner` (PPO, recurrent PPO).
+pub(crate) fn on_policy<E, L, F>(
     make: F,
     env: E,
-    policy: P,
-    learner: LearnerConfig<P>,
+    mut learner: L,
     config: &Config,
     job: Job<'_>,
 ) -> Result<Outcome>
 where
     E: Env<Obs = f32>,
     E::Act: RandomAction,
-    P: PpoPolicy<Act = E::Act>,
+    L: OnPolicyLearner<Policy: ValuePolicy<Act = E::Act>>,
     F: Fn(u64) -> E,
 {
     match job {
-        Job::Plan => Ok(Outcome::Plan(OnPolicyTrainer::<E, P>::plan(
+        Job::Plan => Ok(Outcome::Plan(OnPolicyTrainer::<E, L>::plan(
             &env,
-            policy,
-            learner,
+            &learner,
             &config.run,
         )?)),
         Job::Train(dir, options, resume) => {
             let run = rundir::run_config(dir, config);
             let mut trainer = if resume {
-                OnPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, policy, learner, run)?
+                OnPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, run)?
             } else {
-                OnPolicyTrainer::new(make, policy, learner, run)?
+                OnPolicyTrainer::new(make, learner, run)?
             };
             let plan = trainer.memory_plan().clone();
             let mut monitor = Monitor::start(dir, config, options, &plan, trainer.env_steps())?;
@@ -134,12 +133,12 @@ where
             episodes,
             seed,
         } => {
-            let mut ppo = P::Learner::new(policy, learner, config.run.n_envs)?;
-            ppo.load(&dir.join(LEARNER_FILE))?;
+            let checkpoint = Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.kind())?;
+            learner.restore(&checkpoint)?;
             let mut env = make(seed);
             let report = evaluate(
                 &mut env,
-                ppo.policy_mut(),
+                learner.policy_mut(),
                 &eval_config(&config.run, episodes, seed),
             )?;
             Ok(Outcome::Eval(report))
@@ -205,7 +204,7 @@ where
             seed,
         } => {
             let saved =
-                Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.checkpoint_kind())?;
+                Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.kind())?;
             learner.restore(&saved)?;
             let mut env = make(seed);
             let report = evaluate(

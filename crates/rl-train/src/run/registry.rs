@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use rl_algos::dqn::Dqn;
 use rl_algos::policy::{CategoricalPolicy, GaussianPolicy, RecurrentCategoricalPolicy};
-use rl_algos::ppo::RecurrentPpoConfig;
+use rl_algos::ppo::{Ppo, RecurrentPpo, RecurrentPpoConfig};
 use rl_algos::sac::{DiscreteSac, Sac};
 use rl_core::{Env, FeatureTable, Space};
 use rl_envs::{CartPole, LargeDiscrete, MaskedCartPole, PartialLargeDiscrete, Pendulum};
@@ -276,7 +276,8 @@ where
                 let policy =
                     CategoricalPolicy::for_env(&env, policy_config, seed).map_err(build_error)?;
                 let ppo = config.ppo.ok_or_else(missing)?;
-                job::on_policy(self.make.clone(), env, policy, ppo, config, job)
+                let learner = Ppo::new(policy, ppo, config.run.n_envs).map_err(build_error)?;
+                job::on_policy(self.make.clone(), env, learner, config, job)
             }
             Algo::RecurrentPpo => {
                 let policy_config = config.policy.clone().ok_or_else(missing)?;
@@ -290,7 +291,9 @@ where
                 .map_err(build_error)?;
                 let ppo = config.ppo.ok_or_else(missing)?;
                 let learner = RecurrentPpoConfig::new(ppo, recurrent.chunk_len);
-                job::on_policy(self.make.clone(), env, policy, learner, config, job)
+                let learner = RecurrentPpo::new(policy, learner, config.run.n_envs)
+                    .map_err(build_error)?;
+                job::on_policy(self.make.clone(), env, learner, config, job)
             }
             Algo::DiscreteSac => {
                 let sac = config.sac.clone().ok_or_else(missing)?;
@@ -343,7 +346,8 @@ where
                 let policy =
                     GaussianPolicy::for_env(&env, policy_config, seed).map_err(build_error)?;
                 let ppo = config.ppo.ok_or_else(missing)?;
-                job::on_policy(self.make.clone(), env, policy, ppo, config, job)
+                let learner = Ppo::new(policy, ppo, config.run.n_envs).map_err(build_error)?;
+                job::on_policy(self.make.clone(), env, learner, config, job)
             }
             Algo::Sac => {
                 let sac = config.sac.clone().ok_or_else(missing)?;

@@ -22,7 +22,7 @@ use self::replay::ReplaySampler;
 pub use self::replay::{OffPolicyReplay, REPLAY_FILE, ReplayLocation};
 use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
 use crate::eval::{EvalReport, evaluate};
-use rl_algos::learner::OffPolicyLearner;
+use rl_algos::learner::{Learner, OffPolicyLearner};
 use rl_algos::{Error, Result};
 
 /// The learner's checkpoint inside a run directory.
@@ -382,9 +382,9 @@ where
     ) -> Result<Self> {
         config.validate()?;
         let counters = RunCounters::load(dir)?;
-        counters.check(TRAINER, learner.checkpoint_kind(), &config.run)?;
+        counters.check(TRAINER, learner.kind(), &config.run)?;
         let saved =
-            Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.checkpoint_kind())?;
+            Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.kind())?;
         learner.restore(&saved)?;
         Self::build(make_env, learner, config, Some((dir, counters)), None)
     }
@@ -660,7 +660,7 @@ where
     fn counters(&self) -> RunCounters {
         RunCounters {
             trainer: TRAINER.to_owned(),
-            learner: self.learner().checkpoint_kind().to_owned(),
+            learner: self.learner().kind().to_owned(),
             env_steps: self.env_steps(),
             updates: self.learner().updates(),
             last_eval_steps: self.last_eval_steps,

@@ -11,9 +11,11 @@ use rl_storage::rollout::RolloutBuffer;
 
 use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
 use crate::eval::{EvalReport, evaluate};
-use rl_algos::Result;
-use rl_algos::learner::{LearnerConfig, OnPolicyLearner, PpoPolicy};
-use rl_algos::ppo::UpdateStats;
+use rl_algos::learner::{Learner, OnPolicyLearner};
+use rl_algos::policy::PolicyNetworks;
+use rl_algos::{Error, Result};
+use rl_collect::ValuePolicy;
+use rl_nn::Weights;
 
 /// The learner's checkpoint inside a run directory.
 const LEARNER_FILE: &str = "learner.safetensors";
@@ -25,7 +27,7 @@ const TRAINER: &str = "on_policy";
 /// statistics and sampling generator copied into the collector's policy (the trainer
 /// does this; nothing for the caller to keep in step).
 ///
-/// The learner is the policy's ([`PpoPolicy::Learner`]): [`Ppo`](rl_algos::ppo::Ppo) with a [`PpoConfig`](rl_algos::ppo::PpoConfig)
+/// The learner is any [`OnPolicyLearner`], built for `run.n_envs` environments: [`Ppo`](rl_algos::ppo::Ppo) with a [`PpoConfig`](rl_algos::ppo::PpoConfig)
 /// for feed-forward policies, [`RecurrentPpo`](rl_algos::ppo::RecurrentPpo) with a [`RecurrentPpoConfig`](rl_algos::ppo::RecurrentPpoConfig) for a
 /// [`RecurrentCategoricalPolicy`](rl_algos::policy::RecurrentCategoricalPolicy) (the trainer makes the collector's copy record each
 /// chunk's starting state before every rollout).
@@ -47,28 +49,28 @@ const TRAINER: &str = "on_policy";
 /// # Ok::<(), rl_algos::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct OnPolicyTrainer<E, P>
+pub struct OnPolicyTrainer<E, L>
 where
     E: Env<Obs = f32>,
-    P: PpoPolicy<Act = E::Act>,
+    L: OnPolicyLearner<Policy: ValuePolicy<Act = E::Act>>,
 {
     run: RunConfig,
-    ppo: P::Learner,
-    collector: SyncCollector<E, P>,
+    ppo: L,
+    collector: SyncCollector<E, L::Policy>,
     rollout: RolloutBuffer,
     eval_env: E,
     plan: MemoryPlan,
     steps_before: u64,
     last_eval_steps: u64,
     best_eval: Option<f64>,
-    last_stats: Option<UpdateStats>,
+    last_stats: Option<L::Stats>,
 }
 
-impl<E, P> OnPolicyTrainer<E, P>
+impl<E, L> OnPolicyTrainer<E, L>
 where
     E: Env<Obs = f32>,
     E::Act: RandomAction,
-    P: PpoPolicy<Act = E::Act>,
+    L: OnPolicyLearner<Policy: ValuePolicy<Act = E::Act>>,
 {
     /// A new run: `make_env(seed)` builds each training environment and the evaluation
     /// environment; `policy` is trained with `ppo`. The plan (rollout, learner,
@@ -78,13 +80,8 @@ where
     /// # Errors
     /// An invalid configuration, a plan over the budget, environments that do not fit
     /// the policy.
-    pub fn new(
-        make_env: impl FnMut(u64) -> E,
-        policy: P,
-        ppo: LearnerConfig<P>,
-        run: RunConfig,
-    ) -> Result<Self> {
-        Self::build(make_env, policy, ppo, run, None)
+    pub fn new(make_env: impl FnMut(u64) -> E, learner: L, run: RunConfig) -> Result<Self> {
+        Self::build(make_env, learner, run, None)
     }
 
     /// Continues the run saved in `dir`: learner (weights, optimiser, schedules,
@@ -98,13 +95,12 @@ where
     pub fn resume(
         dir: &Path,
         make_env: impl FnMut(u64) -> E,
-        policy: P,
-        ppo: LearnerConfig<P>,
+        learner: L,
         run: RunConfig,
     ) -> Result<Self> {
         let counters = RunCounters::load(dir)?;
-        counters.check(TRAINER, <P::Learner as OnPolicyLearner>::KIND, &run)?;
-        Self::build(make_env, policy, ppo, run, Some((dir, counters)))
+        counters.check(TRAINER, learner.kind(), &run)?;
+        Self::build(make_env, learner, run, Some((dir, counters)))
     }
 
     /// The whole run's memory plan for `policy` trained with `config` under `run` on
@@ -115,30 +111,25 @@ where
     ///
     /// # Errors
     /// An invalid configuration.
-    pub fn plan(
-        env: &E,
-        policy: P,
-        config: LearnerConfig<P>,
-        run: &RunConfig,
-    ) -> Result<MemoryPlan> {
+    pub fn plan(env: &E, learner: &L, run: &RunConfig) -> Result<MemoryPlan> {
         run.validate()?;
-        let ppo = P::Learner::new(policy, config, run.n_envs)?;
-        Self::plan_of(&ppo, run, env)
+        check_envs(learner, run)?;
+        Self::plan_of(learner, run, env)
     }
 
-    fn plan_of(ppo: &P::Learner, run: &RunConfig, env: &E) -> Result<MemoryPlan> {
+    fn plan_of(ppo: &L, run: &RunConfig, env: &E) -> Result<MemoryPlan> {
         let mut plan = MemoryPlan::new();
         plan.nest("rollout", &ppo.rollout_plan()?);
         plan.nest("learner", &ppo.memory_plan());
         plan.add(
             "policy/weights (collector copy)",
             Location::Ram,
-            (ppo.num_params() * size_of::<f32>()) as u64,
+            (num_params(ppo.policy()) * size_of::<f32>()) as u64,
         );
         plan.nest("collector", &ppo.acting_plan());
         plan.nest(
             "collector",
-            &SyncCollector::<E, P>::plan(
+            &SyncCollector::<E, L::Policy>::plan(
                 run.n_envs,
                 env.observation_space().flat_len(),
                 env.action_space().flat_len(),
@@ -149,16 +140,16 @@ where
 
     fn build(
         mut make_env: impl FnMut(u64) -> E,
-        policy: P,
-        config: LearnerConfig<P>,
+        mut ppo: L,
         run: RunConfig,
         resume: Option<(&Path, RunCounters)>,
     ) -> Result<Self> {
         run.validate()?;
-        let mut ppo = P::Learner::new(policy.clone(), config, run.n_envs)?;
+        check_envs(&ppo, &run)?;
+        let policy = ppo.policy().clone();
         let (steps_before, last_eval_steps, best_eval) = match &resume {
             Some((dir, counters)) => {
-                ppo.load(&dir.join(LEARNER_FILE))?;
+                run::load_learner(&mut ppo, &dir.join(LEARNER_FILE))?;
                 (
                     counters.env_steps,
                     counters.last_eval_steps,
@@ -209,19 +200,19 @@ where
         &self.plan
     }
 
-    /// The PPO learner.
-    pub fn ppo(&self) -> &P::Learner {
+    /// The learner.
+    pub fn ppo(&self) -> &L {
         &self.ppo
     }
 
     /// The policy being trained (the learner's copy).
-    pub fn policy(&self) -> &P {
+    pub fn policy(&self) -> &L::Policy {
         self.ppo.policy()
     }
 
     /// The collector's copy of the policy, mutably (acts like the learner's: the
     /// trainer copies weights after every update). Use it to evaluate or predict.
-    pub fn policy_mut(&mut self) -> &mut P {
+    pub fn policy_mut(&mut self) -> &mut L::Policy {
         self.collector.policy_mut()
     }
 
@@ -254,7 +245,7 @@ where
     ///
     /// # Errors
     /// Environment, policy and learner errors ([`Error::Diverged`](rl_algos::Error::Diverged) ...).
-    pub fn train(&mut self, callback: &mut dyn Callback<UpdateStats>) -> Result<TrainSummary> {
+    pub fn train(&mut self, callback: &mut dyn Callback<L::Stats>) -> Result<TrainSummary> {
         let run = self.run.clone();
         let mut clock = Clock::start(self.env_steps(), self.last_eval_steps, self.best_eval);
         let episodes_before = self.collector.stats().episodes();
@@ -313,7 +304,7 @@ where
     fn save_scheduled(
         &mut self,
         clock: &mut Clock,
-        callback: &mut dyn Callback<UpdateStats>,
+        callback: &mut dyn Callback<L::Stats>,
     ) -> Result<()> {
         let steps = self.env_steps();
         self.last_eval_steps = clock.last_eval_steps;
@@ -328,7 +319,7 @@ where
 
     /// The learner's whole state, with the sampling generator of the collector's copy
     /// (the one that draws the actions).
-    pub fn checkpoint(&mut self) -> Checkpoint<<P::Learner as OnPolicyLearner>::Saved> {
+    pub fn checkpoint(&mut self) -> Checkpoint<L::Saved> {
         self.sync_sampling();
         self.ppo.checkpoint()
     }
@@ -347,7 +338,7 @@ where
         self.sync_sampling();
         let counters = RunCounters {
             trainer: TRAINER.to_owned(),
-            learner: <P::Learner as OnPolicyLearner>::KIND.to_owned(),
+            learner: self.ppo.kind().to_owned(),
             env_steps: self.env_steps(),
             updates: self.ppo.updates(),
             last_eval_steps: self.last_eval_steps,
@@ -356,8 +347,32 @@ where
         };
         let ppo = &self.ppo;
         run::save_dir(dir, |partial| {
-            ppo.save(&partial.join(LEARNER_FILE))?;
+            run::save_learner(ppo, &partial.join(LEARNER_FILE))?;
             run::write_counters(partial, &counters)
         })
     }
+}
+
+/// Refuses a learner built for another number of environments than the run's.
+fn check_envs<L: OnPolicyLearner>(learner: &L, run: &RunConfig) -> Result<()> {
+    if learner.envs() == run.n_envs {
+        Ok(())
+    } else {
+        Err(Error::config(
+            "run.n_envs",
+            format!(
+                "is {} but the learner was built for {} environments: build it with run.n_envs",
+                run.n_envs,
+                learner.envs()
+            ),
+        ))
+    }
+}
+
+/// Parameters over every network of `policy` (the collector's copy holds as many).
+fn num_params<P: PolicyNetworks>(policy: &P) -> usize {
+    (0..policy.network_names().len())
+        .filter_map(|i| policy.network(i))
+        .map(|net| net.num_params())
+        .sum()
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::eval::{EvalConfig, EvalReport, evaluate};
 use rl_algos::predict::Predict;
+use rl_algos::learner::Learner;
 use rl_algos::{Error, Result};
 
 /// The file of a run directory that holds the loop's counters ([`RunCounters`]).
@@ -509,6 +510,18 @@ fn sibling(dir: &Path, suffix: &str) -> PathBuf {
     let mut name = dir.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".{suffix}"));
     dir.with_file_name(name)
+}
+
+/// Writes `learner`'s checkpoint to `path` atomically (the run layer owns files; the
+/// learner gives its state).
+pub(crate) fn save_learner<L: Learner>(learner: &L, path: &Path) -> Result<()> {
+    Ok(learner.checkpoint().save(path)?)
+}
+
+/// Restores `learner` from the checkpoint file at `path`; on error nothing changes.
+pub(crate) fn load_learner<L: Learner>(learner: &mut L, path: &Path) -> Result<()> {
+    let checkpoint = rl_nn::Checkpoint::<L::Saved>::load(path, learner.kind())?;
+    learner.restore(&checkpoint)
 }
 
 /// Writes `counters` as `dir/run.json`.

@@ -12,6 +12,8 @@ use rl_nn::{Activation, Architecture};
 use rl_storage::rollout::RolloutBuffer;
 
 use super::*;
+#[allow(unused_imports, reason = "the learner traits, for their methods")]
+use crate::learner::{Learner as _, OffPolicyLearner as _, OnPolicyLearner as _};
 use crate::policy::tests::{discrete_actions, mlp64, uniform};
 use crate::predict::Predict;
 

@@ -1,4 +1,6 @@
 use super::*;
+#[allow(unused_imports, reason = "the learner traits, for their methods")]
+use crate::learner::{Learner as _, OffPolicyLearner as _, OnPolicyLearner as _};
 use proptest::prelude::*;
 use rl_core::{DType, TransitionSchema};
 use rl_storage::ColumnSlice;

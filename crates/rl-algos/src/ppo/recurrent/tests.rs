@@ -7,6 +7,8 @@ use rl_collect::{CollectorConfig, SyncCollector};
 use rl_envs::MaskedCartPole;
 
 use super::*;
+#[allow(unused_imports, reason = "the learner traits, for their methods")]
+use crate::learner::{Learner as _, OffPolicyLearner as _, OnPolicyLearner as _};
 use crate::policy::{History, PolicyConfig};
 
 const ENVS: usize = 4;
@@ -189,9 +191,9 @@ fn a_restored_learner_updates_bit_identically() {
     iterate(&mut learner, &mut collector, &mut rollout);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("learner.safetensors");
-    learner.save(&path).unwrap();
+    std::fs::write(&path, learner.to_bytes().unwrap()).unwrap();
     let mut restored = RecurrentPpo::new(policy(history, 99), config(8), ENVS).unwrap();
-    restored.load(&path).unwrap();
+    restored.restore_bytes(&std::fs::read(&path).unwrap(), &path).unwrap();
     collect(&learner, &mut collector, &mut rollout);
     let record = collector.policy().chunk_record().unwrap();
     let a = learner.update(&mut rollout, record).unwrap();
@@ -207,13 +209,13 @@ fn a_restored_learner_updates_bit_identically() {
     let mut other = RecurrentPpo::new(policy(history, 5), config(16), ENVS).unwrap();
     let before = other.policy().network(2).unwrap().params().to_vec();
     assert!(matches!(
-        other.load(&path),
+        other.restore_bytes(&std::fs::read(&path).unwrap(), &path),
         Err(Error::CheckpointMismatch { .. })
     ));
     assert_eq!(other.policy().network(2).unwrap().params(), before);
     let mut stack = RecurrentPpo::new(policy(History::Stack { k: 2 }, 5), config(8), ENVS).unwrap();
     assert!(matches!(
-        stack.load(&path),
+        stack.restore_bytes(&std::fs::read(&path).unwrap(), &path),
         Err(Error::CheckpointMismatch { .. })
     ));
 }

@@ -274,7 +274,7 @@ where
         };
         let collector = SyncCollector::new(envs, learner.actor()?, collector_config)?;
         Ok(Self {
-            kind: learner.checkpoint_kind(),
+            kind: learner.kind(),
             learner,
             collector,
             chunk: ReplayBuffer::new(storage, Uniform::new(config.seed)),
