@@ -101,16 +101,22 @@ pub(crate) fn create_replay(
     )
 }
 
+/// Reopens a memmap file at its last commit, with the sampler built for its capacity.
+fn open_storage(path: &Path, sampler: &SamplerSpec) -> PyResult<(MemmapStorage, AnySampler)> {
+    let storage = MemmapStorage::open(path, MemmapOptions::default()).map_err(storage_error)?;
+    let sampler = sampler
+        .build(rl_storage::storage::Storage::capacity(&storage))
+        .map_err(storage_error)?;
+    Ok((storage, sampler))
+}
+
 /// Reopens a memmap buffer at its last commit.
 pub(crate) fn open_replay(
     path: &Path,
     sampler: &SamplerSpec,
     non_finite: NonFinite,
 ) -> PyResult<AnyReplay> {
-    let storage = MemmapStorage::open(path, MemmapOptions::default()).map_err(storage_error)?;
-    let sampler = sampler
-        .build(rl_storage::storage::Storage::capacity(&storage))
-        .map_err(storage_error)?;
+    let (storage, sampler) = open_storage(path, sampler)?;
     Ok(AnyReplay::Memmap(
         ReplayBuffer::new(storage, sampler).with_non_finite(non_finite),
     ))
@@ -151,10 +157,7 @@ pub(crate) fn open_dedup(
     sampler: &SamplerSpec,
     non_finite: NonFinite,
 ) -> PyResult<AnyDedup> {
-    let storage = MemmapStorage::open(path, MemmapOptions::default()).map_err(storage_error)?;
-    let sampler = sampler
-        .build(rl_storage::storage::Storage::capacity(&storage))
-        .map_err(storage_error)?;
+    let (storage, sampler) = open_storage(path, sampler)?;
     DedupReplay::new(storage, sampler)
         .and_then(|b| b.with_frame_stack(frames))
         .map(|b| AnyDedup::Memmap(b.with_non_finite(non_finite)))
