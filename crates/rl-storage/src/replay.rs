@@ -14,6 +14,7 @@ use crate::ring::{self, HostSink, RingWriter};
 use crate::sampler::{Sampler, Uniform};
 use crate::storage::{HostStorage, RingState};
 
+#[doc(inline)]
 pub use crate::__with_storage as with_storage;
 pub use crate::any_replay::{AnyReplay, ByStorage};
 
