@@ -1,4 +1,4 @@
-use rl_core::{Column, DType, Flag};
+use rl_core::{Column, DType, Field, Flag};
 
 use super::*;
 use crate::dedup::NEXT_OBS;
@@ -10,10 +10,10 @@ const CAPACITY: usize = 20;
 
 fn schema() -> Schema {
     Schema::new([
-        Column::new("obs", DType::F32, &[2]),
+        Column::new(Field::Obs.name(), DType::F32, &[2]),
         Column::scalar("id", DType::I64),
-        Column::scalar("terminated", DType::Bool),
-        Column::scalar("truncated", DType::Bool),
+        Column::scalar(Field::Terminated.name(), DType::Bool),
+        Column::scalar(Field::Truncated.name(), DType::Bool),
     ])
     .unwrap()
 }
@@ -68,7 +68,7 @@ fn draw(buffer: &mut AnyReplay) -> (Vec<usize>, Vec<f32>, Vec<f32>, Vec<i64>) {
     (
         batch.positions().to_vec(),
         batch.weights().to_vec(),
-        batch.column::<f32>("obs").unwrap().to_vec(),
+        batch.column::<f32>(Field::Obs.name()).unwrap().to_vec(),
         batch.column::<i64>("id").unwrap().to_vec(),
     )
 }
@@ -175,10 +175,10 @@ fn with_storage_reaches_the_buffer_inside() {
 
 fn dedup_columns() -> Vec<Column> {
     vec![
-        Column::new("obs", DType::F32, &[2]),
-        Column::scalar("action", DType::U32),
-        Column::scalar("terminated", DType::Bool),
-        Column::scalar("truncated", DType::Bool),
+        Column::new(Field::Obs.name(), DType::F32, &[2]),
+        Column::scalar(Field::Action.name(), DType::U32),
+        Column::scalar(Field::Terminated.name(), DType::Bool),
+        Column::scalar(Field::Truncated.name(), DType::Bool),
     ]
 }
 
@@ -244,7 +244,7 @@ fn dedup_over_ram_and_memmap_sample_the_same_transitions() {
             batch.column::<f32>(NEXT_OBS).unwrap().to_vec(),
         );
         assert_eq!(from_ram, from_file);
-        let obs = batch.column::<f32>("obs").unwrap();
+        let obs = batch.column::<f32>(Field::Obs.name()).unwrap();
         for (j, next) in from_file.1.chunks(2).enumerate() {
             assert_eq!(next[0], obs[2 * j] + 1.0);
         }

@@ -1,4 +1,4 @@
-use rl_core::{Column, DType, Flag, Schema};
+use rl_core::{Column, DType, Field, Flag, Schema};
 
 use super::*;
 use crate::sampler::PrioritizedConfig;
@@ -9,8 +9,8 @@ const CAPACITY: usize = 24;
 fn schema() -> Schema {
     Schema::new([
         Column::scalar("id", DType::I64),
-        Column::scalar("terminated", DType::Bool),
-        Column::scalar("truncated", DType::Bool),
+        Column::scalar(Field::Terminated.name(), DType::Bool),
+        Column::scalar(Field::Truncated.name(), DType::Bool),
     ])
     .unwrap()
 }
