@@ -7,6 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rl_core::{Column, DType, Field, Flag, NonFinite, Schema};
 use rl_storage::ColumnSlice;
+use rl_storage::dedup::AnyDedup;
+use rl_storage::replay::with_storage;
 
 use crate::arrays::{InputArray, columns_from_dict};
 use crate::batch::Batch;
@@ -15,7 +17,7 @@ use crate::plan::{MemoryBudget, MemoryPlan};
 use crate::replay::{RELEASE_GIL_BYTES, non_finite, stored_column};
 use crate::sampler::SamplerSpec;
 use crate::schema;
-use crate::store::{self, DedupStore, Options, with_store};
+use crate::store::{self, Options};
 
 /// A replay buffer of one stream of consecutive steps that stores each observation once:
 /// the next observation of a step is the observation of the step after it. When a step
@@ -30,7 +32,7 @@ use crate::store::{self, DedupStore, Options, with_store};
 #[pyclass(module = "flatrl")]
 #[derive(Debug)]
 pub struct DedupReplayBuffer {
-    store: Option<DedupStore>,
+    store: Option<AnyDedup>,
     /// The transition columns (the storage's minus `final_obs`).
     schema: Schema,
     batch_schema: Schema,
@@ -41,24 +43,20 @@ pub struct DedupReplayBuffer {
 }
 
 impl DedupReplayBuffer {
-    fn store(&mut self) -> PyResult<&mut DedupStore> {
+    fn store(&mut self) -> PyResult<&mut AnyDedup> {
         self.store
             .as_mut()
             .ok_or_else(|| value_error("the buffer is closed"))
     }
 
-    fn store_ref(&self) -> PyResult<&DedupStore> {
+    fn store_ref(&self) -> PyResult<&AnyDedup> {
         self.store
             .as_ref()
             .ok_or_else(|| value_error("the buffer is closed"))
     }
 
-    fn from_store(
-        store: DedupStore,
-        non_finite: NonFinite,
-        path: Option<PathBuf>,
-    ) -> PyResult<Self> {
-        let (storage_schema, batch_schema) = with_store!(&store, DedupStore, b => (b.buffer().schema().clone(), b.batch_schema().clone()));
+    fn from_store(store: AnyDedup, non_finite: NonFinite, path: Option<PathBuf>) -> PyResult<Self> {
+        let (storage_schema, batch_schema) = (store.schema().clone(), store.batch_schema().clone());
         let columns = storage_schema.columns();
         let schema = Schema::new(columns[..columns.len() - 1].iter().cloned())
             .map_err(crate::error::core_error)?;
@@ -132,7 +130,7 @@ impl DedupReplayBuffer {
             budget: budget.map(|b| b.inner),
             non_finite: policy,
         };
-        let store = DedupStore::create(&schema, capacity, frame_stack, &options)?;
+        let store = store::create_dedup(&schema, capacity, frame_stack, &options)?;
         Self::from_store(store, policy, path)
     }
 
@@ -146,7 +144,7 @@ impl DedupReplayBuffer {
         allow_non_finite: bool,
     ) -> PyResult<Self> {
         let policy = non_finite(allow_non_finite);
-        let store = DedupStore::open(&path, frame_stack, &SamplerSpec::Uniform(seed), policy)?;
+        let store = store::open_dedup(&path, frame_stack, &SamplerSpec::Uniform(seed), policy)?;
         Self::from_store(store, policy, Some(path))
     }
 
@@ -242,7 +240,7 @@ impl DedupReplayBuffer {
                 let last = ends
                     .then(|| final_slice.map(|s| row_of(s, obs_numel, row)))
                     .flatten();
-                with_store!(&mut *store, DedupStore, b => b.push_step(&row_slices, last))?;
+                store.push_step(&row_slices, last)?;
             }
             Ok(())
         };
@@ -274,7 +272,7 @@ impl DedupReplayBuffer {
                 let mut memory = b.memory.borrow_mut(py);
                 let inner = &mut memory.inner;
                 let large = inner.room() * bytes >= RELEASE_GIL_BYTES;
-                let mut run = move || with_store!(store, DedupStore, s => s.sample(inner));
+                let mut run = move || store.sample(inner);
                 if large { py.detach(run) } else { run() }.map_err(storage_error)?;
             }
             b.after_sample(py)?;
@@ -285,8 +283,7 @@ impl DedupReplayBuffer {
     /// Makes every row written so far durable (memmap); a no-op in RAM.
     fn commit(&mut self, py: Python<'_>) -> PyResult<()> {
         let store = self.store()?;
-        py.detach(|| with_store!(store, DedupStore, b => b.commit()))
-            .map_err(storage_error)
+        py.detach(|| store.commit()).map_err(storage_error)
     }
 
     /// Releases the storage (and a memmap file's lock).
@@ -305,19 +302,19 @@ impl DedupReplayBuffer {
 
     /// Rows stored (steps plus one final row per ended episode).
     fn __len__(&self) -> PyResult<usize> {
-        Ok(with_store!(self.store_ref()?, DedupStore, b => b.buffer().len()))
+        Ok(self.store_ref()?.len())
     }
 
     /// Rows the buffer holds at most.
     #[getter]
     fn capacity(&self) -> PyResult<usize> {
-        Ok(with_store!(self.store_ref()?, DedupStore, b => b.buffer().capacity()))
+        Ok(self.store_ref()?.capacity())
     }
 
     /// Episodes ever completed.
     #[getter]
     fn episodes(&self) -> PyResult<u64> {
-        Ok(with_store!(self.store_ref()?, DedupStore, b => b.buffer().ring().episodes))
+        Ok(self.store_ref()?.ring().episodes)
     }
 
     /// The memmap file, or `None` in RAM.
@@ -341,7 +338,7 @@ impl DedupReplayBuffer {
     /// What the buffer holds, line by line.
     #[getter]
     fn memory_plan(&self) -> PyResult<MemoryPlan> {
-        Ok(with_store!(self.store_ref()?, DedupStore, b => b.memory_plan()).into())
+        Ok(self.store_ref()?.memory_plan().into())
     }
 
     /// A copy of the stored rows of storage column `name` (`final_obs` included),
@@ -351,7 +348,7 @@ impl DedupReplayBuffer {
         py: Python<'py>,
         name: &str,
     ) -> PyResult<Bound<'py, numpy::PyUntypedArray>> {
-        with_store!(self.store_ref()?, DedupStore, b => {
+        with_storage!(self.store_ref()?, b => {
             let index = b.buffer().schema().index_of(name).ok_or_else(|| {
                 value_error(format!("no column `{name}` in this buffer"))
             })?;
@@ -363,7 +360,11 @@ impl DedupReplayBuffer {
         match &self.store {
             None => "DedupReplayBuffer(closed)".to_owned(),
             Some(store) => {
-                with_store!(store, DedupStore, b => format!("DedupReplayBuffer({}/{} rows)", b.buffer().len(), b.buffer().capacity()))
+                format!(
+                    "DedupReplayBuffer({}/{} rows)",
+                    store.len(),
+                    store.capacity()
+                )
             }
         }
     }

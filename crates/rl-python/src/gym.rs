@@ -17,10 +17,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use rl_collect::{CollectorConfig, RandomPolicy, SyncCollector};
 use rl_core::{BoxSpace, DType, Env, Space, Step};
+use rl_storage::replay::with_storage;
 
 use crate::error::{collect_error, value_error};
 use crate::replay::ReplayBuffer;
-use crate::store::with_store;
 
 /// Where the Python exception of a failed `reset` or `step` waits for the caller that
 /// started the work (shared by the environments of one collector).
@@ -405,8 +405,8 @@ impl RandomCollector {
         let store = buffer.store()?;
         let collector = &mut self.collector;
         let report = py.detach(move || match collector {
-            Collector::Discrete(c) => with_store!(store, Store, b => c.collect(b)),
-            Collector::Continuous(c) => with_store!(store, Store, b => c.collect(b)),
+            Collector::Discrete(c) => with_storage!(store, b => c.collect(b)),
+            Collector::Continuous(c) => with_storage!(store, b => c.collect(b)),
         });
         let report = report.map_err(|err| take_error(&self.errors, collect_error(err)))?;
         let out = pyo3::types::PyDict::new(py);

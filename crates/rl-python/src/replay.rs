@@ -7,15 +7,16 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rl_core::{NonFinite, Schema};
 use rl_storage::ColumnSlice;
+use rl_storage::replay::{AnyReplay, with_storage};
 use rl_storage::storage::HostStorage;
 
 use crate::arrays::{InputArray, columns_from_dict};
 use crate::batch::Batch;
 use crate::error::{storage_error, value_error};
 use crate::plan::{MemoryBudget, MemoryPlan};
-use crate::sampler::SamplerSpec;
+use crate::sampler::{self, SamplerSpec};
 use crate::schema;
-use crate::store::{self, Options, Store, with_store};
+use crate::store::{self, Options};
 
 /// Bytes of a write or gather above which the GIL is released while Rust copies.
 pub(crate) const RELEASE_GIL_BYTES: usize = 64 << 10;
@@ -29,7 +30,7 @@ pub(crate) const RELEASE_GIL_BYTES: usize = 64 << 10;
 #[pyclass(module = "flatrl")]
 #[derive(Debug)]
 pub struct ReplayBuffer {
-    store: Option<Store>,
+    store: Option<AnyReplay>,
     schema: Schema,
     path: Option<PathBuf>,
     /// Positions converted from a caller's array for `update_priorities`, reused.
@@ -38,20 +39,20 @@ pub struct ReplayBuffer {
 
 impl ReplayBuffer {
     /// The buffer, or a `ValueError` once closed.
-    pub(crate) fn store(&mut self) -> PyResult<&mut Store> {
+    pub(crate) fn store(&mut self) -> PyResult<&mut AnyReplay> {
         self.store
             .as_mut()
             .ok_or_else(|| value_error("the buffer is closed"))
     }
 
-    fn store_ref(&self) -> PyResult<&Store> {
+    fn store_ref(&self) -> PyResult<&AnyReplay> {
         self.store
             .as_ref()
             .ok_or_else(|| value_error("the buffer is closed"))
     }
 
-    fn from_store(store: Store, path: Option<PathBuf>) -> Self {
-        let schema = with_store!(&store, Store, b => b.schema().clone());
+    fn from_store(store: AnyReplay, path: Option<PathBuf>) -> Self {
+        let schema = store.schema().clone();
         Self {
             store: Some(store),
             schema,
@@ -141,13 +142,13 @@ pub(crate) fn column_array<'py>(
 /// Writes checked input arrays, releasing the GIL for large writes.
 pub(crate) fn write(
     py: Python<'_>,
-    store: &mut Store,
+    store: &mut AnyReplay,
     arrays: &[InputArray<'_>],
     rows: usize,
 ) -> PyResult<usize> {
     let slices: Vec<ColumnSlice<'_>> = arrays.iter().map(InputArray::slice).collect();
     let bytes: usize = slices.iter().map(|s| s.as_bytes().len()).sum();
-    let mut run = move || with_store!(store, Store, b => b.extend(&slices));
+    let mut run = move || store.extend(&slices);
     let written = if bytes >= RELEASE_GIL_BYTES {
         py.detach(run)
     } else {
@@ -177,7 +178,7 @@ impl ReplayBuffer {
             budget: budget.map(|b| b.inner),
             non_finite: non_finite(allow_non_finite),
         };
-        let store = Store::create(&schema, capacity, &options)?;
+        let store = store::create_replay(&schema, capacity, &options)?;
         Ok(Self::from_store(store, path))
     }
 
@@ -191,7 +192,7 @@ impl ReplayBuffer {
         allow_non_finite: bool,
     ) -> PyResult<Self> {
         let spec = SamplerSpec::extract(sampler)?;
-        let store = Store::open(&path, &spec, non_finite(allow_non_finite))?;
+        let store = store::open_replay(&path, &spec, non_finite(allow_non_finite))?;
         Ok(Self::from_store(store, Some(path)))
     }
 
@@ -235,7 +236,7 @@ impl ReplayBuffer {
                 let mut memory = b.memory.borrow_mut(py);
                 let inner = &mut memory.inner;
                 let bytes = inner.room() * row_bytes;
-                let mut run = move || with_store!(store, Store, s => s.sample(inner));
+                let mut run = move || store.sample(inner);
                 if bytes >= RELEASE_GIL_BYTES {
                     py.detach(run)
                 } else {
@@ -259,7 +260,8 @@ impl ReplayBuffer {
         let result = positions_from(positions, &mut scratch).and_then(|()| {
             let priorities = priorities_from(priorities)?;
             let store = self.store()?;
-            with_store!(store, Store, b => b.sampler_mut().prioritized()?.update_priorities(&scratch, &priorities))
+            sampler::prioritized(store.sampler_mut())?
+                .update_priorities(&scratch, &priorities)
                 .map_err(storage_error)
         });
         self.positions = scratch;
@@ -269,15 +271,15 @@ impl ReplayBuffer {
     /// Sets the importance-weight exponent of a prioritized sampler (anneal it to 1).
     fn set_beta(&mut self, beta: f64) -> PyResult<()> {
         let store = self.store()?;
-        with_store!(store, Store, b => b.sampler_mut().prioritized()?.set_beta(beta))
+        sampler::prioritized(store.sampler_mut())?
+            .set_beta(beta)
             .map_err(storage_error)
     }
 
     /// Makes every row written so far durable (memmap); a no-op in RAM.
     fn commit(&mut self, py: Python<'_>) -> PyResult<()> {
         let store = self.store()?;
-        py.detach(|| with_store!(store, Store, b => b.commit()))
-            .map_err(storage_error)
+        py.detach(|| store.commit()).map_err(storage_error)
     }
 
     /// Releases the storage (and a memmap file's lock). Uncommitted rows of a memmap
@@ -297,25 +299,25 @@ impl ReplayBuffer {
 
     /// Rows stored.
     fn __len__(&self) -> PyResult<usize> {
-        Ok(with_store!(self.store_ref()?, Store, b => b.len()))
+        Ok(self.store_ref()?.len())
     }
 
     /// Rows the buffer holds at most.
     #[getter]
     fn capacity(&self) -> PyResult<usize> {
-        Ok(with_store!(self.store_ref()?, Store, b => b.capacity()))
+        Ok(self.store_ref()?.capacity())
     }
 
     /// Rows ever written.
     #[getter]
     fn written(&self) -> PyResult<u64> {
-        Ok(with_store!(self.store_ref()?, Store, b => b.ring().written))
+        Ok(self.store_ref()?.ring().written)
     }
 
     /// Episodes ever completed (rows with `terminated` or `truncated` set).
     #[getter]
     fn episodes(&self) -> PyResult<u64> {
-        Ok(with_store!(self.store_ref()?, Store, b => b.ring().episodes))
+        Ok(self.store_ref()?.ring().episodes)
     }
 
     /// The memmap file, or `None` in RAM.
@@ -333,7 +335,7 @@ impl ReplayBuffer {
     /// What the buffer holds, line by line.
     #[getter]
     fn memory_plan(&self) -> PyResult<MemoryPlan> {
-        Ok(with_store!(self.store_ref()?, Store, b => b.memory_plan()).into())
+        Ok(self.store_ref()?.memory_plan().into())
     }
 
     /// A copy of the stored rows of column `name`, oldest first.
@@ -342,14 +344,14 @@ impl ReplayBuffer {
             .schema
             .index_of(name)
             .ok_or_else(|| value_error(format!("no column `{name}` in this buffer")))?;
-        with_store!(self.store_ref()?, Store, b => stored_column(py, b, index))
+        with_storage!(self.store_ref()?, b => stored_column(py, b, index))
     }
 
     fn __repr__(&self) -> String {
         let state = match &self.store {
             None => "closed".to_owned(),
             Some(store) => {
-                with_store!(store, Store, b => format!("{}/{} rows", b.len(), b.capacity()))
+                format!("{}/{} rows", store.len(), store.capacity())
             }
         };
         let place = self

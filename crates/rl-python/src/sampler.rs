@@ -1,14 +1,10 @@
 //! Samplers from Python: `flatrl.Uniform`, `flatrl.Prioritized` and `flatrl.SliceSampler`
-//! describe a sampler; a buffer builds it for its capacity (`AnySampler`).
+//! describe a sampler; a buffer builds it for its capacity (`rl_storage`'s `AnySampler`).
 
 use pyo3::prelude::*;
 use rl_core::{Location, MemoryPlan};
 use rl_storage::Result;
-use rl_storage::sampler::{
-    self as samplers, PrioritizedConfig, SampleContext, Sampler, StateFormat, StateReader,
-    StateWriter,
-};
-use rl_storage::storage::RingState;
+use rl_storage::sampler::{self as samplers, AnySampler, PrioritizedConfig};
 
 use crate::error::{storage_error, value_error};
 
@@ -163,77 +159,11 @@ impl SamplerSpec {
     }
 }
 
-/// One of the samplers a Python buffer can hold.
-#[derive(Clone, Debug)]
-pub(crate) enum AnySampler {
-    /// Uniform with replacement.
-    Uniform(samplers::Uniform),
-    /// Prioritized (sum tree).
-    Prioritized(samplers::Prioritized),
-    /// Windows within episodes.
-    Slice(samplers::SliceSampler),
-}
-
-impl AnySampler {
-    /// The prioritized sampler, or a `ValueError` saying the buffer has none.
-    pub(crate) fn prioritized(&mut self) -> PyResult<&mut samplers::Prioritized> {
-        match self {
-            Self::Prioritized(p) => Ok(p),
-            _ => Err(value_error(
-                "this buffer's sampler is not prioritized: create it with sampler=flatrl.Prioritized()",
-            )),
-        }
-    }
-}
-
-/// Forwards a call to whichever sampler is inside.
-macro_rules! each {
-    ($sampler:expr, $s:ident => $body:expr) => {
-        match $sampler {
-            AnySampler::Uniform($s) => $body,
-            AnySampler::Prioritized($s) => $body,
-            AnySampler::Slice($s) => $body,
-        }
-    };
-}
-
-impl Sampler for AnySampler {
-    fn sample(
-        &mut self,
-        context: &SampleContext<'_>,
-        rows: usize,
-        indices: &mut [usize],
-        weights: &mut [f32],
-    ) -> Result<usize> {
-        each!(self, s => s.sample(context, rows, indices, weights))
-    }
-
-    fn rows_written(&mut self, before: &RingState, rows: usize, capacity: usize) {
-        each!(self, s => s.rows_written(before, rows, capacity))
-    }
-
-    fn memory_plan(&self) -> MemoryPlan {
-        each!(self, s => s.memory_plan())
-    }
-
-    fn state_format(&self) -> Option<StateFormat> {
-        each!(self, s => s.state_format())
-    }
-
-    fn save_state(&self, out: &mut StateWriter<'_>) -> Result<()> {
-        each!(self, s => s.save_state(out))
-    }
-
-    fn load_state(
-        self,
-        ring: &RingState,
-        capacity: usize,
-        input: &mut StateReader<'_>,
-    ) -> Result<Self> {
-        Ok(match self {
-            Self::Uniform(s) => Self::Uniform(s.load_state(ring, capacity, input)?),
-            Self::Prioritized(s) => Self::Prioritized(s.load_state(ring, capacity, input)?),
-            Self::Slice(s) => Self::Slice(s.load_state(ring, capacity, input)?),
-        })
-    }
+/// The prioritized sampler of a buffer, or a `ValueError` saying the buffer has none.
+pub(crate) fn prioritized(sampler: &mut AnySampler) -> PyResult<&mut samplers::Prioritized> {
+    sampler.as_prioritized_mut().ok_or_else(|| {
+        value_error(
+            "this buffer's sampler is not prioritized: create it with sampler=flatrl.Prioritized()",
+        )
+    })
 }

@@ -1,46 +1,18 @@
-//! The storages behind the Python buffers: RAM or a memmap file, planned and checked
-//! against a budget before anything is allocated.
+//! The storages behind the Python buffers (`rl_storage`'s `AnyReplay` and `AnyDedup`): RAM
+//! or a memmap file, planned and checked against a budget before anything is allocated.
 
 use std::path::Path;
 
 use pyo3::prelude::*;
 use rl_core::{MemoryBudget, MemoryPlan, NonFinite, Schema};
-use rl_storage::dedup::DedupReplay;
+use rl_storage::dedup::{AnyDedup, DedupReplay};
 use rl_storage::memmap::{MemmapOptions, MemmapStorage};
 use rl_storage::ram::RamStorage;
-use rl_storage::replay::ReplayBuffer;
+use rl_storage::replay::{AnyReplay, ReplayBuffer};
+use rl_storage::sampler::AnySampler;
 
 use crate::error::{budget_error, storage_error};
-use crate::sampler::{AnySampler, SamplerSpec};
-
-/// A replay buffer in RAM or in a memmap file.
-#[derive(Debug)]
-pub(crate) enum Store {
-    /// Anonymous memory, allocated and touched at construction.
-    Ram(ReplayBuffer<RamStorage, AnySampler>),
-    /// A memory-mapped file (crash-safe commits).
-    Memmap(ReplayBuffer<MemmapStorage, AnySampler>),
-}
-
-/// A deduplicating buffer in RAM or in a memmap file.
-#[derive(Debug)]
-pub(crate) enum DedupStore {
-    /// Anonymous memory.
-    Ram(DedupReplay<RamStorage, AnySampler>),
-    /// A memory-mapped file.
-    Memmap(DedupReplay<MemmapStorage, AnySampler>),
-}
-
-/// Runs `$body` with `$b` bound to the buffer inside a [`Store`] or [`DedupStore`].
-macro_rules! with_store {
-    ($store:expr, $kind:ident, $b:ident => $body:expr) => {
-        match $store {
-            $crate::store::$kind::Ram($b) => $body,
-            $crate::store::$kind::Memmap($b) => $body,
-        }
-    };
-}
-pub(crate) use with_store;
+use crate::sampler::SamplerSpec;
 
 /// The plan of a buffer of `capacity` rows of `schema` in a file (`memmap`) or RAM, with
 /// its sampler: the lines `ReplayBuffer.memory_plan` will show, before anything exists.
@@ -105,90 +77,89 @@ fn storage_then<T>(
     .map_err(storage_error)
 }
 
-impl Store {
-    /// A new buffer.
-    pub(crate) fn create(
-        schema: &Schema,
-        capacity: usize,
-        options: &Options<'_>,
-    ) -> PyResult<Self> {
-        let non_finite = options.non_finite;
-        storage_then(
-            schema,
-            capacity,
-            options,
-            |s, p| {
-                Ok(Self::Ram(
-                    ReplayBuffer::new(s, p).with_non_finite(non_finite),
-                ))
-            },
-            |s, p| {
-                Ok(Self::Memmap(
-                    ReplayBuffer::new(s, p).with_non_finite(non_finite),
-                ))
-            },
-        )
-    }
-
-    /// Reopens a memmap buffer at its last commit.
-    pub(crate) fn open(
-        path: &Path,
-        sampler: &SamplerSpec,
-        non_finite: NonFinite,
-    ) -> PyResult<Self> {
-        let storage = MemmapStorage::open(path, MemmapOptions::default()).map_err(storage_error)?;
-        let sampler = sampler
-            .build(rl_storage::storage::Storage::capacity(&storage))
-            .map_err(storage_error)?;
-        Ok(Self::Memmap(
-            ReplayBuffer::new(storage, sampler).with_non_finite(non_finite),
-        ))
-    }
+/// A new buffer.
+pub(crate) fn create_replay(
+    schema: &Schema,
+    capacity: usize,
+    options: &Options<'_>,
+) -> PyResult<AnyReplay> {
+    let non_finite = options.non_finite;
+    storage_then(
+        schema,
+        capacity,
+        options,
+        |s, p| {
+            Ok(AnyReplay::Ram(
+                ReplayBuffer::new(s, p).with_non_finite(non_finite),
+            ))
+        },
+        |s, p| {
+            Ok(AnyReplay::Memmap(
+                ReplayBuffer::new(s, p).with_non_finite(non_finite),
+            ))
+        },
+    )
 }
 
-impl DedupStore {
-    /// A new deduplicating buffer of transition `columns` (`final_obs` is added), stacking
-    /// `frames` observations at sample time.
-    pub(crate) fn create(
-        schema: &Schema,
-        capacity: usize,
-        frames: usize,
-        options: &Options<'_>,
-    ) -> PyResult<Self> {
-        let storage_schema = DedupReplay::<RamStorage>::schema(schema.columns().iter().cloned())
-            .map_err(storage_error)?;
-        let non_finite = options.non_finite;
-        storage_then(
-            &storage_schema,
-            capacity,
-            options,
-            |s, p| {
-                DedupReplay::new(s, p)?
-                    .with_frame_stack(frames)
-                    .map(|b| Self::Ram(b.with_non_finite(non_finite)))
-            },
-            |s, p| {
-                DedupReplay::new(s, p)?
-                    .with_frame_stack(frames)
-                    .map(|b| Self::Memmap(b.with_non_finite(non_finite)))
-            },
-        )
-    }
+/// Reopens a memmap file at its last commit, with the sampler built for its capacity.
+fn open_storage(path: &Path, sampler: &SamplerSpec) -> PyResult<(MemmapStorage, AnySampler)> {
+    let storage = MemmapStorage::open(path, MemmapOptions::default()).map_err(storage_error)?;
+    let sampler = sampler
+        .build(rl_storage::storage::Storage::capacity(&storage))
+        .map_err(storage_error)?;
+    Ok((storage, sampler))
+}
 
-    /// Reopens a memmap deduplicating buffer at its last commit.
-    pub(crate) fn open(
-        path: &Path,
-        frames: usize,
-        sampler: &SamplerSpec,
-        non_finite: NonFinite,
-    ) -> PyResult<Self> {
-        let storage = MemmapStorage::open(path, MemmapOptions::default()).map_err(storage_error)?;
-        let sampler = sampler
-            .build(rl_storage::storage::Storage::capacity(&storage))
-            .map_err(storage_error)?;
-        DedupReplay::new(storage, sampler)
-            .and_then(|b| b.with_frame_stack(frames))
-            .map(|b| Self::Memmap(b.with_non_finite(non_finite)))
-            .map_err(storage_error)
-    }
+/// Reopens a memmap buffer at its last commit.
+pub(crate) fn open_replay(
+    path: &Path,
+    sampler: &SamplerSpec,
+    non_finite: NonFinite,
+) -> PyResult<AnyReplay> {
+    let (storage, sampler) = open_storage(path, sampler)?;
+    Ok(AnyReplay::Memmap(
+        ReplayBuffer::new(storage, sampler).with_non_finite(non_finite),
+    ))
+}
+
+/// A new deduplicating buffer of transition `columns` (`final_obs` is added), stacking
+/// `frames` observations at sample time.
+pub(crate) fn create_dedup(
+    schema: &Schema,
+    capacity: usize,
+    frames: usize,
+    options: &Options<'_>,
+) -> PyResult<AnyDedup> {
+    let storage_schema = DedupReplay::<RamStorage>::schema(schema.columns().iter().cloned())
+        .map_err(storage_error)?;
+    let non_finite = options.non_finite;
+    storage_then(
+        &storage_schema,
+        capacity,
+        options,
+        |s, p| {
+            DedupReplay::new(s, p)?
+                .with_frame_stack(frames)
+                .map(|b| AnyDedup::Ram(b.with_non_finite(non_finite)))
+        },
+        |s, p| {
+            DedupReplay::new(s, p)?
+                .with_frame_stack(frames)
+                .map(|b| AnyDedup::Memmap(b.with_non_finite(non_finite)))
+        },
+    )
+}
+
+/// Reopens a memmap deduplicating buffer at its last commit.
+pub(crate) fn open_dedup(
+    path: &Path,
+    frames: usize,
+    sampler: &SamplerSpec,
+    non_finite: NonFinite,
+) -> PyResult<AnyDedup> {
+    let (storage, sampler) = open_storage(path, sampler)?;
+    DedupReplay::new(storage, sampler)
+        .and_then(|b| b.with_frame_stack(frames))
+        .map(|b| AnyDedup::Memmap(b.with_non_finite(non_finite)))
+        .map_err(storage_error)
 }

@@ -22,6 +22,8 @@ use crate::sampler::{Sampler, Uniform};
 use crate::storage::HostStorage;
 use rl_core::NonFinite;
 
+pub use crate::any_replay::AnyDedup;
+
 /// Name of the flag column marking final rows.
 pub const FINAL_OBS: &str = "final_obs";
 /// Name of the next-observation column of sampled batches ([`Field::NextObs`]).

@@ -65,6 +65,8 @@
     reason = "mapping files into memory is unsafe: another process may change them"
 )]
 
+mod any_replay;
+mod any_sampler;
 mod batch;
 pub mod bootstrap;
 mod checkpoint;

@@ -1,4 +1,5 @@
-//! The FIFO replay buffer: a ring writer over a storage, and a sampler.
+//! The FIFO replay buffer: a ring writer over a storage, and a sampler; [`AnyReplay`], one
+//! over RAM or a memmap file chosen at run time.
 
 use rl_core::{Element, MemoryPlan, Schema};
 
@@ -12,6 +13,10 @@ use crate::ram::RamStorage;
 use crate::ring::{self, HostSink, RingWriter};
 use crate::sampler::{Sampler, Uniform};
 use crate::storage::{HostStorage, RingState};
+
+#[doc(inline)]
+pub use crate::__with_storage as with_storage;
+pub use crate::any_replay::{AnyReplay, ByStorage};
 
 /// A fixed-capacity FIFO replay buffer: writes go around a ring of rows in a storage, the
 /// oldest rows are overwritten first, and batches are gathered by a sampler into

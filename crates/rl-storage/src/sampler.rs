@@ -1,7 +1,8 @@
 //! Samplers: which stored rows a batch gathers: [`Uniform`], [`WithoutReplacement`]
 //! (epochs), [`Prioritized`] (sum tree) and [`SliceSampler`] (windows that never cross an
-//! episode end), and the [`Sampler`] interface with its checkpoint format
-//! ([`StateFormat`], [`StateWriter`], [`StateReader`]) for your own.
+//! episode end), [`AnySampler`] (one of uniform, prioritized or slice, chosen at run
+//! time), and the [`Sampler`] interface with its checkpoint format ([`StateFormat`],
+//! [`StateWriter`], [`StateReader`]) for your own.
 //!
 //! A sampler draws row *positions* (in `0..capacity`) of rows the buffer holds; the buffer
 //! gathers those rows into a caller-owned [`crate::Batch`]. Samplers allocate at
@@ -17,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::sampler_state;
 use crate::storage::RingState;
 
+pub use crate::any_sampler::AnySampler;
 pub use crate::prioritized::{Prioritized, PrioritizedConfig};
 pub use crate::sampler_state::{StateFormat, StateReader, StateWriter};
 pub use crate::slice::SliceSampler;

@@ -18,7 +18,7 @@ pub use self::collection::CollectorChoice;
 use self::collection::{Collection, async_plan, sync_plan};
 use self::remote::Remote;
 pub use self::remote::{ChunkActor, ChunkCollector, ChunkConfig, ChunkSink, ChunkSource, Episode};
-use self::replay::ReplaySampler;
+use self::replay::sampler_plan;
 pub use self::replay::{OffPolicyReplay, REPLAY_FILE, ReplayLocation};
 use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
 use crate::eval::{EvalReport, evaluate};
@@ -269,7 +269,7 @@ fn base_plan<L: OffPolicyLearner>(
 ) -> Result<MemoryPlan> {
     let mut plan = MemoryPlan::new();
     plan.nest("replay", &OffPolicyReplay::plan(schema, config)?);
-    plan.nest("sampler", &ReplaySampler::plan(config));
+    plan.nest("sampler", &sampler_plan(config));
     plan.nest("batch", &Batch::plan(schema, learner.batch_size())?);
     plan.nest("learner", &learner.memory_plan());
     // Per-environment acting state (a recurrent learner's): the training

@@ -11,9 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use super::OffPolicyConfig;
 use super::remote::Remote;
-use super::replay::{OffPolicyReplay, with_buffer};
+use super::replay::OffPolicyReplay;
 use crate::trainer::OffPolicyLearner;
 use rl_algos::{Error, Result};
+use rl_storage::replay::with_storage;
 
 /// Which collector steps the training environments.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -292,10 +293,10 @@ where
         match self {
             Self::Sync(c) => {
                 c.policy_mut().set_env_steps(env_steps);
-                with_buffer!(&mut replay.buffer, b => c.collect(b))?;
+                with_storage!(&mut replay.buffer, b => c.collect(b))?;
             }
             Self::Async(w) => {
-                with_buffer!(&mut replay.buffer, b => w.collector.collect(b))?;
+                with_storage!(&mut replay.buffer, b => w.collector.collect(b))?;
             }
             Self::Remote(r) => r.collect(replay)?,
         }

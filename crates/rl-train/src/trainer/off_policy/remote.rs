@@ -20,7 +20,7 @@ use rl_storage::replay::ReplayBuffer;
 use rl_storage::sampler::Uniform;
 use rl_storage::storage::HostStorage;
 
-use super::replay::{OffPolicyReplay, with_buffer};
+use super::replay::OffPolicyReplay;
 use crate::trainer::OffPolicyLearner;
 use rl_algos::{Error, Result};
 
@@ -56,7 +56,7 @@ impl ChunkSink<'_> {
     /// # Errors
     /// Columns of another schema, dtype or row count, non-finite values.
     pub fn extend(&mut self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
-        let rows = with_buffer!(&mut self.replay.buffer, b => b.extend(columns))?;
+        let rows = self.replay.buffer.extend(columns)?;
         self.rows += rows as u64;
         Ok(rows)
     }

@@ -9,11 +9,8 @@ use rl_storage::{
     Batch,
     memmap::{MemmapOptions, MemmapStorage},
     ram::RamStorage,
-    replay::ReplayBuffer,
-    sampler::{
-        Prioritized, SampleContext, Sampler, SliceSampler, StateFormat, StateReader, StateWriter,
-        Uniform,
-    },
+    replay::{AnyReplay, ReplayBuffer},
+    sampler::{AnySampler, Prioritized, SliceSampler, Uniform},
     storage::RingState,
 };
 use serde::{Deserialize, Serialize};
@@ -69,132 +66,40 @@ impl ReplayLocation {
     }
 }
 
-/// Uniform or prioritized sampling, chosen by the configuration, or windows of one
-/// environment's steps for a learner trained on sequences.
-#[derive(Debug)]
-pub(super) enum ReplaySampler {
-    Uniform(Uniform),
-    Prioritized(Box<Prioritized>),
-    Slice(SliceSampler),
+/// The sampler `config` asks for, uniform or prioritized, or, for a learner trained on
+/// `sequence`s, windows of one environment's consecutive steps (the environments' rows
+/// interleave, one step of every environment after another, so the stride is
+/// `run.n_envs`). Its state goes into the run's checkpoint, so that a resumed run draws
+/// the batches an uninterrupted one would (the kinds are the wrapped samplers' own: a
+/// checkpoint of the other kind is refused by the buffer's load).
+fn sampler_for(config: &OffPolicyConfig, sequence: Option<SequenceSpec>) -> Result<AnySampler> {
+    Ok(match (sequence, config.prioritized) {
+        (Some(spec), _) => AnySampler::Slice(
+            SliceSampler::new(spec.len, config.run.seed)?
+                .with_burn_in(spec.burn_in)
+                .with_stride(config.run.n_envs)?,
+        ),
+        (None, None) => AnySampler::Uniform(Uniform::new(config.run.seed)),
+        (None, Some(p)) => AnySampler::Prioritized(Prioritized::new(
+            config.buffer_capacity,
+            p,
+            config.run.seed,
+        )?),
+    })
 }
 
-impl Sampler for ReplaySampler {
-    fn sample(
-        &mut self,
-        context: &SampleContext<'_>,
-        rows: usize,
-        indices: &mut [usize],
-        weights: &mut [f32],
-    ) -> rl_storage::Result<usize> {
-        match self {
-            Self::Uniform(s) => s.sample(context, rows, indices, weights),
-            Self::Prioritized(s) => s.sample(context, rows, indices, weights),
-            Self::Slice(s) => s.sample(context, rows, indices, weights),
-        }
-    }
-
-    fn rows_written(&mut self, before: &RingState, rows: usize, capacity: usize) {
-        match self {
-            Self::Uniform(s) => s.rows_written(before, rows, capacity),
-            Self::Prioritized(s) => s.rows_written(before, rows, capacity),
-            Self::Slice(s) => s.rows_written(before, rows, capacity),
-        }
-    }
-
-    fn memory_plan(&self) -> MemoryPlan {
-        match self {
-            Self::Uniform(s) => s.memory_plan(),
-            Self::Prioritized(s) => s.memory_plan(),
-            Self::Slice(s) => s.memory_plan(),
-        }
-    }
-
-    // The sampler's state goes into the run's checkpoint, so that a resumed run draws the
-    // batches an uninterrupted one would (the kinds are the wrapped samplers' own: a
-    // checkpoint of the other kind is refused by the buffer's load).
-    fn state_format(&self) -> Option<StateFormat> {
-        match self {
-            Self::Uniform(s) => s.state_format(),
-            Self::Prioritized(s) => s.state_format(),
-            Self::Slice(s) => s.state_format(),
-        }
-    }
-
-    fn save_state(&self, out: &mut StateWriter<'_>) -> rl_storage::Result<()> {
-        match self {
-            Self::Uniform(s) => s.save_state(out),
-            Self::Prioritized(s) => s.save_state(out),
-            Self::Slice(s) => s.save_state(out),
-        }
-    }
-
-    fn load_state(
-        self,
-        ring: &RingState,
-        capacity: usize,
-        input: &mut StateReader<'_>,
-    ) -> rl_storage::Result<Self> {
-        Ok(match self {
-            Self::Uniform(s) => Self::Uniform(s.load_state(ring, capacity, input)?),
-            Self::Prioritized(s) => {
-                Self::Prioritized(Box::new((*s).load_state(ring, capacity, input)?))
-            }
-            Self::Slice(s) => Self::Slice(s.load_state(ring, capacity, input)?),
-        })
+/// What the sampler holds, from the configuration alone.
+pub(super) fn sampler_plan(config: &OffPolicyConfig) -> MemoryPlan {
+    match config.prioritized {
+        None => MemoryPlan::new(),
+        // Two trees (sum, min) of f64 over the next power of two of the capacity.
+        Some(_) => MemoryPlan::new().with(
+            "sum and min trees",
+            Location::Ram,
+            (2 * 2 * config.buffer_capacity.next_power_of_two() * size_of::<f64>()) as u64,
+        ),
     }
 }
-
-impl ReplaySampler {
-    /// The sampler `config` asks for, or, for a learner trained on `sequence`s, windows
-    /// of one environment's consecutive steps (the environments' rows interleave, one
-    /// step of every environment after another, so the stride is `run.n_envs`).
-    fn new(config: &OffPolicyConfig, sequence: Option<SequenceSpec>) -> Result<Self> {
-        Ok(match (sequence, config.prioritized) {
-            (Some(spec), _) => Self::Slice(
-                SliceSampler::new(spec.len, config.run.seed)?
-                    .with_burn_in(spec.burn_in)
-                    .with_stride(config.run.n_envs)?,
-            ),
-            (None, None) => Self::Uniform(Uniform::new(config.run.seed)),
-            (None, Some(p)) => Self::Prioritized(Box::new(Prioritized::new(
-                config.buffer_capacity,
-                p,
-                config.run.seed,
-            )?)),
-        })
-    }
-
-    /// What the sampler holds, from the configuration alone.
-    pub(super) fn plan(config: &OffPolicyConfig) -> MemoryPlan {
-        match config.prioritized {
-            None => MemoryPlan::new(),
-            // Two trees (sum, min) of f64 over the next power of two of the capacity.
-            Some(_) => MemoryPlan::new().with(
-                "sum and min trees",
-                Location::Ram,
-                (2 * 2 * config.buffer_capacity.next_power_of_two() * size_of::<f64>()) as u64,
-            ),
-        }
-    }
-}
-
-/// The buffer, by location.
-#[derive(Debug)]
-pub(super) enum Buffer {
-    Ram(ReplayBuffer<RamStorage, ReplaySampler>),
-    Memmap(ReplayBuffer<MemmapStorage, ReplaySampler>),
-}
-
-/// Runs `$body` with `$b` bound to the buffer, whatever its storage.
-macro_rules! with_buffer {
-    ($buffer:expr, $b:ident => $body:expr) => {
-        match $buffer {
-            $crate::trainer::off_policy::replay::Buffer::Ram($b) => $body,
-            $crate::trainer::off_policy::replay::Buffer::Memmap($b) => $body,
-        }
-    };
-}
-pub(super) use with_buffer;
 
 /// What a run directory records of a memmap-located buffer.
 #[derive(Debug, Serialize, Deserialize)]
@@ -209,13 +114,13 @@ struct MemmapRecord {
 /// read through the same accessors whatever the location.
 #[derive(Debug)]
 pub struct OffPolicyReplay {
-    pub(super) buffer: Buffer,
+    pub(super) buffer: AnyReplay,
 }
 
 impl OffPolicyReplay {
     /// Rows stored.
     pub fn len(&self) -> usize {
-        with_buffer!(&self.buffer, b => b.len())
+        self.buffer.len()
     }
 
     /// Whether no row is stored.
@@ -225,17 +130,17 @@ impl OffPolicyReplay {
 
     /// Rows the buffer holds at most.
     pub fn capacity(&self) -> usize {
-        with_buffer!(&self.buffer, b => b.capacity())
+        self.buffer.capacity()
     }
 
     /// The ring: cursor, rows stored, rows and episodes ever written.
     pub fn ring(&self) -> RingState {
-        with_buffer!(&self.buffer, b => b.ring())
+        self.buffer.ring()
     }
 
     /// The row layout.
     pub fn schema(&self) -> &Schema {
-        with_buffer!(&self.buffer, b => b.schema())
+        self.buffer.schema()
     }
 
     /// All `capacity` rows of column `name`, by ring position (see
@@ -244,28 +149,22 @@ impl OffPolicyReplay {
     /// # Errors
     /// An unknown column or another element type.
     pub fn column<T: Element>(&self, name: &str) -> Result<&[T]> {
-        Ok(with_buffer!(&self.buffer, b => b.column::<T>(name))?)
+        Ok(self.buffer.column::<T>(name)?)
     }
 
     /// Where the rows live: [`Location::Ram`] or [`Location::File`].
     pub fn location(&self) -> Location {
-        match &self.buffer {
-            Buffer::Ram(_) => Location::Ram,
-            Buffer::Memmap(_) => Location::File,
-        }
+        self.buffer.location()
     }
 
     /// The memmap file (`None` in RAM).
     pub fn path(&self) -> Option<&Path> {
-        match &self.buffer {
-            Buffer::Ram(_) => None,
-            Buffer::Memmap(b) => Some(b.storage().path()),
-        }
+        self.buffer.path()
     }
 
     /// What the storage and the sampler hold.
     pub fn memory_plan(&self) -> MemoryPlan {
-        with_buffer!(&self.buffer, b => b.memory_plan())
+        self.buffer.memory_plan()
     }
 
     /// The storage's plan for rows of `schema` under `config` (capacity and location),
@@ -303,7 +202,7 @@ impl OffPolicyReplay {
         sequence: Option<SequenceSpec>,
         budget: &MemoryBudget,
     ) -> Result<Self> {
-        let sampler = ReplaySampler::new(config, sequence)?;
+        let sampler = sampler_for(config, sequence)?;
         let capacity = config.buffer_capacity;
         let buffer = match (&config.replay_location, config.replay_location.file()?) {
             (ReplayLocation::Memmap { dir }, Some(file)) => {
@@ -319,11 +218,11 @@ impl OffPolicyReplay {
                     capacity,
                     MemmapOptions::default(),
                 )?;
-                Buffer::Memmap(ReplayBuffer::new(storage, sampler))
+                AnyReplay::Memmap(ReplayBuffer::new(storage, sampler))
             }
             _ => {
                 let storage = RamStorage::new(schema.clone(), capacity, Some(budget))?;
-                Buffer::Ram(ReplayBuffer::new(storage, sampler))
+                AnyReplay::Ram(ReplayBuffer::new(storage, sampler))
             }
         };
         Ok(Self { buffer })
@@ -333,8 +232,8 @@ impl OffPolicyReplay {
     /// (RAM), or a commit of the file and its path (memmap).
     pub(super) fn save(&mut self, dir: &Path) -> Result<()> {
         match &mut self.buffer {
-            Buffer::Ram(b) => Ok(b.save(dir)?),
-            Buffer::Memmap(b) => {
+            AnyReplay::Ram(b) => Ok(b.save(dir)?),
+            AnyReplay::Memmap(b) => {
                 b.commit()?;
                 let record = MemmapRecord {
                     path: b.storage().path().to_owned(),
@@ -361,7 +260,7 @@ impl OffPolicyReplay {
         config: &OffPolicyConfig,
         sequence: Option<SequenceSpec>,
     ) -> Result<Self> {
-        let sampler = ReplaySampler::new(config, sequence)?;
+        let sampler = sampler_for(config, sequence)?;
         let record_path = dir.join(MEMMAP_RECORD);
         let record = if record_path.exists() {
             let text = std::fs::read(&record_path).map_err(|e| {
@@ -402,7 +301,7 @@ impl OffPolicyReplay {
                 if replay.capacity() != config.buffer_capacity || replay.schema() != schema {
                     return Err(mismatch(replay.capacity(), replay.schema().columns().len()));
                 }
-                Buffer::Ram(replay)
+                AnyReplay::Ram(replay)
             }
             Some(record) => {
                 if record.capacity != config.buffer_capacity {
@@ -425,7 +324,7 @@ impl OffPolicyReplay {
                         actual: format!("{} rows written", replay.ring().written),
                     });
                 }
-                Buffer::Memmap(replay)
+                AnyReplay::Memmap(replay)
             }
         };
         Ok(Self { buffer })
@@ -443,7 +342,7 @@ impl OffPolicyReplay {
 
     /// Samples a batch of its size.
     pub(super) fn sample(&mut self, batch: &mut Batch) -> Result<()> {
-        Ok(with_buffer!(&mut self.buffer, b => b.sample(batch))?)
+        Ok(self.buffer.sample(batch)?)
     }
 
     /// Gives the rows of the last sampled batch new priorities, for prioritized replay
@@ -453,8 +352,7 @@ impl OffPolicyReplay {
         positions: &[usize],
         priorities: &[f32],
     ) -> Result<()> {
-        let sampler = with_buffer!(&mut self.buffer, b => b.sampler_mut());
-        if let ReplaySampler::Prioritized(sampler) = sampler {
+        if let Some(sampler) = self.buffer.sampler_mut().as_prioritized_mut() {
             sampler.update_priorities(positions, priorities)?;
         }
         Ok(())
