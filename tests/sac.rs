@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use rl::algos::{
     AdamConfig,
-    learner::{Learner, OffPolicyLearner},
+    learner::Learner,
     sac::{DiscreteSac, Sac, SacConfig},
 };
 use rl::collect::{CollectorConfig, SyncCollector};

@@ -12,9 +12,9 @@ use rl::collect::{RandomAction, ValuePolicy};
 use rl::core::{Env, MemoryBudget};
 use rl::train::eval::EvalReport;
 use rl::train::trainer::{
-    CheckpointSchedule, CollectorChoice, EvalSchedule, Goal, OffPolicyConfig, OnPolicyLearner,
-    OffPolicyLearner, OffPolicyTrainer, OnPolicyTrainer, ProgressLog, ReplayLocation,
-    RunConfig, TrainSummary,
+    CheckpointSchedule, CollectorChoice, EvalSchedule, Goal, OffPolicyConfig, OffPolicyLearner,
+    OffPolicyTrainer, OnPolicyLearner, OnPolicyTrainer, ProgressLog, ReplayLocation, RunConfig,
+    TrainSummary,
 };
 
 /// The run flags of every training example; `MAX_STEPS`, `EVAL_EVERY` and

@@ -2,7 +2,7 @@
 //! Q-learning (van Hasselt et al. 2016).
 //!
 //! Networks are `rl_nn::Mlp`s on flat parameters: every buffer an update or an action
-//! touches is allocated at construction, so memory is the [`Dqn::memory_plan`] from the
+//! touches is allocated at construction, so memory is the [`Dqn::memory_plan`](crate::learner::Learner::memory_plan) from the
 //! first step to the last, and neither an update nor acting allocates.
 //!
 //! [`Dqn`] and its update are here; `config.rs` holds [`DqnConfig`] and its schedules,
@@ -429,7 +429,6 @@ impl crate::learner::OffPolicyLearner for Dqn {
     fn set_env_steps(&mut self, env_steps: u64) {
         self.env_steps = env_steps;
     }
-
 }
 
 impl Policy for Dqn {

@@ -125,7 +125,7 @@ pub trait OffPolicyLearner: Learner + Predict<Obs = f32, State: Debug> {
     /// schedules read it). Called before every collection.
     fn set_env_steps(&mut self, _env_steps: u64) {}
 
-    /// What acting on `rows` environments at once adds to [`OffPolicyLearner::memory_plan`]
+    /// What acting on `rows` environments at once adds to [`OffPolicyLearner::memory_plan`](crate::learner::Learner::memory_plan)
     /// (a recurrent learner's per-environment state, made on the first call with that
     /// many rows). Nothing by default.
     fn acting_plan(&self, rows: usize) -> MemoryPlan {
@@ -154,7 +154,6 @@ pub trait OffPolicyLearner: Learner + Predict<Obs = f32, State: Debug> {
     /// clones share once (a fixed action table's transposed copy). Constant for the
     /// learner's life.
     fn actor_memory_plan(&self, copies: usize) -> MemoryPlan;
-
 }
 
 /// What an on-policy trainer (`rl-train`'s `OnPolicyTrainer`) needs of a learner
@@ -281,4 +280,3 @@ impl Clone for ActorRng {
     /// Keeps this generator's own stream.
     fn clone_from(&mut self, _source: &Self) {}
 }
-

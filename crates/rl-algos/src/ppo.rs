@@ -65,7 +65,7 @@
 //!
 //! # Checkpoints
 //!
-//! [`Ppo::checkpoint`] / [`Ppo::restore`] (or the bytes of [`Learner::to_bytes`](crate::learner::Learner::to_bytes), which a
+//! [`Ppo::checkpoint`](crate::learner::Learner::checkpoint) / [`Ppo::restore`](crate::learner::Learner::restore) (or the bytes of [`Learner::to_bytes`](crate::learner::Learner::to_bytes), which a
 //! trainer writes to a file) capture and put back everything an update depends on: the weights, Adam's
 //! moments and step counter, and a [`PpoState`] (configuration, policy architecture,
 //! env-step and update counters, the minibatch-shuffling generator, the policy's
@@ -86,10 +86,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::learner::OnPolicyLearner;
-use crate::predict::Predict;
 use crate::policy::{
     ActorCritic, ObsNormalizer, PolicyArchitecture, PolicyGradients, PolicyWorkspace,
 };
+use crate::predict::Predict;
 
 mod advantages;
 mod config;
@@ -205,10 +205,10 @@ impl<P: ActorCritic> Learner<P> {
 /// collector's episode statistics and frame counter, and the collector's copy of the
 /// policy. Put the collector policy's sampling generator into the trainer's policy with
 /// [`PolicyNetworks::set_sampling_state`](crate::policy::PolicyNetworks::set_sampling_state) before
-/// [`Ppo::checkpoint`] to carry it along (the `ppo_cartpole` example does).
+/// [`Ppo::checkpoint`](crate::learner::Learner::checkpoint) to carry it along (the `ppo_cartpole` example does).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PpoState {
-    /// The configuration. [`Ppo::restore`] refuses a checkpoint whose configuration
+    /// The configuration. [`Ppo::restore`](crate::learner::Learner::restore) refuses a checkpoint whose configuration
     /// differs from the trainer's in any field but `seed`.
     pub config: PpoConfig,
     /// The policy's architecture ([`PolicyNetworks::architecture`](crate::policy::PolicyNetworks::architecture));
@@ -216,7 +216,7 @@ pub struct PpoState {
     pub architecture: PolicyArchitecture,
     /// Environment steps trained on ([`Ppo::env_steps`]; drives the schedules).
     pub env_steps: u64,
-    /// Updates completed ([`Ppo::updates`]).
+    /// Updates completed ([`Learner::updates`](crate::learner::Learner::updates)).
     pub updates: u64,
     /// The generator that shuffles minibatches.
     pub shuffle_rng: Xoshiro256PlusPlus,
@@ -237,7 +237,7 @@ pub struct PpoState {
 /// PPO over an [`ActorCritic`] policy it owns, with one [`Adam`] per network whose state
 /// it owns.
 ///
-/// Everything an update uses is allocated by [`Ppo::new`] ([`Ppo::memory_plan`]): Adam's
+/// Everything an update uses is allocated by [`Ppo::new`] ([`Ppo::memory_plan`](crate::learner::Learner::memory_plan)): Adam's
 /// moments, one gradient buffer per network, a policy workspace of `batch_size` rows
 /// (and one of `eval_minibatch` rows with [`PpoConfig::recompute_old_log_probs`], plus
 /// two `f32` per rollout row), the [`Advantages`] (two `f32` per rollout row), one
@@ -245,6 +245,7 @@ pub struct PpoState {
 /// An update allocates nothing (tested with a counting allocator).
 ///
 /// ```no_run
+/// use rl_algos::learner::OnPolicyLearner;
 /// use rl_algos::{policy::{CategoricalPolicy, PolicyConfig}, ppo::{Ppo, PpoConfig}};
 /// use rl_collect::{CollectorConfig, SyncCollector};
 /// use rl_envs::CartPole;
@@ -553,7 +554,7 @@ impl<P: ActorCritic + Predict + Clone> crate::learner::Learner for Ppo<P> {
         }
     }
 
-    /// Puts a checkpoint from [`Ppo::checkpoint`] back: weights, Adam's state, counters
+    /// Puts a checkpoint from [`Ppo::checkpoint`](crate::learner::Learner::checkpoint) back: weights, Adam's state, counters
     /// and generators. Checks everything first: on error nothing has changed.
     ///
     /// The trainer must have been built with the same configuration (the seed aside: the

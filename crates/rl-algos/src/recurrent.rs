@@ -28,7 +28,7 @@
 //!    actor's loss does not reach it, as in SAC-from-pixels and R2D2).
 //!
 //! Memory: everything above is sized at construction by the window length, the burn-in
-//! and the number of windows, listed in [`Recurrent::memory_plan`], and reused; an update
+//! and the number of windows, listed in [`Recurrent::memory_plan`](crate::learner::Learner::memory_plan), and reused; an update
 //! allocates nothing.
 
 mod acting;
@@ -141,7 +141,7 @@ impl RecurrentConfig {
 /// use rl_algos::dqn::{Dqn, DqnConfig};
 /// use rl_algos::policy::History;
 /// use rl_algos::recurrent::{Recurrent, RecurrentConfig};
-/// use rl_algos::learner::OffPolicyLearner;
+/// use rl_algos::learner::{Learner, OffPolicyLearner};
 /// use rl_core::Env;
 /// use rl_envs::MaskedCartPole;
 ///

@@ -4,7 +4,7 @@
 //! automatic entropy tuning and checkpoints.
 //!
 //! Networks are `rl_nn::Mlp`s on flat parameters: every buffer an update touches is
-//! allocated at construction, so memory is the [`Sac::memory_plan`] from the first step
+//! allocated at construction, so memory is the [`Sac::memory_plan`](crate::learner::Learner::memory_plan) from the first step
 //! to the last, and an update allocates nothing.
 
 mod actor;
@@ -220,7 +220,7 @@ pub struct SacArchitecture {
 /// `action_table` with its Adam for a learned table).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SacState {
-    /// The configuration; [`Sac::restore`] refuses another one (the seed aside).
+    /// The configuration; [`Sac::restore`](crate::learner::Learner::restore) refuses another one (the seed aside).
     pub config: SacConfig,
     /// What the trainer is; must match on restore.
     pub architecture: SacArchitecture,

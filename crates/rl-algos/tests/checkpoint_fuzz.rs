@@ -56,7 +56,11 @@ fn load_and_train(bytes: &[u8]) {
     std::fs::write(&path, bytes).unwrap();
     let mut ppo = Ppo::new(policy(), config(), ENVS).unwrap();
     let before = ppo.checkpoint().to_bytes().unwrap();
-    if std::fs::read(&path).map_err(|_| ()).and_then(|b| ppo.restore_bytes(&b, &path).map_err(|_| ())).is_err() {
+    if std::fs::read(&path)
+        .map_err(|_| ())
+        .and_then(|b| ppo.restore_bytes(&b, &path).map_err(|_| ()))
+        .is_err()
+    {
         assert_eq!(
             ppo.checkpoint().to_bytes().unwrap(),
             before,

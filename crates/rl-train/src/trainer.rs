@@ -12,9 +12,9 @@
 //!   action without a copy; with the asynchronous one ([`CollectorChoice::Async`])
 //!   worker threads act with copies of the learner's actor, and the trainer publishes
 //!   new weights after every training phase.
-//! - [`OnPolicyTrainer`] drives the policy's [`OnPolicyLearner`] ([`rl_algos::ppo::Ppo`]
-//!   for feed-forward policies, [`rl_algos::ppo::RecurrentPpo`] for a recurrent one, chosen
-//!   by [`PpoPolicy`]): collect a rollout (a recurrent policy recording each chunk's
+//! - [`OnPolicyTrainer`] drives any [`OnPolicyLearner`] ([`rl_algos::ppo::Ppo`] for
+//!   feed-forward policies, [`rl_algos::ppo::RecurrentPpo`] for a recurrent one), built
+//!   for `run.n_envs` environments: collect a rollout (a recurrent policy recording each chunk's
 //!   starting state), scale rewards if configured, update, hand the new weights to the
 //!   collector's policy copy.
 //!
@@ -37,9 +37,7 @@ pub use off_policy::{
     OffPolicyConfig, OffPolicyReplay, OffPolicyTrainer, REPLAY_FILE, ReplayLocation,
 };
 pub use on_policy::OnPolicyTrainer;
-pub use rl_algos::learner::{
-    Learner, OffPolicyLearner, OnPolicyLearner, SequenceSpec,
-};
+pub use rl_algos::learner::{Learner, OffPolicyLearner, OnPolicyLearner, SequenceSpec};
 pub use run::{
     Callback, CheckpointSchedule, Control, EvalSchedule, Goal, Progress, ProgressLog, RUN_FILE,
     RunConfig, RunCounters, StopReason, TrainSummary,

@@ -23,7 +23,7 @@ pub struct DqnArchitecture {
 /// state, and `q_target`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DqnState {
-    /// The configuration; [`Dqn::restore`] refuses another one (the seed aside).
+    /// The configuration; [`Dqn::restore`](crate::learner::Learner::restore) refuses another one (the seed aside).
     pub config: DqnConfig,
     /// What the learner is; must match on restore.
     pub architecture: DqnArchitecture,
@@ -96,7 +96,7 @@ impl Learner for Dqn {
         }
     }
 
-    /// Restores a [`Dqn::checkpoint`]; everything is checked first and on error nothing
+    /// Restores a [`Dqn::checkpoint`](crate::learner::Learner::checkpoint); everything is checked first and on error nothing
     /// changes. The learner keeps its own seed (the checkpoint's generator continues) and
     /// its mode; [`Dqn::priorities`] is empty until the next update.
     ///

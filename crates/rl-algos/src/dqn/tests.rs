@@ -12,10 +12,10 @@ use rl_storage::{
 };
 
 use super::*;
-use rl_core::Location;
-use rl_nn::Checkpoint;
 #[allow(unused_imports, reason = "the learner traits, for their methods")]
 use crate::learner::{Learner, OffPolicyLearner, OnPolicyLearner};
+use rl_core::Location;
+use rl_nn::Checkpoint;
 
 use crate::predict::Predict;
 

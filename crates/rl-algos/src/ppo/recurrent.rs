@@ -129,6 +129,7 @@ pub struct RecurrentPpoState {
 ///
 /// ```no_run
 /// use rl_algos::policy::{History, PolicyConfig, RecurrentCategoricalPolicy};
+/// use rl_algos::learner::OnPolicyLearner;
 /// use rl_algos::ppo::{PpoConfig, RecurrentPpo, RecurrentPpoConfig};
 /// use rl_collect::{CollectorConfig, SyncCollector};
 /// use rl_envs::MaskedCartPole;

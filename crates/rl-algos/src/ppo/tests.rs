@@ -9,9 +9,9 @@ use rl_storage::{ColumnSlice, rollout::RolloutBuffer};
 
 use super::shared::{explained_variance, normalize};
 use super::*;
+use crate::error::Error;
 #[allow(unused_imports, reason = "the learner traits, for their methods")]
 use crate::learner::{Learner as _, OffPolicyLearner as _, OnPolicyLearner as _};
-use crate::error::Error;
 use crate::policy::{ActorCritic, CategoricalPolicy, PolicyConfig, PolicyNetworks};
 use rl_nn::AdamConfig;
 

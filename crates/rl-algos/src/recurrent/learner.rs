@@ -2,8 +2,8 @@
 //! gradient; and [`Recurrent`] as an [`OffPolicyLearner`] the trainer drives.
 
 use rl_core::{DType, Flag, Location, MemoryPlan, Schema, TransitionSchema};
-use rl_nn::{NetworkState, Weights};
 use rl_nn::Checkpoint;
+use rl_nn::{NetworkState, Weights};
 use rl_storage::Batch;
 
 use super::{HISTORY, HISTORY_TARGET, Recurrent, RecurrentActor, RecurrentConfig, RecurrentState};
@@ -299,7 +299,7 @@ impl<L: SequenceLearner> Learner for Recurrent<L> {
         }
     }
 
-    /// Restores a [`Recurrent::checkpoint`] of a learner built the same way; everything
+    /// Restores a [`Recurrent::checkpoint`](crate::learner::Learner::checkpoint) of a learner built the same way; everything
     /// is checked first, and on error nothing changes.
     ///
     /// # Errors
@@ -410,5 +410,4 @@ impl<L: SequenceLearner> OffPolicyLearner for Recurrent<L> {
         }
         plan
     }
-
 }

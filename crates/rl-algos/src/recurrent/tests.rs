@@ -7,11 +7,11 @@ use rl_core::{BoxSpace, DType, Flag, Space};
 use rl_storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 
 use super::*;
-use rl_nn::Checkpoint;
+use crate::dqn::{Dqn, DqnConfig};
 #[allow(unused_imports, reason = "the learner traits, for their methods")]
 use crate::learner::{Learner as _, OffPolicyLearner as _, OnPolicyLearner as _};
-use crate::dqn::{Dqn, DqnConfig};
 use crate::sac::{DiscreteSac, SacConfig};
+use rl_nn::Checkpoint;
 
 const OBS: usize = 3;
 const ACTIONS: u32 = 4;

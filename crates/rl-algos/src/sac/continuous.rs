@@ -620,7 +620,6 @@ impl Sac {
     pub(super) fn action_bounds(&self) -> (&[f32], &[f32]) {
         (&self.scale, &self.offset)
     }
-
 }
 
 impl crate::predict::Predict for Sac {
@@ -665,7 +664,7 @@ impl crate::learner::Learner for Sac {
         self.core.checkpoint(CHECKPOINT_KIND)
     }
 
-    /// Restores a [`Sac::checkpoint`]; everything is checked first and on error nothing
+    /// Restores a [`Sac::checkpoint`](crate::learner::Learner::checkpoint); everything is checked first and on error nothing
     /// changes.
     ///
     /// # Errors
@@ -703,7 +702,6 @@ impl crate::learner::OffPolicyLearner for Sac {
     fn update(&mut self, batch: &Batch) -> Result<SacStats> {
         Sac::update(self, batch)
     }
-
 }
 
 impl Policy for Sac {

@@ -53,7 +53,7 @@ const TARGET_ENTROPY_RATIO: f32 = 0.98;
 /// lower target, such as `0.6 ln n`, lets the policy concentrate).
 ///
 /// Memory: everything an update touches is allocated at construction and listed by
-/// [`DiscreteSac::memory_plan`]; beyond parameters, gradients and moments, an update over
+/// [`DiscreteSac::memory_plan`](crate::learner::Learner::memory_plan); beyond parameters, gradients and moments, an update over
 /// 100 000 actions at batch 256 and chunk 2048 holds at most 4 x `batch x chunk` floats
 /// (3.45 x measured, by the crate's tests). The actions stored in the replay buffer are
 /// `u32` indices; any index at or above `n` is an [`Error::ActionOutOfRange`], never
@@ -652,7 +652,6 @@ impl DiscreteSac {
             .sum();
         (per_batch * ACT_ROWS as u64).div_ceil(self.scorer.max_batch() as u64)
     }
-
 }
 
 /// What acting for a collector reads and writes: the actor's forward pass over at most
@@ -775,7 +774,7 @@ impl crate::learner::Learner for DiscreteSac {
         plan
     }
 
-    /// The whole trainer state (as [`crate::sac::Sac::checkpoint`]), with the learned table
+    /// The whole trainer state (as [`crate::sac::Sac::checkpoint`](crate::learner::Learner::checkpoint)), with the learned table
     /// and its optimiser (network `action_table`) when the table is learned.
     fn checkpoint(&self) -> Checkpoint<SacState> {
         let mut checkpoint = self.core.checkpoint(CHECKPOINT_KIND);
@@ -798,11 +797,11 @@ impl crate::learner::Learner for DiscreteSac {
         checkpoint
     }
 
-    /// Restores a [`DiscreteSac::checkpoint`]; everything (the learned table too) is
+    /// Restores a [`DiscreteSac::checkpoint`](crate::learner::Learner::checkpoint); everything (the learned table too) is
     /// checked first, and on error nothing changes.
     ///
     /// # Errors
-    /// As [`crate::sac::Sac::restore`], and [`Error::CheckpointMismatch`] for a checkpoint
+    /// As [`crate::sac::Sac::restore`](crate::learner::Learner::restore), and [`Error::CheckpointMismatch`] for a checkpoint
     /// with a learned table given to a trainer without one or the reverse.
     fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
         let saved = checkpoint.networks.iter().find(|n| n.name == TABLE);
@@ -878,7 +877,6 @@ impl crate::learner::OffPolicyLearner for DiscreteSac {
     fn update(&mut self, batch: &Batch) -> Result<SacStats> {
         DiscreteSac::update(self, batch)
     }
-
 }
 
 impl Policy for DiscreteSac {

@@ -5,11 +5,9 @@ use std::path::Path;
 
 use crate::eval::{EvalConfig, EvalReport, evaluate};
 use crate::trainer::{
-    ChunkActor, ChunkCollector, ChunkConfig, ChunkSource, Goal, OffPolicyConfig,
-    OffPolicyLearner, OffPolicyReplay, OffPolicyTrainer, OnPolicyLearner, OnPolicyTrainer,
-    RunConfig, TrainSummary,
+    ChunkActor, ChunkCollector, ChunkConfig, ChunkSource, Goal, OffPolicyConfig, OffPolicyLearner,
+    OffPolicyReplay, OffPolicyTrainer, OnPolicyLearner, OnPolicyTrainer, RunConfig, TrainSummary,
 };
-use rl_algos::learner::Learner;
 use rl_collect::{RandomAction, ValuePolicy};
 use rl_core::{Column, DType, Env, Field, MemoryPlan, Schema, Space};
 use rl_nn::Checkpoint;
@@ -203,8 +201,7 @@ where
             episodes,
             seed,
         } => {
-            let saved =
-                Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.kind())?;
+            let saved = Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.kind())?;
             learner.restore(&saved)?;
             let mut env = make(seed);
             let report = evaluate(

@@ -291,8 +291,8 @@ where
                 .map_err(build_error)?;
                 let ppo = config.ppo.ok_or_else(missing)?;
                 let learner = RecurrentPpoConfig::new(ppo, recurrent.chunk_len);
-                let learner = RecurrentPpo::new(policy, learner, config.run.n_envs)
-                    .map_err(build_error)?;
+                let learner =
+                    RecurrentPpo::new(policy, learner, config.run.n_envs).map_err(build_error)?;
                 job::on_policy(self.make.clone(), env, learner, config, job)
             }
             Algo::DiscreteSac => {

@@ -22,7 +22,7 @@ use self::replay::sampler_plan;
 pub use self::replay::{OffPolicyReplay, REPLAY_FILE, ReplayLocation};
 use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
 use crate::eval::{EvalReport, evaluate};
-use rl_algos::learner::{Learner, OffPolicyLearner};
+use rl_algos::learner::OffPolicyLearner;
 use rl_algos::{Error, Result};
 
 /// The learner's checkpoint inside a run directory.
@@ -383,8 +383,7 @@ where
         config.validate()?;
         let counters = RunCounters::load(dir)?;
         counters.check(TRAINER, learner.kind(), &config.run)?;
-        let saved =
-            Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.kind())?;
+        let saved = Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.kind())?;
         learner.restore(&saved)?;
         Self::build(make_env, learner, config, Some((dir, counters)), None)
     }

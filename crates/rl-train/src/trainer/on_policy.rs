@@ -11,11 +11,10 @@ use rl_storage::rollout::RolloutBuffer;
 
 use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
 use crate::eval::{EvalReport, evaluate};
-use rl_algos::learner::{Learner, OnPolicyLearner};
+use rl_algos::learner::OnPolicyLearner;
 use rl_algos::policy::PolicyNetworks;
 use rl_algos::{Error, Result};
 use rl_collect::ValuePolicy;
-use rl_nn::Weights;
 
 /// The learner's checkpoint inside a run directory.
 const LEARNER_FILE: &str = "learner.safetensors";
@@ -37,13 +36,14 @@ const TRAINER: &str = "on_policy";
 ///
 /// ```
 /// use rl_train::trainer::{Goal, OnPolicyTrainer, RunConfig};
-/// use rl_algos::{policy::{CategoricalPolicy, PolicyConfig}, ppo::PpoConfig};
+/// use rl_algos::{policy::{CategoricalPolicy, PolicyConfig}, ppo::{Ppo, PpoConfig}};
 /// use rl_envs::CartPole;
 ///
 /// let policy = CategoricalPolicy::for_env(&CartPole::new(0), PolicyConfig::new(), 0)?;
 /// let ppo = PpoConfig { n_steps: 32, ..PpoConfig::new() };
 /// let run = RunConfig { n_envs: 4, goal: Some(Goal::TrainingReturn { mean_return: 475.0, window: 20 }), ..RunConfig::new(1_024) };
-/// let mut trainer = OnPolicyTrainer::new(CartPole::new, policy, ppo, run)?;
+/// let ppo = Ppo::new(policy, ppo, run.n_envs)?; // the learner, built for run.n_envs
+/// let mut trainer = OnPolicyTrainer::new(CartPole::new, ppo, run)?;
 /// let summary = trainer.train(&mut ())?;
 /// assert_eq!(summary.total_env_steps, 1_024);
 /// # Ok::<(), rl_algos::Error>(())

@@ -5,8 +5,9 @@
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_algos::dqn::{Dqn, DqnConfig};
+use rl_algos::learner::Learner;
 use rl_algos::policy::{History, PolicyConfig, RecurrentCategoricalPolicy};
-use rl_algos::ppo::{PpoConfig, RecurrentPpoConfig};
+use rl_algos::ppo::{PpoConfig, RecurrentPpo, RecurrentPpoConfig};
 use rl_algos::recurrent::{Recurrent, RecurrentConfig};
 use rl_core::{BoxSpace, DType, Space};
 use rl_envs::MaskedCartPole;
@@ -44,13 +45,8 @@ fn the_trainer_drives_recurrent_ppo_and_resumes() {
         }),
         ..RunConfig::new(3 * 32 * ENVS as u64)
     };
-    let mut trainer = OnPolicyTrainer::new(
-        MaskedCartPole::new,
-        policy(history, 2),
-        config(8),
-        run.clone(),
-    )
-    .unwrap();
+    let learner = RecurrentPpo::new(policy(history, 2), config(8), ENVS).unwrap();
+    let mut trainer = OnPolicyTrainer::new(MaskedCartPole::new, learner, run.clone()).unwrap();
     let plan = trainer.memory_plan().clone();
     assert!(
         plan.lines()
@@ -69,14 +65,9 @@ fn the_trainer_drives_recurrent_ppo_and_resumes() {
         total_steps: 4 * 32 * ENVS as u64,
         ..run
     };
-    let mut resumed = OnPolicyTrainer::resume(
-        dir.path(),
-        MaskedCartPole::new,
-        policy(history, 7),
-        config(8),
-        run,
-    )
-    .unwrap();
+    let learner = RecurrentPpo::new(policy(history, 7), config(8), ENVS).unwrap();
+    let mut resumed =
+        OnPolicyTrainer::resume(dir.path(), MaskedCartPole::new, learner, run).unwrap();
     assert_eq!(resumed.env_steps(), 3 * 32 * ENVS as u64);
     resumed.train(&mut ()).unwrap();
     assert_eq!(resumed.ppo().updates(), 4);

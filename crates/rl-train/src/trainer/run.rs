@@ -9,8 +9,8 @@ use rl_core::{Env, MemoryBudget, ProcessMemory};
 use serde::{Deserialize, Serialize};
 
 use crate::eval::{EvalConfig, EvalReport, evaluate};
-use rl_algos::predict::Predict;
 use rl_algos::learner::Learner;
+use rl_algos::predict::Predict;
 use rl_algos::{Error, Result};
 
 /// The file of a run directory that holds the loop's counters ([`RunCounters`]).

@@ -10,7 +10,7 @@ use rl_envs::{CartPole, Pendulum};
 use super::*;
 use rl_algos::Error;
 use rl_algos::policy::{CategoricalPolicy, PolicyConfig};
-use rl_algos::ppo::PpoConfig;
+use rl_algos::ppo::{Ppo, PpoConfig};
 use rl_algos::predict::Predict;
 use rl_algos::sac::{Sac, SacConfig};
 
@@ -89,11 +89,16 @@ fn small_policy(seed: u64) -> CategoricalPolicy {
     CategoricalPolicy::for_env(&fixed(0), config, seed).unwrap()
 }
 
+/// A PPO learner for `policy` on the two environments of these tests' runs.
+fn ppo(policy: CategoricalPolicy, config: PpoConfig) -> Ppo<CategoricalPolicy> {
+    Ppo::new(policy, config, 2).unwrap()
+}
+
 fn on_policy(
     total: u64,
     seed: u64,
     dir: Option<&std::path::Path>,
-) -> OnPolicyTrainer<Fixed, CategoricalPolicy> {
+) -> OnPolicyTrainer<Fixed, Ppo<CategoricalPolicy>> {
     let run = RunConfig {
         n_envs: 2,
         seed,
@@ -104,15 +109,15 @@ fn on_policy(
         }),
         ..RunConfig::new(total)
     };
-    OnPolicyTrainer::new(fixed, small_policy(seed), ppo_config(seed), run).unwrap()
+    OnPolicyTrainer::new(fixed, ppo(small_policy(seed), ppo_config(seed)), run).unwrap()
 }
 
 /// Whether two trainers hold the same learner: their checkpoints (every network's weights
 /// and Adam state, the typed state: counters, generators, configuration) are the same
 /// bytes.
 fn same_learner(
-    a: &mut OnPolicyTrainer<Fixed, CategoricalPolicy>,
-    b: &mut OnPolicyTrainer<Fixed, CategoricalPolicy>,
+    a: &mut OnPolicyTrainer<Fixed, Ppo<CategoricalPolicy>>,
+    b: &mut OnPolicyTrainer<Fixed, Ppo<CategoricalPolicy>>,
 ) -> bool {
     a.checkpoint().to_bytes().unwrap() == b.checkpoint().to_bytes().unwrap()
 }
@@ -138,7 +143,7 @@ proptest! {
         drop(part);
         let run = RunConfig { n_envs: 2, seed, ..RunConfig::new(total) };
         let mut resumed =
-            OnPolicyTrainer::resume(&saved, fixed, small_policy(seed + 1), ppo_config(seed), run).unwrap();
+            OnPolicyTrainer::resume(&saved, fixed, ppo(small_policy(seed + 1), ppo_config(seed)), run).unwrap();
         prop_assert_eq!(resumed.env_steps(), rollout * first);
         let summary = resumed.train(&mut ()).unwrap();
         prop_assert_eq!(summary.total_env_steps, total);
@@ -288,8 +293,8 @@ fn resume_refuses_another_run_and_leaves_the_directory_alone() {
         seed: 4,
         ..RunConfig::new(rollout * 2)
     };
-    let err =
-        OnPolicyTrainer::resume(&saved, fixed, small_policy(4), ppo_config(4), run).unwrap_err();
+    let err = OnPolicyTrainer::resume(&saved, fixed, ppo(small_policy(4), ppo_config(4)), run)
+        .unwrap_err();
     assert!(
         matches!(err, Error::CheckpointMismatch { ref what, .. } if what == "run.seed"),
         "{err}"
@@ -321,7 +326,7 @@ fn resume_refuses_another_run_and_leaves_the_directory_alone() {
         seed: 3,
         ..RunConfig::new(rollout * 2)
     };
-    assert!(OnPolicyTrainer::resume(&saved, fixed, wide, ppo_config(3), run).is_err());
+    assert!(OnPolicyTrainer::resume(&saved, fixed, ppo(wide, ppo_config(3)), run).is_err());
     assert_eq!(std::fs::read(saved.join(RUN_FILE)).unwrap(), before);
     // A directory without a run.
     let run = RunConfig {
@@ -329,7 +334,7 @@ fn resume_refuses_another_run_and_leaves_the_directory_alone() {
         seed: 3,
         ..RunConfig::new(rollout * 2)
     };
-    let err = OnPolicyTrainer::resume(dir.path(), fixed, small_policy(3), ppo_config(3), run)
+    let err = OnPolicyTrainer::resume(dir.path(), fixed, ppo(small_policy(3), ppo_config(3)), run)
         .unwrap_err();
     assert!(err.to_string().contains(RUN_FILE), "{err}");
 }
@@ -465,7 +470,12 @@ fn goals_callbacks_and_evaluations_stop_and_report() {
         n_steps: 64,
         ..PpoConfig::new()
     };
-    let mut trainer = OnPolicyTrainer::new(CartPole::new, policy.clone(), ppo, run).unwrap();
+    let mut trainer = OnPolicyTrainer::new(
+        CartPole::new,
+        Ppo::new(policy.clone(), ppo, 2).unwrap(),
+        run,
+    )
+    .unwrap();
     let summary = trainer.train(&mut ()).unwrap();
     assert_eq!(
         (summary.solved, summary.stopped_by),
@@ -491,7 +501,8 @@ fn goals_callbacks_and_evaluations_stop_and_report() {
         eval: Some(EvalSchedule::new(128, 2)),
         ..RunConfig::new(10_000)
     };
-    let mut trainer = OnPolicyTrainer::new(CartPole::new, policy, ppo, run).unwrap();
+    let mut trainer =
+        OnPolicyTrainer::new(CartPole::new, Ppo::new(policy, ppo, 2).unwrap(), run).unwrap();
     let mut callback = StopAfter(2, Vec::new());
     let summary = trainer.train(&mut callback).unwrap();
     assert_eq!(summary.stopped_by, StopReason::Callback);
@@ -557,20 +568,12 @@ fn invalid_loop_settings_name_the_field() {
     );
     // The minibatch must fit the rollout of the run's environments.
     let policy = CategoricalPolicy::for_env(&CartPole::new(0), PolicyConfig::new(), 0).unwrap();
-    let err = OnPolicyTrainer::new(
-        CartPole::new,
-        policy,
-        PpoConfig {
-            n_steps: 4,
-            batch_size: 9,
-            ..PpoConfig::new()
-        },
-        RunConfig {
-            n_envs: 2,
-            ..RunConfig::new(10)
-        },
-    )
-    .unwrap_err();
+    let config = PpoConfig {
+        n_steps: 4,
+        batch_size: 9,
+        ..PpoConfig::new()
+    };
+    let err = Ppo::new(policy, config, 2).unwrap_err();
     assert!(err.to_string().contains("ppo.batch_size"), "{err}");
     assert!(err.to_string().contains("4 x 2 = 8"), "{err}");
 }
@@ -1069,14 +1072,9 @@ fn plans_from_the_configuration_equal_the_plans_of_the_built_trainers() {
         n_envs: 2,
         ..RunConfig::new(64)
     };
-    let planned = OnPolicyTrainer::<Fixed, CategoricalPolicy>::plan(
-        &fixed(0),
-        small_policy(0),
-        ppo_config(0),
-        &run,
-    )
-    .unwrap();
-    let built = OnPolicyTrainer::new(fixed, small_policy(0), ppo_config(0), run).unwrap();
+    let learner = ppo(small_policy(0), ppo_config(0));
+    let planned = OnPolicyTrainer::<Fixed, _>::plan(&fixed(0), &learner, &run).unwrap();
+    let built = OnPolicyTrainer::new(fixed, learner, run).unwrap();
     assert_eq!(&planned, built.memory_plan());
     assert!(
         planned

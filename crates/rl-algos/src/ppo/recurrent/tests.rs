@@ -193,7 +193,9 @@ fn a_restored_learner_updates_bit_identically() {
     let path = dir.path().join("learner.safetensors");
     std::fs::write(&path, learner.to_bytes().unwrap()).unwrap();
     let mut restored = RecurrentPpo::new(policy(history, 99), config(8), ENVS).unwrap();
-    restored.restore_bytes(&std::fs::read(&path).unwrap(), &path).unwrap();
+    restored
+        .restore_bytes(&std::fs::read(&path).unwrap(), &path)
+        .unwrap();
     collect(&learner, &mut collector, &mut rollout);
     let record = collector.policy().chunk_record().unwrap();
     let a = learner.update(&mut rollout, record).unwrap();

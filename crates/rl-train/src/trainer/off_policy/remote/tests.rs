@@ -12,6 +12,7 @@ use rl_storage::ColumnSlice;
 
 use super::*;
 use crate::trainer::{CollectorChoice, OffPolicyConfig, OffPolicyTrainer, RunConfig};
+use rl_algos::learner::Learner;
 use rl_algos::sac::{Sac, SacConfig};
 
 fn sac() -> Sac {
