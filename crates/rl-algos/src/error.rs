@@ -51,7 +51,7 @@ pub enum Error {
     },
 
     /// A trainer checkpoint was saved by a trainer of another configuration or policy
-    /// architecture (the seed aside); nothing was restored.
+    /// architecture; nothing was restored.
     #[error(
         "the checkpoint's {what} is {actual} but this trainer's is {expected}: \
          a checkpoint of another run; restore it into a trainer built with the same settings"
