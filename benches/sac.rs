@@ -66,7 +66,7 @@ fn main() -> anyhow::Result<()> {
             batch_size: 256,
             ..SacConfig::sb3()
         };
-        let mut sac = Sac::for_env(&pendulum, config)?;
+        let mut sac = Sac::for_env(&pendulum, config, 0)?;
         // Pendulum's torque bounds are [-2, 2]; its episodes never terminate (only
         // truncate), and the continuous update evaluates the target for every row anyway.
         let ms = time_updates(
@@ -139,6 +139,7 @@ fn large_actions(env: &LargeDiscrete, batch_size: usize) -> anyhow::Result<Discr
         env,
         env.action_features().clone(),
         config,
+        0,
     )?)
 }
 

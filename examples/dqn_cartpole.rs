@@ -58,18 +58,17 @@ fn main() -> anyhow::Result<()> {
     let mut dqn = DqnConfig::rl_zoo_cartpole();
     dqn.adam.lr = args.lr;
     dqn.double = args.double;
-    dqn.seed = args.run.seed;
-    let learner = Dqn::for_env(&CartPole::new(0), dqn)?;
     let goal = Goal::EvalReturn { mean_return: 475.0 };
     let run = args.run.run_config(1, goal, Some(1 << 30));
+    let learner = Dqn::for_env(&CartPole::new(0), dqn, run.seed)?;
     let config = OffPolicyConfig {
         buffer_capacity: 100_000,
         learning_starts: args.learning_starts,
         train_freq: args.train_freq,
         gradient_steps: args.gradient_steps,
         prioritized: args.prioritized.then(PrioritizedConfig::default),
-        ..args.off.apply(OffPolicyConfig::new(run))
+        ..args.off.apply(OffPolicyConfig::new())
     };
     let resume = args.run.resume.as_ref();
-    common::off_policy("dqn_cartpole", resume, CartPole::new, learner, config)
+    common::off_policy("dqn_cartpole", resume, CartPole::new, learner, config, run)
 }

@@ -80,7 +80,6 @@ fn main() -> anyhow::Result<()> {
         },
         learning_rate_end: Some(0.0),
         schedule_steps: Some(args.schedule),
-        seed: args.run.seed,
         normalize_obs: args.normalize_obs.then(ObsNormalization::default),
         normalize_reward: args.normalize_reward.then(RewardNormalization::default),
         ..PpoConfig::new()
@@ -96,6 +95,6 @@ fn main() -> anyhow::Result<()> {
         args.run.seed,
     )?;
     let resume = args.run.resume.as_ref();
-    let ppo = Ppo::new(policy, ppo, run.n_envs)?;
+    let ppo = Ppo::new(policy, ppo, run.n_envs, run.seed)?;
     common::on_policy("ppo_cartpole", resume, CartPole::new, ppo, run)
 }

@@ -82,7 +82,6 @@ fn main() -> anyhow::Result<()> {
         },
         learning_rate_end: Some(0.0),
         schedule_steps: Some(args.schedule),
-        seed: args.run.seed,
         ..PpoConfig::new()
     };
     let hidden = args.lstm_hidden.get();
@@ -97,6 +96,6 @@ fn main() -> anyhow::Result<()> {
     let policy = RecurrentCategoricalPolicy::for_env(&env, history, heads, args.run.seed)?;
     let config = RecurrentPpoConfig::new(ppo, chunk_len);
     let (name, resume) = ("ppo_masked_cartpole", args.run.resume.as_ref());
-    let learner = RecurrentPpo::new(policy, config, run.n_envs)?;
+    let learner = RecurrentPpo::new(policy, config, run.n_envs, run.seed)?;
     common::on_policy(name, resume, MaskedCartPole::new, learner, run)
 }

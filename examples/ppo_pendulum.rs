@@ -77,7 +77,6 @@ fn main() -> anyhow::Result<()> {
         },
         learning_rate_end: scheduled.then_some(0.0),
         schedule_steps: scheduled.then_some(args.schedule),
-        seed: args.run.seed,
         normalize_reward: args.normalize_reward.then(RewardNormalization::default),
         ..PpoConfig::new()
     };
@@ -92,6 +91,6 @@ fn main() -> anyhow::Result<()> {
     };
     let policy = GaussianPolicy::for_env(&Pendulum::new(0), policy_config, args.run.seed)?;
     let resume = args.run.resume.as_ref();
-    let ppo = Ppo::new(policy, ppo, run.n_envs)?;
+    let ppo = Ppo::new(policy, ppo, run.n_envs, run.seed)?;
     common::on_policy("ppo_pendulum", resume, Pendulum::new, ppo, run)
 }

@@ -109,7 +109,6 @@ fn main() -> anyhow::Result<()> {
         chunk: args.chunk.get(),
         target_entropy: Some(args.entropy_ratio * (n as f32).ln()),
         gamma: args.gamma,
-        seed: args.run.seed,
         ..SacConfig::sb3()
     };
     if let Some(history) = args.history {
@@ -121,9 +120,10 @@ fn main() -> anyhow::Result<()> {
         "optimal expected reward {:.3} +- {:.3}; goal {goal:.3}",
         optimal.mean, optimal.std_error
     );
-    let learner = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), sac)?;
     let run = goal_run(&args, goal, 1_000);
-    let config = off_policy_config(&args, run);
+    let learner =
+        DiscreteSac::for_env_with_table(&env, env.action_features().clone(), sac, run.seed)?;
+    let config = off_policy_config(&args);
     let resume = args.run.resume.as_ref();
     common::off_policy(
         "sac_large_actions",
@@ -131,6 +131,7 @@ fn main() -> anyhow::Result<()> {
         |_| LargeDiscrete::new(0),
         learner,
         config,
+        run,
     )
 }
 
@@ -145,11 +146,11 @@ fn goal_run(args: &Args, goal: f32, window: usize) -> rl::train::trainer::RunCon
     run
 }
 
-fn off_policy_config(args: &Args, run: rl::train::trainer::RunConfig) -> OffPolicyConfig {
+fn off_policy_config(args: &Args) -> OffPolicyConfig {
     OffPolicyConfig {
         learning_starts: 1_000,
         train_freq: args.train_freq.get(),
-        ..args.off.apply(OffPolicyConfig::new(run))
+        ..args.off.apply(OffPolicyConfig::new())
     }
 }
 
@@ -174,15 +175,14 @@ fn partial(args: &Args, history: common::HistoryFlag, sac: SacConfig) -> anyhow:
             lr: args.history_lr,
             ..AdamConfig::default()
         },
-        seed: args.run.seed,
         ..RecurrentConfig::new(history.history(args.lstm_hidden.get(), parts))
     };
-    let table = env.action_features().clone();
-    let learner = Recurrent::new(env.observation_space(), memory, |summaries| {
-        DiscreteSac::with_table(summaries, env.action_space(), table, sac)
-    })?;
     let run = goal_run(args, goal, 1_000 / parts);
-    let config = off_policy_config(args, run);
+    let table = env.action_features().clone();
+    let learner = Recurrent::new(env.observation_space(), memory, run.seed, |summaries| {
+        DiscreteSac::with_table(summaries, env.action_space(), table, sac, run.seed)
+    })?;
+    let config = off_policy_config(args);
     let resume = args.run.resume.as_ref();
     common::off_policy(
         "sac_large_actions",
@@ -190,5 +190,6 @@ fn partial(args: &Args, history: common::HistoryFlag, sac: SacConfig) -> anyhow:
         |_| PartialLargeDiscrete::new(0),
         learner,
         config,
+        run,
     )
 }

@@ -69,7 +69,7 @@ fn main() -> anyhow::Result<()> {
     };
     let mut run = args.run.run_config(1, goal, Some(1 << 30));
     run.stop_at_goal = !args.budget_only;
-    let mut config = args.off.apply(OffPolicyConfig::new(run));
+    let mut config = args.off.apply(OffPolicyConfig::new());
     let mut sac = SacConfig::sb3();
     if let Preset::Tuned = args.preset {
         (sac.hidden, sac.adam.lr, config.learning_starts) = (vec![64, 64], 1e-3, 1_000);
@@ -79,10 +79,9 @@ fn main() -> anyhow::Result<()> {
     }
     sac.adam.lr = args.lr.unwrap_or(sac.adam.lr);
     sac.batch_size = args.batch.map_or(sac.batch_size, NonZeroUsize::get);
-    sac.seed = args.run.seed;
     config.learning_starts = args.learning_starts.unwrap_or(config.learning_starts);
     config.gradient_steps = args.gradient_steps.map_or(1, NonZeroUsize::get);
-    let learner = Sac::for_env(&Pendulum::new(0), sac)?;
+    let learner = Sac::for_env(&Pendulum::new(0), sac, run.seed)?;
     let resume = args.run.resume.as_ref();
-    common::off_policy("sac_pendulum", resume, Pendulum::new, learner, config)
+    common::off_policy("sac_pendulum", resume, Pendulum::new, learner, config, run)
 }

@@ -138,7 +138,8 @@ fn index_actions_for_100k_actions_fit_in_1_gib_with_the_trainer() {
         chunk: 2048,
         ..SacConfig::sb3()
     };
-    let sac = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config).unwrap();
+    let sac =
+        DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config, 0).unwrap();
     let schema = sac.replay_schema().unwrap();
     // The trainer stores actions as u32 indices: 4 bytes a row whatever `n`.
     assert_eq!(
@@ -169,6 +170,7 @@ fn trainers_are_refused_for_spaces_they_were_not_built_for() {
         cartpole.observation_space(),
         cartpole.action_space(),
         small_config(),
+        0,
     ) {
         Err(rl::algos::Error::SpaceMismatch { what, .. }) => assert_eq!(what, "action space"),
         other => panic!("expected a space mismatch, got {other:?}"),
@@ -176,7 +178,8 @@ fn trainers_are_refused_for_spaces_they_were_not_built_for() {
     // Discrete SAC needs a table with one row per action.
     let env = LargeDiscrete::with_actions(500, 1).unwrap();
     let other = LargeDiscrete::with_actions(400, 1).unwrap();
-    match DiscreteSac::for_env_with_table(&env, other.action_features().clone(), small_config()) {
+    match DiscreteSac::for_env_with_table(&env, other.action_features().clone(), small_config(), 0)
+    {
         Err(rl::algos::Error::SpaceMismatch { what, .. }) => assert_eq!(what, "action space"),
         other => panic!("expected a space mismatch, got {other:?}"),
     }
@@ -186,7 +189,8 @@ fn trainers_are_refused_for_spaces_they_were_not_built_for() {
         DiscreteSac::with_index(
             pendulum.observation_space(),
             pendulum.action_space(),
-            small_config()
+            small_config(),
+            0
         ),
         Err(rl::algos::Error::SpaceMismatch {
             what: "action space",
@@ -194,7 +198,8 @@ fn trainers_are_refused_for_spaces_they_were_not_built_for() {
         })
     ));
     // The matching table is accepted.
-    DiscreteSac::for_env_with_table(&env, env.action_features().clone(), small_config()).unwrap();
+    DiscreteSac::for_env_with_table(&env, env.action_features().clone(), small_config(), 0)
+        .unwrap();
 }
 
 /// Collects one step of Pendulum with `sac` acting (no random warm-up frames) and
@@ -202,7 +207,7 @@ fn trainers_are_refused_for_spaces_they_were_not_built_for() {
 fn acting_error_on_pendulum(sac: Sac) -> rl::algos::Error {
     let mut collector =
         SyncCollector::new(vec![Pendulum::new(0)], sac, CollectorConfig::new(1)).unwrap();
-    let schema = Sac::for_env(&Pendulum::new(0), small_config())
+    let schema = Sac::for_env(&Pendulum::new(0), small_config(), 0)
         .unwrap()
         .replay_schema()
         .unwrap();
@@ -227,7 +232,7 @@ fn sac_built_for_other_spaces_is_refused_when_collecting() {
     let box_space =
         |len: usize| Space::Box(BoxSpace::uniform(-1.0, 1.0, &[len], DType::F32).unwrap());
     // Pendulum's observations (3) but two action dimensions instead of one.
-    let two_actions = Sac::new(&box_space(3), &box_space(2), small_config()).unwrap();
+    let two_actions = Sac::new(&box_space(3), &box_space(2), small_config(), 0).unwrap();
     match acting_error_on_pendulum(two_actions) {
         rl::algos::Error::ShapeMismatch {
             what,
@@ -237,7 +242,7 @@ fn sac_built_for_other_spaces_is_refused_when_collecting() {
         other => panic!("expected a shape mismatch, got {other:?}"),
     }
     // Four observations (CartPole's width) instead of Pendulum's three.
-    let four_obs = Sac::new(&box_space(4), &box_space(1), small_config()).unwrap();
+    let four_obs = Sac::new(&box_space(4), &box_space(1), small_config(), 0).unwrap();
     match acting_error_on_pendulum(four_obs) {
         rl::algos::Error::ShapeMismatch { what, actual, .. } => {
             assert_eq!((what, actual), ("observations", 3));
@@ -245,7 +250,7 @@ fn sac_built_for_other_spaces_is_refused_when_collecting() {
         other => panic!("expected a shape mismatch, got {other:?}"),
     }
     // The trainer built for Pendulum's own spaces collects.
-    let own = Sac::for_env(&Pendulum::new(0), small_config()).unwrap();
+    let own = Sac::for_env(&Pendulum::new(0), small_config(), 0).unwrap();
     let schema = own.replay_schema().unwrap();
     let mut collector =
         SyncCollector::new(vec![Pendulum::new(0)], own, CollectorConfig::new(8)).unwrap();
@@ -270,21 +275,23 @@ fn discrete_sac_trains_through_the_trainer_with_flat_memory() {
             lr: 1e-3,
             ..SacConfig::sb3().adam
         },
-        seed: 3,
         ..SacConfig::sb3()
     };
-    let sac = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config).unwrap();
-    let run = OffPolicyConfig {
+    let sac =
+        DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config, 3).unwrap();
+    let config = OffPolicyConfig {
         buffer_capacity: STEPS as usize,
         learning_starts: LEARNING_STARTS,
-        ..OffPolicyConfig::new(RunConfig {
-            seed: 11,
-            ..RunConfig::new(STEPS)
-        })
+        ..OffPolicyConfig::new()
+    };
+    let run = RunConfig {
+        seed: 11,
+        ..RunConfig::new(STEPS)
     };
     let mut trainer = OffPolicyTrainer::new(
         |seed| LargeDiscrete::with_actions(500, seed).unwrap(),
         sac,
+        config,
         run,
     )
     .unwrap();

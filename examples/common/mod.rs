@@ -151,20 +151,21 @@ pub(crate) fn off_policy<E, L>(
     make_env: impl FnMut(u64) -> E,
     learner: L,
     config: OffPolicyConfig,
+    run: RunConfig,
 ) -> anyhow::Result<()>
 where
     E: Env<Obs = f32> + Send + 'static,
     E::Act: RandomAction,
     L: OffPolicyLearner<Act = E::Act>,
 {
-    eprintln!("{name}: seed {}", config.run.seed);
+    eprintln!("{name}: seed {}", run.seed);
     let mut trainer = match resume {
-        Some(dir) => OffPolicyTrainer::resume(dir, make_env, learner, config)?,
-        None => OffPolicyTrainer::new(make_env, learner, config)?,
+        Some(dir) => OffPolicyTrainer::resume(dir, make_env, learner, config, run)?,
+        None => OffPolicyTrainer::new(make_env, learner, config, run)?,
     };
     eprintln!("memory plan\n{}", trainer.memory_plan());
     let summary = trainer.train(&mut ProgressLog::every(0.1))?;
-    let run = trainer.config().run.clone();
+    let run = trainer.run_config().clone();
     let eval = final_eval(&run, &summary, |episodes| trainer.evaluate(episodes))?;
     report(&run, &summary, eval)
 }

@@ -93,7 +93,7 @@ pub struct DqnStats {
 ///
 /// # fn main() -> rl_algos::Result<()> {
 /// let config = DqnConfig { hidden: vec![32, 32], batch_size: 8, ..DqnConfig::default() };
-/// let mut dqn = Dqn::for_env(&CartPole::new(0), config)?;
+/// let mut dqn = Dqn::for_env(&CartPole::new(0), config, 0)?;
 /// let schema = dqn.replay_schema()?;
 /// let mut replay = ReplayBuffer::new(RamStorage::new(schema.clone(), 64, None)?, Uniform::new(0));
 /// # for i in 0..16 {
@@ -112,6 +112,8 @@ pub struct DqnStats {
 #[derive(Clone, Debug)]
 pub struct Dqn {
     config: DqnConfig,
+    /// Seeds the network initialisation, the exploration draws and the actors'.
+    seed: u64,
     obs_dim: usize,
     n_actions: u32,
     q: Mlp,
@@ -143,13 +145,19 @@ fn argmax(row: &[f32]) -> usize {
 
 impl Dqn {
     /// A learner for observations in `observation_space` (an `f32` box, flattened) and
-    /// actions in `action_space` (discrete).
+    /// actions in `action_space` (discrete); `seed` seeds the network initialisation
+    /// and the exploration draws (a run passes its `RunConfig::seed`).
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid configuration; [`Error::SpaceMismatch`] for an
     /// observation space that is not an `f32` box or an action space that is not
     /// discrete.
-    pub fn new(observation_space: &Space, action_space: &Space, config: DqnConfig) -> Result<Self> {
+    pub fn new(
+        observation_space: &Space,
+        action_space: &Space,
+        config: DqnConfig,
+        seed: u64,
+    ) -> Result<Self> {
         config.validate()?;
         let obs_dim = match observation_space {
             Space::Box(b) if b.dtype() == DType::F32 && b.flat_len() > 0 => b.flat_len(),
@@ -173,7 +181,7 @@ impl Dqn {
             }
         };
         let n = n_actions as usize;
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(config.seed);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         let spec = MlpSpec::new(obs_dim, &config.hidden, n, config.activation);
         let q = Mlp::new(spec, Init::Uniform, &mut rng)?;
         let rows = config.batch_size;
@@ -193,6 +201,7 @@ impl Dqn {
             updates: 0,
             env_steps: 0,
             config,
+            seed,
         })
     }
 
@@ -200,8 +209,12 @@ impl Dqn {
     ///
     /// # Errors
     /// As [`Dqn::new`].
-    pub fn for_env<E: Env<Obs = f32, Act = u32>>(env: &E, config: DqnConfig) -> Result<Self> {
-        Self::new(env.observation_space(), env.action_space(), config)
+    pub fn for_env<E: Env<Obs = f32, Act = u32>>(
+        env: &E,
+        config: DqnConfig,
+        seed: u64,
+    ) -> Result<Self> {
+        Self::new(env.observation_space(), env.action_space(), config, seed)
     }
 
     /// The configuration.

@@ -1,4 +1,7 @@
-//! The one error type of `rl-algos`.
+//! The one error type of `rl-algos`, and the [`Key`] its configuration errors name.
+
+use std::borrow::Cow;
+use std::fmt;
 
 /// Result alias used throughout `rl-algos`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -11,10 +14,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// A configuration value is invalid (a negative learning rate, a beta of 1 ...).
-    #[error("invalid configuration: {what} {problem}")]
+    #[error("invalid configuration: {key} {problem}")]
     Config {
-        /// The setting that is wrong, e.g. `"adam.lr"`.
-        what: String,
+        /// The setting that is wrong, as a path of names, e.g. `ppo.adam.lr`.
+        key: Key,
         /// What is wrong with it and how to fix it.
         problem: String,
     },
@@ -48,7 +51,7 @@ pub enum Error {
     },
 
     /// A trainer checkpoint was saved by a trainer of another configuration or policy
-    /// architecture (the seed aside); nothing was restored.
+    /// architecture; nothing was restored.
     #[error(
         "the checkpoint's {what} is {actual} but this trainer's is {expected}: \
          a checkpoint of another run; restore it into a trainer built with the same settings"
@@ -152,7 +155,10 @@ pub enum Error {
 impl From<rl_nn::Error> for Error {
     fn from(source: rl_nn::Error) -> Self {
         match source {
-            rl_nn::Error::Config { what, problem } => Self::Config { what, problem },
+            rl_nn::Error::Config { what, problem } => Self::Config {
+                key: Key::from(what),
+                problem,
+            },
             rl_nn::Error::ShapeMismatch {
                 what,
                 expected,
@@ -170,7 +176,10 @@ impl From<rl_nn::Error> for Error {
 impl From<rl_history::Error> for Error {
     fn from(source: rl_history::Error) -> Self {
         match source {
-            rl_history::Error::Config { what, problem } => Self::Config { what, problem },
+            rl_history::Error::Config { what, problem } => Self::Config {
+                key: Key::from(what),
+                problem,
+            },
             rl_history::Error::ShapeMismatch {
                 what,
                 expected,
@@ -187,11 +196,25 @@ impl From<rl_history::Error> for Error {
 }
 
 impl Error {
-    /// Shorthand for [`Error::Config`].
-    pub fn config(what: impl Into<String>, problem: impl Into<String>) -> Self {
+    /// Shorthand for [`Error::Config`]; a dotted `key` (`"ppo.n_steps"`) is split into
+    /// its names.
+    pub fn config(key: impl Into<Key>, problem: impl Into<String>) -> Self {
         Error::Config {
-            what: what.into(),
+            key: key.into(),
             problem: problem.into(),
+        }
+    }
+
+    /// A configuration error of a setting nested in `parent` names it under `parent`
+    /// (`lr` in `adam` becomes `adam.lr`); any other error is returned as it is.
+    #[must_use]
+    pub fn within(self, parent: &'static str) -> Self {
+        match self {
+            Error::Config { key, problem } => Error::Config {
+                key: key.within(parent),
+                problem,
+            },
+            other => other,
         }
     }
 
@@ -231,3 +254,104 @@ macro_rules! first_difference {
     }};
 }
 pub(crate) use first_difference;
+
+/// The path of a configuration setting: the names from the outermost table to the
+/// field, e.g. `["ppo", "adam", "lr"]`, written `ppo.adam.lr`.
+///
+/// The configurations of a run name their settings from the table of a run's config
+/// that holds them (`ppo.n_steps`, `sac.tau`, `dqn.exploration.end`, `policy.hidden`,
+/// `recurrent.seq_len`); a type nested in several configurations (a `History`, an
+/// `AdamConfig`) names its settings from itself and its owner puts them under its own
+/// name with [`Key::within`] / [`Error::within`]. So a layer above (the `rl` command's
+/// config file) composes keys from these names and never rebuilds them from text.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Key(Vec<Cow<'static, str>>);
+
+impl Key {
+    /// A key of the given names, outermost first.
+    pub fn new<I, S>(names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<Cow<'static, str>>,
+    {
+        Self(names.into_iter().map(Into::into).collect())
+    }
+
+    /// The names, outermost first.
+    pub fn names(&self) -> &[Cow<'static, str>] {
+        &self.0
+    }
+
+    /// This key under `parent`: `lr` within `adam` is `adam.lr`.
+    #[must_use]
+    pub fn within(mut self, parent: impl Into<Cow<'static, str>>) -> Self {
+        self.0.insert(0, parent.into());
+        self
+    }
+
+    /// `name` under this key: `adam` joined with `lr` is `adam.lr`.
+    #[must_use]
+    pub fn join(mut self, name: impl Into<Cow<'static, str>>) -> Self {
+        self.0.push(name.into());
+        self
+    }
+}
+
+/// Splits a dotted key (`"ppo.adam.lr"`) into its names, borrowing them.
+impl From<&'static str> for Key {
+    fn from(dotted: &'static str) -> Self {
+        Self(dotted.split('.').map(Cow::Borrowed).collect())
+    }
+}
+
+/// Splits a dotted key (`"adam.lr"`, as `rl-nn` and `rl-history` name their settings)
+/// into its names.
+impl From<String> for Key {
+    fn from(dotted: String) -> Self {
+        Self(
+            dotted
+                .split('.')
+                .map(|n| Cow::Owned(n.to_owned()))
+                .collect(),
+        )
+    }
+}
+
+/// The names joined by dots: `ppo.adam.lr`.
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, name) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(".")?;
+            }
+            f.write_str(name)?;
+        }
+        Ok(())
+    }
+}
+
+/// Compares with the dotted text, for tests and matching: `key == "ppo.n_steps"`.
+impl PartialEq<str> for Key {
+    fn eq(&self, other: &str) -> bool {
+        let mut rest = other;
+        for (i, name) in self.0.iter().enumerate() {
+            if i > 0 {
+                let Some(r) = rest.strip_prefix('.') else {
+                    return false;
+                };
+                rest = r;
+            }
+            let Some(r) = rest.strip_prefix(name.as_ref()) else {
+                return false;
+            };
+            rest = r;
+        }
+        rest.is_empty()
+    }
+}
+
+impl PartialEq<&str> for Key {
+    fn eq(&self, other: &&str) -> bool {
+        self == *other
+    }
+}

@@ -39,7 +39,7 @@ pub mod predict;
 pub mod recurrent;
 pub mod sac;
 
-pub use error::{Error, Result};
+pub use error::{Error, Key, Result};
 /// The network layer's types that appear in this crate's signatures.
 pub use rl_nn::{Activation, AdamConfig, Checkpoint};
 

@@ -209,7 +209,7 @@ impl<P: ActorCritic> Learner<P> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PpoState {
     /// The configuration. [`Ppo::restore`](crate::learner::Learner::restore) refuses a checkpoint whose configuration
-    /// differs from the trainer's in any field but `seed`.
+    /// differs from the trainer's.
     pub config: PpoConfig,
     /// The policy's architecture ([`PolicyNetworks::architecture`](crate::policy::PolicyNetworks::architecture));
     /// must match on restore.
@@ -255,7 +255,7 @@ pub struct PpoState {
 /// let envs: Vec<CartPole> = (0..8).map(CartPole::new).collect();
 /// let policy = CategoricalPolicy::for_env(&envs[0], PolicyConfig::new(), 0)?;
 /// let mut collector = SyncCollector::new(envs, policy.clone(), CollectorConfig::new(8))?;
-/// let mut ppo = Ppo::new(policy, config, 8)?;
+/// let mut ppo = Ppo::new(policy, config, 8, 0)?;
 /// let mut rollout = ppo.rollout_buffer(None)?;
 /// for _ in 0..10 {
 ///     rollout.clear();
@@ -301,11 +301,12 @@ impl<P: ActorCritic> fmt::Debug for Ppo<P> {
 
 impl<P: ActorCritic> Ppo<P> {
     /// A learner for `policy` on rollouts of `envs` environments, allocating everything
-    /// an update uses.
+    /// an update uses; `seed` seeds the minibatch shuffling (a run passes its
+    /// `RunConfig::seed`).
     ///
     /// # Errors
     /// [`Error::Config`](crate::Error::Config) for an invalid `config` or `envs` of 0.
-    pub fn new(mut policy: P, config: PpoConfig, envs: usize) -> Result<Self> {
+    pub fn new(mut policy: P, config: PpoConfig, envs: usize, seed: u64) -> Result<Self> {
         config.validate(envs)?;
         if let Some(obs) = config.normalize_obs
             && policy.obs_normalizer().is_none()
@@ -351,7 +352,7 @@ impl<P: ActorCritic> Ppo<P> {
             recomputed_log_probs: vec![0.0; recompute],
             recomputed_values: vec![0.0; recompute],
             eval_ws,
-            rng: Xoshiro256PlusPlus::seed_from_u64(config.seed),
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
             reward_normalizer,
             env_steps: 0,
             updates: 0,
@@ -557,9 +558,9 @@ impl<P: ActorCritic + Predict + Clone> crate::learner::Learner for Ppo<P> {
     /// Puts a checkpoint from [`Ppo::checkpoint`](crate::learner::Learner::checkpoint) back: weights, Adam's state, counters
     /// and generators. Checks everything first: on error nothing has changed.
     ///
-    /// The trainer must have been built with the same configuration (the seed aside: the
-    /// generators come from the checkpoint, and the configuration's `seed` becomes the
-    /// checkpoint's) and a policy of the same architecture.
+    /// The trainer must have been built with the same configuration (its seed may
+    /// differ: the generators come from the checkpoint) and a policy of the same
+    /// architecture.
     ///
     /// # Errors
     /// [`Error::CheckpointMismatch`](crate::Error::CheckpointMismatch) for another architecture or configuration (naming
@@ -580,7 +581,6 @@ impl<P: ActorCritic + Predict + Clone> crate::learner::Learner for Ppo<P> {
         self.env_steps = state.env_steps;
         self.updates = state.updates;
         self.rng = state.shuffle_rng.clone();
-        self.config.seed = state.config.seed;
         self.reward_normalizer = state.reward_normalizer.clone();
         Ok(())
     }

@@ -78,8 +78,6 @@ pub struct RecurrentConfig {
     pub tau: f32,
     /// The summarizer's gradient is clipped to this global norm. Default `Some(10.0)`.
     pub max_grad_norm: Option<f32>,
-    /// Seed of the summarizer's initialisation. Default 0.
-    pub seed: u64,
 }
 
 impl Default for RecurrentConfig {
@@ -98,7 +96,6 @@ impl RecurrentConfig {
             adam: AdamConfig::default(),
             tau: 0.005,
             max_grad_norm: Some(10.0),
-            seed: 0,
         }
     }
 
@@ -107,7 +104,7 @@ impl RecurrentConfig {
     /// # Errors
     /// [`Error::Config`].
     pub fn validate(&self) -> Result<()> {
-        self.history.validate()?;
+        self.history.validate().map_err(|e| e.within("recurrent"))?;
         if self.seq_len == 0 {
             return Err(Error::config(
                 "recurrent.seq_len",
@@ -128,7 +125,9 @@ impl RecurrentConfig {
                 format!("is {norm}: use a positive norm, or None"),
             ));
         }
-        self.adam.validate()?;
+        self.adam
+            .validate()
+            .map_err(|e| crate::Error::from(e).within("recurrent"))?;
         Ok(())
     }
 }
@@ -148,8 +147,8 @@ impl RecurrentConfig {
 /// let env = MaskedCartPole::new(0);
 /// let config = RecurrentConfig { seq_len: 8, burn_in: 4, ..RecurrentConfig::new(History::Lstm { hidden: 32 }) };
 /// let dqn = DqnConfig { batch_size: 64, hidden: vec![64], ..DqnConfig::default() };
-/// let learner = Recurrent::new(env.observation_space(), config, |summaries| {
-///     Dqn::new(summaries, env.action_space(), dqn)
+/// let learner = Recurrent::new(env.observation_space(), config, 0, |summaries| {
+///     Dqn::new(summaries, env.action_space(), dqn, 0)
 /// })?;
 /// // 8 windows of 4 burn-in and 8 proper rows per batch.
 /// assert_eq!(learner.batch_size(), 8 * 12);
@@ -160,6 +159,8 @@ impl RecurrentConfig {
 pub struct Recurrent<L: SequenceLearner> {
     inner: L,
     config: RecurrentConfig,
+    /// Seeds the summarizer's initialisation.
+    seed: u64,
     obs_len: usize,
     summary: Summary,
     target: Summary,
@@ -179,6 +180,7 @@ impl<L: SequenceLearner + Clone> Clone for Recurrent<L> {
         Self {
             inner: self.inner.clone(),
             config: self.config.clone(),
+            seed: self.seed,
             obs_len: self.obs_len,
             summary: self.summary.clone(),
             target: self.target.clone(),
@@ -283,7 +285,9 @@ impl<A: Element> Train<A> {
 impl<L: SequenceLearner> Recurrent<L> {
     /// A learner for observations from `observation_space` (an `f32` box): the
     /// summarizer `config.history`, and the inner learner `make_inner` builds for the
-    /// space of the summaries it is given (an `f32` box of the summary's width).
+    /// space of the summaries it is given (an `f32` box of the summary's width). `seed`
+    /// seeds the summarizer's initialisation (a run passes its `RunConfig::seed`; the
+    /// inner learner takes its own).
     ///
     /// # Errors
     /// [`Error::SpaceMismatch`] for another observation space; [`Error::Config`] for an
@@ -293,6 +297,7 @@ impl<L: SequenceLearner> Recurrent<L> {
     pub fn new(
         observation_space: &Space,
         config: RecurrentConfig,
+        seed: u64,
         make_inner: impl FnOnce(&Space) -> Result<L>,
     ) -> Result<Self> {
         config.validate()?;
@@ -306,11 +311,7 @@ impl<L: SequenceLearner> Recurrent<L> {
                 });
             }
         };
-        let summary = Summary::new(
-            config.history,
-            obs_len,
-            config.seed.wrapping_add(SEED_OFFSET),
-        )?;
+        let summary = Summary::new(config.history, obs_len, seed.wrapping_add(SEED_OFFSET))?;
         let h = summary.output_len();
         let summaries = Space::Box(BoxSpace::uniform(
             f32::NEG_INFINITY,
@@ -342,6 +343,7 @@ impl<L: SequenceLearner> Recurrent<L> {
             target: summary.clone(),
             inner,
             config,
+            seed,
             obs_len,
             summary,
             adam,
@@ -577,6 +579,8 @@ impl<L: SequenceLearner> Recurrent<L> {
 pub struct RecurrentState<S> {
     /// The memory's settings.
     pub config: RecurrentConfig,
+    /// The seed of the summarizer's initialisation; must match on restore.
+    pub seed: u64,
     /// The inner learner's state.
     pub inner: S,
 }

@@ -75,8 +75,6 @@ pub struct SacConfig {
     /// Discrete SAC: actions scored per chunk (transient memory is about
     /// `batch_size x chunk` floats). Default 2048.
     pub chunk: usize,
-    /// Seed of the network initialisation and of the action noise. Default 0.
-    pub seed: u64,
 }
 
 impl Default for SacConfig {
@@ -107,7 +105,6 @@ impl SacConfig {
             ent_coef: EntropyCoef::Auto { initial: 1.0 },
             target_entropy: None,
             chunk: 2048,
-            seed: 0,
         }
     }
 
@@ -220,8 +217,11 @@ pub struct SacArchitecture {
 /// `action_table` with its Adam for a learned table).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SacState {
-    /// The configuration; [`Sac::restore`](crate::learner::Learner::restore) refuses another one (the seed aside).
+    /// The configuration; [`Sac::restore`](crate::learner::Learner::restore) refuses another one.
     pub config: SacConfig,
+    /// The seed the trainer was built with; a restored trainer takes it (actors made
+    /// after the restore draw the noise the saved trainer's would).
+    pub seed: u64,
     /// What the trainer is; must match on restore.
     pub architecture: SacArchitecture,
     /// Gradient steps done.
@@ -270,6 +270,8 @@ sac_trainer!(DiscreteSac);
 #[derive(Clone, Debug)]
 pub(crate) struct Core {
     config: SacConfig,
+    /// Seeds the networks, the action noise and the actors' noise.
+    seed: u64,
     /// What the action side is (bounds or scoring): part of the architecture a
     /// checkpoint must match.
     action_side: String,
@@ -285,9 +287,14 @@ pub(crate) struct Core {
 
 impl Core {
     /// Builds the networks `actor_in -> hidden -> actor_out` and two critics
-    /// `critic_in -> hidden -> critic_out` from `config.seed`.
+    /// `critic_in -> hidden -> critic_out` from `seed`.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "private, called by the two trainers"
+    )]
     fn new(
         config: SacConfig,
+        seed: u64,
         actor_in: usize,
         actor_out: usize,
         critic_in: usize,
@@ -296,7 +303,7 @@ impl Core {
         action_side: String,
     ) -> Result<Self> {
         config.validate()?;
-        let mut rng = seeded(config.seed);
+        let mut rng = seeded(seed);
         let actor = Mlp::new(config.spec(actor_in, actor_out), Init::Uniform, &mut rng)?;
         let critics = TwinCritics::new(
             &config.spec(critic_in, critic_out),
@@ -311,10 +318,11 @@ impl Core {
             critics,
             temperature: Temperature::new(config.ent_coef, target_entropy, config.adam)?,
             actor,
-            rng: seeded(config.seed ^ 0x5ac5_ac5a_c5ac_5ac5),
+            rng: seeded(seed ^ 0x5ac5_ac5a_c5ac_5ac5),
             mode: Mode::Sample,
             updates: 0,
             config,
+            seed,
             action_side,
         })
     }
@@ -399,6 +407,7 @@ impl Core {
             networks,
             state: SacState {
                 config: self.config.clone(),
+                seed: self.seed,
                 architecture: self.architecture(),
                 updates: self.updates,
                 rng: self.rng.clone(),
@@ -448,7 +457,7 @@ impl Core {
         fresh.temperature.log_alpha = saved_alpha;
         fresh.updates = state.updates;
         fresh.rng = state.rng.clone();
-        fresh.config.seed = state.config.seed;
+        fresh.seed = state.seed;
         *self = fresh;
         Ok(())
     }
@@ -702,7 +711,7 @@ fn check_config(ours: &SacConfig, theirs: &SacConfig) -> Result<()> {
             target_entropy,
             chunk,
         ],
-        except[seed]
+        except[]
     )
 }
 

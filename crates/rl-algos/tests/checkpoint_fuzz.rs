@@ -40,7 +40,7 @@ fn collector(policy: CategoricalPolicy) -> SyncCollector<CartPole, CategoricalPo
 
 /// The bytes of a trainer's checkpoint after one update.
 fn trained() -> Vec<u8> {
-    let mut ppo = Ppo::new(policy(), config(), ENVS).unwrap();
+    let mut ppo = Ppo::new(policy(), config(), ENVS, 0).unwrap();
     let mut collector = collector(ppo.policy().clone());
     let mut rollout = ppo.rollout_buffer(None).unwrap();
     collector.collect_rollout(&mut rollout).unwrap();
@@ -54,7 +54,7 @@ fn load_and_train(bytes: &[u8]) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ppo.safetensors");
     std::fs::write(&path, bytes).unwrap();
-    let mut ppo = Ppo::new(policy(), config(), ENVS).unwrap();
+    let mut ppo = Ppo::new(policy(), config(), ENVS, 0).unwrap();
     let before = ppo.checkpoint().to_bytes().unwrap();
     if std::fs::read(&path)
         .map_err(|_| ())

@@ -162,8 +162,13 @@ pub struct Checkpoint<S> {
 
 /// The format name in every checkpoint's metadata.
 pub const FORMAT: &str = "rl/checkpoint";
-/// The format version this build writes and reads.
-pub const VERSION: u32 = 2;
+/// The format version this build writes and reads; a checkpoint of any other version is
+/// refused with [`Error::CheckpointVersion`].
+///
+/// 3: the learners' seeds moved out of their stored configurations into their states
+/// (`SacState::seed`, `DqnState::seed`, `RecurrentState::seed` in `rl-algos`), so a
+/// version 2 checkpoint's state no longer reads.
+pub const VERSION: u32 = 3;
 
 impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
     /// The network named `name`.

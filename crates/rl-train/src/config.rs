@@ -230,20 +230,26 @@ impl ConfigError {
         Self { key, message }
     }
 
-    /// A library validation error (`rl_algos::Error::Config` names its field and reads
-    /// `"<field> is <value>: <fix>"`), under `prefix` for fields named without one.
-    fn from_algos(error: rl_algos::Error, prefix: &str) -> Self {
+    /// A library validation error of the table `section`. `rl_algos::Error::Config`
+    /// carries its key as a path of names ([`rl_algos::Key`]) and a problem reading
+    /// `"is <value>: <fix>"`; the library's algorithm configs name their keys from the
+    /// file's table already (`ppo.n_steps`, `run.n_envs`: `section` is `None`), while
+    /// a type nested in a table names its fields from itself and is put under
+    /// `section` here (`off_policy` + `train_freq`, `recurrent` + `history.stack.k`).
+    fn from_algos(error: rl_algos::Error, section: Option<&'static str>) -> Self {
         match error {
-            rl_algos::Error::Config { what, problem } => {
-                let key = if what.starts_with("run.") || prefix.is_empty() {
-                    what
-                } else {
-                    format!("{prefix}.{what}")
+            rl_algos::Error::Config { key, problem } => {
+                let key = match section {
+                    Some(section) => key.within(section),
+                    None => key,
                 };
                 let message = format!("{key} {problem}");
-                Self { key, message }
+                Self {
+                    key: key.to_string(),
+                    message,
+                }
             }
-            other => Self::new(prefix, other),
+            other => Self::new(section.unwrap_or_default(), other),
         }
     }
 }
@@ -332,37 +338,19 @@ impl Config {
             {
                 return Err(ConfigError::new(
                     format!("{name}.seed"),
-                    "is set, but a run has one seed, run.seed (it seeds the networks, sampling and replay): remove it",
+                    "is set, but a run has one seed, run.seed (it seeds the networks, sampling and replay): remove it and use run.seed",
                 ));
             }
         }
         let defaults = defaults(algo)?;
         merge(&mut table, defaults);
-        let mut config: Config =
+        let config: Config =
             serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
                 let message = e.inner().message().trim().replace('\n', " ");
                 ConfigError::new(key_of(e.path()), message)
             })?;
-        config.seed_sections();
         config.validate()?;
         Ok(config)
-    }
-
-    /// Copies `run.seed` into the algorithm tables' seeds.
-    fn seed_sections(&mut self) {
-        let seed = self.run.seed;
-        if let Some(ppo) = &mut self.ppo {
-            ppo.seed = seed;
-        }
-        if let Some(sac) = &mut self.sac {
-            sac.seed = seed;
-        }
-        if let Some(dqn) = &mut self.dqn {
-            dqn.seed = seed;
-        }
-        if let Some(off) = &mut self.off_policy {
-            off.run = self.run.clone();
-        }
     }
 
     /// Checks every value with the library's own validation (the key named as in the
@@ -375,7 +363,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.run
             .validate()
-            .map_err(|e| ConfigError::from_algos(e, "run"))?;
+            .map_err(|e| ConfigError::from_algos(e, None))?;
         if let Some(checkpoint) = &self.run.checkpoint {
             if !checkpoint.dir.as_os_str().is_empty() {
                 return Err(ConfigError::new(
@@ -431,7 +419,7 @@ impl Config {
                 let policy = self.policy.as_ref().ok_or_else(|| missing("policy"))?;
                 policy
                     .validate()
-                    .map_err(|e| ConfigError::from_algos(e, ""))?;
+                    .map_err(|e| ConfigError::from_algos(e, None))?;
                 let ppo = self.ppo.ok_or_else(|| missing("ppo"))?;
                 match self.algo {
                     Algo::RecurrentPpo => {
@@ -439,14 +427,14 @@ impl Config {
                         recurrent
                             .history
                             .validate()
-                            .map_err(|e| ConfigError::from_algos(e, "recurrent.history"))?;
+                            .map_err(|e| ConfigError::from_algos(e, Some("recurrent")))?;
                         RecurrentPpoConfig::new(ppo, recurrent.chunk_len)
                             .validate(n_envs)
-                            .map_err(|e| ConfigError::from_algos(e, ""))?;
+                            .map_err(|e| ConfigError::from_algos(e, None))?;
                     }
                     _ => ppo
                         .validate(n_envs)
-                        .map_err(|e| ConfigError::from_algos(e, ""))?,
+                        .map_err(|e| ConfigError::from_algos(e, None))?,
                 }
             }
             Algo::Sac | Algo::DiscreteSac | Algo::Dqn => {
@@ -454,27 +442,20 @@ impl Config {
                     Algo::Dqn => self.dqn.as_ref().ok_or_else(|| missing("dqn"))?.validate(),
                     _ => self.sac.as_ref().ok_or_else(|| missing("sac"))?.validate(),
                 }
-                .map_err(|e| ConfigError::from_algos(e, ""))?;
+                .map_err(|e| ConfigError::from_algos(e, None))?;
                 let off = self
-                    .off_policy_config()
+                    .off_policy
+                    .as_ref()
                     .ok_or_else(|| missing("off_policy"))?;
-                off.validate()
-                    .map_err(|e| ConfigError::from_algos(e, "off_policy"))?;
+                off.validate(n_envs)
+                    .map_err(|e| ConfigError::from_algos(e, Some("off_policy")))?;
             }
         }
         Ok(())
     }
 
-    /// The off-policy loop with this config's `run` (`None` for on-policy algorithms).
-    pub fn off_policy_config(&self) -> Option<OffPolicyConfig> {
-        self.off_policy.clone().map(|off| OffPolicyConfig {
-            run: self.run.clone(),
-            ..off
-        })
-    }
-
     /// The config as TOML: every value in force, defaults included (an optional
-    /// setting that is off is left out), and no algorithm seeds (they are `run.seed`).
+    /// setting that is off is left out); the one seed is `run.seed`.
     /// Reading it back gives this config.
     ///
     /// # Errors
@@ -482,11 +463,6 @@ impl Config {
     pub fn to_toml(&self) -> Result<String, ConfigError> {
         let mut table = Table::try_from(self)
             .map_err(|e| ConfigError::new("", format!("cannot be written as TOML: {e}")))?;
-        for name in SEEDED {
-            if let Some(Value::Table(section)) = table.get_mut(name) {
-                section.remove("seed");
-            }
-        }
         shortest_floats(&mut table);
         toml::to_string(&table)
             .map_err(|e| ConfigError::new("", format!("cannot be written as TOML: {e}")))
@@ -550,7 +526,7 @@ fn defaults(algo: Algo) -> Result<Table, ConfigError> {
             } else {
                 config.sac = Some(SacConfig::sb3());
             }
-            config.off_policy = Some(OffPolicyConfig::new(RunConfig::new(1)));
+            config.off_policy = Some(OffPolicyConfig::new());
         }
     }
     let mut table = Table::try_from(&config)
@@ -558,11 +534,6 @@ fn defaults(algo: Algo) -> Result<Table, ConfigError> {
     // The user's values for these come in whole.
     for key in ["algo", "env", "run"] {
         table.remove(key);
-    }
-    for name in SEEDED {
-        if let Some(Value::Table(section)) = table.get_mut(name) {
-            section.remove("seed");
-        }
     }
     Ok(table)
 }

@@ -38,7 +38,7 @@ impl DqnActor {
             q: dqn.q.clone(),
             epsilon: dqn.epsilon(),
             n_actions: dqn.n_actions,
-            rng: ActorRng::new(dqn.config.seed ^ ACTOR_SEED),
+            rng: ActorRng::new(dqn.seed ^ ACTOR_SEED),
         }
     }
 

@@ -23,8 +23,11 @@ pub struct DqnArchitecture {
 /// state, and `q_target`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DqnState {
-    /// The configuration; [`Dqn::restore`](crate::learner::Learner::restore) refuses another one (the seed aside).
+    /// The configuration; [`Dqn::restore`](crate::learner::Learner::restore) refuses another one.
     pub config: DqnConfig,
+    /// The seed the learner was built with; a restored learner takes it (actors made
+    /// after the restore explore as the saved learner's would).
+    pub seed: u64,
     /// What the learner is; must match on restore.
     pub architecture: DqnArchitecture,
     /// Gradient steps done (the hard target copies count them).
@@ -88,6 +91,7 @@ impl Learner for Dqn {
             ],
             state: DqnState {
                 config: self.config.clone(),
+                seed: self.seed,
                 architecture: self.architecture(),
                 updates: self.updates,
                 env_steps: self.env_steps,
@@ -97,11 +101,11 @@ impl Learner for Dqn {
     }
 
     /// Restores a [`Dqn::checkpoint`](crate::learner::Learner::checkpoint); everything is checked first and on error nothing
-    /// changes. The learner keeps its own seed (the checkpoint's generator continues) and
-    /// its mode; [`Dqn::priorities`] is empty until the next update.
+    /// changes. The learner takes the checkpoint's seed (its generator continues) and
+    /// keeps its mode; [`Dqn::priorities`] is empty until the next update.
     ///
     /// # Errors
-    /// [`Error::CheckpointMismatch`] for another configuration (the seed aside) or
+    /// [`Error::CheckpointMismatch`] for another configuration or
     /// architecture; [`Error::Nn`] for a checkpoint without the networks or with states
     /// that do not fit.
     fn restore(&mut self, checkpoint: &Checkpoint<DqnState>) -> Result<()> {
@@ -131,7 +135,7 @@ impl Learner for Dqn {
                 max_grad_norm,
                 huber_delta,
             ],
-            except[seed]
+            except[]
         )?;
         let (q, target) = (checkpoint.network(Q)?, checkpoint.network(Q_TARGET)?);
         q.check_fits(&self.q, Some(&self.adam))?;
@@ -141,9 +145,8 @@ impl Learner for Dqn {
         self.updates = state.updates;
         self.env_steps = state.env_steps;
         self.rng = state.rng.clone();
-        // The generator is the checkpoint's, so the seed that made it is too (the one
-        // setting the comparison above leaves free).
-        self.config.seed = state.config.seed;
+        // The generator is the checkpoint's, so the seed that made it is too.
+        self.seed = state.seed;
         self.scratch.priority_rows = 0;
         Ok(())
     }

@@ -118,8 +118,6 @@ pub struct DqnConfig {
     /// SB3 calls it (for other values `smooth_l1_loss(beta)` is this loss divided by
     /// `beta`).
     pub huber_delta: f32,
-    /// Seed of the network initialisation and of the exploration draws. Default 0.
-    pub seed: u64,
 }
 
 impl Default for DqnConfig {
@@ -140,7 +138,6 @@ impl Default for DqnConfig {
             exploration: EpsilonSchedule::default(),
             max_grad_norm: Some(10.0),
             huber_delta: 1.0,
-            seed: 0,
         }
     }
 }
@@ -242,12 +239,8 @@ impl DqnConfig {
                 ),
             ));
         }
-        self.adam.validate().map_err(|e| match Error::from(e) {
-            Error::Config { what, problem } => Error::Config {
-                what: format!("dqn.{what}"),
-                problem,
-            },
-            other => other,
-        })
+        self.adam
+            .validate()
+            .map_err(|e| Error::from(e).within("dqn"))
     }
 }

@@ -230,10 +230,9 @@ fn td_loss_gradients_match_finite_differences_inside_and_outside_the_huber_regio
             batch_size: 8,
             double,
             gamma: 0.9,
-            seed,
             ..DqnConfig::default()
         };
-        let mut dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), config).unwrap();
+        let mut dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), config, seed).unwrap();
         // A target network unlike the online one, so that the two choices of the next
         // action differ.
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(100 + seed);
@@ -355,7 +354,7 @@ fn double_and_standard_targets_match_a_hand_computation() {
             double,
             ..DqnConfig::default()
         };
-        let mut dqn = Dqn::new(&box_space(1), &Space::discrete(3).unwrap(), config).unwrap();
+        let mut dqn = Dqn::new(&box_space(1), &Space::discrete(3).unwrap(), config, 0).unwrap();
         set_linear(&mut dqn.q, [0.0, 1.0, 0.0], [0.0, 0.0, 0.5]);
         set_linear(&mut dqn.target, [0.0; 3], [2.0, -1.0, 0.0]);
         let batch = batch_of(&dqn.replay_schema().unwrap(), &rows);
@@ -382,7 +381,7 @@ fn hard_targets_copy_exactly_every_n_updates() {
         target_update: TargetUpdate::Hard { every: 3 },
         ..small(8)
     };
-    let mut dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), config).unwrap();
+    let mut dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), config, 0).unwrap();
     let batch = batch_of(&dqn.replay_schema().unwrap(), &random_rows(3, 4, 8, 5));
     assert_eq!(dqn.target.params(), dqn.q.params());
     let mut copied = dqn.target.params().to_vec();
@@ -405,7 +404,7 @@ fn polyak_targets_match_rl_nn_polyak_after_every_update() {
         target_update: TargetUpdate::Polyak { tau: 0.3 },
         ..small(8)
     };
-    let mut dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), config).unwrap();
+    let mut dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), config, 0).unwrap();
     let batch = batch_of(&dqn.replay_schema().unwrap(), &random_rows(3, 4, 8, 6));
     for _ in 0..3 {
         let mut expected = dqn.target.params().to_vec();
@@ -444,7 +443,7 @@ fn epsilon_falls_linearly_then_stays_at_its_end() {
         exploration: schedule,
         ..small(8)
     };
-    let mut dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), config).unwrap();
+    let mut dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), config, 0).unwrap();
     assert_eq!(dqn.epsilon(), 1.0);
     dqn.set_env_steps(500);
     assert!((dqn.epsilon() - 0.55).abs() < 1e-6);
@@ -463,10 +462,9 @@ fn constant_q(bias: [f32; 4], epsilon: f32, seed: u64) -> Dqn {
             end: epsilon,
             decay_steps: 0,
         },
-        seed,
         ..small(4)
     };
-    let mut dqn = Dqn::new(&box_space(1), &Space::discrete(4).unwrap(), config).unwrap();
+    let mut dqn = Dqn::new(&box_space(1), &Space::discrete(4).unwrap(), config, seed).unwrap();
     let params = dqn.q.params_mut();
     params[..4].fill(0.0);
     params[4..].copy_from_slice(&bias);
@@ -540,7 +538,7 @@ fn epsilon_greedy_frequencies_are_within_five_sigma() {
 fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
     let config = small(8);
     let (obs, act) = (box_space(3), Space::discrete(4).unwrap());
-    let mut dqn = Dqn::new(&obs, &act, config.clone()).unwrap();
+    let mut dqn = Dqn::new(&obs, &act, config.clone(), 0).unwrap();
     let batch = batch_of(&dqn.replay_schema().unwrap(), &random_rows(3, 4, 8, 8));
     for _ in 0..3 {
         dqn.update(&batch).unwrap();
@@ -559,15 +557,7 @@ fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
     let loaded = Checkpoint::<DqnState>::load(&path, dqn.kind()).unwrap();
     assert_eq!(loaded, dqn.checkpoint());
 
-    let mut resumed = Dqn::new(
-        &obs,
-        &act,
-        DqnConfig {
-            seed: 99,
-            ..config.clone()
-        },
-    )
-    .unwrap();
+    let mut resumed = Dqn::new(&obs, &act, config.clone(), 99).unwrap();
     assert_ne!(resumed.q.params(), dqn.q.params());
     resumed.restore(&loaded).unwrap();
     assert_eq!((resumed.updates(), resumed.env_steps()), (3, 4000));
@@ -592,9 +582,10 @@ fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
                 hidden: vec![32, 16],
                 ..config.clone()
             },
+            0,
         )
         .unwrap(),
-        Dqn::new(&obs, &Space::discrete(5).unwrap(), config.clone()).unwrap(),
+        Dqn::new(&obs, &Space::discrete(5).unwrap(), config.clone(), 0).unwrap(),
         Dqn::new(
             &obs,
             &act,
@@ -605,6 +596,7 @@ fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
                 },
                 ..config.clone()
             },
+            0,
         )
         .unwrap(),
     ];
@@ -711,9 +703,9 @@ fn invalid_configurations_are_errors_naming_the_field() {
         ),
     ];
     for (config, field) in cases {
-        match Dqn::new(&obs, &act, config) {
-            Err(Error::Config { what, problem }) => {
-                assert_eq!(what, field, "{problem}");
+        match Dqn::new(&obs, &act, config, 0) {
+            Err(Error::Config { key, problem }) => {
+                assert_eq!(key, field, "{problem}");
                 assert!(!problem.is_empty());
             }
             other => panic!("{field}: {other:?}"),
@@ -727,7 +719,7 @@ fn invalid_configurations_are_errors_naming_the_field() {
         (u8_obs, Space::discrete(2).unwrap()),
     ] {
         assert!(matches!(
-            Dqn::new(&obs, &act, small(4)),
+            Dqn::new(&obs, &act, small(4), 0),
             Err(Error::SpaceMismatch { .. })
         ));
     }
@@ -736,7 +728,7 @@ fn invalid_configurations_are_errors_naming_the_field() {
 #[test]
 fn bad_batches_are_refused_and_change_nothing() {
     let (obs, act) = (box_space(3), Space::discrete(4).unwrap());
-    let mut dqn = Dqn::new(&obs, &act, small(8)).unwrap();
+    let mut dqn = Dqn::new(&obs, &act, small(8), 0).unwrap();
     let schema = dqn.replay_schema().unwrap();
     let good = batch_of(&schema, &random_rows(3, 4, 8, 9));
     dqn.update(&good).unwrap();
@@ -748,7 +740,7 @@ fn bad_batches_are_refused_and_change_nothing() {
     rows[5].action = 7;
     let out_of_range = batch_of(&schema, &rows);
     let too_many = batch_of(&schema, &random_rows(3, 4, 16, 11));
-    let wider = Dqn::new(&box_space(5), &act, small(8)).unwrap();
+    let wider = Dqn::new(&box_space(5), &act, small(8), 0).unwrap();
     let wide_obs = batch_of(&wider.replay_schema().unwrap(), &random_rows(5, 4, 8, 12));
     // Actions stored as one f32 element: a continuous learner's schema.
     let continuous = TransitionSchema::new(DType::F32, &[3], DType::F32, &[1])
@@ -858,7 +850,7 @@ fn bad_batches_are_refused_and_change_nothing() {
 
 #[test]
 fn the_replay_schema_names_the_transition_columns() {
-    let dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), small(8)).unwrap();
+    let dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), small(8), 0).unwrap();
     let schema = OffPolicyLearner::replay_schema(&dqn).unwrap();
     let names: Vec<&str> = schema.columns().iter().map(|c| c.name()).collect();
     let fields = [
@@ -912,14 +904,14 @@ fn a_full_update_and_acting_allocate_nothing_after_the_first() {
             target_update: TargetUpdate::Hard { every: 1 },
             ..DqnConfig::default()
         };
-        let mut dqn = Dqn::new(&box_space(4), &Space::discrete(2).unwrap(), config).unwrap();
+        let mut dqn = Dqn::new(&box_space(4), &Space::discrete(2).unwrap(), config, 0).unwrap();
         let batch = batch_of(&dqn.replay_schema().unwrap(), &random_rows(4, 2, 64, 16));
         dqn.update(&batch).unwrap();
         let (stats, alloc) = rl_testkit::measure(|| dqn.update(&batch));
         assert!(stats.unwrap().loss.is_finite());
         assert_eq!(alloc.allocations, 0, "double {double}: {alloc:?}");
     }
-    let mut dqn = Dqn::new(&box_space(4), &Space::discrete(2).unwrap(), small(8)).unwrap();
+    let mut dqn = Dqn::new(&box_space(4), &Space::discrete(2).unwrap(), small(8), 0).unwrap();
     // More rows than one acting pass holds: chunked, still nothing allocated.
     let obs = vec![0.1f32; 100 * 4];
     let mut actions = vec![0u32; 100];
@@ -951,6 +943,7 @@ fn the_memory_plan_states_what_construction_allocates() {
             &box_space(4),
             &Space::discrete(2).unwrap(),
             DqnConfig::default(),
+            0,
         )
         .unwrap()
     });
@@ -1051,7 +1044,7 @@ fn dqn_learns_the_shortest_path_of_a_corridor() {
         },
         ..DqnConfig::default()
     };
-    let dqn = Dqn::for_env(&Corridor::new(), config).unwrap();
+    let dqn = Dqn::for_env(&Corridor::new(), config, 0).unwrap();
     let schema = dqn.replay_schema().unwrap();
     let mut replay = ReplayBuffer::new(
         RamStorage::new(schema.clone(), 10_000, None).unwrap(),
@@ -1140,10 +1133,9 @@ fn observation_gradients_match_finite_differences() {
         activation: Activation::Tanh,
         batch_size: 8,
         gamma: 0.9,
-        seed: 5,
         ..DqnConfig::default()
     };
-    let mut dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), config).unwrap();
+    let mut dqn = Dqn::new(&box_space(3), &Space::discrete(4).unwrap(), config, 5).unwrap();
     let rows = random_rows(3, 4, 8, 9);
     let batch = weighted_batch_of(&dqn.replay_schema().unwrap(), &rows, 9);
     let targets = targets64(&dqn, &batch);

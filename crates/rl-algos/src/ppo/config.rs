@@ -69,8 +69,6 @@ pub struct PpoConfig {
     pub recompute_old_log_probs: bool,
     /// Rows per pass when recomputing old log-probabilities, at least 1. Default 1024.
     pub eval_minibatch: usize,
-    /// Seeds the minibatch shuffling. Default 0.
-    pub seed: u64,
     /// Running observation normalisation, off (`None`) by default.
     ///
     /// [`Ppo::new`](crate::ppo::Ppo::new) gives the policy an
@@ -152,7 +150,6 @@ impl PpoConfig {
             normalize_advantage: true,
             recompute_old_log_probs: false,
             eval_minibatch: 1024,
-            seed: 0,
             normalize_obs: None,
             normalize_reward: None,
         }

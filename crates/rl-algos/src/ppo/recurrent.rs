@@ -141,7 +141,7 @@ pub struct RecurrentPpoState {
 /// let history = History::Lstm { hidden: 64 };
 /// let policy = RecurrentCategoricalPolicy::for_env(&envs[0], history, PolicyConfig::new(), 0)?;
 /// let mut collector = SyncCollector::new(envs, policy.clone(), CollectorConfig::new(8))?;
-/// let mut learner = RecurrentPpo::new(policy, config, 8)?;
+/// let mut learner = RecurrentPpo::new(policy, config, 8, 0)?;
 /// let mut rollout = learner.rollout_buffer(None)?;
 /// for _ in 0..10 {
 ///     rollout.clear();
@@ -193,7 +193,8 @@ impl fmt::Debug for RecurrentPpo {
 
 impl RecurrentPpo {
     /// A learner for `policy` on rollouts of `envs` environments, allocating everything
-    /// an update uses.
+    /// an update uses; `seed` seeds the chunk shuffling (a run passes its
+    /// `RunConfig::seed`).
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid `config` or `envs` of 0.
@@ -201,6 +202,7 @@ impl RecurrentPpo {
         policy: RecurrentCategoricalPolicy,
         config: RecurrentPpoConfig,
         envs: usize,
+        seed: u64,
     ) -> Result<Self> {
         config.validate(envs)?;
         let ppo = config.ppo;
@@ -234,7 +236,7 @@ impl RecurrentPpo {
             indices: vec![0; ppo.batch_size],
             resets: vec![false; ppo.batch_size],
             initial: vec![0.0; chunks * policy.state_len()],
-            rng: Xoshiro256PlusPlus::seed_from_u64(ppo.seed),
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
             reward_normalizer,
             env_steps: 0,
             updates: 0,
@@ -566,7 +568,6 @@ impl Learner for RecurrentPpo {
         self.env_steps = state.ppo.env_steps;
         self.updates = state.ppo.updates;
         self.rng = state.ppo.shuffle_rng.clone();
-        self.config.ppo.seed = state.ppo.config.seed;
         self.reward_normalizer = state.ppo.reward_normalizer.clone();
         Ok(())
     }

@@ -462,7 +462,7 @@ pub(super) fn copy_policy<P: PolicyNetworks + ?Sized>(source: &P, target: &mut P
     Ok(())
 }
 
-/// The first field (other than `seed`) where the checkpoint's configuration differs from
+/// The first field where the checkpoint's configuration differs from
 /// the trainer's, as an error.
 fn config_difference(ours: &PpoConfig, theirs: &PpoConfig) -> Result<()> {
     first_difference!(
@@ -492,6 +492,6 @@ fn config_difference(ours: &PpoConfig, theirs: &PpoConfig) -> Result<()> {
             normalize_obs,
             normalize_reward,
         ],
-        except[seed]
+        except[]
     )
 }

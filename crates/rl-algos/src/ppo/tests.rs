@@ -215,7 +215,7 @@ fn config_defaults_validate_and_bad_fields_are_named() {
     ];
     for (field, config) in bad {
         match config.validate(1) {
-            Err(Error::Config { what, .. }) => assert_eq!(what, field),
+            Err(Error::Config { key, .. }) => assert_eq!(key, field),
             other => panic!("{field}: {other:?}"),
         }
     }
@@ -268,7 +268,12 @@ type Cart = CategoricalPolicy;
 /// Environments of the CartPole tests.
 const ENVS: usize = 8;
 
-fn cartpole_setup(config: PpoConfig, seed: u64) -> (SyncCollector<CartPole, Cart>, Ppo<Cart>) {
+/// `seed` seeds the environments, the policy and the collector; `ppo_seed` the learner.
+fn cartpole_setup(
+    config: PpoConfig,
+    seed: u64,
+    ppo_seed: u64,
+) -> (SyncCollector<CartPole, Cart>, Ppo<Cart>) {
     let envs: Vec<CartPole> = (0..ENVS as u64)
         .map(|i| CartPole::new(seed * 1000 + i))
         .collect();
@@ -283,7 +288,7 @@ fn cartpole_setup(config: PpoConfig, seed: u64) -> (SyncCollector<CartPole, Cart
         },
     )
     .expect("collector");
-    let ppo = Ppo::new(policy, config, ENVS).expect("ppo");
+    let ppo = Ppo::new(policy, config, ENVS, ppo_seed).expect("ppo");
     // The normaliser `Ppo::new` may install goes to the collector's copy too.
     ppo.copy_policy_into(collector.policy_mut()).expect("copy");
     (collector, ppo)
@@ -313,7 +318,7 @@ fn recorded_and_recomputed_old_log_probs_agree() -> Result<()> {
             eval_minibatch: 100,
             ..small_config()
         };
-        let (mut collector, mut ppo) = cartpole_setup(config, 3);
+        let (mut collector, mut ppo) = cartpole_setup(config, 3, 0);
         let mut rollout = ppo.rollout_buffer(None)?;
         collector.collect_rollout(&mut rollout).expect("collect");
         // Recorded log-probs equal the recomputed ones up to rounding.
@@ -343,7 +348,7 @@ fn target_kl_stops_early_and_rollout_shape_is_checked() -> Result<()> {
         target_kl: Some(1e-9),
         ..small_config()
     };
-    let (mut collector, mut ppo) = cartpole_setup(config, 5);
+    let (mut collector, mut ppo) = cartpole_setup(config, 5, 0);
     let mut rollout = ppo.rollout_buffer(None)?;
     collector.collect_rollout(&mut rollout).expect("collect");
     let stats = ppo.update(&mut rollout)?;
@@ -381,10 +386,9 @@ fn short_cartpole_run_beats_random_clearly() -> Result<()> {
         learning_rate_end: Some(0.0),
         clip_range_end: Some(0.0),
         schedule_steps: Some(100_000),
-        seed,
         ..PpoConfig::new()
     };
-    let (mut collector, mut ppo) = cartpole_setup(config, seed);
+    let (mut collector, mut ppo) = cartpole_setup(config, seed, seed);
     let mut rollout = ppo.rollout_buffer(None)?;
     let mut best = 0.0f32;
     while collector.frames() < 20_000 {
@@ -439,7 +443,7 @@ fn gaussian_updates_with_every_option_on() -> Result<()> {
     let before = policy.log_std().to_vec();
     let mut collector =
         SyncCollector::new(envs, policy.clone(), CollectorConfig::new(2)).expect("collector");
-    let mut ppo = Ppo::new(policy, config, 2)?;
+    let mut ppo = Ppo::new(policy, config, 2, 0)?;
     let mut rollout = ppo.rollout_buffer(None)?;
     for update in 1..=3u64 {
         rollout.clear();
@@ -543,7 +547,7 @@ fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
         max_grad_norm: f32::INFINITY,
         ..small_config()
     };
-    let (mut collector, mut ppo) = cartpole_setup(PpoConfig { seed: 3, ..config }, 3);
+    let (mut collector, mut ppo) = cartpole_setup(config, 3, 3);
     let mut rollout = ppo.rollout_buffer(None)?;
     for _ in 0..3 {
         train_once(&mut collector, &mut ppo, &mut rollout)?;
@@ -592,7 +596,7 @@ fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
     }
 
     // A fresh trainer built with another seed (other weights, other generators).
-    let (_, mut resumed) = cartpole_setup(PpoConfig { seed: 77, ..config }, 77);
+    let (_, mut resumed) = cartpole_setup(config, 77, 77);
     assert_ne!(bits(&resumed.checkpoint()), bits(&saved));
     assert_eq!(resumed.policy().obs_normalizer().is_some(), normalize_obs);
     if normalize_obs {
@@ -658,12 +662,12 @@ fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
 
 #[test]
 fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing() -> Result<()> {
-    let (mut collector, mut ppo) = cartpole_setup(small_config(), 5);
+    let (mut collector, mut ppo) = cartpole_setup(small_config(), 5, 0);
     let mut rollout = ppo.rollout_buffer(None)?;
     train_once(&mut collector, &mut ppo, &mut rollout)?;
     let saved = ppo.checkpoint();
 
-    let (mut target_collector, mut target) = cartpole_setup(small_config(), 6);
+    let (mut target_collector, mut target) = cartpole_setup(small_config(), 6, 0);
     let mut target_rollout = target.rollout_buffer(None)?;
     train_once(&mut target_collector, &mut target, &mut target_rollout)?;
     train_once(&mut target_collector, &mut target, &mut target_rollout)?;
@@ -690,13 +694,13 @@ fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing()
         ..PolicyConfig::new()
     };
     let small = CategoricalPolicy::new(4, 2, config32, 1)?;
-    let small_ckpt = Ppo::new(small, small_config(), ENVS)?.checkpoint();
+    let small_ckpt = Ppo::new(small, small_config(), ENVS, 0)?.checkpoint();
     let tanh_config = PolicyConfig {
         activation: rl_nn::Activation::Tanh,
         ..PolicyConfig::new()
     };
     let tanh = CategoricalPolicy::new(4, 2, tanh_config, 1)?;
-    let tanh_ckpt = Ppo::new(tanh, small_config(), ENVS)?.checkpoint();
+    let tanh_ckpt = Ppo::new(tanh, small_config(), ENVS, 0)?.checkpoint();
     for other in [&small_ckpt, &tanh_ckpt] {
         let err = target.restore(other).unwrap_err();
         assert!(
@@ -756,10 +760,9 @@ fn short_training(seed: u64) -> (Vec<Vec<u32>>, String) {
             learning_rate_end: Some(0.0),
             clip_range_end: Some(0.0),
             schedule_steps: Some(100_000),
-            seed,
             ..small_config()
         };
-        let (mut collector, mut ppo) = cartpole_setup(config, seed);
+        let (mut collector, mut ppo) = cartpole_setup(config, seed, seed);
         let mut rollout = ppo.rollout_buffer(None).expect("rollout");
         while collector.frames() < 6 * 256 {
             train_once(&mut collector, &mut ppo, &mut rollout).expect("update");
@@ -915,10 +918,9 @@ fn reward_normalizer_statistics_with_resets() -> Result<()> {
 fn short_cartpole_run_with_reward_normalisation() -> Result<()> {
     let config = PpoConfig {
         normalize_reward: Some(RewardNormalization::default()),
-        seed: 2,
         ..small_config()
     };
-    let (mut collector, mut ppo) = cartpole_setup(config, 2);
+    let (mut collector, mut ppo) = cartpole_setup(config, 2, 2);
     let mut rollout = ppo.rollout_buffer(None)?;
     // An empty rollout is refused before the statistics change.
     assert!(matches!(
@@ -975,7 +977,7 @@ fn short_cartpole_run_with_reward_normalisation() -> Result<()> {
         assert_eq!(reference.returns(), ppo.advantages.returns());
     }
     // Without the option the returns are those of the raw rewards.
-    let (mut collector, mut plain) = cartpole_setup(small_config(), 2);
+    let (mut collector, mut plain) = cartpole_setup(small_config(), 2, 0);
     rollout.clear();
     collector.collect_rollout(&mut rollout).expect("collect");
     plain.update(&mut rollout)?;
@@ -1008,7 +1010,7 @@ fn a_full_update_allocates_nothing_after_the_first() -> Result<()> {
         schedule_steps: Some(100_000),
         ..small_config()
     };
-    let (mut collector, mut ppo) = cartpole_setup(config, 9);
+    let (mut collector, mut ppo) = cartpole_setup(config, 9, 0);
     let mut rollout = ppo.rollout_buffer(None)?;
     train_once(&mut collector, &mut ppo, &mut rollout)?;
     rollout.clear();
@@ -1029,7 +1031,7 @@ fn a_full_update_allocates_nothing_after_the_first() -> Result<()> {
         epochs: 2,
         ..config
     };
-    let mut ppo = Ppo::new(policy, config, 2)?;
+    let mut ppo = Ppo::new(policy, config, 2, 0)?;
     ppo.copy_policy_into(collector.policy_mut())?;
     let mut rollout = ppo.rollout_buffer(None)?;
     collector.collect_rollout(&mut rollout).expect("collect");

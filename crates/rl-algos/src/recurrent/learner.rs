@@ -294,6 +294,7 @@ impl<L: SequenceLearner> Learner for Recurrent<L> {
             networks,
             state: RecurrentState {
                 config: self.config.clone(),
+                seed: self.seed,
                 inner: inner.state,
             },
         }
@@ -311,9 +312,16 @@ impl<L: SequenceLearner> Learner for Recurrent<L> {
             "recurrent",
             &self.config,
             &checkpoint.state.config,
-            [history, seq_len, burn_in, adam, tau, max_grad_norm, seed],
+            [history, seq_len, burn_in, adam, tau, max_grad_norm],
             except []
         )?;
+        if self.seed != checkpoint.state.seed {
+            return Err(Error::CheckpointMismatch {
+                what: "recurrent.seed".to_owned(),
+                expected: self.seed.to_string(),
+                actual: checkpoint.state.seed.to_string(),
+            });
+        }
         let (ours, theirs): (Vec<_>, Vec<_>) = checkpoint
             .networks
             .iter()

@@ -38,8 +38,8 @@ fn recurrent_dqn(
         batch_size: windows * seq_len,
         ..DqnConfig::default()
     };
-    Recurrent::new(&obs_space(), config, |summaries| {
-        Dqn::new(summaries, &Space::discrete(ACTIONS).unwrap(), dqn)
+    Recurrent::new(&obs_space(), config, 0, |summaries| {
+        Dqn::new(summaries, &Space::discrete(ACTIONS).unwrap(), dqn, 0)
     })
     .unwrap()
 }
@@ -239,8 +239,8 @@ fn bad_configurations_and_batches_are_typed_errors() {
         batch_size: 10,
         ..DqnConfig::default()
     };
-    let error = Recurrent::new(&obs_space(), config.clone(), |s| {
-        Dqn::new(s, &Space::discrete(2).unwrap(), dqn)
+    let error = Recurrent::new(&obs_space(), config.clone(), 0, |s| {
+        Dqn::new(s, &Space::discrete(2).unwrap(), dqn, 0)
     })
     .unwrap_err();
     assert!(error.to_string().contains("batch_size"), "{error}");
@@ -264,7 +264,7 @@ fn bad_configurations_and_batches_are_typed_errors() {
         );
     }
     // An inner learner built for the raw observations instead of the summaries.
-    let error = Recurrent::new(&obs_space(), config.clone(), |_| {
+    let error = Recurrent::new(&obs_space(), config.clone(), 0, |_| {
         Dqn::new(
             &obs_space(),
             &Space::discrete(2).unwrap(),
@@ -272,18 +272,19 @@ fn bad_configurations_and_batches_are_typed_errors() {
                 batch_size: 6,
                 ..DqnConfig::default()
             },
+            0,
         )
     })
     .unwrap_err();
     assert!(error.to_string().contains("summaries"), "{error}");
     // Action masks read raw observations.
-    let error = Recurrent::new(&obs_space(), config.clone(), |s| {
+    let error = Recurrent::new(&obs_space(), config.clone(), 0, |s| {
         let sac = SacConfig {
             batch_size: 6,
             hidden: vec![8],
             ..SacConfig::sb3()
         };
-        let sac = DiscreteSac::with_index(s, &Space::discrete(4).unwrap(), sac)?;
+        let sac = DiscreteSac::with_index(s, &Space::discrete(4).unwrap(), sac, 0)?;
         Ok(sac.with_action_masks(|_: &[f32], _: &mut rl_actions::ActionMask| {}))
     })
     .unwrap_err();
@@ -312,8 +313,8 @@ fn recurrent_discrete_sac_updates_and_checkpoints_its_summarizer() {
         batch_size: 6,
         ..SacConfig::sb3()
     };
-    let mut learner = Recurrent::new(&obs_space(), config, |s| {
-        DiscreteSac::with_index(s, &Space::discrete(ACTIONS).unwrap(), sac)
+    let mut learner = Recurrent::new(&obs_space(), config, 0, |s| {
+        DiscreteSac::with_index(s, &Space::discrete(ACTIONS).unwrap(), sac, 0)
     })
     .unwrap();
     let schema = learner.replay_schema().unwrap();
@@ -403,8 +404,10 @@ fn recurrent_continuous_sac_updates_and_checkpoints_its_summarizer() {
         ..SacConfig::sb3()
     };
     let act = Space::Box(BoxSpace::uniform(-2.0, 2.0, &[1], DType::F32).unwrap());
-    let mut learner =
-        Recurrent::new(&obs_space(), config, |s| crate::sac::Sac::new(s, &act, sac)).unwrap();
+    let mut learner = Recurrent::new(&obs_space(), config, 0, |s| {
+        crate::sac::Sac::new(s, &act, sac, 0)
+    })
+    .unwrap();
     let schema = learner.replay_schema().unwrap();
     let mut replay = ReplayBuffer::new(
         RamStorage::new(schema.clone(), 8, None).unwrap(),

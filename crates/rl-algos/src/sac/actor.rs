@@ -65,7 +65,7 @@ impl SacActor {
             noise: vec![0.0; ACT_ROWS * act_dim],
             squashed: vec![0.0; ACT_ROWS * act_dim],
             logp: vec![0.0; ACT_ROWS],
-            rng: ActorRng::new(sac.core.config.seed ^ ACTOR_SEED),
+            rng: ActorRng::new(sac.core.seed ^ ACTOR_SEED),
         }
     }
 
@@ -202,7 +202,7 @@ impl DiscreteSacActor {
             scores: vec![0.0; ACT_ROWS],
             table_version: 0,
             learned,
-            rng: ActorRng::new(sac.core.config.seed ^ ACTOR_SEED),
+            rng: ActorRng::new(sac.core.seed ^ ACTOR_SEED),
         })
     }
 

@@ -52,7 +52,7 @@ const HALF_LN_2PI: f32 = 0.918_938_5;
 ///
 /// # fn main() -> rl_algos::Result<()> {
 /// let config = SacConfig { hidden: vec![32, 32], batch_size: 8, ..SacConfig::sb3() };
-/// let mut sac = Sac::for_env(&Pendulum::new(0), config)?;
+/// let mut sac = Sac::for_env(&Pendulum::new(0), config, 0)?;
 /// let mut batch = Batch::new(&sac.replay_schema()?, 8)?;
 /// // ... fill `batch` from a replay buffer, then:
 /// # use rl_storage::{ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
@@ -264,12 +264,18 @@ impl Acting<'_> {
 
 impl Sac {
     /// A trainer for observations in `observation_space` (an `f32` box) and actions in
-    /// `action_space` (an `f32` box with finite bounds).
+    /// `action_space` (an `f32` box with finite bounds); `seed` seeds the networks and
+    /// the action noise (a run passes its `RunConfig::seed`).
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid configuration; [`Error::SpaceMismatch`] for a
     /// space that is not an `f32` box or an action space with infinite or empty bounds.
-    pub fn new(observation_space: &Space, action_space: &Space, config: SacConfig) -> Result<Self> {
+    pub fn new(
+        observation_space: &Space,
+        action_space: &Space,
+        config: SacConfig,
+        seed: u64,
+    ) -> Result<Self> {
         config.validate()?;
         let obs_dim = match observation_space {
             Space::Box(b) if b.dtype() == DType::F32 => b.flat_len(),
@@ -313,6 +319,7 @@ impl Sac {
         let rows = config.batch_size;
         let core = Core::new(
             config,
+            seed,
             obs_dim,
             2 * act_dim,
             obs_dim + act_dim,
@@ -335,8 +342,12 @@ impl Sac {
     ///
     /// # Errors
     /// As [`Sac::new`].
-    pub fn for_env<E: Env<Obs = f32, Act = f32>>(env: &E, config: SacConfig) -> Result<Self> {
-        Self::new(env.observation_space(), env.action_space(), config)
+    pub fn for_env<E: Env<Obs = f32, Act = f32>>(
+        env: &E,
+        config: SacConfig,
+        seed: u64,
+    ) -> Result<Self> {
+        Self::new(env.observation_space(), env.action_space(), config, seed)
     }
 
     /// The replay columns [`Sac::update`] reads (and `rl-collect`'s collectors write):
@@ -668,7 +679,7 @@ impl crate::learner::Learner for Sac {
     /// changes.
     ///
     /// # Errors
-    /// [`Error::CheckpointMismatch`] for another configuration (the seed aside) or
+    /// [`Error::CheckpointMismatch`] for another configuration or
     /// architecture; checkpoint shape and optimiser-state errors.
     fn restore(&mut self, checkpoint: &Checkpoint<SacState>) -> Result<()> {
         self.core.restore(checkpoint)

@@ -188,7 +188,8 @@ impl Scratch {
 
 impl DiscreteSac {
     /// A trainer whose actions are scored against `table` (`n x d`, shared, never
-    /// copied): the two-tower form for large action spaces.
+    /// copied): the two-tower form for large action spaces. `seed` seeds the networks
+    /// and the action noise (a run passes its `RunConfig::seed`).
     ///
     /// # Errors
     /// [`Error::SpaceMismatch`] if the observation space is not an `f32` box, the action
@@ -199,6 +200,7 @@ impl DiscreteSac {
         action_space: &Space,
         table: FeatureTable,
         config: SacConfig,
+        seed: u64,
     ) -> Result<Self> {
         let n = discrete_n(action_space)?;
         check_table_rows(&table, n, action_space)?;
@@ -209,7 +211,7 @@ impl DiscreteSac {
             table.dim()
         );
         let scorer = ChunkedScorer::new(table, config.chunk, rows)?;
-        Self::build(observation_space, n, scorer, config, side)
+        Self::build(observation_space, n, scorer, config, seed, side)
     }
 
     /// As [`DiscreteSac::with_table`], but the table is learned: it starts from
@@ -226,6 +228,7 @@ impl DiscreteSac {
         action_space: &Space,
         initial: FeatureTable,
         config: SacConfig,
+        seed: u64,
     ) -> Result<Self> {
         let n = discrete_n(action_space)?;
         check_table_rows(&initial, n, action_space)?;
@@ -233,7 +236,7 @@ impl DiscreteSac {
         let adam = Adam::new(rows * dim, config.adam)?;
         let side = format!("{n} scored by a learned {rows}x{dim} table");
         let scorer = ChunkedScorer::new(initial, config.chunk, config.batch_size.max(ACT_ROWS))?;
-        let mut sac = Self::build(observation_space, n, scorer, config, side)?;
+        let mut sac = Self::build(observation_space, n, scorer, config, seed, side)?;
         // Take the private copy now, so that it is allocated (and planned) up front.
         sac.scorer.update_table(|_| ())?;
         sac.learning = Some(TableLearning {
@@ -253,6 +256,7 @@ impl DiscreteSac {
         observation_space: &Space,
         action_space: &Space,
         config: SacConfig,
+        seed: u64,
     ) -> Result<Self> {
         let n = discrete_n(action_space)?;
         let rows = config.batch_size.max(ACT_ROWS);
@@ -262,6 +266,7 @@ impl DiscreteSac {
             n,
             scorer,
             config,
+            seed,
             format!("{n} by index"),
         )
     }
@@ -274,16 +279,27 @@ impl DiscreteSac {
         env: &E,
         table: FeatureTable,
         config: SacConfig,
+        seed: u64,
     ) -> Result<Self> {
-        Self::with_table(env.observation_space(), env.action_space(), table, config)
+        Self::with_table(
+            env.observation_space(),
+            env.action_space(),
+            table,
+            config,
+            seed,
+        )
     }
 
     /// [`DiscreteSac::with_index`] with `env`'s spaces.
     ///
     /// # Errors
     /// As [`DiscreteSac::with_index`].
-    pub fn for_env<E: Env<Obs = f32, Act = u32>>(env: &E, config: SacConfig) -> Result<Self> {
-        Self::with_index(env.observation_space(), env.action_space(), config)
+    pub fn for_env<E: Env<Obs = f32, Act = u32>>(
+        env: &E,
+        config: SacConfig,
+        seed: u64,
+    ) -> Result<Self> {
+        Self::with_index(env.observation_space(), env.action_space(), config, seed)
     }
 
     fn build(
@@ -291,6 +307,7 @@ impl DiscreteSac {
         n: u32,
         scorer: ChunkedScorer,
         config: SacConfig,
+        seed: u64,
         action_side: String,
     ) -> Result<Self> {
         let obs_dim = match observation_space {
@@ -307,6 +324,7 @@ impl DiscreteSac {
         let rows = config.batch_size;
         let core = Core::new(
             config,
+            seed,
             obs_dim,
             d,
             obs_dim,

@@ -162,7 +162,13 @@ fn actor_gradients_match_finite_differences() {
         batch_size: 6,
         ..SacConfig::sb3()
     };
-    let mut sac = Sac::new(&box_space(-5.0, 5.0, 3), &box_space(-1.0, 1.0, 2), config).unwrap();
+    let mut sac = Sac::new(
+        &box_space(-5.0, 5.0, 3),
+        &box_space(-1.0, 1.0, 2),
+        config,
+        0,
+    )
+    .unwrap();
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
     let rows = 6;
     let obs: Vec<f32> = (0..rows * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
@@ -212,7 +218,13 @@ fn polyak_targets_move_a_tau_fraction_after_each_update() {
         tau: 0.25,
         ..small_config(8)
     };
-    let mut sac = Sac::new(&box_space(-1.0, 1.0, 3), &box_space(-2.0, 2.0, 1), config).unwrap();
+    let mut sac = Sac::new(
+        &box_space(-1.0, 1.0, 3),
+        &box_space(-2.0, 2.0, 1),
+        config,
+        0,
+    )
+    .unwrap();
     let batch = random_batch(&sac.replay_schema().unwrap(), 3, Ok(1), 8, 1);
     let before: Vec<Vec<f32>> = sac
         .core
@@ -236,7 +248,7 @@ fn polyak_targets_move_a_tau_fraction_after_each_update() {
 fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
     let config = small_config(8);
     let (obs, act) = (box_space(-1.0, 1.0, 3), box_space(-2.0, 2.0, 1));
-    let mut sac = Sac::new(&obs, &act, config.clone()).unwrap();
+    let mut sac = Sac::new(&obs, &act, config.clone(), 0).unwrap();
     let batch = random_batch(&sac.replay_schema().unwrap(), 3, Ok(1), 8, 2);
     for _ in 0..3 {
         sac.update(&batch).unwrap();
@@ -245,15 +257,7 @@ fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
     let path = dir.path().join("sac.safetensors");
     sac.checkpoint().save(&path).unwrap();
 
-    let mut resumed = Sac::new(
-        &obs,
-        &act,
-        SacConfig {
-            seed: 99,
-            ..config.clone()
-        },
-    )
-    .unwrap();
+    let mut resumed = Sac::new(&obs, &act, config.clone(), 99).unwrap();
     // A checkpoint of another trainer kind is refused before parsing its state.
     assert!(matches!(
         Checkpoint::<SacState>::load(&path, "discrete_sac"),
@@ -276,7 +280,7 @@ fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
         hidden: vec![32, 16],
         ..config.clone()
     };
-    let mut other = Sac::new(&obs, &act, wider).unwrap();
+    let mut other = Sac::new(&obs, &act, wider, 0).unwrap();
     let untouched = other.core.actor.params().to_vec();
     assert!(other.restore(&sac.checkpoint()).is_err());
     assert_eq!(other.core.actor.params(), &untouched[..]);
@@ -290,6 +294,7 @@ fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
             },
             ..config
         },
+        0,
     )
     .unwrap();
     assert!(matches!(
@@ -335,28 +340,28 @@ fn invalid_configurations_and_spaces_are_typed_errors() {
         },
     ] {
         assert!(matches!(
-            Sac::new(&obs, &act, bad),
+            Sac::new(&obs, &act, bad, 0),
             Err(Error::Config { .. })
         ));
     }
     let discrete = Space::discrete(4).unwrap();
     assert!(matches!(
-        Sac::new(&obs, &discrete, small_config(4)),
+        Sac::new(&obs, &discrete, small_config(4), 0),
         Err(Error::SpaceMismatch { .. })
     ));
     let unbounded =
         Space::Box(BoxSpace::uniform(f32::NEG_INFINITY, f32::INFINITY, &[1], DType::F32).unwrap());
     assert!(matches!(
-        Sac::new(&obs, &unbounded, small_config(4)),
+        Sac::new(&obs, &unbounded, small_config(4), 0),
         Err(Error::SpaceMismatch { .. })
     ));
     assert!(matches!(
-        DiscreteSac::with_index(&obs, &act, small_config(4)),
+        DiscreteSac::with_index(&obs, &act, small_config(4), 0),
         Err(Error::SpaceMismatch { .. })
     ));
     // A table with another number of rows than the environment has actions.
     let table = FeatureTable::new(5, 2, vec![0.5; 10]).unwrap();
-    let err = DiscreteSac::with_table(&obs, &discrete, table, small_config(4)).unwrap_err();
+    let err = DiscreteSac::with_table(&obs, &discrete, table, small_config(4), 0).unwrap_err();
     assert!(matches!(err, Error::SpaceMismatch { .. }), "{err}");
     assert!(err.to_string().contains("5 actions"), "{err}");
 }
@@ -365,7 +370,7 @@ fn invalid_configurations_and_spaces_are_typed_errors() {
 fn bad_batches_are_refused_before_anything_changes() {
     let obs = box_space(-1.0, 1.0, 3);
     let mut sac =
-        DiscreteSac::with_index(&obs, &Space::discrete(4).unwrap(), small_config(8)).unwrap();
+        DiscreteSac::with_index(&obs, &Space::discrete(4).unwrap(), small_config(8), 0).unwrap();
     // Actions stored for 6 actions: index 5 does not exist for a 4-action trainer.
     let schema = sac.replay_schema().unwrap();
     let mut actions = [0u32, 1, 2, 3, 0, 1, 2, 3];
@@ -389,7 +394,7 @@ fn bad_batches_are_refused_before_anything_changes() {
     assert_eq!(sac.core.critics.online[0].params(), &critic_before[..]);
     assert_eq!(sac.core.updates(), 0);
     // A continuous batch given to a discrete trainer: wrong column type.
-    let continuous = Sac::new(&obs, &box_space(-1.0, 1.0, 1), small_config(8)).unwrap();
+    let continuous = Sac::new(&obs, &box_space(-1.0, 1.0, 1), small_config(8), 0).unwrap();
     let batch = random_batch(&continuous.replay_schema().unwrap(), 3, Ok(1), 8, 6);
     assert!(sac.update(&batch).is_err());
     assert_eq!(sac.core.updates(), 0);
@@ -401,7 +406,7 @@ fn bad_batches_are_refused_before_anything_changes() {
 #[test]
 fn a_full_continuous_update_allocates_nothing_after_the_first() {
     let (obs, act) = (box_space(-1.0, 1.0, 3), box_space(-2.0, 2.0, 1));
-    let mut sac = Sac::new(&obs, &act, SacConfig::sb3()).unwrap();
+    let mut sac = Sac::new(&obs, &act, SacConfig::sb3(), 0).unwrap();
     let batch = random_batch(&sac.replay_schema().unwrap(), 3, Ok(1), 256, 7);
     sac.update(&batch).unwrap();
     let (stats, alloc) = rl_testkit::measure(|| sac.update(&batch));
@@ -437,6 +442,7 @@ fn discrete_update_transient_memory_is_bounded_by_batch_times_chunk() {
             &Space::discrete(n as u32).unwrap(),
             table.clone(),
             config,
+            0,
         )
     });
     let mut sac = sac.unwrap();
@@ -564,7 +570,7 @@ fn continuous_sac_finds_the_best_action_of_a_one_step_task() {
         ent_coef: EntropyCoef::Auto { initial: 0.1 },
         ..small_config(32)
     };
-    let sac = Sac::for_env(&env, config).unwrap();
+    let sac = Sac::for_env(&env, config, 0).unwrap();
     let (mut collector, mean) = train(env, sac, 1_500);
     let sac = collector.policy_mut();
     sac.set_mode(Mode::Deterministic);
@@ -594,7 +600,8 @@ fn discrete_sac_learns_a_thousand_action_task() {
         chunk: 256,
         ..SacConfig::sb3()
     };
-    let sac = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config).unwrap();
+    let sac =
+        DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config, 0).unwrap();
     let (_, mean) = train(env, sac, 2_000);
     // Uniform actions earn 0; the window holds the last 200 episodes.
     assert!(
@@ -617,7 +624,8 @@ fn learnable_tables_change_only_trained_rows_and_resume_from_checkpoints() {
     let (obs, act) = (box_space(-1.0, 1.0, 3), Space::discrete(n).unwrap());
     let config = small_config(8);
     let mut sac =
-        DiscreteSac::with_learnable_table(&obs, &act, env_table.clone(), config.clone()).unwrap();
+        DiscreteSac::with_learnable_table(&obs, &act, env_table.clone(), config.clone(), 0)
+            .unwrap();
     let batch = random_batch(&sac.replay_schema().unwrap(), 3, Err(n), 8, 9);
     sac.update(&batch).unwrap();
     let learned = sac.action_table().unwrap().clone();
@@ -643,7 +651,8 @@ fn learnable_tables_change_only_trained_rows_and_resume_from_checkpoints() {
     let checkpoint = sac.checkpoint();
     assert!(checkpoint.networks.iter().any(|n| n.name == "action_table"));
     let mut resumed =
-        DiscreteSac::with_learnable_table(&obs, &act, env_table.clone(), config.clone()).unwrap();
+        DiscreteSac::with_learnable_table(&obs, &act, env_table.clone(), config.clone(), 0)
+            .unwrap();
     resumed.restore(&checkpoint).unwrap();
     assert_eq!(sac.update(&batch).unwrap(), resumed.update(&batch).unwrap());
     assert_eq!(
@@ -651,7 +660,7 @@ fn learnable_tables_change_only_trained_rows_and_resume_from_checkpoints() {
         resumed.action_table().unwrap().as_slice()
     );
     // A fixed-table trainer refuses a learned-table checkpoint, and changes nothing.
-    let mut fixed = DiscreteSac::with_table(&obs, &act, env_table, config).unwrap();
+    let mut fixed = DiscreteSac::with_table(&obs, &act, env_table, config, 0).unwrap();
     assert!(matches!(
         fixed.restore(&checkpoint),
         Err(Error::CheckpointMismatch { .. })
@@ -681,6 +690,7 @@ fn discrete_sac_learns_with_a_table_learned_from_scratch() {
         env.action_space(),
         FeatureTable::new(100, 8, random).unwrap(),
         config,
+        0,
     )
     .unwrap();
     let (_, mean) = train(env, sac, 3_000);
@@ -707,6 +717,7 @@ fn the_sb3_preset_holds_stable_baselines3_defaults() {
         &box_space(-1.0, 1.0, 3),
         &box_space(-2.0, 2.0, 2),
         small_config(4),
+        0,
     )
     .unwrap();
     assert_eq!(sac.core.target_entropy(), -2.0);
@@ -714,6 +725,7 @@ fn the_sb3_preset_holds_stable_baselines3_defaults() {
         &box_space(-1.0, 1.0, 3),
         &Space::discrete(100).unwrap(),
         small_config(4),
+        0,
     )
     .unwrap();
     assert!((discrete.core.target_entropy() - 0.98 * 100f32.ln()).abs() < 1e-5);
@@ -723,7 +735,7 @@ fn the_sb3_preset_holds_stable_baselines3_defaults() {
 fn batches_with_columns_of_other_widths_are_typed_errors() {
     let obs = box_space(-1.0, 1.0, 3);
     let mut sac =
-        DiscreteSac::with_index(&obs, &Space::discrete(4).unwrap(), small_config(8)).unwrap();
+        DiscreteSac::with_index(&obs, &Space::discrete(4).unwrap(), small_config(8), 0).unwrap();
     // Two rewards per row: a schema the trainer did not ask for.
     let schema = rl_core::Schema::new([
         rl_core::Column::new("obs", DType::F32, &[3]),
@@ -753,6 +765,7 @@ fn a_diverged_update_leaves_a_learned_table_and_later_updates_alone() {
         &Space::discrete(n).unwrap(),
         table,
         small_config(4),
+        0,
     )
     .unwrap();
     let schema = sac.replay_schema().unwrap();
@@ -774,7 +787,7 @@ fn a_diverged_update_leaves_a_learned_table_and_later_updates_alone() {
 #[test]
 fn memory_plans_state_what_construction_allocates() {
     let (obs, act) = (box_space(-1.0, 1.0, 3), box_space(-2.0, 2.0, 1));
-    let (sac, stats) = rl_testkit::measure(|| Sac::new(&obs, &act, SacConfig::sb3()).unwrap());
+    let (sac, stats) = rl_testkit::measure(|| Sac::new(&obs, &act, SacConfig::sb3(), 0).unwrap());
     let retained = (stats.allocated_bytes - stats.freed_bytes) as f64;
     let planned = sac.memory_plan().total(rl_core::Location::Ram) as f64;
     assert!(
@@ -804,7 +817,7 @@ fn masked_discrete_sac_only_acts_and_learns_among_available_actions() {
             mask.forbid(a).unwrap();
         }
     };
-    let sac = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config)
+    let sac = DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config, 0)
         .unwrap()
         .with_action_masks(available);
     assert!(
@@ -838,7 +851,7 @@ fn masked_discrete_sac_only_acts_and_learns_among_available_actions() {
 #[test]
 fn a_state_without_available_actions_is_an_error() {
     let obs = box_space(-1.0, 1.0, 3);
-    let mut sac = DiscreteSac::with_index(&obs, &Space::discrete(4).unwrap(), small_config(4))
+    let mut sac = DiscreteSac::with_index(&obs, &Space::discrete(4).unwrap(), small_config(4), 0)
         .unwrap()
         .with_action_masks(|_, mask| mask.forbid_all());
     let mut action = [9u32];
@@ -859,13 +872,13 @@ fn discrete_critic_observation_gradients_match_finite_differences() {
     let config = SacConfig {
         hidden: vec![6, 5],
         batch_size: rows,
-        seed: 3,
         ..SacConfig::sb3()
     };
     let mut sac = DiscreteSac::with_index(
         &box_space(-1.0, 1.0, obs_dim),
         &Space::discrete(n).unwrap(),
         config,
+        3,
     )
     .unwrap();
     sac.enable_obs_grads();
@@ -924,13 +937,13 @@ fn continuous_critic_observation_gradients_match_finite_differences() {
     let config = SacConfig {
         hidden: vec![6, 5],
         batch_size: rows,
-        seed: 4,
         ..SacConfig::sb3()
     };
     let mut sac = Sac::new(
         &box_space(-1.0, 1.0, obs_dim),
         &box_space(-1.0, 1.0, act_dim),
         config,
+        4,
     )
     .unwrap();
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(12);

@@ -231,19 +231,27 @@ fn damaged_truncated_or_foreign_files_are_typed_errors() {
         load_err(&path, "test"),
         Error::CheckpointCorrupt { .. }
     ));
-    // Another version.
-    let needle = b"\"version\":\"2\"";
+    // Another version, older or newer, is refused by its number.
+    assert_eq!(VERSION, 3);
+    let needle = format!("\"version\":\"{VERSION}\"");
+    let needle = needle.as_bytes();
     let at = bytes
         .windows(needle.len())
         .position(|w| w == needle)
         .unwrap();
-    let mut other = bytes.clone();
-    other[at + needle.len() - 2] = b'9';
-    std::fs::write(&path, &other).unwrap();
-    assert!(matches!(
-        load_err(&path, "test"),
-        Error::CheckpointVersion { found: 9, .. }
-    ));
+    for (digit, found) in [(b'2', 2), (b'9', 9)] {
+        let mut other = bytes.clone();
+        other[at + needle.len() - 2] = digit;
+        std::fs::write(&path, &other).unwrap();
+        match load_err(&path, "test") {
+            Error::CheckpointVersion {
+                found: f,
+                supported,
+                ..
+            } => assert_eq!((f, supported), (found, VERSION)),
+            other => panic!("{other}"),
+        }
+    }
     assert!(matches!(
         load_err(&dir.path().join("missing"), "test"),
         Error::CheckpointNotFound { .. }

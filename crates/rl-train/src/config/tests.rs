@@ -88,12 +88,25 @@ fn the_effective_config_reads_back_as_the_same_config() {
 }
 
 #[test]
-fn the_run_seed_seeds_every_algorithm_table_and_no_table_takes_its_own() {
+fn the_run_seed_is_the_only_seed_and_no_algorithm_table_takes_one() {
     let config = Config::from_toml(PPO, &["run.seed=7".into()]).unwrap();
-    assert_eq!(config.ppo.unwrap().seed, 7);
-    let e = error(PPO, &["ppo.seed=7"]);
-    assert_eq!(e.key, "ppo.seed");
-    assert!(e.message.contains("run.seed"), "{e}");
+    assert_eq!(config.run.seed, 7);
+    for (text, key) in [
+        (PPO, "ppo.seed"),
+        (
+            "algo = \"sac\"\nenv = \"pendulum\"\n[run]\ntotal_steps = 10\n[sac]\nseed = 3\n",
+            "sac.seed",
+        ),
+        (
+            "algo = \"dqn\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 10\n",
+            "dqn.seed",
+        ),
+    ] {
+        let e = error(text, &[&format!("{key}=7")]);
+        assert_eq!(e.key, key);
+        assert!(e.message.starts_with(&format!("{key}: ")), "{e}");
+        assert!(e.message.contains("use run.seed"), "{e}");
+    }
 }
 
 #[test]

@@ -166,27 +166,27 @@ where
     let missing = || Error::Usage(format!("the config of algo {} is incomplete", config.algo));
     match job {
         Job::Plan => {
-            let off = config.off_policy_config().ok_or_else(missing)?;
+            let off = config.off_policy.as_ref().ok_or_else(missing)?;
             let plan = match config.stored_actions {
-                StoredActions::Index => OffPolicyTrainer::<E, L>::plan(&learner, &off)?,
-                StoredActions::OneHot => one_hot_plan::<E, L>(&env, &learner, &off)?,
+                StoredActions::Index => OffPolicyTrainer::<E, L>::plan(&learner, off, &config.run)?,
+                StoredActions::OneHot => one_hot_plan::<E, L>(&env, &learner, off, &config.run)?,
             };
             Ok(Outcome::Plan(plan))
         }
         Job::Train(dir, options, resume) => {
-            let mut off = config.off_policy_config().ok_or_else(missing)?;
-            off.run = rundir::run_config(dir, config);
+            let off = config.off_policy.clone().ok_or_else(missing)?;
+            let run = rundir::run_config(dir, config);
             let trainer = if resume {
-                OffPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, off)?
+                OffPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, off, run)?
             } else {
-                OffPolicyTrainer::new(make, learner, off)?
+                OffPolicyTrainer::new(make, learner, off, run)?
             };
             train_off_policy(trainer, dir, options, config)
         }
         Job::Remote(dir, options, source) => {
-            let mut off = config.off_policy_config().ok_or_else(missing)?;
-            off.run = rundir::run_config(dir, config);
-            let trainer = OffPolicyTrainer::with_source(make, learner, off, source)?;
+            let off = config.off_policy.clone().ok_or_else(missing)?;
+            let run = rundir::run_config(dir, config);
+            let trainer = OffPolicyTrainer::with_source(make, learner, off, run, source)?;
             train_off_policy(trainer, dir, options, config)
         }
         Job::Actor(chunk) => {
@@ -230,7 +230,7 @@ where
     let mut monitor = Monitor::start(dir, config, options, &plan, trainer.env_steps())?;
     let summary = trainer.train(&mut monitor);
     let summary = monitor.finish(summary)?;
-    let run = trainer.config().run.clone();
+    let run = trainer.run_config().clone();
     let eval = final_eval(&run, &summary, |n| trainer.evaluate(n))?;
     let interrupted = monitor.interrupted();
     rundir::finish(dir, config, &summary, eval, plan, interrupted).map(outcome)
@@ -239,7 +239,12 @@ where
 /// The plan of `off` with actions stored one-hot (a float per possible action) instead
 /// of as indices: replay and batch lines for that layout, every other line as the
 /// trainer plans it.
-fn one_hot_plan<E, L>(env: &E, learner: &L, off: &OffPolicyConfig) -> Result<MemoryPlan>
+fn one_hot_plan<E, L>(
+    env: &E,
+    learner: &L,
+    off: &OffPolicyConfig,
+    run: &RunConfig,
+) -> Result<MemoryPlan>
 where
     E: Env<Obs = f32> + Send + 'static,
     E::Act: RandomAction,
@@ -262,7 +267,7 @@ where
         }
     }))
     .map_err(rl_algos::Error::from)?;
-    let index = OffPolicyTrainer::<E, L>::plan(learner, off)?;
+    let index = OffPolicyTrainer::<E, L>::plan(learner, off, run)?;
     let mut plan = MemoryPlan::new();
     plan.nest("replay", &OffPolicyReplay::plan(&one_hot, off)?);
     plan.nest(

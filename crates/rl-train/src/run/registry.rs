@@ -276,7 +276,8 @@ where
                 let policy =
                     CategoricalPolicy::for_env(&env, policy_config, seed).map_err(build_error)?;
                 let ppo = config.ppo.ok_or_else(missing)?;
-                let learner = Ppo::new(policy, ppo, config.run.n_envs).map_err(build_error)?;
+                let learner =
+                    Ppo::new(policy, ppo, config.run.n_envs, seed).map_err(build_error)?;
                 job::on_policy(self.make.clone(), env, learner, config, job)
             }
             Algo::RecurrentPpo => {
@@ -291,22 +292,22 @@ where
                 .map_err(build_error)?;
                 let ppo = config.ppo.ok_or_else(missing)?;
                 let learner = RecurrentPpoConfig::new(ppo, recurrent.chunk_len);
-                let learner =
-                    RecurrentPpo::new(policy, learner, config.run.n_envs).map_err(build_error)?;
+                let learner = RecurrentPpo::new(policy, learner, config.run.n_envs, seed)
+                    .map_err(build_error)?;
                 job::on_policy(self.make.clone(), env, learner, config, job)
             }
             Algo::DiscreteSac => {
                 let sac = config.sac.clone().ok_or_else(missing)?;
                 let learner = match &self.table {
-                    Some(table) => DiscreteSac::for_env_with_table(&env, table(&env), sac),
-                    None => DiscreteSac::for_env(&env, sac),
+                    Some(table) => DiscreteSac::for_env_with_table(&env, table(&env), sac, seed),
+                    None => DiscreteSac::for_env(&env, sac, seed),
                 }
                 .map_err(build_error)?;
                 job::off_policy(self.make.clone(), env, learner, config, job)
             }
             Algo::Dqn => {
                 let dqn = config.dqn.clone().ok_or_else(missing)?;
-                let learner = Dqn::for_env(&env, dqn).map_err(build_error)?;
+                let learner = Dqn::for_env(&env, dqn, seed).map_err(build_error)?;
                 job::off_policy(self.make.clone(), env, learner, config, job)
             }
             Algo::Sac => Err(Error::Usage(format!(
@@ -346,12 +347,13 @@ where
                 let policy =
                     GaussianPolicy::for_env(&env, policy_config, seed).map_err(build_error)?;
                 let ppo = config.ppo.ok_or_else(missing)?;
-                let learner = Ppo::new(policy, ppo, config.run.n_envs).map_err(build_error)?;
+                let learner =
+                    Ppo::new(policy, ppo, config.run.n_envs, seed).map_err(build_error)?;
                 job::on_policy(self.make.clone(), env, learner, config, job)
             }
             Algo::Sac => {
                 let sac = config.sac.clone().ok_or_else(missing)?;
-                let learner = Sac::for_env(&env, sac).map_err(build_error)?;
+                let learner = Sac::for_env(&env, sac, seed).map_err(build_error)?;
                 job::off_policy(self.make.clone(), env, learner, config, job)
             }
             other => Err(Error::Usage(format!(

@@ -31,18 +31,14 @@ const LEARNER_FILE: &str = "learner.safetensors";
 const REPLAY_DIR: &str = "replay";
 const TRAINER: &str = "off_policy";
 
-/// The loop settings of an off-policy run.
+/// The loop settings of an off-policy run besides the run's own (budget, seed,
+/// environments ...: the [`RunConfig`] the trainer takes beside it).
 ///
-/// Serialized (a config file's `[off_policy]` table) without `run`, which a config
-/// file keeps in a table of its own: a deserialized config holds `RunConfig::new(1)`
-/// until its `run` is set. Missing fields take [`OffPolicyConfig::new`]'s values;
-/// unknown fields are refused.
+/// Serialized as a config file's `[off_policy]` table. Missing fields take
+/// [`OffPolicyConfig::new`]'s values; unknown fields are refused.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OffPolicyConfig {
-    /// Budget, seed, environments, goal, evaluation, checkpoints, memory budget.
-    #[serde(skip, default = "unset_run")]
-    pub run: RunConfig,
     /// Rows the replay buffer holds. Default 1 000 000.
     #[serde(default = "defaults::buffer_capacity")]
     pub buffer_capacity: usize,
@@ -74,16 +70,12 @@ pub struct OffPolicyConfig {
     pub collector: CollectorChoice,
 }
 
-fn unset_run() -> RunConfig {
-    RunConfig::new(1)
-}
-
 /// [`OffPolicyConfig::new`]'s values, for fields a config file leaves out.
 mod defaults {
-    use super::{OffPolicyConfig, RunConfig};
+    use super::OffPolicyConfig;
 
     fn new() -> OffPolicyConfig {
-        OffPolicyConfig::new(RunConfig::new(1))
+        OffPolicyConfig::new()
     }
 
     pub(super) fn buffer_capacity() -> usize {
@@ -103,13 +95,18 @@ mod defaults {
     }
 }
 
+impl Default for OffPolicyConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl OffPolicyConfig {
     /// Stable-Baselines3's off-policy loop defaults (as for SAC): a 1 000 000-row buffer
     /// in RAM, 100 random steps, one gradient step per env step, uniform sampling, the
     /// synchronous collector.
-    pub fn new(run: RunConfig) -> Self {
+    pub fn new() -> Self {
         Self {
-            run,
             buffer_capacity: 1_000_000,
             replay_location: ReplayLocation::Ram,
             learning_starts: 100,
@@ -120,12 +117,12 @@ impl OffPolicyConfig {
         }
     }
 
-    /// Checks every field; the error names the first invalid one.
+    /// Checks every field for a run of `n_envs` environments; the error names the first
+    /// invalid one, from this table (`train_freq`, `replay_location.dir`).
     ///
     /// # Errors
     /// [`Error::Config`].
-    pub fn validate(&self) -> Result<()> {
-        self.run.validate()?;
+    pub fn validate(&self, n_envs: usize) -> Result<()> {
         if self.buffer_capacity == 0 {
             return Err(Error::config("buffer_capacity", "is 0: use at least 1"));
         }
@@ -137,7 +134,7 @@ impl OffPolicyConfig {
         }
         if self
             .train_freq
-            .checked_mul(self.run.n_envs as u64)
+            .checked_mul(n_envs as u64)
             .is_none_or(|steps| usize::try_from(steps).is_err())
         {
             return Err(Error::config(
@@ -156,12 +153,12 @@ impl OffPolicyConfig {
                 "is empty: name the folder of the replay file",
             ));
         }
-        self.collector.validate(self.run.n_envs)
+        self.collector.validate(n_envs)
     }
 
     /// Env steps of one training phase: `train_freq x run.n_envs`.
-    fn phase_steps(&self) -> u64 {
-        self.train_freq * self.run.n_envs as u64
+    fn phase_steps(&self, run: &RunConfig) -> u64 {
+        self.train_freq * run.n_envs as u64
     }
 }
 
@@ -209,12 +206,10 @@ pub(super) fn phases_due(before: u64, after: u64, learning_starts: u64, phase_st
 /// use rl_algos::sac::{Sac, SacConfig};
 /// use rl_envs::Pendulum;
 ///
-/// let sac = Sac::for_env(&Pendulum::new(0), SacConfig { hidden: vec![16, 16], batch_size: 32, ..SacConfig::sb3() })?;
-/// let config = OffPolicyConfig {
-///     buffer_capacity: 10_000,
-///     ..OffPolicyConfig::new(RunConfig { goal: Some(Goal::TrainingReturn { mean_return: -200.0, window: 10 }), ..RunConfig::new(300) })
-/// };
-/// let mut trainer = OffPolicyTrainer::new(Pendulum::new, sac, config)?;
+/// let run = RunConfig { goal: Some(Goal::TrainingReturn { mean_return: -200.0, window: 10 }), ..RunConfig::new(300) };
+/// let sac = Sac::for_env(&Pendulum::new(0), SacConfig { hidden: vec![16, 16], batch_size: 32, ..SacConfig::sb3() }, run.seed)?;
+/// let config = OffPolicyConfig { buffer_capacity: 10_000, ..OffPolicyConfig::new() };
+/// let mut trainer = OffPolicyTrainer::new(Pendulum::new, sac, config, run)?;
 /// println!("{}", trainer.memory_plan());
 /// let summary = trainer.train(&mut ())?;
 /// assert_eq!(summary.total_env_steps, 300);
@@ -229,14 +224,15 @@ pub(super) fn phases_due(before: u64, after: u64, learning_starts: u64, phase_st
 /// use rl_envs::Pendulum;
 ///
 /// let dir = tempfile::tempdir().map_err(|e| rl_algos::Error::config("tempdir", e.to_string()))?;
-/// let sac = Sac::for_env(&Pendulum::new(0), SacConfig { hidden: vec![16, 16], batch_size: 32, ..SacConfig::sb3() })?;
+/// let run = RunConfig { n_envs: 4, ..RunConfig::new(320) };
+/// let sac = Sac::for_env(&Pendulum::new(0), SacConfig { hidden: vec![16, 16], batch_size: 32, ..SacConfig::sb3() }, run.seed)?;
 /// let config = OffPolicyConfig {
 ///     buffer_capacity: 10_000,
 ///     replay_location: ReplayLocation::Memmap { dir: dir.path().to_owned() },
 ///     collector: CollectorChoice::Async { workers: 2, steps_per_chunk: 8 },
-///     ..OffPolicyConfig::new(RunConfig { n_envs: 4, ..RunConfig::new(320) })
+///     ..OffPolicyConfig::new()
 /// };
-/// let mut trainer = OffPolicyTrainer::new(Pendulum::new, sac, config)?;
+/// let mut trainer = OffPolicyTrainer::new(Pendulum::new, sac, config, run)?;
 /// let summary = trainer.train(&mut ())?;
 /// assert_eq!(summary.total_env_steps, 320);
 /// assert_eq!(trainer.replay().len(), 320);
@@ -249,6 +245,7 @@ where
     L: OffPolicyLearner<Act = E::Act>,
 {
     config: OffPolicyConfig,
+    run: RunConfig,
     collection: Collection<E, L>,
     replay: OffPolicyReplay,
     batch: Batch,
@@ -266,6 +263,7 @@ fn base_plan<L: OffPolicyLearner>(
     learner: &L,
     schema: &Schema,
     config: &OffPolicyConfig,
+    run: &RunConfig,
 ) -> Result<MemoryPlan> {
     let mut plan = MemoryPlan::new();
     plan.nest("replay", &OffPolicyReplay::plan(schema, config)?);
@@ -274,7 +272,7 @@ fn base_plan<L: OffPolicyLearner>(
     plan.nest("learner", &learner.memory_plan());
     // Per-environment acting state (a recurrent learner's): the training
     // environments' and the evaluation's one.
-    plan.nest("learner", &learner.acting_plan(config.run.n_envs));
+    plan.nest("learner", &learner.acting_plan(run.n_envs));
     plan.nest("learner", &learner.acting_plan(1));
     Ok(plan)
 }
@@ -285,32 +283,33 @@ where
     E::Act: RandomAction,
     L: OffPolicyLearner<Act = E::Act>,
 {
-    /// The whole run's memory plan for `learner` under `config`, from the configuration
-    /// alone (nothing allocated): replay buffer (`Ram` lines, or `File` lines for a
+    /// The whole run's memory plan for `learner` under `config` and `run`, from the
+    /// configuration alone (nothing allocated): replay buffer (`Ram` lines, or `File` lines for a
     /// memmap location), sampler, batch, learner and, for the asynchronous collector,
     /// its chunk pool, workers' buffers and actor copies (`rl_collect::AsyncCollector::plan`:
     /// the figures [`OffPolicyTrainer::memory_plan`] reports once it exists). This is what
-    /// a new run checks against `config.run.budget`.
+    /// a new run checks against `run.budget`.
     ///
     /// # Errors
     /// An invalid schema or capacity.
-    pub fn plan(learner: &L, config: &OffPolicyConfig) -> Result<MemoryPlan> {
+    pub fn plan(learner: &L, config: &OffPolicyConfig, run: &RunConfig) -> Result<MemoryPlan> {
         let schema = learner.replay_schema()?;
-        let mut plan = base_plan(learner, &schema, config)?;
+        let mut plan = base_plan(learner, &schema, config, run)?;
         let collector = match config.collector {
             CollectorChoice::Async {
                 workers,
                 steps_per_chunk,
-            } => async_plan::<E, L>(learner, &schema, config, workers, steps_per_chunk)?,
-            CollectorChoice::Sync => sync_plan::<E, L>(&schema, config),
+            } => async_plan::<E, L>(learner, &schema, config, run, workers, steps_per_chunk)?,
+            CollectorChoice::Sync => sync_plan::<E, L>(&schema, run),
         };
         plan.nest("collector", &collector);
         Ok(plan)
     }
 
     /// A new run: `make_env(seed)` builds each training environment and the evaluation
-    /// environment. The configuration is checked first, then the plan against
-    /// `config.run.budget`, before the replay buffer, the collector or any environment
+    /// environment; `run` holds the budget, seed, environments, goal, evaluation,
+    /// checkpoints and memory budget. The configuration is checked first, then the plan
+    /// against `run.budget`, before the replay buffer, the collector or any environment
     /// exists.
     ///
     /// # Errors
@@ -321,8 +320,9 @@ where
         make_env: impl FnMut(u64) -> E,
         learner: L,
         config: OffPolicyConfig,
+        run: RunConfig,
     ) -> Result<Self> {
-        Self::build(make_env, learner, config, None, None)
+        Self::build(make_env, learner, config, run, None, None)
     }
 
     /// A new run whose transitions come from `source` (collectors in other processes or
@@ -340,6 +340,7 @@ where
         make_env: impl FnMut(u64) -> E,
         learner: L,
         config: OffPolicyConfig,
+        run: RunConfig,
         source: Box<dyn ChunkSource>,
     ) -> Result<Self> {
         if config.collector != CollectorChoice::Sync {
@@ -354,13 +355,13 @@ where
                 "is a recurrent learner, which reads windows of one environment's steps; remote chunks interleave collectors: train it with the sync collector",
             ));
         }
-        Self::build(make_env, learner, config, None, Some(source))
+        Self::build(make_env, learner, config, run, None, Some(source))
     }
 
     /// Continues the run saved in `dir` (by [`OffPolicyTrainer::save`] or a checkpoint
     /// schedule): learner, replay buffer and counters. `learner` must be built as the
-    /// saved one was, `config` must keep the seed, the number of environments, the
-    /// buffer's capacity and location (a memmap-located buffer is reopened in place);
+    /// saved one was, `run` must keep the seed and the number of environments, `config`
+    /// the buffer's capacity and location (a memmap-located buffer is reopened in place);
     /// the collector may differ. Everything is checked before anything is loaded into
     /// the trainer.
     ///
@@ -379,30 +380,33 @@ where
         make_env: impl FnMut(u64) -> E,
         mut learner: L,
         config: OffPolicyConfig,
+        run: RunConfig,
     ) -> Result<Self> {
-        config.validate()?;
+        run.validate()?;
+        config.validate(run.n_envs)?;
         let counters = RunCounters::load(dir)?;
-        counters.check(TRAINER, learner.kind(), &config.run)?;
+        counters.check(TRAINER, learner.kind(), &run)?;
         let saved = Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.kind())?;
         learner.restore(&saved)?;
-        Self::build(make_env, learner, config, Some((dir, counters)), None)
+        Self::build(make_env, learner, config, run, Some((dir, counters)), None)
     }
 
     fn build(
         mut make_env: impl FnMut(u64) -> E,
         learner: L,
         config: OffPolicyConfig,
+        run: RunConfig,
         resume: Option<(&Path, RunCounters)>,
         source: Option<Box<dyn ChunkSource>>,
     ) -> Result<Self> {
-        config.validate()?;
+        run.validate()?;
+        config.validate(run.n_envs)?;
         check_sequence(&learner, &config)?;
-        let run = &config.run;
         let schema = learner.replay_schema()?;
         let checked = match &source {
-            None => Self::plan(&learner, &config)?,
+            None => Self::plan(&learner, &config, &run)?,
             Some(source) => {
-                let mut plan = base_plan(&learner, &schema, &config)?;
+                let mut plan = base_plan(&learner, &schema, &config, &run)?;
                 plan.nest("collector", &source.memory_plan(&schema));
                 plan
             }
@@ -417,14 +421,20 @@ where
                 let budget = run.budget.unwrap_or_else(MemoryBudget::unlimited);
                 let sequence = learner.sequence();
                 (
-                    OffPolicyReplay::create(&schema, &config, sequence, &budget)?,
+                    OffPolicyReplay::create(&schema, &config, &run, sequence, &budget)?,
                     0,
                     0,
                     None,
                 )
             }
             Some((dir, counters)) => (
-                OffPolicyReplay::load(&dir.join(REPLAY_DIR), &schema, &config, learner.sequence())?,
+                OffPolicyReplay::load(
+                    &dir.join(REPLAY_DIR),
+                    &schema,
+                    &config,
+                    &run,
+                    learner.sequence(),
+                )?,
                 counters.env_steps,
                 counters.last_eval_steps,
                 counters.best_eval_return,
@@ -434,14 +444,14 @@ where
             let collection = match source {
                 None => {
                     let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
-                    Collection::new(envs, learner, &config, steps_before)?
+                    Collection::new(envs, learner, &config, &run, steps_before)?
                 }
                 Some(source) => {
                     Collection::Remote(Remote::new(learner, source, run.window(), steps_before)?)
                 }
             };
             let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
-            let mut plan = base_plan(collection.learner(), &schema, &config)?;
+            let mut plan = base_plan(collection.learner(), &schema, &config, &run)?;
             plan.nest("collector", &collection.memory_plan());
             if let Some(budget) = &run.budget {
                 plan.check(budget)?;
@@ -462,6 +472,7 @@ where
         let batch = Batch::new(&schema, collection.learner().batch_size())?;
         Ok(Self {
             config,
+            run,
             collection,
             replay,
             batch,
@@ -502,9 +513,14 @@ where
         &self.replay
     }
 
-    /// The settings.
+    /// The off-policy loop's settings.
     pub fn config(&self) -> &OffPolicyConfig {
         &self.config
+    }
+
+    /// The run's settings.
+    pub fn run_config(&self) -> &RunConfig {
+        &self.run
     }
 
     /// The version of the weights the asynchronous collector's workers were last given
@@ -521,13 +537,9 @@ where
     /// # Errors
     /// `episodes == 0`; environment and policy errors.
     pub fn evaluate(&mut self, episodes: usize) -> Result<EvalReport> {
-        let mut schedule = self
-            .config
-            .run
-            .eval
-            .unwrap_or(EvalSchedule::new(1, episodes));
+        let mut schedule = self.run.eval.unwrap_or(EvalSchedule::new(1, episodes));
         schedule.episodes = episodes;
-        let config = self.config.run.eval_config(&schedule);
+        let config = self.run.eval_config(&schedule);
         evaluate(&mut self.eval_env, self.collection.learner_mut(), &config)
     }
 
@@ -543,7 +555,7 @@ where
     /// Environment, policy, storage and learner errors ([`Error::Diverged`] ...); the
     /// trainer keeps what it had done before the error.
     pub fn train(&mut self, callback: &mut dyn Callback<L::Stats>) -> Result<TrainSummary> {
-        let run = self.config.run.clone();
+        let run = self.run.clone();
         let mut clock = Clock::start(self.env_steps(), self.last_eval_steps, self.best_eval);
         let episodes_before = self.collection.stats().episodes();
         while self.env_steps() < run.total_steps && clock.stop.is_none() {
@@ -556,7 +568,7 @@ where
                 before,
                 steps,
                 self.config.learning_starts,
-                self.config.phase_steps(),
+                self.config.phase_steps(&run),
             );
             for _ in 0..phases {
                 for _ in 0..self.config.gradient_steps {
@@ -620,7 +632,7 @@ where
         let steps = self.env_steps();
         self.last_eval_steps = clock.last_eval_steps;
         self.best_eval = clock.best_eval;
-        if let Some(schedule) = self.config.run.checkpoint.clone() {
+        if let Some(schedule) = self.run.checkpoint.clone() {
             self.save(&schedule.dir)?;
             clock.saved(steps);
             callback.on_checkpoint(steps, &schedule.dir);
@@ -663,7 +675,7 @@ where
             env_steps: self.env_steps(),
             updates: self.learner().updates(),
             last_eval_steps: self.last_eval_steps,
-            run: self.config.run.clone(),
+            run: self.run.clone(),
             best_eval_return: self.best_eval,
         }
     }

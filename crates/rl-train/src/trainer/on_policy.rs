@@ -42,7 +42,7 @@ const TRAINER: &str = "on_policy";
 /// let policy = CategoricalPolicy::for_env(&CartPole::new(0), PolicyConfig::new(), 0)?;
 /// let ppo = PpoConfig { n_steps: 32, ..PpoConfig::new() };
 /// let run = RunConfig { n_envs: 4, goal: Some(Goal::TrainingReturn { mean_return: 475.0, window: 20 }), ..RunConfig::new(1_024) };
-/// let ppo = Ppo::new(policy, ppo, run.n_envs)?; // the learner, built for run.n_envs
+/// let ppo = Ppo::new(policy, ppo, run.n_envs, run.seed)?; // built for run.n_envs, seeded by run.seed
 /// let mut trainer = OnPolicyTrainer::new(CartPole::new, ppo, run)?;
 /// let summary = trainer.train(&mut ())?;
 /// assert_eq!(summary.total_env_steps, 1_024);

@@ -45,7 +45,7 @@ fn the_trainer_drives_recurrent_ppo_and_resumes() {
         }),
         ..RunConfig::new(3 * 32 * ENVS as u64)
     };
-    let learner = RecurrentPpo::new(policy(history, 2), config(8), ENVS).unwrap();
+    let learner = RecurrentPpo::new(policy(history, 2), config(8), ENVS, run.seed).unwrap();
     let mut trainer = OnPolicyTrainer::new(MaskedCartPole::new, learner, run.clone()).unwrap();
     let plan = trainer.memory_plan().clone();
     assert!(
@@ -65,7 +65,7 @@ fn the_trainer_drives_recurrent_ppo_and_resumes() {
         total_steps: 4 * 32 * ENVS as u64,
         ..run
     };
-    let learner = RecurrentPpo::new(policy(history, 7), config(8), ENVS).unwrap();
+    let learner = RecurrentPpo::new(policy(history, 7), config(8), ENVS, run.seed).unwrap();
     let mut resumed =
         OnPolicyTrainer::resume(dir.path(), MaskedCartPole::new, learner, run).unwrap();
     assert_eq!(resumed.env_steps(), 3 * 32 * ENVS as u64);
@@ -174,20 +174,24 @@ fn recall_after_training(history: History) -> f64 {
         target_update: rl_algos::dqn::TargetUpdate::Hard { every: 50 },
         ..DqnConfig::default()
     };
+    let run = RunConfig {
+        n_envs: 2,
+        ..RunConfig::new(3_000)
+    };
     let env = Recall::new(0);
-    let learner = Recurrent::new(rl_core::Env::observation_space(&env), config, |s| {
-        Dqn::new(s, &Space::discrete(2).unwrap(), dqn)
-    })
+    let learner = Recurrent::new(
+        rl_core::Env::observation_space(&env),
+        config,
+        run.seed,
+        |s| Dqn::new(s, &Space::discrete(2).unwrap(), dqn, run.seed),
+    )
     .unwrap();
-    let run = OffPolicyConfig {
+    let off = OffPolicyConfig {
         buffer_capacity: 5_000,
         learning_starts: 200,
-        ..OffPolicyConfig::new(RunConfig {
-            n_envs: 2,
-            ..RunConfig::new(3_000)
-        })
+        ..OffPolicyConfig::new()
     };
-    let mut trainer = OffPolicyTrainer::new(Recall::new, learner, run).unwrap();
+    let mut trainer = OffPolicyTrainer::new(Recall::new, learner, off, run).unwrap();
     trainer.train(&mut ()).unwrap();
     trainer.evaluate(100).unwrap().mean_return
 }

@@ -14,6 +14,55 @@ use rl_algos::ppo::{Ppo, PpoConfig};
 use rl_algos::predict::Predict;
 use rl_algos::sac::{Sac, SacConfig};
 
+/// An off-policy loop and the run it belongs to, as these tests build them together.
+#[derive(Clone, Debug)]
+pub(super) struct OffRun {
+    pub(super) off: OffPolicyConfig,
+    pub(super) run: RunConfig,
+}
+
+/// [`OffPolicyTrainer::new`] of `setup`.
+pub(super) fn new_trainer<E, L>(
+    make_env: impl FnMut(u64) -> E,
+    learner: L,
+    setup: OffRun,
+) -> rl_algos::Result<OffPolicyTrainer<E, L>>
+where
+    E: Env<Obs = f32> + Send + 'static,
+    E::Act: rl_collect::RandomAction,
+    L: rl_algos::learner::OffPolicyLearner<Act = E::Act>,
+{
+    OffPolicyTrainer::new(make_env, learner, setup.off, setup.run)
+}
+
+/// [`OffPolicyTrainer::resume`] of `setup`.
+pub(super) fn resume_trainer<E, L>(
+    dir: &std::path::Path,
+    make_env: impl FnMut(u64) -> E,
+    learner: L,
+    setup: OffRun,
+) -> rl_algos::Result<OffPolicyTrainer<E, L>>
+where
+    E: Env<Obs = f32> + Send + 'static,
+    E::Act: rl_collect::RandomAction,
+    L: rl_algos::learner::OffPolicyLearner<Act = E::Act>,
+{
+    OffPolicyTrainer::resume(dir, make_env, learner, setup.off, setup.run)
+}
+
+/// [`OffPolicyTrainer::plan`] of `setup`.
+pub(super) fn plan_trainer<E, L>(
+    learner: &L,
+    setup: &OffRun,
+) -> rl_algos::Result<rl_core::MemoryPlan>
+where
+    E: Env<Obs = f32> + Send + 'static,
+    E::Act: rl_collect::RandomAction,
+    L: rl_algos::learner::OffPolicyLearner<Act = E::Act>,
+{
+    OffPolicyTrainer::<E, L>::plan(learner, &setup.off, &setup.run)
+}
+
 /// Episodes of exactly `LEN` steps whose dynamics ignore the reset seed: at an episode
 /// boundary a run's state is entirely the trainer's. Observation `[t / LEN, last action]`; reward 1 when the action equals
 /// `t % 2`.
@@ -71,12 +120,11 @@ fn fixed(_seed: u64) -> Fixed {
     }
 }
 
-fn ppo_config(seed: u64) -> PpoConfig {
+fn ppo_config() -> PpoConfig {
     PpoConfig {
         n_steps: LEN,
         batch_size: 8,
         epochs: 2,
-        seed,
         ..PpoConfig::new()
     }
 }
@@ -90,8 +138,8 @@ fn small_policy(seed: u64) -> CategoricalPolicy {
 }
 
 /// A PPO learner for `policy` on the two environments of these tests' runs.
-fn ppo(policy: CategoricalPolicy, config: PpoConfig) -> Ppo<CategoricalPolicy> {
-    Ppo::new(policy, config, 2).unwrap()
+fn ppo(policy: CategoricalPolicy, seed: u64) -> Ppo<CategoricalPolicy> {
+    Ppo::new(policy, ppo_config(), 2, seed).unwrap()
 }
 
 fn on_policy(
@@ -109,7 +157,7 @@ fn on_policy(
         }),
         ..RunConfig::new(total)
     };
-    OnPolicyTrainer::new(fixed, ppo(small_policy(seed), ppo_config(seed)), run).unwrap()
+    OnPolicyTrainer::new(fixed, ppo(small_policy(seed), seed), run).unwrap()
 }
 
 /// Whether two trainers hold the same learner: their checkpoints (every network's weights
@@ -143,7 +191,7 @@ proptest! {
         drop(part);
         let run = RunConfig { n_envs: 2, seed, ..RunConfig::new(total) };
         let mut resumed =
-            OnPolicyTrainer::resume(&saved, fixed, ppo(small_policy(seed + 1), ppo_config(seed)), run).unwrap();
+            OnPolicyTrainer::resume(&saved, fixed, ppo(small_policy(seed + 1), seed), run).unwrap();
         prop_assert_eq!(resumed.env_steps(), rollout * first);
         let summary = resumed.train(&mut ()).unwrap();
         prop_assert_eq!(summary.total_env_steps, total);
@@ -163,10 +211,9 @@ fn fixed_dqn(seed: u64) -> Dqn {
             end: 0.1,
             decay_steps: 200,
         },
-        seed,
         ..DqnConfig::default()
     };
-    Dqn::for_env(&fixed(0), config).unwrap()
+    Dqn::for_env(&fixed(0), config, seed).unwrap()
 }
 
 /// An off-policy run over two [`Fixed`] environments: warm-up of one episode round,
@@ -177,14 +224,17 @@ fn off_policy_config(
     seed: u64,
     prioritized: bool,
     dir: Option<&std::path::Path>,
-) -> OffPolicyConfig {
-    OffPolicyConfig {
-        buffer_capacity: 100,
-        learning_starts: (LEN * 2) as u64,
-        train_freq: 4,
-        gradient_steps: 3,
-        prioritized: prioritized.then(rl_storage::sampler::PrioritizedConfig::default),
-        ..OffPolicyConfig::new(RunConfig {
+) -> OffRun {
+    OffRun {
+        off: OffPolicyConfig {
+            buffer_capacity: 100,
+            learning_starts: (LEN * 2) as u64,
+            train_freq: 4,
+            gradient_steps: 3,
+            prioritized: prioritized.then(rl_storage::sampler::PrioritizedConfig::default),
+            ..OffPolicyConfig::new()
+        },
+        run: RunConfig {
             n_envs: 2,
             seed,
             checkpoint: dir.map(|d| CheckpointSchedule {
@@ -193,7 +243,7 @@ fn off_policy_config(
                 best: None,
             }),
             ..RunConfig::new(total)
-        })
+        },
     }
 }
 
@@ -217,7 +267,7 @@ proptest! {
     ) {
         let round = (LEN * 2) as u64;
         let total = round * (first + more);
-        let mut whole = OffPolicyTrainer::new(
+        let mut whole = new_trainer(
             fixed,
             fixed_dqn(seed),
             off_policy_config(total, seed, prioritized, None),
@@ -227,7 +277,7 @@ proptest! {
 
         let dir = tempfile::tempdir().unwrap();
         let saved = dir.path().join("run");
-        let mut part = OffPolicyTrainer::new(
+        let mut part = new_trainer(
             fixed,
             fixed_dqn(seed),
             off_policy_config(round * first, seed, prioritized, Some(&saved)),
@@ -235,7 +285,7 @@ proptest! {
         .unwrap();
         prop_assert_eq!(part.train(&mut ()).unwrap().total_env_steps, round * first);
         drop(part);
-        let mut resumed = OffPolicyTrainer::resume(
+        let mut resumed = resume_trainer(
             &saved,
             fixed,
             fixed_dqn(seed + 1),
@@ -254,7 +304,7 @@ proptest! {
 fn the_off_policy_comparison_sees_one_phase_of_difference() {
     let round = (LEN * 2) as u64;
     let run = |total| {
-        let mut t = OffPolicyTrainer::new(
+        let mut t = new_trainer(
             fixed,
             fixed_dqn(5),
             off_policy_config(total, 5, false, None),
@@ -293,20 +343,22 @@ fn resume_refuses_another_run_and_leaves_the_directory_alone() {
         seed: 4,
         ..RunConfig::new(rollout * 2)
     };
-    let err = OnPolicyTrainer::resume(&saved, fixed, ppo(small_policy(4), ppo_config(4)), run)
-        .unwrap_err();
+    let err = OnPolicyTrainer::resume(&saved, fixed, ppo(small_policy(4), 4), run).unwrap_err();
     assert!(
         matches!(err, Error::CheckpointMismatch { ref what, .. } if what == "run.seed"),
         "{err}"
     );
     // An off-policy trainer cannot continue an on-policy run.
-    let sac = Sac::for_env(&Pendulum::new(0), small_sac()).unwrap();
-    let config = OffPolicyConfig::new(RunConfig {
-        seed: 3,
-        n_envs: 2,
-        ..RunConfig::new(10)
-    });
-    let err = OffPolicyTrainer::resume(&saved, Pendulum::new, sac, config).unwrap_err();
+    let sac = Sac::for_env(&Pendulum::new(0), small_sac(), 0).unwrap();
+    let config = OffRun {
+        off: OffPolicyConfig::new(),
+        run: RunConfig {
+            seed: 3,
+            n_envs: 2,
+            ..RunConfig::new(10)
+        },
+    };
+    let err = resume_trainer(&saved, Pendulum::new, sac, config).unwrap_err();
     assert!(
         matches!(err, Error::CheckpointMismatch { ref what, .. } if what == "trainer"),
         "{err}"
@@ -326,7 +378,7 @@ fn resume_refuses_another_run_and_leaves_the_directory_alone() {
         seed: 3,
         ..RunConfig::new(rollout * 2)
     };
-    assert!(OnPolicyTrainer::resume(&saved, fixed, ppo(wide, ppo_config(3)), run).is_err());
+    assert!(OnPolicyTrainer::resume(&saved, fixed, ppo(wide, 3), run).is_err());
     assert_eq!(std::fs::read(saved.join(RUN_FILE)).unwrap(), before);
     // A directory without a run.
     let run = RunConfig {
@@ -334,8 +386,7 @@ fn resume_refuses_another_run_and_leaves_the_directory_alone() {
         seed: 3,
         ..RunConfig::new(rollout * 2)
     };
-    let err = OnPolicyTrainer::resume(dir.path(), fixed, ppo(small_policy(3), ppo_config(3)), run)
-        .unwrap_err();
+    let err = OnPolicyTrainer::resume(dir.path(), fixed, ppo(small_policy(3), 3), run).unwrap_err();
     assert!(err.to_string().contains(RUN_FILE), "{err}");
 }
 
@@ -347,11 +398,14 @@ fn small_sac() -> SacConfig {
     }
 }
 
-fn sac_run(total: u64, dir: Option<&std::path::Path>) -> OffPolicyConfig {
-    OffPolicyConfig {
-        buffer_capacity: 500,
-        learning_starts: 50,
-        ..OffPolicyConfig::new(RunConfig {
+fn sac_run(total: u64, dir: Option<&std::path::Path>) -> OffRun {
+    OffRun {
+        off: OffPolicyConfig {
+            buffer_capacity: 500,
+            learning_starts: 50,
+            ..OffPolicyConfig::new()
+        },
+        run: RunConfig {
             seed: 7,
             checkpoint: dir.map(|d| CheckpointSchedule {
                 dir: d.to_owned(),
@@ -359,7 +413,7 @@ fn sac_run(total: u64, dir: Option<&std::path::Path>) -> OffPolicyConfig {
                 best: None,
             }),
             ..RunConfig::new(total)
-        })
+        },
     }
 }
 
@@ -367,8 +421,8 @@ fn sac_run(total: u64, dir: Option<&std::path::Path>) -> OffPolicyConfig {
 fn off_policy_save_and_resume_keep_the_learner_replay_and_counters() {
     let dir = tempfile::tempdir().unwrap();
     let saved = dir.path().join("run");
-    let sac = Sac::for_env(&Pendulum::new(0), small_sac()).unwrap();
-    let mut first = OffPolicyTrainer::new(Pendulum::new, sac, sac_run(120, Some(&saved))).unwrap();
+    let sac = Sac::for_env(&Pendulum::new(0), small_sac(), 0).unwrap();
+    let mut first = new_trainer(Pendulum::new, sac, sac_run(120, Some(&saved))).unwrap();
     let summary = first.train(&mut ()).unwrap();
     assert_eq!((summary.total_env_steps, summary.updates), (120, 70));
     let probe: Vec<f32> = (0..30).map(|i| (i as f32 * 0.37).sin()).collect();
@@ -379,16 +433,9 @@ fn off_policy_save_and_resume_keep_the_learner_replay_and_counters() {
         .unwrap();
     let rewards = first.replay().column::<f32>("reward").unwrap().to_vec();
 
-    let other_seed = Sac::for_env(
-        &Pendulum::new(0),
-        SacConfig {
-            seed: 99,
-            ..small_sac()
-        },
-    )
-    .unwrap();
+    let other_seed = Sac::for_env(&Pendulum::new(0), small_sac(), 99).unwrap();
     let mut resumed =
-        OffPolicyTrainer::resume(&saved, Pendulum::new, other_seed, sac_run(200, None)).unwrap();
+        resume_trainer(&saved, Pendulum::new, other_seed, sac_run(200, None)).unwrap();
     assert_eq!(resumed.env_steps(), 120);
     let mut resumed_actions = [0.0f32; 10];
     resumed
@@ -410,13 +457,13 @@ fn off_policy_save_and_resume_keep_the_learner_replay_and_counters() {
 
 #[test]
 fn a_plan_over_the_budget_is_refused_before_the_buffer_is_allocated() {
-    let sac = Sac::for_env(&Pendulum::new(0), small_sac()).unwrap();
+    let sac = Sac::for_env(&Pendulum::new(0), small_sac(), 0).unwrap();
     let mut config = sac_run(100, None);
-    config.buffer_capacity = 100_000_000;
+    config.off.buffer_capacity = 100_000_000;
     config.run.budget = Some(MemoryBudget::ram(1 << 30));
-    let plan = OffPolicyTrainer::<Pendulum, Sac>::plan(&sac, &config).unwrap();
+    let plan = plan_trainer::<Pendulum, Sac>(&sac, &config).unwrap();
     assert!(plan.total(Location::Ram) > 1 << 30);
-    let (result, stats) = rl_testkit::measure(|| OffPolicyTrainer::new(Pendulum::new, sac, config));
+    let (result, stats) = rl_testkit::measure(|| new_trainer(Pendulum::new, sac, config));
     let err = result.unwrap_err();
     assert!(err.to_string().contains("replay"), "{err}");
     assert!(
@@ -430,10 +477,10 @@ fn a_plan_over_the_budget_is_refused_before_the_buffer_is_allocated() {
 fn the_heap_a_run_holds_stays_within_its_plan() {
     // The replay buffer is an anonymous mapping (its residency is tested in rl-storage);
     // everything else the run allocates comes from the heap and is in the plan.
-    let sac = Sac::for_env(&Pendulum::new(0), small_sac()).unwrap();
+    let sac = Sac::for_env(&Pendulum::new(0), small_sac(), 0).unwrap();
     let config = sac_run(400, None);
     let (result, stats) = rl_testkit::measure(|| {
-        let mut trainer = OffPolicyTrainer::new(Pendulum::new, sac, config).unwrap();
+        let mut trainer = new_trainer(Pendulum::new, sac, config).unwrap();
         let summary = trainer.train(&mut ()).unwrap();
         (trainer.memory_plan().clone(), summary)
     });
@@ -472,7 +519,7 @@ fn goals_callbacks_and_evaluations_stop_and_report() {
     };
     let mut trainer = OnPolicyTrainer::new(
         CartPole::new,
-        Ppo::new(policy.clone(), ppo, 2).unwrap(),
+        Ppo::new(policy.clone(), ppo, 2, run.seed).unwrap(),
         run,
     )
     .unwrap();
@@ -501,8 +548,12 @@ fn goals_callbacks_and_evaluations_stop_and_report() {
         eval: Some(EvalSchedule::new(128, 2)),
         ..RunConfig::new(10_000)
     };
-    let mut trainer =
-        OnPolicyTrainer::new(CartPole::new, Ppo::new(policy, ppo, 2).unwrap(), run).unwrap();
+    let mut trainer = OnPolicyTrainer::new(
+        CartPole::new,
+        Ppo::new(policy, ppo, 2, run.seed).unwrap(),
+        run,
+    )
+    .unwrap();
     let mut callback = StopAfter(2, Vec::new());
     let summary = trainer.train(&mut callback).unwrap();
     assert_eq!(summary.stopped_by, StopReason::Callback);
@@ -552,16 +603,16 @@ fn invalid_loop_settings_name_the_field() {
     for (run, field) in cases {
         let err = run.validate().unwrap_err();
         assert!(
-            matches!(err, Error::Config { ref what, .. } if what == field),
+            matches!(err, Error::Config { ref key, .. } if key == field),
             "{err}"
         );
     }
     let off = OffPolicyConfig {
         gradient_steps: 0,
-        ..OffPolicyConfig::new(RunConfig::new(1))
+        ..OffPolicyConfig::new()
     };
     assert!(
-        off.validate()
+        off.validate(1)
             .unwrap_err()
             .to_string()
             .contains("gradient_steps")
@@ -573,7 +624,7 @@ fn invalid_loop_settings_name_the_field() {
         batch_size: 9,
         ..PpoConfig::new()
     };
-    let err = Ppo::new(policy, config, 2).unwrap_err();
+    let err = Ppo::new(policy, config, 2, 0).unwrap_err();
     assert!(err.to_string().contains("ppo.batch_size"), "{err}");
     assert!(err.to_string().contains("4 x 2 = 8"), "{err}");
 }
@@ -650,34 +701,36 @@ fn small_dqn(seed: u64) -> Dqn {
             end: 0.05,
             decay_steps: 1_000,
         },
-        seed,
         ..DqnConfig::default()
     };
-    Dqn::for_env(&cue(0), config).unwrap()
+    Dqn::for_env(&cue(0), config, seed).unwrap()
 }
 
 /// An asynchronous run of `total` env steps on 4 environments, 2 workers, chunks of
 /// `steps_per_chunk` steps (`2 x steps_per_chunk` transitions).
-fn async_run(total: u64, steps_per_chunk: usize) -> OffPolicyConfig {
-    OffPolicyConfig {
-        buffer_capacity: 5_000,
-        learning_starts: 64,
-        collector: CollectorChoice::Async {
-            workers: 2,
-            steps_per_chunk,
+fn async_run(total: u64, steps_per_chunk: usize) -> OffRun {
+    OffRun {
+        off: OffPolicyConfig {
+            buffer_capacity: 5_000,
+            learning_starts: 64,
+            collector: CollectorChoice::Async {
+                workers: 2,
+                steps_per_chunk,
+            },
+            ..OffPolicyConfig::new()
         },
-        ..OffPolicyConfig::new(RunConfig {
+        run: RunConfig {
             n_envs: 4,
             seed: 3,
             ..RunConfig::new(total)
-        })
+        },
     }
 }
 
 #[test]
 fn an_async_dqn_run_learns_and_counts_every_env_step() {
     let config = async_run(3_000, 8);
-    let mut trainer = OffPolicyTrainer::new(cue, small_dqn(1), config).unwrap();
+    let mut trainer = new_trainer(cue, small_dqn(1), config).unwrap();
     let before = trainer.evaluate(4).unwrap().mean_return;
     let summary = trainer.train(&mut ()).unwrap();
     // Every delivered chunk is written; workers stop claiming at the budget.
@@ -713,24 +766,16 @@ fn planned(plan: &rl_core::MemoryPlan, prefix: &str) -> u64 {
 
 #[test]
 fn an_async_run_plans_its_pool_and_actors_and_its_heap_stays_within_the_plan() {
-    let sac = Sac::for_env(&Pendulum::new(0), small_sac()).unwrap();
-    let config = OffPolicyConfig {
-        collector: CollectorChoice::Async {
-            workers: 2,
-            steps_per_chunk: 4,
-        },
-        ..sac_run(400, None)
+    let sac = Sac::for_env(&Pendulum::new(0), small_sac(), 0).unwrap();
+    let mut config = sac_run(400, None);
+    config.off.collector = CollectorChoice::Async {
+        workers: 2,
+        steps_per_chunk: 4,
     };
-    let config = OffPolicyConfig {
-        run: RunConfig {
-            n_envs: 2,
-            ..config.run
-        },
-        ..config
-    };
-    let before = OffPolicyTrainer::<Pendulum, Sac>::plan(&sac, &config).unwrap();
+    config.run.n_envs = 2;
+    let before = plan_trainer::<Pendulum, Sac>(&sac, &config).unwrap();
     let (result, stats) = rl_testkit::measure(|| {
-        let mut trainer = OffPolicyTrainer::new(Pendulum::new, sac, config).unwrap();
+        let mut trainer = new_trainer(Pendulum::new, sac, config).unwrap();
         let summary = trainer.train(&mut ()).unwrap();
         (trainer.memory_plan().clone(), summary)
     });
@@ -776,11 +821,12 @@ fn an_async_discrete_sac_with_a_learned_table_publishes_its_table() {
             batch_size: 16,
             ..SacConfig::sb3()
         },
+        0,
     )
     .unwrap();
     let config = async_run(600, 4);
-    let before = OffPolicyTrainer::<Cue, rl_algos::sac::DiscreteSac>::plan(&sac, &config).unwrap();
-    let mut trainer = OffPolicyTrainer::new(cue, sac, config).unwrap();
+    let before = plan_trainer::<Cue, rl_algos::sac::DiscreteSac>(&sac, &config).unwrap();
+    let mut trainer = new_trainer(cue, sac, config).unwrap();
     let summary = trainer.train(&mut ()).unwrap();
     assert_eq!(summary.total_env_steps, 600);
     assert_eq!(summary.updates, 600 / 4 - 64 / 4);
@@ -798,7 +844,7 @@ fn an_async_discrete_sac_with_a_learned_table_publishes_its_table() {
 
 #[test]
 fn async_and_memmap_settings_are_usage_errors_naming_the_field_before_allocation() {
-    let sac = Sac::for_env(&Pendulum::new(0), small_sac()).unwrap();
+    let sac = Sac::for_env(&Pendulum::new(0), small_sac(), 0).unwrap();
     let asynchronous = |workers, steps_per_chunk| CollectorChoice::Async {
         workers,
         steps_per_chunk,
@@ -817,26 +863,28 @@ fn async_and_memmap_settings_are_usage_errors_naming_the_field_before_allocation
         (CollectorChoice::Sync, memmap, "replay_location.dir"),
     ];
     for (collector, replay_location, field) in cases {
-        let config = OffPolicyConfig {
-            buffer_capacity: 10_000_000,
-            collector,
-            replay_location,
-            ..OffPolicyConfig::new(RunConfig {
+        let config = OffRun {
+            off: OffPolicyConfig {
+                buffer_capacity: 10_000_000,
+                collector,
+                replay_location,
+                ..OffPolicyConfig::new()
+            },
+            run: RunConfig {
                 n_envs: 4,
                 ..RunConfig::new(100)
-            })
+            },
         };
-        let err = config.validate().unwrap_err();
+        let err = config.off.validate(config.run.n_envs).unwrap_err();
         assert!(
-            matches!(err, Error::Config { ref what, .. } if what == field),
+            matches!(err, Error::Config { ref key, .. } if key == field),
             "{err}"
         );
         let learner = sac.clone();
-        let (result, stats) =
-            rl_testkit::measure(|| OffPolicyTrainer::new(Pendulum::new, learner, config));
+        let (result, stats) = rl_testkit::measure(|| new_trainer(Pendulum::new, learner, config));
         let err = result.unwrap_err();
         assert!(
-            matches!(err, Error::Config { ref what, .. } if what == field),
+            matches!(err, Error::Config { ref key, .. } if key == field),
             "{err}"
         );
         assert!(
@@ -860,7 +908,7 @@ fn an_async_run_saves_and_resumes_with_its_learner_replay_and_counters() {
         });
         config
     };
-    let mut first = OffPolicyTrainer::new(cue, small_dqn(1), config(1_000, Some(&saved))).unwrap();
+    let mut first = new_trainer(cue, small_dqn(1), config(1_000, Some(&saved))).unwrap();
     let summary = first.train(&mut ()).unwrap();
     assert_eq!(
         (summary.total_env_steps, summary.updates),
@@ -872,13 +920,10 @@ fn an_async_run_saves_and_resumes_with_its_learner_replay_and_counters() {
     drop(first);
 
     // Resumed into an untrained learner, with the same collector or the sync one.
-    for collector in [config(2_000, None).collector, CollectorChoice::Sync] {
-        let resumed_config = OffPolicyConfig {
-            collector,
-            ..config(2_000, None)
-        };
-        let mut resumed =
-            OffPolicyTrainer::resume(&saved, cue, small_dqn(1), resumed_config).unwrap();
+    for collector in [config(2_000, None).off.collector, CollectorChoice::Sync] {
+        let mut resumed_config = config(2_000, None);
+        resumed_config.off.collector = collector;
+        let mut resumed = resume_trainer(&saved, cue, small_dqn(1), resumed_config).unwrap();
         assert_eq!(resumed.env_steps(), 1_000);
         assert!(resumed.learner().checkpoint().to_bytes().unwrap() == learner);
         assert_eq!(resumed.replay().ring(), ring);
@@ -900,15 +945,16 @@ fn an_async_run_saves_and_resumes_with_its_learner_replay_and_counters() {
 fn a_memmap_run_saves_in_place_and_resumes_with_the_same_rows() {
     let dir = tempfile::tempdir().unwrap();
     let (saved, replay_dir) = (dir.path().join("run"), dir.path().join("replay"));
-    let config = |total, checkpoint: Option<&std::path::Path>| OffPolicyConfig {
-        replay_location: ReplayLocation::Memmap {
+    let config = |total, checkpoint: Option<&std::path::Path>| {
+        let mut config = sac_run(total, checkpoint);
+        config.off.replay_location = ReplayLocation::Memmap {
             dir: replay_dir.clone(),
-        },
-        ..sac_run(total, checkpoint)
+        };
+        config
     };
-    let sac = || Sac::for_env(&Pendulum::new(0), small_sac()).unwrap();
+    let sac = || Sac::for_env(&Pendulum::new(0), small_sac(), 0).unwrap();
     // The plan puts the rows in the file, none in RAM.
-    let plan = OffPolicyTrainer::<Pendulum, Sac>::plan(&sac(), &config(120, None)).unwrap();
+    let plan = plan_trainer::<Pendulum, Sac>(&sac(), &config(120, None)).unwrap();
     let file_bytes = planned(&plan, "replay");
     assert!(file_bytes > 0);
     assert!(
@@ -919,7 +965,7 @@ fn a_memmap_run_saves_in_place_and_resumes_with_the_same_rows() {
     );
     assert_eq!(plan.total(Location::File), file_bytes);
 
-    let mut first = OffPolicyTrainer::new(Pendulum::new, sac(), config(120, Some(&saved))).unwrap();
+    let mut first = new_trainer(Pendulum::new, sac(), config(120, Some(&saved))).unwrap();
     assert_eq!(first.replay().location(), Location::File);
     let file = first.replay().path().unwrap().to_owned();
     assert_eq!(
@@ -935,22 +981,20 @@ fn a_memmap_run_saves_in_place_and_resumes_with_the_same_rows() {
     };
     let rows = columns(&first);
     let ring = first.replay().ring();
-    let err = OffPolicyTrainer::new(Pendulum::new, sac(), config(120, None)).unwrap_err();
+    let err = new_trainer(Pendulum::new, sac(), config(120, None)).unwrap_err();
     assert!(
-        matches!(err, Error::Config { ref what, .. } if what == "replay_location.dir"),
+        matches!(err, Error::Config { ref key, .. } if key == "replay_location.dir"),
         "a new run must not take the file: {err}"
     );
     drop(first);
 
     // A RAM configuration cannot continue a memmap run.
-    let err =
-        OffPolicyTrainer::resume(&saved, Pendulum::new, sac(), sac_run(200, None)).unwrap_err();
+    let err = resume_trainer(&saved, Pendulum::new, sac(), sac_run(200, None)).unwrap_err();
     assert!(
         matches!(err, Error::CheckpointMismatch { ref what, .. } if what == "replay_location"),
         "{err}"
     );
-    let mut resumed =
-        OffPolicyTrainer::resume(&saved, Pendulum::new, sac(), config(200, None)).unwrap();
+    let mut resumed = resume_trainer(&saved, Pendulum::new, sac(), config(200, None)).unwrap();
     assert_eq!(resumed.env_steps(), 120);
     assert_eq!(resumed.replay().path(), Some(file.as_path()));
     assert_eq!(resumed.replay().ring(), ring);
@@ -999,19 +1043,13 @@ fn actor_clones_explore_apart_and_take_new_weights_without_allocating() {
         .count();
     assert!(same >= 50, "{same} of 64");
 
-    let mut sac = Sac::for_env(&Pendulum::new(0), small_sac()).unwrap();
+    let mut sac = Sac::for_env(&Pendulum::new(0), small_sac(), 0).unwrap();
     let mut staging = sac.actor().unwrap();
     let mut worker = staging.clone();
     sac.restore(
-        &Sac::for_env(
-            &Pendulum::new(0),
-            SacConfig {
-                seed: 5,
-                ..small_sac()
-            },
-        )
-        .unwrap()
-        .checkpoint(),
+        &Sac::for_env(&Pendulum::new(0), small_sac(), 5)
+            .unwrap()
+            .checkpoint(),
     )
     .unwrap();
     sac.refresh_actor(&mut staging).unwrap();
@@ -1045,11 +1083,9 @@ proptest! {
 #[test]
 fn a_new_memmap_run_that_fails_leaves_no_replay_file() {
     let dir = tempfile::tempdir().unwrap();
-    let config = OffPolicyConfig {
-        replay_location: ReplayLocation::Memmap {
-            dir: dir.path().to_owned(),
-        },
-        ..async_run(100, 4)
+    let mut config = async_run(100, 4);
+    config.off.replay_location = ReplayLocation::Memmap {
+        dir: dir.path().to_owned(),
     };
     // Environment 1 has three actions: the collector refuses the environments after the
     // replay file was created.
@@ -1060,9 +1096,9 @@ fn a_new_memmap_run_that_fails_leaves_no_replay_file() {
         }
         env
     };
-    assert!(OffPolicyTrainer::new(mismatched, small_dqn(1), config.clone()).is_err());
+    assert!(new_trainer(mismatched, small_dqn(1), config.clone()).is_err());
     assert!(!dir.path().join(REPLAY_FILE).exists());
-    let mut trainer = OffPolicyTrainer::new(cue, small_dqn(1), config).unwrap();
+    let mut trainer = new_trainer(cue, small_dqn(1), config).unwrap();
     assert_eq!(trainer.train(&mut ()).unwrap().total_env_steps, 100);
 }
 
@@ -1072,7 +1108,7 @@ fn plans_from_the_configuration_equal_the_plans_of_the_built_trainers() {
         n_envs: 2,
         ..RunConfig::new(64)
     };
-    let learner = ppo(small_policy(0), ppo_config(0));
+    let learner = ppo(small_policy(0), 0);
     let planned = OnPolicyTrainer::<Fixed, _>::plan(&fixed(0), &learner, &run).unwrap();
     let built = OnPolicyTrainer::new(fixed, learner, run).unwrap();
     assert_eq!(&planned, built.memory_plan());
@@ -1084,8 +1120,8 @@ fn plans_from_the_configuration_equal_the_plans_of_the_built_trainers() {
     );
 
     let config = off_policy_config(64, 0, false, None);
-    let planned = OffPolicyTrainer::<Fixed, Dqn>::plan(&fixed_dqn(0), &config).unwrap();
-    let built = OffPolicyTrainer::new(fixed, fixed_dqn(0), config).unwrap();
+    let planned = plan_trainer::<Fixed, Dqn>(&fixed_dqn(0), &config).unwrap();
+    let built = new_trainer(fixed, fixed_dqn(0), config).unwrap();
     assert_eq!(&planned, built.memory_plan());
 }
 
@@ -1107,7 +1143,7 @@ fn the_best_checkpoint_holds_the_learner_of_the_best_evaluation() {
     let mut config = off_policy_config(640, 3, false, Some(&run_dir));
     config.run.eval = Some(EvalSchedule::new(64, 2));
     config.run.checkpoint.as_mut().unwrap().best = Some(best.clone());
-    let mut trainer = OffPolicyTrainer::new(fixed, fixed_dqn(3), config.clone()).unwrap();
+    let mut trainer = new_trainer(fixed, fixed_dqn(3), config.clone()).unwrap();
     let mut evals = Evals::default();
     trainer.train(&mut evals).unwrap();
     assert_eq!(evals.0.len(), 10);
@@ -1142,9 +1178,9 @@ fn the_best_checkpoint_holds_the_learner_of_the_best_evaluation() {
     // A best folder inside the run directory would be swapped away with it.
     let mut inside = config;
     inside.run.checkpoint.as_mut().unwrap().best = Some(run_dir.join("best"));
-    let e = OffPolicyTrainer::new(fixed, fixed_dqn(3), inside).unwrap_err();
+    let e = new_trainer(fixed, fixed_dqn(3), inside).unwrap_err();
     assert!(
-        matches!(e, Error::Config { ref what, .. } if what == "run.checkpoint.best"),
+        matches!(e, Error::Config { ref key, .. } if key == "run.checkpoint.best"),
         "{e}"
     );
 }

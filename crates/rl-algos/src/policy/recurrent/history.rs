@@ -41,15 +41,17 @@ impl History {
     /// Checks the sizes.
     ///
     /// # Errors
-    /// [`Error::Config`] for a `k` or `hidden` of 0.
+    /// [`Error::Config`] for a `k` or `hidden` of 0, naming `history.stack.k` or
+    /// `history.lstm.hidden` (its owner puts them under its own name with
+    /// [`Error::within`]).
     pub fn validate(&self) -> Result<()> {
         match *self {
             History::Stack { k: 0 } => Err(Error::config(
-                "history stack k",
+                "history.stack.k",
                 "is 0: stack at least one observation (k = 1 is no history)",
             )),
             History::Lstm { hidden: 0 } => Err(Error::config(
-                "history lstm hidden",
+                "history.lstm.hidden",
                 "is 0: give the LSTM at least one unit (64 is usual)",
             )),
             _ => Ok(()),

@@ -43,7 +43,7 @@ fn setup(
     let policy = policy(history, 1);
     let envs: Vec<MaskedCartPole> = (0..ENVS as u64).map(MaskedCartPole::new).collect();
     let collector = SyncCollector::new(envs, policy.clone(), CollectorConfig::new(ENVS)).unwrap();
-    let learner = RecurrentPpo::new(policy, config, ENVS).unwrap();
+    let learner = RecurrentPpo::new(policy, config, ENVS, 0).unwrap();
     let rollout = learner.rollout_buffer(None).unwrap();
     (learner, collector, rollout)
 }
@@ -158,7 +158,7 @@ fn the_plan_comes_first_and_is_set_by_chunks() {
     let history = History::Lstm { hidden: 32 };
     let p = policy(history, 0);
     let planned = RecurrentPpo::plan(&p, &config(8), ENVS).unwrap();
-    let learner = RecurrentPpo::new(p.clone(), config(8), ENVS).unwrap();
+    let learner = RecurrentPpo::new(p.clone(), config(8), ENVS, 0).unwrap();
     assert_eq!(learner.memory_plan(), planned);
     let line = |plan: &MemoryPlan| {
         plan.lines()
@@ -192,7 +192,7 @@ fn a_restored_learner_updates_bit_identically() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("learner.safetensors");
     std::fs::write(&path, learner.to_bytes().unwrap()).unwrap();
-    let mut restored = RecurrentPpo::new(policy(history, 99), config(8), ENVS).unwrap();
+    let mut restored = RecurrentPpo::new(policy(history, 99), config(8), ENVS, 0).unwrap();
     restored
         .restore_bytes(&std::fs::read(&path).unwrap(), &path)
         .unwrap();
@@ -208,14 +208,15 @@ fn a_restored_learner_updates_bit_identically() {
         );
     }
     // Another chunk length or history is refused, and nothing changes.
-    let mut other = RecurrentPpo::new(policy(history, 5), config(16), ENVS).unwrap();
+    let mut other = RecurrentPpo::new(policy(history, 5), config(16), ENVS, 0).unwrap();
     let before = other.policy().network(2).unwrap().params().to_vec();
     assert!(matches!(
         other.restore_bytes(&std::fs::read(&path).unwrap(), &path),
         Err(Error::CheckpointMismatch { .. })
     ));
     assert_eq!(other.policy().network(2).unwrap().params(), before);
-    let mut stack = RecurrentPpo::new(policy(History::Stack { k: 2 }, 5), config(8), ENVS).unwrap();
+    let mut stack =
+        RecurrentPpo::new(policy(History::Stack { k: 2 }, 5), config(8), ENVS, 0).unwrap();
     assert!(matches!(
         stack.restore_bytes(&std::fs::read(&path).unwrap(), &path),
         Err(Error::CheckpointMismatch { .. })
@@ -225,7 +226,7 @@ fn a_restored_learner_updates_bit_identically() {
 #[test]
 fn configurations_and_records_are_checked() {
     let p = policy(History::Lstm { hidden: 4 }, 0);
-    let bad = |c: RecurrentPpoConfig| RecurrentPpo::new(p.clone(), c, ENVS).unwrap_err();
+    let bad = |c: RecurrentPpoConfig| RecurrentPpo::new(p.clone(), c, ENVS, 0).unwrap_err();
     for (config, field) in [
         (config(5), "chunk_len"),
         (
@@ -260,7 +261,7 @@ fn configurations_and_records_are_checked() {
         ),
     ] {
         match bad(config) {
-            Error::Config { what, .. } => assert_eq!(what, field),
+            Error::Config { key, .. } => assert_eq!(key, field),
             other => panic!("{other}"),
         }
     }

@@ -9,9 +9,9 @@ use rl_collect::{
 use rl_core::{Env, Field, MemoryPlan, Schema};
 use serde::{Deserialize, Serialize};
 
-use super::OffPolicyConfig;
 use super::remote::Remote;
 use super::replay::OffPolicyReplay;
+use super::{OffPolicyConfig, RunConfig};
 use crate::trainer::OffPolicyLearner;
 use rl_algos::{Error, Result};
 use rl_storage::replay::with_storage;
@@ -127,11 +127,11 @@ pub(super) fn actor_copies(workers: usize) -> usize {
 /// `Async { workers, steps_per_chunk }` the asynchronous collector's.
 fn collector_configs(
     config: &OffPolicyConfig,
+    run: &RunConfig,
     steps_before: u64,
     workers: usize,
     steps_per_chunk: usize,
 ) -> (CollectorConfig, AsyncConfig) {
-    let run = &config.run;
     let shared = CollectorConfig {
         seed: run.seed.wrapping_add(steps_before),
         random_frames: config.learning_starts.saturating_sub(steps_before),
@@ -160,16 +160,16 @@ fn collector_configs(
 ///
 /// # Errors
 /// An invalid collector configuration, as [`AsyncCollector::plan`].
-/// What the synchronous collector of `config`'s run will hold (the collector's
+/// What the synchronous collector of `run` will hold (the collector's
 /// [`SyncCollector::memory_plan`], from the replay columns alone).
-pub(super) fn sync_plan<E, L>(schema: &Schema, config: &OffPolicyConfig) -> MemoryPlan
+pub(super) fn sync_plan<E, L>(schema: &Schema, run: &RunConfig) -> MemoryPlan
 where
     E: Env<Obs = f32>,
     E::Act: RandomAction,
     L: OffPolicyLearner<Act = E::Act>,
 {
     SyncCollector::<E, L>::plan(
-        config.run.n_envs,
+        run.n_envs,
         numel(schema, Field::Obs),
         numel(schema, Field::Action),
     )
@@ -186,6 +186,7 @@ pub(super) fn async_plan<E, L>(
     learner: &L,
     schema: &Schema,
     config: &OffPolicyConfig,
+    run: &RunConfig,
     workers: usize,
     steps_per_chunk: usize,
 ) -> Result<MemoryPlan>
@@ -195,10 +196,10 @@ where
     L: OffPolicyLearner<Act = E::Act>,
 {
     let numel = |field: Field| numel(schema, field);
-    let (_, async_config) = collector_configs(config, 0, workers, steps_per_chunk);
+    let (_, async_config) = collector_configs(config, run, 0, workers, steps_per_chunk);
     let mut plan = AsyncCollector::<E, L::Actor>::plan(
         &async_config,
-        config.run.n_envs,
+        run.n_envs,
         numel(Field::Obs),
         numel(Field::Action),
     )?;
@@ -215,18 +216,19 @@ where
     E::Act: RandomAction,
     L: OffPolicyLearner<Act = E::Act>,
 {
-    /// The collector `config` chooses over `envs`, acting at random for the
+    /// The collector `config` chooses over `envs` for `run`, acting at random for the
     /// `learning_starts` steps not yet taken in `steps_before`.
     pub(super) fn new(
         envs: Vec<E>,
         mut learner: L,
         config: &OffPolicyConfig,
+        run: &RunConfig,
         steps_before: u64,
     ) -> Result<Self> {
         learner.set_env_steps(steps_before);
         Ok(match config.collector {
             CollectorChoice::Sync => {
-                let (shared, _) = collector_configs(config, steps_before, 1, 1);
+                let (shared, _) = collector_configs(config, run, steps_before, 1, 1);
                 Self::Sync(SyncCollector::new(envs, learner, shared)?)
             }
             CollectorChoice::Async {
@@ -235,7 +237,7 @@ where
             } => {
                 let staging = learner.actor()?;
                 let (_, async_config) =
-                    collector_configs(config, steps_before, workers, steps_per_chunk);
+                    collector_configs(config, run, steps_before, workers, steps_per_chunk);
                 let collector = AsyncCollector::new(envs, staging.clone(), async_config)?;
                 Self::Async(Workers {
                     collector,

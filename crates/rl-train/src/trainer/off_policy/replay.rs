@@ -15,7 +15,7 @@ use rl_storage::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::OffPolicyConfig;
+use super::{OffPolicyConfig, RunConfig};
 use crate::trainer::SequenceSpec;
 use rl_algos::{Error, Result};
 
@@ -72,19 +72,21 @@ impl ReplayLocation {
 /// `run.n_envs`). Its state goes into the run's checkpoint, so that a resumed run draws
 /// the batches an uninterrupted one would (the kinds are the wrapped samplers' own: a
 /// checkpoint of the other kind is refused by the buffer's load).
-fn sampler_for(config: &OffPolicyConfig, sequence: Option<SequenceSpec>) -> Result<AnySampler> {
+fn sampler_for(
+    config: &OffPolicyConfig,
+    run: &RunConfig,
+    sequence: Option<SequenceSpec>,
+) -> Result<AnySampler> {
     Ok(match (sequence, config.prioritized) {
         (Some(spec), _) => AnySampler::Slice(
-            SliceSampler::new(spec.len, config.run.seed)?
+            SliceSampler::new(spec.len, run.seed)?
                 .with_burn_in(spec.burn_in)
-                .with_stride(config.run.n_envs)?,
+                .with_stride(run.n_envs)?,
         ),
-        (None, None) => AnySampler::Uniform(Uniform::new(config.run.seed)),
-        (None, Some(p)) => AnySampler::Prioritized(Prioritized::new(
-            config.buffer_capacity,
-            p,
-            config.run.seed,
-        )?),
+        (None, None) => AnySampler::Uniform(Uniform::new(run.seed)),
+        (None, Some(p)) => {
+            AnySampler::Prioritized(Prioritized::new(config.buffer_capacity, p, run.seed)?)
+        }
     })
 }
 
@@ -199,10 +201,11 @@ impl OffPolicyReplay {
     pub(super) fn create(
         schema: &Schema,
         config: &OffPolicyConfig,
+        run: &RunConfig,
         sequence: Option<SequenceSpec>,
         budget: &MemoryBudget,
     ) -> Result<Self> {
-        let sampler = sampler_for(config, sequence)?;
+        let sampler = sampler_for(config, run, sequence)?;
         let capacity = config.buffer_capacity;
         let buffer = match (&config.replay_location, config.replay_location.file()?) {
             (ReplayLocation::Memmap { dir }, Some(file)) => {
@@ -258,9 +261,10 @@ impl OffPolicyReplay {
         dir: &Path,
         schema: &Schema,
         config: &OffPolicyConfig,
+        run: &RunConfig,
         sequence: Option<SequenceSpec>,
     ) -> Result<Self> {
-        let sampler = sampler_for(config, sequence)?;
+        let sampler = sampler_for(config, run, sequence)?;
         let record_path = dir.join(MEMMAP_RECORD);
         let record = if record_path.exists() {
             let text = std::fs::read(&record_path).map_err(|e| {

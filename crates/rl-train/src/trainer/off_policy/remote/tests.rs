@@ -21,7 +21,7 @@ fn sac() -> Sac {
         batch_size: 16,
         ..SacConfig::sb3()
     };
-    Sac::for_env(&Pendulum::new(0), config).unwrap()
+    Sac::for_env(&Pendulum::new(0), config, 0).unwrap()
 }
 
 fn collector(index: u64) -> ChunkCollector<Pendulum, Sac> {
@@ -93,15 +93,17 @@ impl ChunkSource for Local {
     }
 }
 
-fn config(total: u64) -> OffPolicyConfig {
-    OffPolicyConfig {
+fn config(total: u64) -> (OffPolicyConfig, RunConfig) {
+    let config = OffPolicyConfig {
         buffer_capacity: 1_000,
         learning_starts: 32,
-        ..OffPolicyConfig::new(RunConfig {
-            n_envs: 2,
-            ..RunConfig::new(total)
-        })
-    }
+        ..OffPolicyConfig::new()
+    };
+    let run = RunConfig {
+        n_envs: 2,
+        ..RunConfig::new(total)
+    };
+    (config, run)
 }
 
 fn local(log: &Arc<Mutex<Log>>, corrupt_first: bool) -> Box<dyn ChunkSource> {
@@ -117,8 +119,9 @@ fn local(log: &Arc<Mutex<Log>>, corrupt_first: bool) -> Box<dyn ChunkSource> {
 #[test]
 fn every_chunk_is_written_once_and_weights_reach_the_collectors() {
     let log = Arc::new(Mutex::new(Log::default()));
+    let (config, run) = config(200);
     let mut trainer =
-        OffPolicyTrainer::with_source(Pendulum::new, sac(), config(200), local(&log, true))
+        OffPolicyTrainer::with_source(Pendulum::new, sac(), config, run, local(&log, true))
             .unwrap();
     let summary = trainer.train(&mut ()).unwrap();
     let log = log.lock().unwrap();
@@ -147,11 +150,11 @@ fn published_weights_make_a_collector_act_as_the_learner() {
     let moved = Sac::for_env(
         &Pendulum::new(0),
         SacConfig {
-            seed: 99,
             hidden: vec![16, 16],
             batch_size: 16,
             ..SacConfig::sb3()
         },
+        99,
     )
     .unwrap();
     let bytes = moved.checkpoint().to_bytes().unwrap();
@@ -171,6 +174,7 @@ fn published_weights_make_a_collector_act_as_the_learner() {
     let wrong_kind = rl_algos::dqn::Dqn::for_env(
         &rl_envs::CartPole::new(0),
         rl_algos::dqn::DqnConfig::default(),
+        0,
     )
     .unwrap()
     .checkpoint()
@@ -183,12 +187,12 @@ fn published_weights_make_a_collector_act_as_the_learner() {
 #[test]
 fn a_source_cannot_be_combined_with_the_async_collector() {
     let log = Arc::new(Mutex::new(Log::default()));
-    let mut config = config(100);
+    let (mut config, run) = config(100);
     config.collector = CollectorChoice::Async {
         workers: 1,
         steps_per_chunk: 4,
     };
-    let err = OffPolicyTrainer::with_source(Pendulum::new, sac(), config, local(&log, false))
+    let err = OffPolicyTrainer::with_source(Pendulum::new, sac(), config, run, local(&log, false))
         .unwrap_err();
     assert!(err.to_string().contains("collector"), "{err}");
     assert!(log.lock().unwrap().published.is_empty());
