@@ -16,7 +16,7 @@
 //!
 //! `--history lstm|stack|none` runs the partially observed task instead
 //! (`PartialLargeDiscrete`: the context revealed a quarter per step over 4 steps, only
-//! the last paying): a recurrent discrete SAC (`rl_algos::recurrent`) trained on whole
+//! the last paying): a recurrent discrete SAC (`rl_algos::sequence`) trained on whole
 //! episodes sampled as windows from the same 1 000 000-row buffer. No policy without
 //! memory can beat the memoryless optimum (about 1.96 against 3.76 with memory); the goal
 //! is halfway between the two.
@@ -29,8 +29,8 @@ use anyhow::bail;
 use clap::{ArgAction, Parser};
 use rl::algos::{
     AdamConfig,
-    recurrent::{Recurrent, RecurrentConfig},
     sac::{DiscreteSac, SacConfig},
+    sequence::{Recurrent, RecurrentConfig},
 };
 use rl::core::{DType, Env, MemoryBudget, TransitionSchema};
 use rl::envs::{LargeDiscrete, PartialLargeDiscrete};

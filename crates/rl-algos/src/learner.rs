@@ -101,7 +101,7 @@ pub trait OffPolicyLearner: Learner + Predict<Obs = f32, State: Debug> {
 
     /// How batches are drawn: `None` (the default) for independent rows (uniform or
     /// prioritized), or windows of consecutive steps of one environment for learners
-    /// with memory ([`crate::recurrent::Recurrent`]).
+    /// with memory ([`crate::sequence::Recurrent`]).
     fn sequence(&self) -> Option<SequenceSpec> {
         None
     }

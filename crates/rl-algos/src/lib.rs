@@ -22,6 +22,9 @@
 //!   chunks, fixed or learned action tables, action masks.
 //! - [`dqn`]: [`Dqn`](dqn::Dqn): double Q-learning, hard or polyak targets, epsilon
 //!   schedule, Huber loss, prioritized replay.
+//! - [`sequence`]: [`Recurrent`](sequence::Recurrent), a SAC (continuous or discrete)
+//!   or DQN behind an `rl-history` summarizer, trained on windows of consecutive steps
+//!   replayed from the buffer with a burn-in.
 //! - [`predict`]: [`Predict`](predict::Predict), deterministic actions of every trained
 //!   policy and learner.
 //!
@@ -36,8 +39,8 @@ pub mod learner;
 pub mod policy;
 pub mod ppo;
 pub mod predict;
-pub mod recurrent;
 pub mod sac;
+pub mod sequence;
 
 pub use error::{Error, Key, Result};
 /// The network layer's types that appear in this crate's signatures.

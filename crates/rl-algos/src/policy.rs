@@ -18,7 +18,7 @@ mod categorical;
 mod core;
 mod gaussian;
 mod normalize;
-mod recurrent;
+mod recurrent_categorical;
 
 #[cfg(test)]
 mod tests;
@@ -34,10 +34,10 @@ pub use self::core::{PolicyGradients, PolicyWorkspace};
 pub use categorical::CategoricalPolicy;
 pub use gaussian::GaussianPolicy;
 pub use normalize::ObsNormalizer;
-pub use recurrent::{
+pub use recurrent_categorical::{
     ChunkBatch, ChunkRecord, History, HistorySlot, RecurrentCategoricalPolicy, RecurrentWorkspace,
 };
-pub(crate) use recurrent::{ReplayWorkspace, Summary, SummaryState, Window};
+pub(crate) use recurrent_categorical::{ReplayWorkspace, Summary, SummaryState, Window};
 
 /// How a policy chooses actions when a collector calls it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -92,19 +92,17 @@ use crate::policy::{
 use crate::predict::Predict;
 
 mod advantages;
+mod chunked;
 mod config;
 mod loss;
-mod recurrent;
 mod shared;
 
 use shared::{Scratch, StepSettings, Sums};
 
 pub use advantages::{Advantages, RewardNormalizer, RewardTransform};
+pub use chunked::{RECURRENT_CHECKPOINT_KIND, RecurrentPpo, RecurrentPpoConfig, RecurrentPpoState};
 pub use config::{ObsNormalization, PpoConfig, RewardNormalization};
 pub use loss::{clipped_surrogate, value_loss};
-pub use recurrent::{
-    RECURRENT_CHECKPOINT_KIND, RecurrentPpo, RecurrentPpoConfig, RecurrentPpoState,
-};
 
 /// The `kind` of PPO checkpoints.
 pub const CHECKPOINT_KIND: &str = "ppo";

@@ -8,7 +8,7 @@ use rl_algos::dqn::{Dqn, DqnConfig};
 use rl_algos::learner::Learner;
 use rl_algos::policy::{History, PolicyConfig, RecurrentCategoricalPolicy};
 use rl_algos::ppo::{PpoConfig, RecurrentPpo, RecurrentPpoConfig};
-use rl_algos::recurrent::{Recurrent, RecurrentConfig};
+use rl_algos::sequence::{Recurrent, RecurrentConfig};
 use rl_core::{BoxSpace, DType, Space};
 use rl_envs::MaskedCartPole;
 

@@ -139,7 +139,7 @@ impl RecurrentConfig {
 /// ```
 /// use rl_algos::dqn::{Dqn, DqnConfig};
 /// use rl_algos::policy::History;
-/// use rl_algos::recurrent::{Recurrent, RecurrentConfig};
+/// use rl_algos::sequence::{Recurrent, RecurrentConfig};
 /// use rl_algos::learner::{Learner, OffPolicyLearner};
 /// use rl_core::Env;
 /// use rl_envs::MaskedCartPole;
