@@ -11,6 +11,8 @@
 //! | `checkpoint/` | the latest save of the run (`learner.safetensors`, `run.json`, `replay/` for off-policy runs): what `rl resume` continues from |
 //! | `best/` | the learner at its best scheduled evaluation (with `run.eval`) |
 //! | `result.json` | the outcome, the JSON line `rl train` prints |
+//! | `changes.jsonl` | the settings `rl resume --set` changed: one line per resume, old and new values |
+//! | `metrics.discarded.jsonl` | metrics lines written after the last checkpoint of a run that was killed, moved there on resume |
 //! | `curve.png` | the learning curve |
 //!
 //! ```no_run
@@ -49,7 +51,8 @@ pub use monitor::METRICS_KEYS;
 pub use plot::plot;
 pub use registry::{ActionSpace, Registry};
 pub use rundir::{
-    BEST_DIR, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, METRICS_FILE, RESULT_FILE, RunResult,
+    BEST_DIR, CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, DISCARDED_METRICS_FILE,
+    METRICS_FILE, RESULT_FILE, RunResult,
 };
 
 use job::{Job, Outcome};
@@ -233,17 +236,25 @@ pub fn remote_actor(
 }
 
 /// Continues the run saved in `dir` (from `dir/checkpoint`, with `dir/config.toml` and
-/// `options.overrides`), appending to its metrics.
+/// `options.overrides`), appending to its metrics. Overrides may change only the budget,
+/// learning rates and schedules, `run.eval`, `run.goal`, `run.stop_at_goal` and `log`;
+/// accepted changes are written to `config.toml` and recorded in `changes.jsonl`. Before
+/// appending, a torn last line of `metrics.jsonl` is cut off and lines past the
+/// checkpoint are moved to `metrics.discarded.jsonl`.
 ///
 /// # Errors
-/// A directory without a run, a checkpoint of another algorithm, the errors of
-/// [`train`].
+/// A directory without a run, a checkpoint of another algorithm, a setting that cannot
+/// change on resume ([`Error::Config`]: nothing in `dir` is written then), the errors
+/// of [`train`].
 pub fn resume(registry: &Registry, dir: &Path, options: &TrainOptions) -> Result<Trained> {
+    let saved = rundir::read_config(dir, &[])?;
     let config = rundir::read_config(dir, &options.overrides)?;
+    rundir::resume_changes(&saved, &config)?;
     let entry = registry.check(&config)?;
     rundir::check_checkpoint(dir, CHECKPOINT_DIR, &config)?;
     rundir::check_writable(dir)?;
-    rundir::write_config(dir, &config)?;
+    // The trainer checks the checkpoint against the config; `config.toml` is written,
+    // and `metrics.jsonl` repaired, only once it has accepted it.
     entry
         .run(&config, Job::Train(dir, options, true))?
         .trained()

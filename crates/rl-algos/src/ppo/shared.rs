@@ -477,21 +477,27 @@ fn config_difference(ours: &PpoConfig, theirs: &PpoConfig) -> Result<()> {
             gamma,
             gae_lambda,
             clip_range,
-            clip_range_end,
             clip_range_vf,
             ent_coef,
             vf_coef,
             max_grad_norm,
             target_kl,
-            adam,
-            learning_rate_end,
-            schedule_steps,
             normalize_advantage,
             recompute_old_log_probs,
             eval_minibatch,
             normalize_obs,
             normalize_reward,
         ],
-        except[]
-    )
+        // The schedules may change on resume: each update sets the rate from them.
+        except[adam, learning_rate_end, schedule_steps, clip_range_end]
+    )?;
+    let adam = |c: &PpoConfig| rl_nn::AdamConfig { lr: 0.0, ..c.adam };
+    if adam(ours) != adam(theirs) {
+        return Err(Error::CheckpointMismatch {
+            what: "ppo.adam".to_owned(),
+            expected: format!("{:?}", ours.adam),
+            actual: format!("{:?}", theirs.adam),
+        });
+    }
+    Ok(())
 }

@@ -109,7 +109,10 @@ where
         Job::Train(dir, options, resume) => {
             let run = rundir::run_config(dir, config);
             let mut trainer = if resume {
-                OnPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, run)?
+                let trainer =
+                    OnPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, run)?;
+                rundir::accept_resume(dir, config, trainer.env_steps())?;
+                trainer
             } else {
                 OnPolicyTrainer::new(make, learner, run)?
             };
@@ -177,7 +180,10 @@ where
             let off = config.off_policy.clone().ok_or_else(missing)?;
             let run = rundir::run_config(dir, config);
             let trainer = if resume {
-                OffPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, off, run)?
+                let trainer =
+                    OffPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, off, run)?;
+                rundir::accept_resume(dir, config, trainer.env_steps())?;
+                trainer
             } else {
                 OffPolicyTrainer::new(make, learner, off, run)?
             };

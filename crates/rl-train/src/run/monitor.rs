@@ -2,7 +2,7 @@
 //! plain lines otherwise, nothing with `--quiet`) and the stop request.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,7 +53,9 @@ enum Display {
 
 /// Writes metrics, shows progress, and stops the run when asked.
 pub(crate) struct Monitor {
-    metrics: BufWriter<File>,
+    /// Unbuffered: each line goes to the file whole, in one write, as it is made, so
+    /// a killed run loses at most the line being written (cut off on resume).
+    metrics: File,
     path: PathBuf,
     every: u64,
     next_line_at: u64,
@@ -121,7 +123,7 @@ impl Monitor {
             }
         };
         Ok(Self {
-            metrics: BufWriter::new(file),
+            metrics: file,
             path,
             every: config.log.metrics_every_steps,
             next_line_at: env_steps,
@@ -197,9 +199,13 @@ impl Monitor {
     }
 
     fn write(&mut self, line: &Map<String, Value>) {
-        let written = serde_json::to_writer(&mut self.metrics, line)
+        let written = serde_json::to_vec(line)
             .map_err(std::io::Error::from)
-            .and_then(|()| self.metrics.write_all(b"\n"));
+            .and_then(|mut bytes| {
+                bytes.push(b'\n');
+                self.metrics.write_all(&bytes)?;
+                self.metrics.flush()
+            });
         if let Err(e) = written {
             self.error
                 .get_or_insert(Error::io("writing", &self.path, e));

@@ -239,3 +239,170 @@ pub(crate) fn finish(
         interrupted,
     })
 }
+
+/// The settings a resumed run may change: a key, and every key below it.
+/// Everything else is fixed by the checkpoint (the networks, the buffers, the seed).
+const RESUMABLE: [&str; 9] = [
+    "run.total_steps",
+    "run.eval",
+    "run.goal",
+    "run.stop_at_goal",
+    "log",
+    "ppo.adam.lr",
+    "ppo.learning_rate_end",
+    "ppo.schedule_steps",
+    "ppo.clip_range_end",
+];
+
+/// Where the accepted changes of resumed runs are appended, one JSON object a line.
+pub const CHANGES_FILE: &str = "changes.jsonl";
+/// Where `metrics.jsonl` lines past the checkpoint go when a run resumes.
+pub const DISCARDED_METRICS_FILE: &str = "metrics.discarded.jsonl";
+
+fn resumable(key: &str) -> bool {
+    RESUMABLE.iter().any(|allowed| {
+        key.strip_prefix(allowed)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    })
+}
+
+/// Every leaf of a config as a TOML table, by dotted key.
+fn leaves(config: &Config) -> Result<std::collections::BTreeMap<String, toml::Value>> {
+    fn walk(
+        prefix: &str,
+        table: &toml::Table,
+        out: &mut std::collections::BTreeMap<String, toml::Value>,
+    ) {
+        for (name, value) in table {
+            let key = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}.{name}")
+            };
+            match value {
+                toml::Value::Table(inner) => walk(&key, inner, out),
+                other => {
+                    out.insert(key, other.clone());
+                }
+            }
+        }
+    }
+    let table = toml::Table::try_from(config)
+        .map_err(|e| ConfigError::new("", format!("cannot be written as TOML: {e}")))?;
+    let mut out = std::collections::BTreeMap::new();
+    walk("", &table, &mut out);
+    Ok(out)
+}
+
+/// A change of one setting on resume: the key, its saved and its new value (`None`:
+/// not set).
+pub(crate) type Change = (String, Option<toml::Value>, Option<toml::Value>);
+
+/// The settings that differ between the saved config and the resumed one, refused with
+/// the first one a resume may not change.
+///
+/// # Errors
+/// [`Error::Config`] naming the key and the saved value.
+pub(crate) fn resume_changes(saved: &Config, new: &Config) -> Result<Vec<Change>> {
+    let (old, new) = (leaves(saved)?, leaves(new)?);
+    let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    let mut changes = Vec::new();
+    for key in keys {
+        let (before, after) = (old.get(key), new.get(key));
+        if before == after {
+            continue;
+        }
+        if !resumable(key) {
+            let held = before.map_or_else(|| "no value".to_owned(), ToString::to_string);
+            return Err(Error::Config(ConfigError {
+                key: key.clone(),
+                message: format!(
+                    "{key} cannot change on resume (the checkpoint holds {held}): start a new run"
+                ),
+            }));
+        }
+        changes.push((key.clone(), before.cloned(), after.cloned()));
+    }
+    Ok(changes)
+}
+
+/// After the trainer accepted the checkpoint of a resumed run: records the changed
+/// settings in `changes.jsonl`, writes the new `config.toml`, and repairs
+/// `metrics.jsonl` for appending ([`repair_metrics`]).
+pub(crate) fn accept_resume(dir: &Path, config: &Config, env_steps: u64) -> Result<()> {
+    let saved = read_config(dir, &[])?;
+    let changes = resume_changes(&saved, config)?;
+    if !changes.is_empty() {
+        let json = |v: &Option<toml::Value>| {
+            v.as_ref()
+                .and_then(|v| serde_json::to_value(v).ok())
+                .unwrap_or(serde_json::Value::Null)
+        };
+        let mut line = serde_json::Map::new();
+        line.insert("env_steps".into(), env_steps.into());
+        let changed: serde_json::Map<String, serde_json::Value> = changes
+            .iter()
+            .map(|(key, old, new)| {
+                (
+                    key.clone(),
+                    serde_json::json!({ "old": json(old), "new": json(new) }),
+                )
+            })
+            .collect();
+        line.insert("changes".into(), changed.into());
+        let mut text = serde_json::Value::Object(line).to_string();
+        text.push('\n');
+        append(&dir.join(CHANGES_FILE), text.as_bytes())?;
+        write_config(dir, config)?;
+    }
+    repair_metrics(dir, env_steps)
+}
+
+fn append(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(bytes))
+        .map_err(|e| Error::io("writing", path, e))
+}
+
+/// Makes `dir/metrics.jsonl` fit a run resumed at `env_steps`: a torn last line (no
+/// newline, or not JSON: the process died while writing it) is cut off, and the lines
+/// past `env_steps` (written after the checkpoint) are appended to
+/// `metrics.discarded.jsonl`, so `env_steps` never goes back in the file.
+pub(crate) fn repair_metrics(dir: &Path, env_steps: u64) -> Result<()> {
+    let path = dir.join(METRICS_FILE);
+    let text = match fs::read(&path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("reading", &path, e)),
+    };
+    let mut lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let parse = |l: &str| serde_json::from_str::<serde_json::Value>(l.trim_end()).ok();
+    let torn = lines
+        .last()
+        .is_some_and(|l| !l.ends_with('\n') || parse(l).is_none());
+    if torn {
+        lines.pop();
+    }
+    let (mut kept, mut moved) = (String::new(), String::new());
+    for line in lines {
+        let past = parse(line)
+            .and_then(|v| v.get("env_steps").and_then(serde_json::Value::as_u64))
+            .is_some_and(|steps| steps > env_steps);
+        if past {
+            moved.push_str(line);
+        } else {
+            kept.push_str(line);
+        }
+    }
+    if !torn && moved.is_empty() {
+        return Ok(());
+    }
+    if !moved.is_empty() {
+        append(&dir.join(DISCARDED_METRICS_FILE), moved.as_bytes())?;
+    }
+    write_atomically(&path, kept.as_bytes())
+}

@@ -503,3 +503,163 @@ fn remote_runs_refuse_on_policy_algorithms() {
     assert!(err.to_string().contains("on-policy"), "{err}");
     assert_eq!(err.exit_code(), 2);
 }
+
+/// Every file under `dir`, by path, with a hash of its bytes.
+fn hashes(dir: &Path) -> std::collections::BTreeMap<std::path::PathBuf, u64> {
+    use std::hash::{Hash, Hasher};
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(folder) = stack.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                std::fs::read(&path).unwrap().hash(&mut h);
+                out.insert(path, h.finish());
+            }
+        }
+    }
+    out
+}
+
+fn small_ppo(steps: u64) -> Config {
+    config(
+        "ppo",
+        "cartpole",
+        steps,
+        &["ppo.n_steps=32", "run.n_envs=2", "policy.hidden=[64, 64]"],
+    )
+}
+
+#[test]
+fn resume_changes_a_learning_rate_and_refuses_a_network_change_untouched() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    train(&registry, &small_ppo(128), &dir, &TrainOptions::quiet()).unwrap();
+
+    let before = hashes(&dir);
+    let wider = TrainOptions {
+        overrides: vec![
+            "policy.hidden=[32, 32]".into(),
+            "run.total_steps=256".into(),
+        ],
+        ..TrainOptions::quiet()
+    };
+    let e = resume(&registry, &dir, &wider).unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("policy.hidden cannot change on resume (the checkpoint holds [64, 64])"),
+        "{text}"
+    );
+    assert!(!text.contains('{') && !text.contains('\n'), "{text}");
+    assert_eq!(hashes(&dir), before, "a refused resume writes nothing");
+
+    let slower = TrainOptions {
+        overrides: vec!["ppo.adam.lr=1e-4".into(), "run.total_steps=256".into()],
+        ..TrainOptions::quiet()
+    };
+    let resumed = resume(&registry, &dir, &slower).unwrap();
+    assert_eq!(resumed.result.total_env_steps, 256);
+    let saved = rundir::read_config(&dir, &[]).unwrap();
+    assert_eq!(saved.ppo.unwrap().adam.lr, 1e-4);
+    assert_eq!(saved.run.total_steps, 256);
+    let last = lines(&dir).pop().unwrap();
+    assert!(
+        (last["learning_rate"].as_f64().unwrap() - 1e-4).abs() < 1e-9,
+        "{last:?}"
+    );
+    let changes = std::fs::read_to_string(dir.join(CHANGES_FILE)).unwrap();
+    let change: serde_json::Value = serde_json::from_str(changes.trim()).unwrap();
+    assert_eq!(change["changes"]["ppo.adam.lr"]["new"], 1e-4);
+    assert_eq!(change["changes"]["run.total_steps"]["old"], 128);
+}
+
+#[test]
+fn resume_cuts_a_torn_line_and_moves_lines_past_the_checkpoint_aside() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let first = train(&registry, &small_ppo(128), &dir, &TrainOptions::quiet()).unwrap();
+    let saved = first.result.total_env_steps;
+    // A killed process: lines after the checkpoint, the last one torn.
+    let mut text = std::fs::read_to_string(dir.join(METRICS_FILE)).unwrap();
+    for steps in [saved + 64, saved + 128] {
+        text.push_str(&format!("{{\"env_steps\":{steps},\"after\":true}}\n"));
+    }
+    text.push_str("{\"env_steps\":9999,\"wal");
+    std::fs::write(dir.join(METRICS_FILE), text).unwrap();
+
+    let longer = TrainOptions {
+        overrides: vec!["run.total_steps=256".into()],
+        ..TrainOptions::quiet()
+    };
+    resume(&registry, &dir, &longer).unwrap();
+    let lines = lines(&dir);
+    let steps: Vec<u64> = lines
+        .iter()
+        .map(|l| l["env_steps"].as_u64().unwrap())
+        .collect();
+    assert!(steps.windows(2).all(|w| w[0] <= w[1]), "{steps:?}");
+    assert_eq!(steps.last(), Some(&256));
+    assert!(lines.iter().all(|l| !l.contains_key("after")));
+    let moved: Vec<serde_json::Value> = std::fs::read_to_string(dir.join(DISCARDED_METRICS_FILE))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(moved.len(), 2);
+    assert!(moved.iter().all(|l| l["after"] == true));
+    assert!(plot(&[dir.clone()], &tmp.path().join("curve.png")).is_ok());
+}
+
+#[test]
+fn metrics_lines_are_on_disk_while_the_run_goes_on() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let config = config(
+        "ppo",
+        "cartpole",
+        10_000_000,
+        &[
+            "ppo.n_steps=32",
+            "run.n_envs=2",
+            "log.metrics_every_steps=64",
+        ],
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let options = TrainOptions {
+        stop: Some(Arc::clone(&stop)),
+        ..TrainOptions::quiet()
+    };
+    let path = dir.join(METRICS_FILE);
+    let watcher = std::thread::spawn(move || {
+        // Stops the run once two whole lines are in the file: they were written before
+        // the run ended.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while std::time::Instant::now() < deadline {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.matches('\n').count() >= 2 {
+                let whole = text
+                    .lines()
+                    .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok());
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                return whole;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        false
+    });
+    let trained = train(&registry, &config, &dir, &options).unwrap();
+    assert!(
+        watcher.join().unwrap(),
+        "whole lines were seen during the run"
+    );
+    assert!(trained.interrupted);
+    assert!(trained.result.total_env_steps < 10_000_000);
+}
