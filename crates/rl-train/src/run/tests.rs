@@ -613,7 +613,7 @@ fn resume_cuts_a_torn_line_and_moves_lines_past_the_checkpoint_aside() {
         .collect();
     assert_eq!(moved.len(), 2);
     assert!(moved.iter().all(|l| l["after"] == true));
-    assert!(plot(&[dir.clone()], &tmp.path().join("curve.png")).is_ok());
+    assert!(plot(std::slice::from_ref(&dir), &tmp.path().join("curve.png")).is_ok());
 }
 
 #[test]
