@@ -13,13 +13,20 @@
 //! - in the header's metadata: `format` (`rl/checkpoint`), `version`, `kind` (the
 //!   trainer, e.g. `ppo`), `networks` (JSON: names, typed architectures, tensor layout,
 //!   Adam's step counter and configuration), `state` (the trainer's state as JSON) and
-//!   one `torch.<network>` line describing the PyTorch module the weights fit.
+//!   one `torch.<network>` line describing the PyTorch module the weights fit;
+//! - checksums, CRC-32C as 8 lowercase hex digits: `crc32c.<tensor>` over each tensor's
+//!   bytes, and `crc32c` over the whole header without itself (the metadata, the tensor
+//!   checksums and safetensors' own tensor names, types, shapes and offsets).
 //!
 //! The bytes are a function of the checkpoint alone (metadata and tensors in name order),
 //! so two saves of the same state are the same file. Files are written atomically (a
-//! temporary file in the same directory, flushed, then renamed): a crash leaves the previous file or the new one. Loading checks the format,
-//! version and kind first, then every tensor's presence, type and shape, before anything
-//! is handed back; restoring into a network checks its architecture before writing.
+//! temporary file in the same directory, flushed, then renamed): a crash leaves the previous file or the new one. Loading checks,
+//! before anything is used, that the header is laid out exactly as [`Checkpoint::save`]
+//! lays it out and matches its checksum, then the format, version and kind, then every
+//! tensor's bytes against its checksum ([`Error::CheckpointChecksum`] names the file and
+//! the tensor), then every tensor's presence, type and shape, before anything is handed
+//! back; restoring into a network checks its architecture before writing. So a damaged
+//! file (any one byte changed, anywhere) is refused, never loaded with other weights.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -168,7 +175,15 @@ pub const FORMAT: &str = "rl/checkpoint";
 /// 3: the learners' seeds moved out of their stored configurations into their states
 /// (`SacState::seed`, `DqnState::seed`, `RecurrentState::seed` in `rl-algos`), so a
 /// version 2 checkpoint's state no longer reads.
-pub const VERSION: u32 = 3;
+///
+/// 4: checksums (CRC-32C) over every tensor and over the header, verified before anything
+/// is used; a version 3 file has none and is refused.
+pub const VERSION: u32 = 4;
+
+/// The metadata key of the header's checksum.
+const HEADER_CHECKSUM: &str = "crc32c";
+/// The prefix of each tensor's checksum key: `crc32c.<tensor>`.
+const TENSOR_CHECKSUM: &str = "crc32c.";
 
 impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
     /// The network named `name`.
@@ -287,9 +302,26 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
             what: what.display().to_string(),
             problem,
         };
-        let (_, header) = SafeTensors::read_metadata(bytes)
+        let (header_len, header) = SafeTensors::read_metadata(bytes)
             .map_err(|e| corrupt(format!("not a safetensors file ({e})")))?;
-        let meta = header.metadata().clone().unwrap_or_default();
+        let meta: BTreeMap<String, String> = header
+            .metadata()
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let damaged = |tensor: Option<String>, problem: &str| Error::CheckpointChecksum {
+            path: what.to_owned(),
+            tensor,
+            problem: problem.to_owned(),
+        };
+        // The header first, before any of it is believed: a file without a checksum is
+        // one of an older version (refused below by its number) or damaged.
+        let sealed = meta.contains_key(HEADER_CHECKSUM);
+        if sealed {
+            check_header(&bytes[8..8 + header_len], &header, &meta)
+                .map_err(|problem| damaged(None, problem))?;
+        }
         let field = |key: &str| {
             meta.get(key)
                 .ok_or_else(|| corrupt(format!("its metadata has no {key:?}")))
@@ -308,6 +340,22 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
                 supported: VERSION,
             });
         }
+        if !sealed {
+            return Err(damaged(None, "it has no checksum"));
+        }
+        let tensors = SafeTensors::deserialize(bytes)
+            .map_err(|e| corrupt(format!("damaged or truncated ({e})")))?;
+        // Every tensor's bytes, before any is used.
+        let mut names = tensors.names();
+        names.sort_unstable();
+        for name in names {
+            let view = tensors
+                .tensor(name)
+                .map_err(|e| corrupt(format!("tensor {name:?} does not read ({e})")))?;
+            if meta.get(&format!("{TENSOR_CHECKSUM}{name}")) != Some(&checksum(view.data())) {
+                return Err(damaged(Some(name.to_owned()), "its data changed"));
+            }
+        }
         let found_kind = field("kind")?;
         if found_kind != kind {
             return Err(Error::CheckpointKind {
@@ -320,8 +368,6 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
             .map_err(|e| corrupt(format!("its network list does not parse ({e})")))?;
         let state: S = serde_json::from_str(field("state")?)
             .map_err(|e| corrupt(format!("its trainer state does not parse ({e})")))?;
-        let tensors = SafeTensors::deserialize(bytes)
-            .map_err(|e| corrupt(format!("damaged or truncated ({e})")))?;
         let mut networks = Vec::with_capacity(headers.len());
         for header in headers {
             // Sizes come from the file: check them before allocating anything by them.
@@ -410,7 +456,9 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
     ///
     /// # Errors
     /// [`Error::CheckpointNotFound`] if there is no file, [`Error::CheckpointIo`] if it
-    /// cannot be read, [`Error::CheckpointVersion`] for another format version,
+    /// cannot be read, [`Error::CheckpointChecksum`] for a file damaged after it was written
+    /// (its header or a tensor does not match its checksum: any one byte changed, anywhere),
+    /// [`Error::CheckpointVersion`] for another format version,
     /// [`Error::CheckpointKind`] for a checkpoint of another trainer,
     /// [`Error::CheckpointCorrupt`] for anything else (not safetensors, truncated, a
     /// missing or misshapen tensor, a state of another type).
@@ -483,24 +531,17 @@ struct TensorEntry<'a> {
     data_offsets: (usize, usize),
 }
 
-/// A safetensors header: the metadata first, then the tensors by name.
-#[derive(Serialize)]
-struct SafetensorsHeader<'a> {
-    #[serde(rename = "__metadata__")]
-    metadata: &'a BTreeMap<String, String>,
-    #[serde(flatten)]
-    tensors: BTreeMap<&'a str, TensorEntry<'a>>,
-}
-
 /// Safetensors bytes of `f32` tensors and string metadata, in a fixed order (the
 /// `safetensors` crate's writer takes its metadata as a `HashMap`, whose order changes
 /// from run to run): an 8-byte little-endian header length, the JSON header padded with
-/// spaces to a multiple of 8 bytes, then the tensors' data in name order.
+/// spaces to a multiple of 8 bytes, then the tensors' data in name order. The metadata
+/// gains each tensor's checksum and the header's ([`sealed_header`]).
 fn safetensors_bytes(
     metadata: &BTreeMap<String, String>,
     tensors: &BTreeMap<String, (&[f32], &[usize])>,
 ) -> std::result::Result<Vec<u8>, String> {
-    let mut offset = 0;
+    let mut metadata = metadata.clone();
+    let mut data = Vec::new();
     let mut entries = BTreeMap::new();
     for (name, (values, shape)) in tensors {
         if shape.iter().product::<usize>() != values.len() {
@@ -509,32 +550,106 @@ fn safetensors_bytes(
                 values.len()
             ));
         }
-        let end = offset + size_of_val(*values);
+        let start = data.len();
+        for v in *values {
+            data.extend_from_slice(&v.to_le_bytes());
+        }
+        metadata.insert(format!("{TENSOR_CHECKSUM}{name}"), checksum(&data[start..]));
         entries.insert(
             name.as_str(),
             TensorEntry {
                 dtype: "F32",
                 shape,
-                data_offsets: (offset, end),
+                data_offsets: (start, data.len()),
             },
         );
-        offset = end;
     }
-    let header = SafetensorsHeader {
-        metadata,
-        tensors: entries,
-    };
-    let mut json = serde_json::to_vec(&header).map_err(|e| e.to_string())?;
-    json.resize(json.len().next_multiple_of(8), b' ');
-    let mut bytes = Vec::with_capacity(8 + json.len() + offset);
+    let json = sealed_header(&mut metadata, &entries)?;
+    let mut bytes = Vec::with_capacity(8 + json.len() + data.len());
     bytes.extend_from_slice(&(json.len() as u64).to_le_bytes());
     bytes.extend_from_slice(&json);
-    for (values, _) in tensors.values() {
-        for v in *values {
-            bytes.extend_from_slice(&v.to_le_bytes());
-        }
-    }
+    bytes.extend_from_slice(&data);
     Ok(bytes)
+}
+
+/// The CRC-32C of `bytes` as 8 lowercase hex digits.
+fn checksum(bytes: &[u8]) -> String {
+    format!("{:08x}", crc32c::crc32c(bytes))
+}
+
+/// The JSON header, unpadded.
+fn header_json(
+    metadata: &BTreeMap<String, String>,
+    entries: &BTreeMap<&str, TensorEntry<'_>>,
+) -> std::result::Result<Vec<u8>, String> {
+    #[derive(Serialize)]
+    struct Header<'a> {
+        #[serde(rename = "__metadata__")]
+        metadata: &'a BTreeMap<String, String>,
+        #[serde(flatten)]
+        tensors: &'a BTreeMap<&'a str, TensorEntry<'a>>,
+    }
+    serde_json::to_vec(&Header {
+        metadata,
+        tensors: entries,
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Puts the header's checksum into `metadata` (over the header without it, tensor entries
+/// included) and gives the header padded with spaces to a multiple of 8 bytes.
+fn sealed_header(
+    metadata: &mut BTreeMap<String, String>,
+    entries: &BTreeMap<&str, TensorEntry<'_>>,
+) -> std::result::Result<Vec<u8>, String> {
+    metadata.remove(HEADER_CHECKSUM);
+    let sum = checksum(&header_json(metadata, entries)?);
+    metadata.insert(HEADER_CHECKSUM.to_owned(), sum);
+    let mut json = header_json(metadata, entries)?;
+    json.resize(json.len().next_multiple_of(8), b' ');
+    Ok(json)
+}
+
+/// Checks a parsed header against its raw bytes `raw` (padding included) and its
+/// checksum: it must be exactly the header [`safetensors_bytes`] writes for what was
+/// parsed, so a changed byte anywhere in it (a digit of the state, a shape, an offset, the
+/// padding, the length prefix) is found.
+fn check_header(
+    raw: &[u8],
+    header: &safetensors::tensor::Metadata,
+    metadata: &BTreeMap<String, String>,
+) -> std::result::Result<(), &'static str> {
+    let mut entries = BTreeMap::new();
+    for (name, info) in header.tensors() {
+        if info.dtype != Dtype::F32 {
+            return Err("a tensor is not F32");
+        }
+        entries.insert(name, info);
+    }
+    let entries: BTreeMap<&str, TensorEntry<'_>> = entries
+        .iter()
+        .map(|(name, info)| {
+            (
+                name.as_str(),
+                TensorEntry {
+                    dtype: "F32",
+                    shape: &info.shape,
+                    data_offsets: info.data_offsets,
+                },
+            )
+        })
+        .collect();
+    let mut unsealed = metadata.clone();
+    let stored = unsealed.remove(HEADER_CHECKSUM);
+    let expected = sealed_header(&mut unsealed, &entries).map_err(|_| "it does not write")?;
+    if raw != expected.as_slice() {
+        return Err(if stored.as_ref() == unsealed.get(HEADER_CHECKSUM) {
+            "it is not laid out as this library writes it"
+        } else {
+            "its checksum differs"
+        });
+    }
+    Ok(())
 }
 
 /// Checks that a network's tensors tile its parameters exactly, in order.

@@ -84,6 +84,23 @@ pub enum Error {
         problem: String,
     },
 
+    /// A checkpoint's bytes do not match the checksums saved with them: the file was
+    /// damaged after it was written (disk, copy, transfer). Nothing of it was used.
+    #[error(
+        "{path} is damaged: {}; nothing of it was used, resume from another checkpoint",
+        checksum_problem(.tensor.as_deref(), .problem)
+    )]
+    CheckpointChecksum {
+        /// The checkpoint's path.
+        path: PathBuf,
+        /// The damaged tensor, or `None` for the header (metadata, trainer state, tensor
+        /// names, types, shapes and offsets).
+        tensor: Option<String>,
+        /// What was found, for the header: a checksum mismatch, a missing checksum, or a
+        /// header not laid out as this library writes it.
+        problem: String,
+    },
+
     /// A checkpoint written by another kind of trainer (a PPO checkpoint given to SAC).
     #[error(
         "{path} is a {found} checkpoint but this is a {expected} trainer: resume it with the trainer that wrote it"
@@ -151,5 +168,13 @@ pub(crate) fn check_len(what: &'static str, expected: usize, actual: usize) -> R
         Ok(())
     } else {
         Err(Error::shape(what, expected, actual))
+    }
+}
+
+/// The middle of [`Error::CheckpointChecksum`]'s message.
+fn checksum_problem(tensor: Option<&str>, problem: &str) -> String {
+    match tensor {
+        Some(tensor) => format!("the data of tensor {tensor:?} does not match its checksum"),
+        None => format!("its header does not match its checksum ({problem})"),
     }
 }

@@ -231,8 +231,9 @@ fn damaged_truncated_or_foreign_files_are_typed_errors() {
         load_err(&path, "test"),
         Error::CheckpointCorrupt { .. }
     ));
-    // Another version, older or newer, is refused by its number.
-    assert_eq!(VERSION, 3);
+    // Another version, older or newer, is refused by its number: a file written with it
+    // (checksums that fit), or one of version 3, which has no checksums.
+    assert_eq!(VERSION, 4);
     let needle = format!("\"version\":\"{VERSION}\"");
     let needle = needle.as_bytes();
     let at = bytes
@@ -243,6 +244,12 @@ fn damaged_truncated_or_foreign_files_are_typed_errors() {
         let mut other = bytes.clone();
         other[at + needle.len() - 2] = digit;
         std::fs::write(&path, &other).unwrap();
+        // The digit changed in place is damage: the header's checksum no longer fits.
+        match load_err(&path, "test") {
+            Error::CheckpointChecksum { tensor: None, .. } => {}
+            other => panic!("{other}"),
+        }
+        std::fs::write(&path, resealed(&other, |_| {}).unwrap()).unwrap();
         match load_err(&path, "test") {
             Error::CheckpointVersion {
                 found: f,
@@ -251,6 +258,27 @@ fn damaged_truncated_or_foreign_files_are_typed_errors() {
             } => assert_eq!((f, supported), (found, VERSION)),
             other => panic!("{other}"),
         }
+    }
+    let version_3 = resealed(&bytes, |meta| {
+        meta.insert("version".to_owned(), "3".to_owned());
+    })
+    .unwrap();
+    let version_3 = with_header_replaced(&version_3, "\"crc32c\":", "\"unsealed\":");
+    std::fs::write(&path, &version_3).unwrap();
+    match load_err(&path, "test") {
+        Error::CheckpointVersion {
+            found: 3,
+            supported: VERSION,
+            ..
+        } => {}
+        other => panic!("{other}"),
+    }
+    // This version without its checksum is damaged.
+    let unsealed = with_header_replaced(&bytes, "\"crc32c\":", "\"unsealed\":");
+    std::fs::write(&path, &unsealed).unwrap();
+    match load_err(&path, "test") {
+        Error::CheckpointChecksum { tensor: None, .. } => {}
+        other => panic!("{other}"),
     }
     assert!(matches!(
         load_err(&dir.path().join("missing"), "test"),
@@ -316,11 +344,119 @@ fn absurd_sizes_in_the_header_are_corrupt_not_an_allocation() {
             let damaged = with_header_replaced(&bytes, &from, &to);
             let err =
                 Checkpoint::<State>::from_bytes(&damaged, "test", Path::new("huge")).unwrap_err();
+            assert!(
+                matches!(err, Error::CheckpointChecksum { tensor: None, .. }),
+                "{err:?}"
+            );
+            // With checksums that fit, the sizes themselves are refused.
+            let damaged = resealed(&damaged, |_| {}).unwrap();
+            let err =
+                Checkpoint::<State>::from_bytes(&damaged, "test", Path::new("huge")).unwrap_err();
             assert!(matches!(err, Error::CheckpointCorrupt { .. }), "{err:?}");
         }
         return;
     }
     panic!("no shape [8,4] in the header");
+}
+
+/// `bytes` (a safetensors file) with its metadata edited by `edit`, then every checksum
+/// recomputed to fit, the way a writer that meant it would: for testing what lies behind
+/// the checksums. `None` if the header does not parse.
+fn resealed(bytes: &[u8], edit: impl FnOnce(&mut BTreeMap<String, String>)) -> Option<Vec<u8>> {
+    let (header_len, header) = SafeTensors::read_metadata(bytes).ok()?;
+    let data = &bytes[8 + header_len..];
+    let mut metadata: BTreeMap<String, String> = header
+        .metadata()
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    edit(&mut metadata);
+    let infos = header.tensors();
+    let mut entries = BTreeMap::new();
+    for (name, info) in &infos {
+        let (start, end) = info.data_offsets;
+        metadata.insert(
+            format!("{TENSOR_CHECKSUM}{name}"),
+            checksum(&data[start..end]),
+        );
+        entries.insert(
+            name.as_str(),
+            TensorEntry {
+                dtype: "F32",
+                shape: &info.shape,
+                data_offsets: info.data_offsets,
+            },
+        );
+    }
+    let json = sealed_header(&mut metadata, &entries).ok()?;
+    let mut out = (json.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&json);
+    out.extend_from_slice(data);
+    Some(out)
+}
+
+#[test]
+fn the_header_and_every_tensor_carry_a_checksum() {
+    let (checkpoint, _, _) = checkpoint();
+    let bytes = checkpoint.to_bytes().unwrap();
+    let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
+    let meta = header.metadata().clone().unwrap();
+    let names = header.tensors();
+    assert!(names.len() > 3);
+    for name in names.keys() {
+        let sum = &meta[&format!("crc32c.{name}")];
+        assert_eq!(sum.len(), 8, "{sum}");
+        assert!(sum.bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+    assert_eq!(meta["crc32c"].len(), 8);
+    // Resealing an intact file changes nothing: the same checksums.
+    assert_eq!(resealed(&bytes, |_| {}).unwrap(), bytes);
+}
+
+/// Loads `bytes`; the error if it is refused, `None` if it loads.
+fn refusal(bytes: &[u8]) -> Option<Error> {
+    Checkpoint::<State>::from_bytes(bytes, "test", Path::new("flipped.safetensors")).err()
+}
+
+#[test]
+fn every_single_bit_flip_anywhere_is_refused() {
+    let (checkpoint, _, _) = checkpoint();
+    let bytes = checkpoint.to_bytes().unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
+    let infos = header.tensors();
+    let mut flipped = bytes.clone();
+    let mut tensors_named = 0;
+    for at in 0..bytes.len() {
+        for bit in 0..8 {
+            flipped[at] ^= 1 << bit;
+            let Some(err) = refusal(&flipped) else {
+                panic!("a flip of bit {bit} of byte {at} loads");
+            };
+            flipped[at] ^= 1 << bit;
+            // A damaged tensor is named, with the file: the tensor that holds the byte.
+            if at >= 8 + header_len {
+                let message = err.to_string();
+                match err {
+                    Error::CheckpointChecksum {
+                        tensor: Some(tensor),
+                        path,
+                        ..
+                    } => {
+                        assert_eq!(path, Path::new("flipped.safetensors"));
+                        assert!(message.contains(&format!("{tensor:?}")), "{message}");
+                        assert!(message.contains("flipped.safetensors"), "{message}");
+                        let (start, end) = infos[&tensor].data_offsets;
+                        assert!((start..end).contains(&(at - 8 - header_len)));
+                        tensors_named += 1;
+                    }
+                    other => panic!("byte {at} bit {bit}: {other}"),
+                }
+            }
+        }
+    }
+    assert_eq!(tensors_named, 8 * (bytes.len() - 8 - header_len));
 }
 
 /// One damage done to a checkpoint's bytes.
@@ -392,11 +528,23 @@ proptest::proptest! {
             bytes[8 + at % header_len] = value;
         }
         load_and_use(&bytes);
+        // The same behind checksums that fit, so the checks behind them run.
+        if let Some(bytes) = resealed(&bytes, |_| {}) {
+            load_and_use(&bytes);
+        }
         // One stored value turned into NaN.
         let mut bytes = pristine.clone();
         let data = bytes.len() - (8 + header_len);
         let at = 8 + header_len + (nan_at % (data / 4)) * 4;
         bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        let err = Checkpoint::<State>::from_bytes(&bytes, "test", Path::new("nan")).unwrap_err();
+        proptest::prop_assert!(
+            matches!(err, Error::CheckpointChecksum { tensor: Some(_), .. }),
+            "{}",
+            err
+        );
+        // Behind checksums that fit (a writer that saved a NaN), the value is refused.
+        let bytes = resealed(&bytes, |_| {}).unwrap();
         let err = Checkpoint::<State>::from_bytes(&bytes, "test", Path::new("nan")).unwrap_err();
         proptest::prop_assert!(err.to_string().contains("NaN"), "{}", err);
         let mut bytes = pristine.clone();
@@ -416,5 +564,28 @@ proptest::proptest! {
         let mut long = checkpoint.to_bytes().unwrap();
         long[..8].copy_from_slice(&(random.len() as u64 * 977).to_le_bytes());
         load_and_use(&long);
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+    /// One byte changed to any other value, or one bit flipped, anywhere in a saved
+    /// checkpoint: always refused, never loaded, never a panic.
+    #[test]
+    fn one_damaged_byte_or_bit_anywhere_is_refused(
+        at in proptest::prelude::any::<usize>(),
+        xor in 1u8..=255,
+        bit in 0u8..8,
+    ) {
+        let (checkpoint, _, _) = checkpoint();
+        let pristine = checkpoint.to_bytes().unwrap();
+        let at = at % pristine.len();
+        let mut bytes = pristine.clone();
+        bytes[at] ^= xor;
+        proptest::prop_assert!(refusal(&bytes).is_some(), "byte {} ^ {:#x} loads", at, xor);
+        let mut bytes = pristine;
+        bytes[at] ^= 1 << bit;
+        proptest::prop_assert!(refusal(&bytes).is_some(), "byte {} bit {} loads", at, bit);
     }
 }
