@@ -305,3 +305,117 @@ fn sigterm_saves_the_run_and_resume_continues_it() {
     assert_eq!(result["total_env_steps"].as_u64(), Some(saved + 50));
     assert_eq!(result["stopped_by"], "budget");
 }
+
+/// Every file of a run directory with its bytes' hash.
+fn hashes(dir: &Path) -> Vec<(PathBuf, u64)> {
+    use std::hash::{Hash, Hasher};
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                std::fs::read(&path).unwrap().hash(&mut h);
+                out.push((path, h.finish()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A `kill -9` (no handler runs) loses only the steps since the last periodic
+/// checkpoint: `rl resume` continues from it; a resume that would change the networks
+/// exits 2 and leaves the directory byte-identical; one that changes the learning rate
+/// continues with it, and `env_steps` never goes back in `metrics.jsonl`.
+#[test]
+fn kill_9_loses_only_the_steps_since_the_last_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let run = dir.to_str().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rl"))
+        .args([
+            "train",
+            "configs/sac_pendulum.toml",
+            "--out",
+            run,
+            "--quiet",
+        ])
+        .args(["--set", "run.total_steps=1000000"])
+        .args(["--set", "off_policy.learning_starts=100"])
+        .args(["--set", "log.metrics_every_steps=50"])
+        .args(["--set", "run.checkpoint.every_steps=150"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill once a save past the warm-up is on disk, some way into the next interval.
+    let counters = dir.join("checkpoint/run.json");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let steps = std::fs::read(&counters)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["env_steps"].as_u64());
+        if steps.is_some_and(|s| s >= 300) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint in 300 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let before = hashes(&dir);
+    let wider = rl(&["resume", run, "--quiet", "--set", "sac.hidden=[32, 32]"]);
+    assert_eq!(wider.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&wider.stderr);
+    assert!(
+        text.contains("sac.hidden cannot change on resume"),
+        "{text}"
+    );
+    assert_eq!(hashes(&dir), before, "a refused resume changes nothing");
+
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&counters).unwrap()).unwrap();
+    let saved = saved["env_steps"].as_u64().unwrap();
+    let budget = format!("run.total_steps={}", saved + 100);
+    let resumed = rl(&[
+        "resume",
+        run,
+        "--quiet",
+        "--set",
+        "sac.adam.lr=1e-4",
+        "--set",
+        &budget,
+    ]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_slice(&resumed.stdout).unwrap();
+    assert_eq!(result["total_env_steps"].as_u64(), Some(saved + 100));
+    let config = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    let config = Config::from_toml(&config, &[]).unwrap();
+    assert_eq!(config.sac.unwrap().adam.lr, 1e-4);
+    let steps: Vec<u64> = std::fs::read_to_string(dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["env_steps"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert!(steps.windows(2).all(|w| w[0] <= w[1]), "{steps:?}");
+    assert_eq!(steps.last(), Some(&(saved + 100)));
+}

@@ -68,6 +68,7 @@ impl<const M: u64, const E: u64, const N: usize> RunFlags<M, E, N> {
                 dir,
                 every_steps: None,
                 best: None,
+                ..CheckpointSchedule::default()
             }),
             budget: budget.map(MemoryBudget::ram),
             ..RunConfig::new(self.max_steps)

@@ -228,6 +228,50 @@ impl Error {
     }
 }
 
+/// The first setting but the learning rate where two optimiser configurations differ,
+/// as [`Error::CheckpointMismatch`] naming `<prefix>.adam.<field>`. The rate is left out:
+/// it may change on resume (the restored optimiser takes the configured one).
+pub(crate) fn adam_difference(
+    prefix: &str,
+    ours: &rl_nn::AdamConfig,
+    theirs: &rl_nn::AdamConfig,
+) -> Result<()> {
+    let rl_nn::AdamConfig {
+        lr: _,
+        betas,
+        eps,
+        weight_decay,
+    } = ours;
+    let differs = [
+        (
+            "betas",
+            *betas != theirs.betas,
+            format!("{betas:?}"),
+            format!("{:?}", theirs.betas),
+        ),
+        (
+            "eps",
+            *eps != theirs.eps,
+            eps.to_string(),
+            theirs.eps.to_string(),
+        ),
+        (
+            "weight_decay",
+            *weight_decay != theirs.weight_decay,
+            format!("{weight_decay:?}"),
+            format!("{:?}", theirs.weight_decay),
+        ),
+    ];
+    match differs.into_iter().find(|(_, differs, _, _)| *differs) {
+        Some((field, _, expected, actual)) => Err(Error::CheckpointMismatch {
+            what: format!("{prefix}.adam.{field}"),
+            expected,
+            actual,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The first listed field where two configurations of type `$ty` differ, as
 /// [`Error::CheckpointMismatch`] naming `<prefix>.<field>` with both values (`Debug`);
 /// `Ok(())` when they all agree. The struct is destructured exhaustively: a field added

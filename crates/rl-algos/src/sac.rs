@@ -24,7 +24,7 @@ use rl_nn::{
     Module, NetworkState, Parameters, Weights,
 };
 
-use crate::error::{Error, Result, first_difference};
+use crate::error::{Error, Result, adam_difference, first_difference};
 use crate::policy::Mode;
 
 pub use actor::{DiscreteSacActor, SacActor};
@@ -455,6 +455,17 @@ impl Core {
             });
         }
         fresh.temperature.log_alpha = saved_alpha;
+        // The optimisers keep the moments they saved and take this learner's rate.
+        let lr = fresh.config.adam.lr;
+        fresh.actor_adam.set_lr(lr)?;
+        for adam in fresh
+            .critics
+            .adam
+            .iter_mut()
+            .chain(fresh.temperature.adam.as_mut())
+        {
+            adam.set_lr(lr)?;
+        }
         fresh.updates = state.updates;
         fresh.rng = state.rng.clone();
         fresh.seed = state.seed;
@@ -703,7 +714,6 @@ fn check_config(ours: &SacConfig, theirs: &SacConfig) -> Result<()> {
         [
             hidden,
             batch_size,
-            adam,
             gamma,
             tau,
             target_update_interval,
@@ -711,8 +721,10 @@ fn check_config(ours: &SacConfig, theirs: &SacConfig) -> Result<()> {
             target_entropy,
             chunk,
         ],
-        except[]
-    )
+        // The learning rate may change on resume.
+        except[adam]
+    )?;
+    adam_difference("sac", &ours.adam, &theirs.adam)
 }
 
 fn seeded(seed: u64) -> Xoshiro256PlusPlus {

@@ -721,6 +721,15 @@ where
         &self.stats
     }
 
+    /// Continues saved episode statistics (a resumed run's): the counts and window go
+    /// on from them. The workers' environments start new episodes.
+    ///
+    /// # Errors
+    /// Damaged statistics; nothing changes then.
+    pub fn restore_stats(&mut self, saved: &crate::SavedStats) -> Result<()> {
+        self.stats.restore(saved)
+    }
+
     /// Version of the latest policy given to [`AsyncCollector::set_policy`] (0: the
     /// policy given to [`AsyncCollector::new`]).
     pub fn version(&self) -> u64 {

@@ -26,8 +26,8 @@ pub(crate) struct Lanes<E: Env> {
     pub(crate) rewards: Vec<f32>,
     pub(crate) terminated: Vec<Flag>,
     pub(crate) truncated: Vec<Flag>,
-    returns: Vec<f64>,
-    lengths: Vec<u32>,
+    pub(crate) returns: Vec<f64>,
+    pub(crate) lengths: Vec<u32>,
     check_finite: bool,
 }
 

@@ -27,6 +27,7 @@ mod async_collector;
 mod error;
 mod lanes;
 mod policy;
+mod saved;
 mod stats;
 mod sync;
 
@@ -35,6 +36,7 @@ pub use error::{Error, PolicyError, Result};
 pub use policy::{
     ActOutput, ActionSampler, ConstantPolicy, Policy, RandomAction, RandomPolicy, ValuePolicy,
 };
+pub use saved::{SavedCollector, SavedLanes, SavedStats};
 pub use stats::EpisodeStats;
 pub use sync::{BatchReport, CollectorConfig, SyncCollector};
 

@@ -168,6 +168,17 @@ impl ActionSampler {
     }
 }
 
+impl ActionSampler {
+    /// The random stream (saved with a collector's state).
+    pub(crate) fn rng(&self) -> &Xoshiro256PlusPlus {
+        &self.rng
+    }
+
+    pub(crate) fn rng_mut(&mut self) -> &mut Xoshiro256PlusPlus {
+        &mut self.rng
+    }
+}
+
 /// Action element types an [`ActionSampler`] can draw.
 pub trait RandomAction: Element {
     /// Fills `actions` (whole actions, row after row) with uniform random actions.

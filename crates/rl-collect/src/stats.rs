@@ -10,6 +10,8 @@ pub struct EpisodeStats {
     returns: Vec<f32>,
     lengths: Vec<u32>,
     next: usize,
+    /// Episodes the window keeps (not the vectors' capacity: a clone's may differ).
+    size: usize,
 }
 
 impl EpisodeStats {
@@ -23,6 +25,7 @@ impl EpisodeStats {
             returns: Vec::with_capacity(window),
             lengths: Vec::with_capacity(window),
             next: 0,
+            size: window,
         }
     }
 
@@ -76,26 +79,44 @@ impl EpisodeStats {
         self.episodes += other.episodes;
         self.terminated += other.terminated;
         self.truncated += other.truncated;
-        let start = if other.returns.len() < other.returns.capacity() {
-            0
-        } else {
-            other.next
-        };
-        for i in 0..other.returns.len() {
-            let j = (start + i) % other.returns.len();
-            self.record_window(other.returns[j], other.lengths[j]);
+        for (episode_return, length) in other.window() {
+            self.record_window(episode_return, length);
         }
     }
 
     fn record_window(&mut self, episode_return: f32, length: u32) {
-        if self.returns.len() < self.returns.capacity() {
+        if self.returns.len() < self.size {
             self.returns.push(episode_return);
             self.lengths.push(length);
         } else {
             self.returns[self.next] = episode_return;
             self.lengths[self.next] = length;
         }
-        self.next = (self.next + 1) % self.returns.capacity();
+        self.next = (self.next + 1) % self.size;
+    }
+
+    /// The window's returns and lengths, oldest first.
+    pub(crate) fn window(&self) -> impl Iterator<Item = (f32, u32)> + '_ {
+        let start = if self.returns.len() < self.size {
+            0
+        } else {
+            self.next
+        };
+        let len = self.returns.len();
+        (0..len).map(move |i| {
+            let j = (start + i) % len;
+            (self.returns[j], self.lengths[j])
+        })
+    }
+
+    pub(crate) fn set_counts(&mut self, episodes: u64, terminated: u64, truncated: u64) {
+        self.episodes = episodes;
+        self.terminated = terminated;
+        self.truncated = truncated;
+    }
+
+    pub(crate) fn push_window(&mut self, episode_return: f32, length: u32) {
+        self.record_window(episode_return, length);
     }
 
     /// Forgets everything (keeps the allocation).

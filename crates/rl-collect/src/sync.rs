@@ -9,6 +9,7 @@ use rl_storage::{
 use crate::error::{Error, Result};
 use crate::lanes::{self, Lanes};
 use crate::policy::{ActOutput, ActionSampler, Policy, RandomAction, ValuePolicy};
+use crate::saved::SavedCollector;
 use crate::stats::EpisodeStats;
 
 /// Settings shared by the collectors. Defaults in [`CollectorConfig::new`].
@@ -458,6 +459,47 @@ where
             self.advance()?;
         }
         Ok(())
+    }
+}
+
+impl<E, P> SyncCollector<E, P>
+where
+    E: Env,
+    E::Act: RandomAction,
+    P: Policy<Obs = E::Obs, Act = E::Act>,
+{
+    /// The collector's state for a later [`SyncCollector::restore`].
+    pub fn saved(&self) -> SavedCollector {
+        let exact = size_of::<P::State>() == 0;
+        let lanes = exact.then(|| self.lanes.saved()).flatten();
+        SavedCollector {
+            stats: self.stats.saved(),
+            random: lanes.as_ref().map(|_| self.random.rng().clone()),
+            lanes,
+        }
+    }
+
+    /// Restores a saved state into this collector (built as the saved one, with the
+    /// same environments): the statistics always, and the environments mid-episode
+    /// where they were saved. Returns whether the environments were restored (the
+    /// collector then continues exactly); otherwise they start new episodes. Changes
+    /// nothing on error.
+    ///
+    /// # Errors
+    /// Saved data of another collector or damaged; an environment that refuses its
+    /// saved state.
+    pub fn restore(&mut self, saved: &SavedCollector) -> Result<bool> {
+        saved.stats.check()?;
+        let exact = match (&saved.lanes, &saved.random) {
+            (Some(lanes), Some(random)) if size_of::<P::State>() == 0 => {
+                self.lanes.restore(lanes)?;
+                *self.random.rng_mut() = random.clone();
+                true
+            }
+            _ => false,
+        };
+        self.stats.restore(&saved.stats)?;
+        Ok(exact)
     }
 }
 

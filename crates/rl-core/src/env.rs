@@ -64,6 +64,31 @@ pub trait Env {
     /// for invalid input; [`Error::NeedsReset`] before the first reset or after the episode
     /// ended.
     fn step(&mut self, action: &[Self::Act], obs: &mut [Self::Obs]) -> Result<Step>;
+
+    /// The environment's whole changing state (physics, step count, random stream) as
+    /// bytes that [`Env::restore_state`] of an environment built the same way takes
+    /// back, so that it then steps exactly as this one would. This is what makes a
+    /// resumed training run continue bit for bit.
+    ///
+    /// Optional: the default `None` says this environment cannot be saved (a
+    /// Gymnasium environment, say); a resumed run then restarts its episodes.
+    fn save_state(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Restores a state [`Env::save_state`] gave. Changes nothing on error.
+    ///
+    /// # Errors
+    /// [`Error::EnvState`]: this environment cannot restore states (the default), or
+    /// `state` is another environment's or damaged.
+    fn restore_state(&mut self, state: &[u8]) -> Result<()> {
+        let _ = state;
+        Err(Error::EnvState {
+            problem: "this environment cannot restore a saved state (it implements no \
+                      Env::restore_state): its episodes restart instead"
+                .to_owned(),
+        })
+    }
 }
 
 /// Checks a buffer length against what a space or schema asks for.

@@ -89,6 +89,14 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// An environment's state could not be saved or restored: an environment that
+    /// cannot save its state, or a state of another environment or a damaged one.
+    #[error("environment state: {problem}")]
+    EnvState {
+        /// What was wrong and what to do.
+        problem: String,
+    },
+
     /// An operating-system I/O call failed.
     #[error("{context}: {source}")]
     Io {

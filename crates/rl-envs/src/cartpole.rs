@@ -204,6 +204,34 @@ impl Env for CartPole {
         self.observe(obs);
         Ok(step)
     }
+
+    fn save_state(&self) -> Option<Vec<u8>> {
+        crate::save_state("CartPole", self.episodic())
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<()> {
+        self.restore_episodic("CartPole", state)
+    }
+}
+
+impl CartPole {
+    fn episodic(&self) -> crate::Episodic<4> {
+        crate::Episodic {
+            state: self.state,
+            elapsed: self.elapsed,
+            phase: self.phase,
+            rng: self.rng.clone(),
+        }
+    }
+
+    fn restore_episodic(&mut self, env: &str, bytes: &[u8]) -> Result<()> {
+        let saved = crate::Episodic::<4>::load(env, bytes, self.max_steps)?;
+        self.state = saved.state;
+        self.elapsed = saved.elapsed;
+        self.phase = saved.phase;
+        self.rng = saved.rng;
+        Ok(())
+    }
 }
 
 /// CartPole whose observation hides both velocities: `[x, theta]` only.
@@ -276,6 +304,14 @@ impl Env for MaskedCartPole {
         let step = self.inner.advance(action)?;
         self.observe(obs);
         Ok(step)
+    }
+
+    fn save_state(&self) -> Option<Vec<u8>> {
+        crate::save_state("MaskedCartPole", self.inner.episodic())
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<()> {
+        self.inner.restore_episodic("MaskedCartPole", state)
     }
 }
 

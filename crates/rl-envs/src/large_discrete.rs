@@ -4,7 +4,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::env::{check_len, discrete_action};
-use rl_core::{BoxSpace, DType, Env, FeatureTable, MemoryPlan, Result, Space, Step};
+use rl_core::{BoxSpace, DType, Env, Error, FeatureTable, MemoryPlan, Result, Space, Step};
 
 use crate::Phase;
 
@@ -252,6 +252,66 @@ impl Env for LargeDiscrete {
             terminated: true,
             truncated: false,
         })
+    }
+
+    fn save_state(&self) -> Option<Vec<u8>> {
+        crate::save_state(
+            "LargeDiscrete",
+            Context {
+                context: self.context.to_vec(),
+                step: 0,
+                phase: self.phase,
+                rng: self.rng.clone(),
+            },
+        )
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<()> {
+        let saved = Context::load("LargeDiscrete", state, 1)?;
+        self.context.copy_from_slice(&saved.context);
+        self.projected = self.project_unchecked(&self.context);
+        self.phase = saved.phase;
+        self.rng = saved.rng;
+        Ok(())
+    }
+}
+
+/// The changing state of the contextual tasks: the context, steps into the episode,
+/// phase and random stream (the task itself is fixed by its seed).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct Context {
+    pub(crate) context: Vec<f32>,
+    pub(crate) step: usize,
+    pub(crate) phase: Phase,
+    pub(crate) rng: Xoshiro256PlusPlus,
+}
+
+impl Context {
+    /// Decodes and checks a saved state of an episode of `steps` steps.
+    pub(crate) fn load(env: &str, bytes: &[u8], steps: usize) -> Result<Self> {
+        let saved: Self = crate::load_state(env, bytes)?;
+        let damaged = |what: String| Error::EnvState {
+            problem: format!("the saved state of a {env} is damaged: {what}"),
+        };
+        if saved.context.len() != CONTEXT_DIM {
+            return Err(damaged(format!(
+                "its context has {} values, not {CONTEXT_DIM}",
+                saved.context.len()
+            )));
+        }
+        if let Some(i) = saved.context.iter().position(|c| !c.is_finite()) {
+            return Err(damaged(format!(
+                "context value {i} is {}",
+                saved.context[i]
+            )));
+        }
+        if saved.step >= steps {
+            return Err(damaged(format!(
+                "it is at step {} of an episode of {steps}",
+                saved.step
+            )));
+        }
+        Ok(saved)
     }
 }
 

@@ -45,8 +45,45 @@ pub use pendulum::Pendulum;
 
 use rl_core::{Error, Result};
 
+/// An environment's saved state: its type's name beside the fields, so that a state of
+/// another environment is refused by name.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Saved<T> {
+    env: String,
+    state: T,
+}
+
+/// `state` of the environment type `env` as bytes (JSON, whose floats round-trip
+/// exactly).
+fn save_state<T: serde::Serialize>(env: &str, state: T) -> Option<Vec<u8>> {
+    serde_json::to_vec(&Saved {
+        env: env.to_owned(),
+        state,
+    })
+    .ok()
+}
+
+/// The state of an environment of type `env` from bytes [`save_state`] wrote.
+fn load_state<T: serde::de::DeserializeOwned>(env: &str, bytes: &[u8]) -> Result<T> {
+    let damaged = |e: serde_json::Error| Error::EnvState {
+        problem: format!(
+            "the saved state of a {env} does not parse ({e}): it is damaged or of another environment"
+        ),
+    };
+    let saved: Saved<serde_json::Value> = serde_json::from_slice(bytes).map_err(damaged)?;
+    if saved.env != env {
+        return Err(Error::EnvState {
+            problem: format!(
+                "the saved state is of a {}, not of a {env}: restore it into the environment that saved it",
+                saved.env
+            ),
+        });
+    }
+    serde_json::from_value(saved.state).map_err(damaged)
+}
+
 /// Where an environment is in its episode cycle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Phase {
     NotStarted,
     Running,
@@ -76,6 +113,59 @@ fn nonzero_limit(steps: u32) -> Result<u32> {
         ))
     } else {
         Ok(steps)
+    }
+}
+
+/// The changing state of a classic-control task: physics, steps into the episode
+/// (at most `max_steps`), phase and random stream.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+struct Episodic<const N: usize> {
+    #[serde(with = "serde_arrays")]
+    state: [f64; N],
+    elapsed: u32,
+    phase: Phase,
+    rng: rand_xoshiro::Xoshiro256PlusPlus,
+}
+
+impl<const N: usize> Episodic<N> {
+    /// Decodes and checks a saved state for a task of `max_steps` steps.
+    fn load(env: &str, bytes: &[u8], max_steps: u32) -> Result<Self> {
+        let saved: Self = load_state(env, bytes)?;
+        finite_state(&saved.state).map_err(|e| Error::EnvState {
+            problem: format!("the saved state of a {env} is damaged: {e}"),
+        })?;
+        if saved.elapsed > max_steps {
+            return Err(Error::EnvState {
+                problem: format!(
+                    "the saved state of a {env} is {} steps into an episode of at most {max_steps}: restore it into an environment with the same time limit",
+                    saved.elapsed
+                ),
+            });
+        }
+        Ok(saved)
+    }
+}
+
+/// Fixed-size arrays as sequences (serde derives them only up to 32 elements, and
+/// `[f64; N]` for a generic `N` not at all).
+mod serde_arrays {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(crate) fn serialize<S: Serializer, const N: usize>(
+        values: &[f64; N],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        values.as_slice().serialize(serializer)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>, const N: usize>(
+        deserializer: D,
+    ) -> Result<[f64; N], D::Error> {
+        let values = Vec::<f64>::deserialize(deserializer)?;
+        let len = values.len();
+        values
+            .try_into()
+            .map_err(|_| serde::de::Error::custom(format!("{len} values where {N} were expected")))
     }
 }
 

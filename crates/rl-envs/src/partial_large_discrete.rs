@@ -8,7 +8,7 @@ use rl_core::env::{check_len, discrete_action};
 use rl_core::{BoxSpace, DType, Env, Error, FeatureTable, MemoryPlan, Result, Space, Step};
 
 use crate::Phase;
-use crate::large_discrete::{CONTEXT_DIM, Estimate, LargeDiscrete};
+use crate::large_discrete::{CONTEXT_DIM, Context, Estimate, LargeDiscrete};
 
 /// [`LargeDiscrete`]'s task (100 000 actions with features `f_i`, a hidden `W`, reward
 /// `<W c, f_a> + N(0, 0.1^2)` for a context `c ~ N(0, I_16)`) seen through a keyhole:
@@ -214,6 +214,27 @@ impl Env for PartialLargeDiscrete {
             terminated: true,
             truncated: false,
         })
+    }
+
+    fn save_state(&self) -> Option<Vec<u8>> {
+        crate::save_state(
+            "PartialLargeDiscrete",
+            Context {
+                context: self.context.to_vec(),
+                step: self.step,
+                phase: self.phase,
+                rng: self.rng.clone(),
+            },
+        )
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<()> {
+        let saved = Context::load("PartialLargeDiscrete", state, self.parts)?;
+        self.context.copy_from_slice(&saved.context);
+        self.step = saved.step;
+        self.phase = saved.phase;
+        self.rng = saved.rng;
+        Ok(())
     }
 }
 

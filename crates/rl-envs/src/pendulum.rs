@@ -182,6 +182,27 @@ impl Env for Pendulum {
             truncated,
         })
     }
+
+    fn save_state(&self) -> Option<Vec<u8>> {
+        crate::save_state(
+            "Pendulum",
+            crate::Episodic {
+                state: self.state,
+                elapsed: self.elapsed,
+                phase: self.phase,
+                rng: self.rng.clone(),
+            },
+        )
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<()> {
+        let saved = crate::Episodic::<2>::load("Pendulum", state, self.max_steps)?;
+        self.state = saved.state;
+        self.elapsed = saved.elapsed;
+        self.phase = saved.phase;
+        self.rng = saved.rng;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -344,6 +344,7 @@ impl Config {
         }
         let defaults = defaults(algo)?;
         merge(&mut table, defaults);
+        checkpoint_defaults(&mut table);
         let config: Config =
             serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
                 let message = e.inner().message().trim().replace('\n', " ");
@@ -361,8 +362,14 @@ impl Config {
     /// # Errors
     /// The first invalid value.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.run
-            .validate()
+        // The run directory names the checkpoint folder; the library's check needs one.
+        let mut run = self.run.clone();
+        if let Some(checkpoint) = &mut run.checkpoint
+            && checkpoint.dir.as_os_str().is_empty()
+        {
+            checkpoint.dir = "RUN/checkpoint".into();
+        }
+        run.validate()
             .map_err(|e| ConfigError::from_algos(e, None))?;
         if let Some(checkpoint) = &self.run.checkpoint {
             if !checkpoint.dir.as_os_str().is_empty() {
@@ -536,6 +543,27 @@ fn defaults(algo: Algo) -> Result<Table, ConfigError> {
         table.remove(key);
     }
     Ok(table)
+}
+
+/// Minutes between a run directory's saves unless `run.checkpoint.every_minutes` says.
+pub const CHECKPOINT_EVERY_MINUTES: f64 = 10.0;
+
+/// A run directory saves its run periodically unless the config says otherwise: the
+/// `run.checkpoint` keys the config leaves out take `every_minutes = 10` and
+/// `at_eval = true` (a save after every scheduled evaluation).
+fn checkpoint_defaults(table: &mut Table) {
+    let Some(Value::Table(run)) = table.get_mut("run") else {
+        return;
+    };
+    let checkpoint = run
+        .entry("checkpoint")
+        .or_insert_with(|| Value::Table(Table::new()));
+    if let Value::Table(checkpoint) = checkpoint {
+        checkpoint
+            .entry("every_minutes")
+            .or_insert(Value::Float(CHECKPOINT_EVERY_MINUTES));
+        checkpoint.entry("at_eval").or_insert(Value::Boolean(true));
+    }
 }
 
 /// Puts `defaults` under `table`: keys `table` lacks are added, and where both hold a

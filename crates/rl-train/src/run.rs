@@ -236,7 +236,8 @@ pub fn remote_actor(
 }
 
 /// Continues the run saved in `dir` (from `dir/checkpoint`, with `dir/config.toml` and
-/// `options.overrides`), appending to its metrics. Overrides may change only the budget,
+/// `options.overrides`), appending to its metrics. A run that was killed before its
+/// first checkpoint starts over from step 0. Overrides may change only the budget,
 /// learning rates and schedules, `run.eval`, `run.goal`, `run.stop_at_goal` and `log`;
 /// accepted changes are written to `config.toml` and recorded in `changes.jsonl`. Before
 /// appending, a torn last line of `metrics.jsonl` is cut off and lines past the
@@ -251,8 +252,22 @@ pub fn resume(registry: &Registry, dir: &Path, options: &TrainOptions) -> Result
     let config = rundir::read_config(dir, &options.overrides)?;
     rundir::resume_changes(&saved, &config)?;
     let entry = registry.check(&config)?;
-    rundir::check_checkpoint(dir, CHECKPOINT_DIR, &config)?;
     rundir::check_writable(dir)?;
+    if !rundir::has_checkpoint(dir)? {
+        // Killed before its first save: nothing to continue, so the run starts over.
+        if !options.quiet {
+            eprintln!(
+                "{}: the run stopped before its first checkpoint, so it starts over from step 0 (its metrics so far move to {})",
+                dir.display(),
+                rundir::DISCARDED_METRICS_FILE
+            );
+        }
+        rundir::accept_resume(dir, &config, 0)?;
+        return entry
+            .run(&config, Job::Train(dir, options, false))?
+            .trained();
+    }
+    rundir::check_checkpoint(dir, CHECKPOINT_DIR, &config)?;
     // The trainer checks the checkpoint against the config; `config.toml` is written,
     // and `metrics.jsonl` repaired, only once it has accepted it.
     entry

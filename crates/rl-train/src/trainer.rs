@@ -28,6 +28,8 @@ mod off_policy;
 mod on_policy;
 #[cfg(test)]
 mod recurrent_tests;
+#[cfg(test)]
+mod resume_tests;
 mod run;
 #[cfg(test)]
 mod tests;
@@ -38,7 +40,8 @@ pub use off_policy::{
 };
 pub use on_policy::OnPolicyTrainer;
 pub use rl_algos::learner::{Learner, OffPolicyLearner, OnPolicyLearner, SequenceSpec};
+pub(crate) use run::recover_dir;
 pub use run::{
-    Callback, CheckpointSchedule, Control, EvalSchedule, Goal, Progress, ProgressLog, RUN_FILE,
-    RunConfig, RunCounters, StopReason, TrainSummary,
+    COLLECTOR_FILE, Callback, CheckpointSchedule, Continuation, Control, EvalSchedule, Goal,
+    Progress, ProgressLog, RUN_FILE, RunConfig, RunCounters, StopReason, TrainSummary,
 };

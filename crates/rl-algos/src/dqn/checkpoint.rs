@@ -6,7 +6,7 @@ use rl_nn::{Architecture, Checkpoint, NetworkState, Weights};
 use serde::{Deserialize, Serialize};
 
 use super::{CHECKPOINT_KIND, Dqn, DqnConfig, Q, Q_TARGET};
-use crate::error::{Error, Result, first_difference};
+use crate::error::{Error, Result, adam_difference, first_difference};
 use crate::learner::Learner;
 
 /// What a DQN learner is, as a comparable value: its Q network and number of actions. A
@@ -127,7 +127,6 @@ impl Learner for Dqn {
                 hidden,
                 activation,
                 batch_size,
-                adam,
                 gamma,
                 target_update,
                 double,
@@ -135,13 +134,17 @@ impl Learner for Dqn {
                 max_grad_norm,
                 huber_delta,
             ],
-            except[]
+            // The learning rate may change on resume.
+            except[adam]
         )?;
+        adam_difference("dqn", &self.config.adam, &state.config.adam)?;
         let (q, target) = (checkpoint.network(Q)?, checkpoint.network(Q_TARGET)?);
         q.check_fits(&self.q, Some(&self.adam))?;
         target.check_fits(&self.target, None)?;
         q.restore_into(&mut self.q, Some(&mut self.adam))?;
         target.restore_into(&mut self.target, None)?;
+        // The optimiser keeps its saved moments and takes this learner's rate.
+        self.adam.set_lr(self.config.adam.lr)?;
         self.updates = state.updates;
         self.env_steps = state.env_steps;
         self.rng = state.rng.clone();

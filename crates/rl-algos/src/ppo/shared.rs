@@ -11,7 +11,7 @@ use super::{
     Advantages, PpoConfig, PpoState, RewardNormalizer, RewardTransform, UpdateStats,
     clipped_surrogate, value_loss,
 };
-use crate::error::{Error, Result, first_difference};
+use crate::error::{Error, Result, adam_difference, first_difference};
 use crate::policy::{PolicyGradients, PolicyNetworks};
 
 /// Per-minibatch numbers, summed over an update.
@@ -491,13 +491,5 @@ fn config_difference(ours: &PpoConfig, theirs: &PpoConfig) -> Result<()> {
         // The schedules may change on resume: each update sets the rate from them.
         except[adam, learning_rate_end, schedule_steps, clip_range_end]
     )?;
-    let adam = |c: &PpoConfig| rl_nn::AdamConfig { lr: 0.0, ..c.adam };
-    if adam(ours) != adam(theirs) {
-        return Err(Error::CheckpointMismatch {
-            what: "ppo.adam".to_owned(),
-            expected: format!("{:?}", ours.adam),
-            actual: format!("{:?}", theirs.adam),
-        });
-    }
-    Ok(())
+    adam_difference("ppo", &ours.adam, &theirs.adam)
 }

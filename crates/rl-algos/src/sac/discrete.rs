@@ -830,6 +830,8 @@ impl crate::learner::Learner for DiscreteSac {
                 let mut values = Parameters::filled(vec![table.rows(), table.dim()], 0.0)?;
                 let mut adam = learning.adam.clone();
                 saved.restore_into(&mut values, Some(&mut adam))?;
+                // Saved moments, this learner's rate (it may change on resume).
+                adam.set_lr(learning.adam.lr())?;
                 if let Some((element, &value)) = values
                     .params()
                     .iter()

@@ -5,8 +5,9 @@ use std::path::Path;
 
 use crate::eval::{EvalConfig, EvalReport, evaluate};
 use crate::trainer::{
-    ChunkActor, ChunkCollector, ChunkConfig, ChunkSource, Goal, OffPolicyConfig, OffPolicyLearner,
-    OffPolicyReplay, OffPolicyTrainer, OnPolicyLearner, OnPolicyTrainer, RunConfig, TrainSummary,
+    ChunkActor, ChunkCollector, ChunkConfig, ChunkSource, Continuation, Goal, OffPolicyConfig,
+    OffPolicyLearner, OffPolicyReplay, OffPolicyTrainer, OnPolicyLearner, OnPolicyTrainer,
+    RunConfig, TrainSummary,
 };
 use rl_collect::{RandomAction, ValuePolicy};
 use rl_core::{Column, DType, Env, Field, MemoryPlan, Schema, Space};
@@ -57,6 +58,15 @@ impl Outcome {
     }
 }
 
+/// The loop settings a plan reads: the config's, without the checkpoint schedule (the
+/// run directory names its folder, and saving plans no memory).
+fn plan_run(config: &Config) -> RunConfig {
+    RunConfig {
+        checkpoint: None,
+        ..config.run.clone()
+    }
+}
+
 /// The evaluation settings of `rl eval`: the scheduled evaluations' episode cap.
 fn eval_config(run: &RunConfig, episodes: usize, seed: u64) -> EvalConfig {
     EvalConfig {
@@ -104,7 +114,7 @@ where
         Job::Plan => Ok(Outcome::Plan(OnPolicyTrainer::<E, L>::plan(
             &env,
             &learner,
-            &config.run,
+            &plan_run(config),
         )?)),
         Job::Train(dir, options, resume) => {
             let run = rundir::run_config(dir, config);
@@ -112,6 +122,7 @@ where
                 let trainer =
                     OnPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, run)?;
                 rundir::accept_resume(dir, config, trainer.env_steps())?;
+                note_continuation(trainer.continuation(), options);
                 trainer
             } else {
                 OnPolicyTrainer::new(make, learner, run)?
@@ -147,6 +158,16 @@ where
     }
 }
 
+/// Says on stderr when a resumed run's environments start new episodes (it then does
+/// not continue exactly as the uninterrupted run would have).
+fn note_continuation(continuation: Option<Continuation>, options: &TrainOptions) {
+    if continuation == Some(Continuation::EpisodesRestart) && !options.quiet {
+        eprintln!(
+            "note: the environments' state was not saved (an environment without Env::save_state, the async collector, or a recurrent policy), so their episodes restart here; the learner, the buffer and the counters continue"
+        );
+    }
+}
+
 fn outcome(trained: Trained) -> Outcome {
     Outcome::Trained(Box::new(trained))
 }
@@ -171,8 +192,12 @@ where
         Job::Plan => {
             let off = config.off_policy.as_ref().ok_or_else(missing)?;
             let plan = match config.stored_actions {
-                StoredActions::Index => OffPolicyTrainer::<E, L>::plan(&learner, off, &config.run)?,
-                StoredActions::OneHot => one_hot_plan::<E, L>(&env, &learner, off, &config.run)?,
+                StoredActions::Index => {
+                    OffPolicyTrainer::<E, L>::plan(&learner, off, &plan_run(config))?
+                }
+                StoredActions::OneHot => {
+                    one_hot_plan::<E, L>(&env, &learner, off, &plan_run(config))?
+                }
             };
             Ok(Outcome::Plan(plan))
         }
@@ -183,6 +208,7 @@ where
                 let trainer =
                     OffPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, off, run)?;
                 rundir::accept_resume(dir, config, trainer.env_steps())?;
+                note_continuation(trainer.continuation(), options);
                 trainer
             } else {
                 OffPolicyTrainer::new(make, learner, off, run)?

@@ -2,7 +2,7 @@
 //! plain lines otherwise, nothing with `--quiet`) and the stop request.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +21,7 @@ use crate::config::Config;
 
 /// The keys every line of `metrics.jsonl` holds, whatever the algorithm (`null` where
 /// there is no value yet): env steps over the run's life, updates (gradient steps or
-/// PPO updates), training episodes ended in this process, seconds over the run's life
+/// PPO updates), training episodes ended and seconds of training over the run's life
 /// (across resumes), env steps per second of this process, the mean return and length
 /// of the last training episodes and how many they are, resident memory, the planned
 /// RAM bytes, and the scheduled evaluation finished at this line. The learner's
@@ -60,7 +60,6 @@ pub(crate) struct Monitor {
     every: u64,
     next_line_at: u64,
     planned_bytes: u64,
-    wall_before: f64,
     total_steps: u64,
     pending_eval: Option<EvalReport>,
     /// The newest line, and whether it is in the file.
@@ -72,8 +71,7 @@ pub(crate) struct Monitor {
 }
 
 impl Monitor {
-    /// Opens `dir/metrics.jsonl` for appending (a resumed run continues its wall clock
-    /// from the file's last line) and prints the plan unless quiet.
+    /// Opens `dir/metrics.jsonl` for appending and prints the plan unless quiet.
     pub(crate) fn start(
         dir: &Path,
         config: &Config,
@@ -82,7 +80,6 @@ impl Monitor {
         env_steps: u64,
     ) -> Result<Self> {
         let path = dir.join(METRICS_FILE);
-        let wall_before = last_wall_s(&path);
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -128,7 +125,6 @@ impl Monitor {
             every: config.log.metrics_every_steps,
             next_line_at: env_steps,
             planned_bytes: plan.total(Location::Ram),
-            wall_before,
             total_steps,
             pending_eval: None,
             last: None,
@@ -163,9 +159,9 @@ impl Monitor {
                 let values = [
                     json!(s.total_env_steps),
                     json!(s.updates),
-                    json!(s.episodes),
-                    json!(self.wall_before + s.total_wall_s),
-                    json!(s.total_env_steps as f64 / s.total_wall_s.max(1e-9)),
+                    json!(s.total_episodes),
+                    json!(s.total_wall_s),
+                    json!(s.steps_per_s),
                     json!(s.mean_return),
                     Value::Null,
                     json!(s.window),
@@ -227,7 +223,7 @@ impl Monitor {
             json!(p.env_steps),
             json!(p.updates),
             json!(p.episodes),
-            json!(self.wall_before + p.wall_s),
+            json!(p.wall_s),
             json!(p.steps_per_s),
             json!(p.mean_return),
             json!(p.mean_length),
@@ -315,19 +311,4 @@ impl<S: Serialize> Callback<S> for Monitor {
             dir.display()
         ));
     }
-}
-
-/// `wall_s` of the file's last line (0 for a new file).
-fn last_wall_s(path: &Path) -> f64 {
-    let Ok(file) = File::open(path) else {
-        return 0.0;
-    };
-    BufReader::new(file)
-        .lines()
-        .map_while(std::result::Result::ok)
-        .filter(|l| !l.trim().is_empty())
-        .last()
-        .and_then(|l| serde_json::from_str::<Value>(&l).ok())
-        .and_then(|v| v.get("wall_s").and_then(Value::as_f64))
-        .unwrap_or(0.0)
 }

@@ -37,7 +37,8 @@ pub struct RunResult {
     pub solved: bool,
     /// Env steps at the goal, or at the end when it was not reached.
     pub env_steps: u64,
-    /// Seconds of this process's training at the goal, or at the end.
+    /// Seconds of training over the run's life at the goal, or at the end (a resumed
+    /// run counts the time up to its checkpoint, not the time a kill lost).
     pub wall_s: f64,
     /// Mean return of the last training episodes.
     pub mean_return: Option<f32>,
@@ -49,11 +50,11 @@ pub struct RunResult {
     pub seed: u64,
     /// RAM bytes the plan holds.
     pub planned_bytes: u64,
-    /// Env steps per second of this process.
+    /// Env steps per second of this process's training.
     pub env_steps_per_s: f64,
     /// Env steps over the run's life at the end.
     pub total_env_steps: u64,
-    /// Seconds of this process's training.
+    /// Seconds of training over the run's life at the end.
     pub total_wall_s: f64,
     /// The mean return of the final (or goal-reaching) evaluation, with `run.eval`.
     pub eval_mean_return: Option<f64>,
@@ -148,10 +149,22 @@ pub(crate) fn read_config(dir: &Path, overrides: &[String]) -> Result<Config> {
     })
 }
 
+/// Whether the run in `dir` has saved a checkpoint (one a crash left between the
+/// renames of a save is put back first).
+///
+/// # Errors
+/// The I/O error of putting it back.
+pub(crate) fn has_checkpoint(dir: &Path) -> Result<bool> {
+    let folder = dir.join(CHECKPOINT_DIR);
+    crate::trainer::recover_dir(&folder)?;
+    Ok(folder.join(RUN_FILE).exists())
+}
+
 /// The counters of the checkpoint folder `dir/name`, checked to hold a learner of
 /// `config`'s algorithm.
 pub(crate) fn check_checkpoint(dir: &Path, name: &str, config: &Config) -> Result<RunCounters> {
     let folder = dir.join(name);
+    crate::trainer::recover_dir(&folder)?;
     if !folder.join(RUN_FILE).exists() {
         let hint = if name == BEST_DIR {
             "a best checkpoint is kept only for runs with run.eval"
@@ -181,15 +194,15 @@ pub(crate) fn check_checkpoint(dir: &Path, name: &str, config: &Config) -> Resul
 }
 
 /// The loop settings of a run in `dir`: the config's, saving into `dir/checkpoint` at
-/// `run.checkpoint.every_steps` (and at the end), and into `dir/best` at each best
-/// evaluation.
+/// the config's cadences (`run.checkpoint.every_steps`, `every_minutes`, `at_eval`) and
+/// at the end, and into `dir/best` at each best evaluation.
 pub(crate) fn run_config(dir: &Path, config: &Config) -> RunConfig {
-    let every_steps = config.run.checkpoint.as_ref().and_then(|c| c.every_steps);
+    let schedule = config.run.checkpoint.clone().unwrap_or_default();
     RunConfig {
         checkpoint: Some(CheckpointSchedule {
             dir: dir.join(CHECKPOINT_DIR),
-            every_steps,
             best: config.run.eval.map(|_| dir.join(BEST_DIR)),
+            ..schedule
         }),
         ..config.run.clone()
     }
@@ -219,7 +232,7 @@ pub(crate) fn finish(
         peak_rss_bytes: s.peak_rss_bytes,
         seed: config.run.seed,
         planned_bytes: s.planned_bytes,
-        env_steps_per_s: s.total_env_steps as f64 / s.total_wall_s.max(1e-9),
+        env_steps_per_s: s.steps_per_s,
         total_env_steps: s.total_env_steps,
         total_wall_s: s.total_wall_s,
         eval_mean_return: eval.map(|e| e.mean_return),
@@ -242,16 +255,19 @@ pub(crate) fn finish(
 
 /// The settings a resumed run may change: a key, and every key below it.
 /// Everything else is fixed by the checkpoint (the networks, the buffers, the seed).
-const RESUMABLE: [&str; 9] = [
+const RESUMABLE: [&str; 12] = [
     "run.total_steps",
     "run.eval",
     "run.goal",
     "run.stop_at_goal",
+    "run.checkpoint",
     "log",
     "ppo.adam.lr",
     "ppo.learning_rate_end",
     "ppo.schedule_steps",
     "ppo.clip_range_end",
+    "sac.adam.lr",
+    "dqn.adam.lr",
 ];
 
 /// Where the accepted changes of resumed runs are appended, one JSON object a line.

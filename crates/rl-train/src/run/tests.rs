@@ -663,3 +663,145 @@ fn metrics_lines_are_on_disk_while_the_run_goes_on() {
     assert!(trained.interrupted);
     assert!(trained.result.total_env_steps < 10_000_000);
 }
+
+#[test]
+fn a_run_killed_before_its_first_checkpoint_starts_over_on_resume() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    train(&registry, &small_ppo(128), &dir, &TrainOptions::quiet()).unwrap();
+    // As a kill before the first save leaves it: a config and metrics, no checkpoint.
+    std::fs::remove_dir_all(dir.join(CHECKPOINT_DIR)).unwrap();
+    let before = lines(&dir).len();
+    assert!(before > 0);
+    let resumed = resume(&registry, &dir, &TrainOptions::quiet()).unwrap();
+    assert_eq!(resumed.result.total_env_steps, 128);
+    assert!(
+        dir.join(CHECKPOINT_DIR)
+            .join(crate::trainer::RUN_FILE)
+            .is_file()
+    );
+    let steps: Vec<u64> = lines(&dir)
+        .iter()
+        .map(|l| l["env_steps"].as_u64().unwrap())
+        .collect();
+    assert!(steps.windows(2).all(|w| w[0] <= w[1]), "{steps:?}");
+    let moved = std::fs::read_to_string(dir.join(DISCARDED_METRICS_FILE)).unwrap();
+    assert_eq!(
+        moved.lines().count(),
+        before,
+        "the first attempt's lines are set aside"
+    );
+}
+
+#[test]
+fn a_save_cut_between_its_renames_is_put_back_on_resume() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    train(&registry, &small_ppo(128), &dir, &TrainOptions::quiet()).unwrap();
+    // A crash after `checkpoint` was moved aside and before the new one took its place.
+    std::fs::rename(dir.join(CHECKPOINT_DIR), dir.join("checkpoint.old")).unwrap();
+    std::fs::create_dir(dir.join("checkpoint.partial")).unwrap();
+    let longer = TrainOptions {
+        overrides: vec!["run.total_steps=256".into()],
+        ..TrainOptions::quiet()
+    };
+    let resumed = resume(&registry, &dir, &longer).unwrap();
+    assert_eq!(resumed.result.total_env_steps, 256);
+    let steps: Vec<u64> = lines(&dir)
+        .iter()
+        .map(|l| l["env_steps"].as_u64().unwrap())
+        .collect();
+    assert!(steps.windows(2).all(|w| w[0] <= w[1]), "{steps:?}");
+    assert!(
+        !dir.join(DISCARDED_METRICS_FILE).exists(),
+        "nothing was lost"
+    );
+    assert!(!dir.join("checkpoint.old").exists() && !dir.join("checkpoint.partial").exists());
+}
+
+#[test]
+fn checkpoint_cadences_come_from_the_config_and_default_to_ten_minutes() {
+    let shipped = config("ppo", "cartpole", 128, &[]);
+    let schedule = shipped.run.checkpoint.clone().unwrap();
+    assert_eq!(schedule.every_minutes, Some(10.0));
+    assert!(schedule.at_eval && schedule.every_steps.is_none());
+    let set = config("ppo", "cartpole", 128, &["run.checkpoint.every_steps=2000"]);
+    let schedule = set.run.checkpoint.clone().unwrap();
+    assert_eq!(schedule.every_steps, Some(2000));
+    assert_eq!(
+        schedule.every_minutes,
+        Some(10.0),
+        "the other cadences stay"
+    );
+    // Written out and read back as the effective config.
+    let again = Config::from_toml(&set.to_toml().unwrap(), &[]).unwrap();
+    assert_eq!(again.run.checkpoint, set.run.checkpoint);
+    for (set, key) in [
+        (
+            "run.checkpoint.every_minutes=0",
+            "run.checkpoint.every_minutes",
+        ),
+        ("run.checkpoint.every_steps=0", "run.checkpoint.every_steps"),
+        ("run.checkpoint.dir='x'", "run.checkpoint.dir"),
+    ] {
+        let text = "algo = \"ppo\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 1\n";
+        let e = Config::from_toml(text, &[set.to_owned()]).unwrap_err();
+        assert_eq!(e.key, key, "{e}");
+    }
+
+    // Saves on the step cadence during the run: every 64 steps of a 256-step run.
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let mut every = small_ppo(256);
+    every.run.checkpoint.as_mut().unwrap().every_steps = Some(64);
+    let options = TrainOptions::quiet();
+    let plan = plan(&registry, &every).unwrap();
+    assert!(plan.refused.is_none());
+    train(&registry, &every, &dir, &options).unwrap();
+    let saved = crate::trainer::RunCounters::load(&dir.join(CHECKPOINT_DIR)).unwrap();
+    assert_eq!(saved.env_steps, 256);
+    assert!(saved.wall_s > 0.0);
+}
+
+#[test]
+fn resume_changes_an_off_policy_learning_rate() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let sac = config(
+        "sac",
+        "pendulum",
+        150,
+        &[
+            "off_policy.learning_starts=50",
+            "off_policy.buffer_capacity=1000",
+            "sac.hidden=[16, 16]",
+            "sac.batch_size=16",
+        ],
+    );
+    train(&registry, &sac, &dir, &TrainOptions::quiet()).unwrap();
+    let slower = TrainOptions {
+        overrides: vec!["sac.adam.lr=1e-4".into(), "run.total_steps=200".into()],
+        ..TrainOptions::quiet()
+    };
+    let resumed = resume(&registry, &dir, &slower).unwrap();
+    assert_eq!(resumed.result.total_env_steps, 200);
+    assert_eq!(
+        rundir::read_config(&dir, &[]).unwrap().sac.unwrap().adam.lr,
+        1e-4
+    );
+    let eps = TrainOptions {
+        overrides: vec!["sac.adam.eps=1e-3".into(), "run.total_steps=300".into()],
+        ..TrainOptions::quiet()
+    };
+    let e = resume(&registry, &dir, &eps).unwrap_err();
+    assert_eq!(e.exit_code(), 2);
+    assert!(
+        e.to_string()
+            .starts_with("sac.adam.eps cannot change on resume"),
+        "{e}"
+    );
+}

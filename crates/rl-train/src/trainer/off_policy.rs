@@ -20,7 +20,9 @@ use self::remote::Remote;
 pub use self::remote::{ChunkActor, ChunkCollector, ChunkConfig, ChunkSink, ChunkSource, Episode};
 use self::replay::sampler_plan;
 pub use self::replay::{OffPolicyReplay, REPLAY_FILE, ReplayLocation};
-use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
+use super::run::{
+    self, Callback, Clock, Continuation, EvalSchedule, RunConfig, RunCounters, TrainSummary,
+};
 use crate::eval::{EvalReport, evaluate};
 use rl_algos::learner::OffPolicyLearner;
 use rl_algos::{Error, Result};
@@ -253,6 +255,11 @@ where
     plan: MemoryPlan,
     /// Env steps taken before this process (a resumed run), plus the collector's frames.
     steps_before: u64,
+    /// Seconds of training over the run's life, as of the end of the last `train` call
+    /// or save.
+    wall_s: f64,
+    /// How a resumed run continued its environments (`None`: a new run).
+    continuation: Option<Continuation>,
     last_eval_steps: u64,
     best_eval: Option<f64>,
     last_stats: Option<L::Stats>,
@@ -365,11 +372,15 @@ where
     /// the collector may differ. Everything is checked before anything is loaded into
     /// the trainer.
     ///
-    /// A run resumed from a synchronous save continues exactly as if it never stopped
-    /// (given environments whose episodes do not straddle the save); with the
+    /// A run resumed from a synchronous save of environments that save their state
+    /// ([`Env::save_state`]) and a learner without per-environment acting state (not a
+    /// recurrent one) continues exactly, bit for bit, as if it never stopped: the
+    /// environments are restored mid-episode ([`Continuation::Exact`]). Otherwise the
+    /// environments start new episodes ([`Continuation::EpisodesRestart`]); with the
     /// asynchronous collector the chunks workers had filled but the trainer had not
-    /// written are not in the save, and the resumed run's workers start from new
-    /// environment resets, so it continues equivalently, not identically.
+    /// written are not in the save either, so the run continues equivalently, not
+    /// identically. The episode statistics (counts, return window) continue in both
+    /// cases.
     ///
     /// # Errors
     /// A directory of another run ([`Error::CheckpointMismatch`]), missing or corrupt
@@ -415,7 +426,8 @@ where
             checked.check(budget)?;
         }
         let created = resume.is_none();
-        let (replay, steps_before, last_eval_steps, best_eval) = match resume {
+        let resume_dir = resume.as_ref().map(|(dir, _)| dir.to_path_buf());
+        let (replay, steps_before, wall_s, last_eval_steps, best_eval) = match resume {
             None => {
                 OffPolicyReplay::check_new(&config)?;
                 let budget = run.budget.unwrap_or_else(MemoryBudget::unlimited);
@@ -423,6 +435,7 @@ where
                 (
                     OffPolicyReplay::create(&schema, &config, &run, sequence, &budget)?,
                     0,
+                    0.0,
                     0,
                     None,
                 )
@@ -436,12 +449,13 @@ where
                     learner.sequence(),
                 )?,
                 counters.env_steps,
+                counters.wall_s,
                 counters.last_eval_steps,
                 counters.best_eval_return,
             ),
         };
         let rest = (|| {
-            let collection = match source {
+            let mut collection = match source {
                 None => {
                     let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
                     Collection::new(envs, learner, &config, &run, steps_before)?
@@ -450,15 +464,22 @@ where
                     Collection::Remote(Remote::new(learner, source, run.window(), steps_before)?)
                 }
             };
+            let continuation = match &resume_dir {
+                None => None,
+                Some(dir) => Some(match run::read_collector(dir)? {
+                    Some(saved) if collection.restore(&saved)? => Continuation::Exact,
+                    _ => Continuation::EpisodesRestart,
+                }),
+            };
             let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
             let mut plan = base_plan(collection.learner(), &schema, &config, &run)?;
             plan.nest("collector", &collection.memory_plan());
             if let Some(budget) = &run.budget {
                 plan.check(budget)?;
             }
-            Ok((eval_env, collection, plan))
+            Ok((eval_env, collection, plan, continuation))
         })();
-        let (eval_env, collection, plan) = match rest {
+        let (eval_env, collection, plan, continuation) = match rest {
             Ok(built) => built,
             Err(error) => {
                 if created {
@@ -479,6 +500,8 @@ where
             eval_env,
             plan,
             steps_before,
+            wall_s,
+            continuation,
             last_eval_steps,
             best_eval,
             last_stats: None,
@@ -543,6 +566,11 @@ where
         evaluate(&mut self.eval_env, self.collection.learner_mut(), &config)
     }
 
+    /// How this resumed run continued its environments (`None`: a new run).
+    pub fn continuation(&self) -> Option<Continuation> {
+        self.continuation
+    }
+
     /// Env steps over the run's life: those in the replay buffer's writes (with the
     /// async collector, steps workers took for chunks not yet written are not counted).
     pub fn env_steps(&self) -> u64 {
@@ -556,7 +584,12 @@ where
     /// trainer keeps what it had done before the error.
     pub fn train(&mut self, callback: &mut dyn Callback<L::Stats>) -> Result<TrainSummary> {
         let run = self.run.clone();
-        let mut clock = Clock::start(self.env_steps(), self.last_eval_steps, self.best_eval);
+        let mut clock = Clock::start(
+            self.env_steps(),
+            self.wall_s,
+            self.last_eval_steps,
+            self.best_eval,
+        );
         let episodes_before = self.collection.stats().episodes();
         while self.env_steps() < run.total_steps && clock.stop.is_none() {
             let before = self.env_steps();
@@ -587,6 +620,7 @@ where
             )?;
             if let Some(best) = clock.take_new_best(&run) {
                 self.best_eval = clock.best_eval;
+                self.wall_s = clock.elapsed();
                 self.save_best(&best)?;
             }
             if clock.save_due(&run, steps) {
@@ -601,6 +635,7 @@ where
             clock.report(callback, &progress);
         }
         self.last_eval_steps = clock.last_eval_steps;
+        self.wall_s = clock.elapsed();
         if run.checkpoint.is_some() {
             self.save_scheduled(&mut clock, callback)?;
         }
@@ -632,6 +667,7 @@ where
         let steps = self.env_steps();
         self.last_eval_steps = clock.last_eval_steps;
         self.best_eval = clock.best_eval;
+        self.wall_s = clock.elapsed();
         if let Some(schedule) = self.run.checkpoint.clone() {
             self.save(&schedule.dir)?;
             clock.saved(steps);
@@ -640,19 +676,21 @@ where
         Ok(())
     }
 
-    /// Saves the run into `dir` (learner, replay buffer, counters), replacing what was
-    /// there only once the new directory is whole. A RAM buffer's rows are written into
-    /// `dir/replay/`; a memmap buffer is committed in place and `dir/replay/` records its
-    /// file.
+    /// Saves the run into `dir` (learner, replay buffer, collector state, counters),
+    /// replacing what was there only once the new directory is whole and synced to
+    /// disk. A RAM buffer's rows are written into `dir/replay/`; a memmap buffer is
+    /// committed in place and `dir/replay/` records its file.
     ///
     /// # Errors
     /// I/O errors.
     pub fn save(&mut self, dir: &Path) -> Result<()> {
         let counters = self.counters();
+        let collector = self.collection.saved();
         let (learner, replay) = (self.collection.learner(), &mut self.replay);
         run::save_dir(dir, |partial| {
             learner.checkpoint().save(partial.join(LEARNER_FILE))?;
             replay.save(&partial.join(REPLAY_DIR))?;
+            run::write_collector(partial, &collector)?;
             run::write_counters(partial, &counters)
         })
     }
@@ -673,6 +711,7 @@ where
             trainer: TRAINER.to_owned(),
             learner: self.learner().kind().to_owned(),
             env_steps: self.env_steps(),
+            wall_s: self.wall_s,
             updates: self.learner().updates(),
             last_eval_steps: self.last_eval_steps,
             run: self.run.clone(),

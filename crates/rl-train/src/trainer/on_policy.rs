@@ -9,7 +9,9 @@ use rl_core::{Env, Location, MemoryPlan};
 use rl_nn::Checkpoint;
 use rl_storage::rollout::RolloutBuffer;
 
-use super::run::{self, Callback, Clock, EvalSchedule, RunConfig, RunCounters, TrainSummary};
+use super::run::{
+    self, Callback, Clock, Continuation, EvalSchedule, RunConfig, RunCounters, TrainSummary,
+};
 use crate::eval::{EvalReport, evaluate};
 use rl_algos::learner::OnPolicyLearner;
 use rl_algos::policy::PolicyNetworks;
@@ -61,6 +63,11 @@ where
     eval_env: E,
     plan: MemoryPlan,
     steps_before: u64,
+    /// Seconds of training over the run's life, as of the end of the last `train` call
+    /// or save.
+    wall_s: f64,
+    /// How a resumed run continued its environments (`None`: a new run).
+    continuation: Option<Continuation>,
     last_eval_steps: u64,
     best_eval: Option<f64>,
     last_stats: Option<L::Stats>,
@@ -85,9 +92,12 @@ where
     }
 
     /// Continues the run saved in `dir`: learner (weights, optimiser, schedules,
-    /// normalisers, generators) and counters. `policy` and `ppo` must be built as the
-    /// saved ones were; `run` must keep the seed and the number of environments. The
-    /// environments start new episodes.
+    /// normalisers, generators), counters and the collector's state. `policy` and `ppo`
+    /// must be built as the saved ones were; `run` must keep the seed and the number of
+    /// environments. Environments that save their state ([`Env::save_state`]) under a
+    /// feed-forward policy continue mid-episode, so the run continues exactly
+    /// ([`Continuation::Exact`]); otherwise they start new episodes. The episode
+    /// statistics continue either way.
     ///
     /// # Errors
     /// A directory of another run ([`Error::CheckpointMismatch`](rl_algos::Error::CheckpointMismatch)), missing or corrupt
@@ -147,16 +157,17 @@ where
         run.validate()?;
         check_envs(&ppo, &run)?;
         let policy = ppo.policy().clone();
-        let (steps_before, last_eval_steps, best_eval) = match &resume {
+        let (steps_before, wall_s, last_eval_steps, best_eval) = match &resume {
             Some((dir, counters)) => {
                 run::load_learner(&mut ppo, &dir.join(LEARNER_FILE))?;
                 (
                     counters.env_steps,
+                    counters.wall_s,
                     counters.last_eval_steps,
                     counters.best_eval_return,
                 )
             }
-            None => (0, 0, None),
+            None => (0, 0.0, 0, None),
         };
         let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
         let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
@@ -177,10 +188,17 @@ where
         // The learner's policy may carry state the fresh copy lacks (a normaliser added
         // by `Ppo::new`, restored weights and generator).
         ppo.copy_policy_into(collector.policy_mut())?;
-        if resume.is_some() {
-            let sampling = ppo.policy().sampling_state();
-            collector.policy_mut().set_sampling_state(sampling);
-        }
+        let continuation = match &resume {
+            None => None,
+            Some((dir, _)) => {
+                let sampling = ppo.policy().sampling_state();
+                collector.policy_mut().set_sampling_state(sampling);
+                Some(match run::read_collector(dir)? {
+                    Some(saved) if collector.restore(&saved)? => Continuation::Exact,
+                    _ => Continuation::EpisodesRestart,
+                })
+            }
+        };
         Ok(Self {
             run,
             ppo,
@@ -189,6 +207,8 @@ where
             eval_env,
             plan,
             steps_before,
+            wall_s,
+            continuation,
             last_eval_steps,
             best_eval,
             last_stats: None,
@@ -234,6 +254,11 @@ where
         evaluate(&mut self.eval_env, self.collector.policy_mut(), &config)
     }
 
+    /// How this resumed run continued its environments (`None`: a new run).
+    pub fn continuation(&self) -> Option<Continuation> {
+        self.continuation
+    }
+
     /// Env steps over the run's life.
     pub fn env_steps(&self) -> u64 {
         self.steps_before + self.collector.frames()
@@ -247,7 +272,12 @@ where
     /// Environment, policy and learner errors ([`Error::Diverged`](rl_algos::Error::Diverged) ...).
     pub fn train(&mut self, callback: &mut dyn Callback<L::Stats>) -> Result<TrainSummary> {
         let run = self.run.clone();
-        let mut clock = Clock::start(self.env_steps(), self.last_eval_steps, self.best_eval);
+        let mut clock = Clock::start(
+            self.env_steps(),
+            self.wall_s,
+            self.last_eval_steps,
+            self.best_eval,
+        );
         let episodes_before = self.collector.stats().episodes();
         while self.env_steps() < run.total_steps && clock.stop.is_none() {
             self.rollout.clear();
@@ -275,6 +305,7 @@ where
                 // An on-policy save is the learner and the counters, nothing more: the
                 // best checkpoint is a whole save.
                 self.best_eval = clock.best_eval;
+                self.wall_s = clock.elapsed();
                 self.save(&best)?;
             }
             if clock.save_due(&run, steps) {
@@ -289,6 +320,7 @@ where
             clock.report(callback, &progress);
         }
         self.last_eval_steps = clock.last_eval_steps;
+        self.wall_s = clock.elapsed();
         if run.checkpoint.is_some() {
             self.save_scheduled(&mut clock, callback)?;
         }
@@ -309,6 +341,7 @@ where
         let steps = self.env_steps();
         self.last_eval_steps = clock.last_eval_steps;
         self.best_eval = clock.best_eval;
+        self.wall_s = clock.elapsed();
         if let Some(schedule) = self.run.checkpoint.clone() {
             self.save(&schedule.dir)?;
             clock.saved(steps);
@@ -329,8 +362,9 @@ where
         self.ppo.policy_mut().set_sampling_state(sampling);
     }
 
-    /// Saves the run into `dir` (learner with the collector's sampling generator, and the
-    /// counters), replacing what was there only once the new directory is whole.
+    /// Saves the run into `dir` (learner with the collector's sampling generator, the
+    /// collector's state and the counters), replacing what was there only once the new
+    /// directory is whole and synced to disk.
     ///
     /// # Errors
     /// I/O errors.
@@ -340,14 +374,17 @@ where
             trainer: TRAINER.to_owned(),
             learner: self.ppo.kind().to_owned(),
             env_steps: self.env_steps(),
+            wall_s: self.wall_s,
             updates: self.ppo.updates(),
             last_eval_steps: self.last_eval_steps,
             run: self.run.clone(),
             best_eval_return: self.best_eval,
         };
+        let collector = self.collector.saved();
         let ppo = &self.ppo;
         run::save_dir(dir, |partial| {
             run::save_learner(ppo, &partial.join(LEARNER_FILE))?;
+            run::write_collector(partial, &collector)?;
             run::write_counters(partial, &counters)
         })
     }

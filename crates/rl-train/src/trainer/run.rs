@@ -15,6 +15,10 @@ use rl_algos::{Error, Result};
 
 /// The file of a run directory that holds the loop's counters ([`RunCounters`]).
 pub const RUN_FILE: &str = "run.json";
+/// The file of a run directory that holds the collector's state
+/// ([`rl_collect::SavedCollector`]: episode statistics, and the environments mid-episode
+/// where they can be saved).
+pub const COLLECTOR_FILE: &str = "collector.json";
 
 /// When a run counts as solved, and stops (unless [`RunConfig::stop_at_goal`] is off).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -63,14 +67,21 @@ impl EvalSchedule {
 }
 
 /// Where and how often a run saves itself.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// A run with a schedule also saves at the end of every `train` call.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CheckpointSchedule {
     /// The run directory. A save writes a sibling `<dir>.partial` completely, then swaps
     /// it in, so a crash mid-save leaves the previous checkpoint whole.
     pub dir: PathBuf,
-    /// Env steps between saves (`None`: only at the end of `train`).
+    /// Env steps between saves (`None`: no step cadence).
     pub every_steps: Option<u64>,
+    /// Minutes of wall time between saves (`None`: no time cadence). The `rl` command
+    /// saves every 10 minutes unless a config says otherwise.
+    pub every_minutes: Option<f64>,
+    /// Save after every scheduled evaluation too (the `rl` command does).
+    pub at_eval: bool,
     /// Where the learner alone is saved (its checkpoint and the counters, no replay
     /// buffer) each time a scheduled evaluation's mean return beats every earlier one of
     /// the run (`None`: no best checkpoint). Written the same whole-or-nothing way as
@@ -212,6 +223,18 @@ impl RunConfig {
                     "is 0: use at least 1, or None to save only at the end",
                 ));
             }
+            if checkpoint
+                .every_minutes
+                .is_some_and(|m| !(m.is_finite() && m > 0.0))
+            {
+                return Err(Error::config(
+                    "run.checkpoint.every_minutes",
+                    format!(
+                        "is {}: use a positive number of minutes, or None for no time cadence",
+                        checkpoint.every_minutes.unwrap_or_default()
+                    ),
+                ));
+            }
             if checkpoint.dir.as_os_str().is_empty() {
                 return Err(Error::config(
                     "run.checkpoint.dir",
@@ -272,7 +295,7 @@ pub struct Progress<'a, S> {
     pub env_steps: u64,
     /// Gradient steps (off-policy) or PPO updates (on-policy) so far.
     pub updates: u64,
-    /// Training episodes ended so far in this process.
+    /// Training episodes ended so far, over the run's life.
     pub episodes: u64,
     /// Mean return of the last training episodes (`None` before the first ends).
     pub mean_return: Option<f32>,
@@ -280,7 +303,7 @@ pub struct Progress<'a, S> {
     pub mean_length: Option<f32>,
     /// Training episodes in those means (at most the run's window).
     pub window: usize,
-    /// Seconds since `train` started.
+    /// Seconds of training over the run's life (a resumed run continues the count).
     pub wall_s: f64,
     /// Env steps per second in this `train` call.
     pub steps_per_s: f64,
@@ -388,11 +411,11 @@ pub struct TrainSummary {
     pub solved: bool,
     /// Env steps at the goal, or at the end when it was not reached.
     pub env_steps: u64,
-    /// Seconds of this `train` call at the goal, or at the end.
+    /// Seconds of training over the run's life at the goal, or at the end.
     pub wall_s: f64,
     /// Env steps over the run's life at the end.
     pub total_env_steps: u64,
-    /// Seconds of this `train` call.
+    /// Seconds of training over the run's life at the end.
     pub total_wall_s: f64,
     /// Gradient steps (off-policy) or PPO updates (on-policy) over the run's life.
     pub updates: u64,
@@ -400,8 +423,12 @@ pub struct TrainSummary {
     pub mean_return: Option<f32>,
     /// Training episodes in that mean.
     pub window: usize,
+    /// Env steps per second of this `train` call.
+    pub steps_per_s: f64,
     /// Training episodes ended in this `train` call.
     pub episodes: u64,
+    /// Training episodes ended over the run's life.
+    pub total_episodes: u64,
     /// The last scheduled evaluation.
     pub last_eval: Option<EvalReport>,
     /// Bytes of host memory the plan holds.
@@ -422,6 +449,10 @@ pub struct RunCounters {
     pub learner: String,
     /// Env steps over the run's life.
     pub env_steps: u64,
+    /// Seconds of training over the run's life (the time between a save and a kill is
+    /// lost with its steps).
+    #[serde(default)]
+    pub wall_s: f64,
     /// Gradient steps or updates over the run's life.
     pub updates: u64,
     /// Env steps at the last scheduled evaluation.
@@ -441,6 +472,7 @@ impl RunCounters {
     /// # Errors
     /// [`Error::Config`] for a missing or unreadable file, or one that does not parse.
     pub fn load(dir: &Path) -> Result<Self> {
+        recover_dir(dir)?;
         let path = dir.join(RUN_FILE);
         let text = std::fs::read(&path).map_err(|e| {
             Error::config(
@@ -481,14 +513,15 @@ impl RunCounters {
     }
 }
 
-/// Saves a run directory through `write` into `<dir>.partial`, then swaps it in for
-/// `dir`: a crash leaves either the old directory or the new one whole.
+/// Saves a run directory through `write` into `<dir>.partial`, makes every file and the
+/// folder durable (fsync), then swaps it in for `dir`: the old one is renamed
+/// `<dir>.old`, the new one into place, the parent folder synced, and the old one
+/// removed. A crash at any point leaves a whole save: `dir`, or `<dir>.old` between
+/// the two renames, which [`recover_dir`] (called by every load) puts back.
 pub(crate) fn save_dir(dir: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-    let io = |what: &str, path: &Path, e: std::io::Error| {
-        Error::config("checkpoint", format!("{what} {}: {e}", path.display()))
-    };
     let partial = sibling(dir, "partial");
     let old = sibling(dir, "old");
+    recover_dir(dir)?;
     for stale in [&partial, &old] {
         if stale.exists() {
             std::fs::remove_dir_all(stale).map_err(|e| io("removing", stale, e))?;
@@ -496,14 +529,57 @@ pub(crate) fn save_dir(dir: &Path, write: impl FnOnce(&Path) -> Result<()>) -> R
     }
     std::fs::create_dir_all(&partial).map_err(|e| io("creating", &partial, e))?;
     write(&partial)?;
+    sync_tree(&partial)?;
     if dir.exists() {
         std::fs::rename(dir, &old).map_err(|e| io("moving aside", dir, e))?;
     }
     std::fs::rename(&partial, dir).map_err(|e| io("renaming into place", &partial, e))?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent)?;
+    }
     if old.exists() {
         std::fs::remove_dir_all(&old).map_err(|e| io("removing", &old, e))?;
     }
     Ok(())
+}
+
+fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::config("checkpoint", format!("{what} {}: {e}", path.display()))
+}
+
+/// Puts a save back that a crash left as `<dir>.old` (between the two renames of
+/// [`save_dir`]); nothing to do when `dir` exists.
+///
+/// # Errors
+/// The rename's I/O error.
+pub(crate) fn recover_dir(dir: &Path) -> Result<()> {
+    let old = sibling(dir, "old");
+    if !dir.exists() && old.join(RUN_FILE).exists() {
+        std::fs::rename(&old, dir).map_err(|e| io("restoring", &old, e))?;
+    }
+    Ok(())
+}
+
+/// fsyncs every file below `dir`, and the folders.
+fn sync_tree(dir: &Path) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|e| io("reading", dir, e))?;
+    for entry in entries {
+        let path = entry.map_err(|e| io("reading", dir, e))?.path();
+        if path.is_dir() {
+            sync_tree(&path)?;
+        } else {
+            std::fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| io("syncing", &path, e))?;
+        }
+    }
+    sync_dir(dir)
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io("syncing", dir, e))
 }
 
 fn sibling(dir: &Path, suffix: &str) -> PathBuf {
@@ -524,6 +600,47 @@ pub(crate) fn load_learner<L: Learner>(learner: &mut L, path: &Path) -> Result<(
     learner.restore(&checkpoint)
 }
 
+/// Writes a collector's state as `dir/collector.json`.
+pub(crate) fn write_collector(dir: &Path, saved: &rl_collect::SavedCollector) -> Result<()> {
+    let path = dir.join(COLLECTOR_FILE);
+    let text = serde_json::to_vec(saved)
+        .map_err(|e| Error::config("checkpoint", format!("{}: {e}", path.display())))?;
+    std::fs::write(&path, text).map_err(|e| io("writing", &path, e))
+}
+
+/// The collector's state saved in `dir` (`None` in a save that has none: an older
+/// one, or a best checkpoint).
+pub(crate) fn read_collector(dir: &Path) -> Result<Option<rl_collect::SavedCollector>> {
+    let path = dir.join(COLLECTOR_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            Error::config(
+                "resume",
+                format!(
+                    "{} does not parse ({e}): the save is damaged; remove the file to resume with new episodes",
+                    path.display()
+                ),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io("reading", &path, e)),
+    }
+}
+
+/// How a resumed run continues its environments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Continuation {
+    /// The environments were restored mid-episode: the run continues exactly as if it
+    /// had not stopped (synchronous collection, environments that save their state,
+    /// a learner without per-environment acting state).
+    Exact,
+    /// The environments start new episodes (an environment that cannot save its
+    /// state, the asynchronous collector, a recurrent learner); the learner, the
+    /// buffer, the counters and the episode statistics continue.
+    EpisodesRestart,
+}
+
 /// Writes `counters` as `dir/run.json`.
 pub(crate) fn write_counters(dir: &Path, counters: &RunCounters) -> Result<()> {
     let text = serde_json::to_vec_pretty(counters)
@@ -537,11 +654,16 @@ pub(crate) fn write_counters(dir: &Path, counters: &RunCounters) -> Result<()> {
 #[derive(Debug)]
 pub(crate) struct Clock {
     start: Instant,
+    /// Seconds of training over the run's life before this `train` call.
+    wall_before: f64,
     start_steps: u64,
     pub(crate) solved_at: Option<(u64, f64)>,
     pub(crate) last_eval_steps: u64,
     pub(crate) last_eval: Option<EvalReport>,
     last_save_steps: u64,
+    last_save_at: Instant,
+    /// Whether an evaluation ran since the last save.
+    evaluated_since_save: bool,
     pub(crate) stop: Option<StopReason>,
     /// The best evaluation's mean return of the run so far.
     pub(crate) best_eval: Option<f64>,
@@ -551,14 +673,23 @@ pub(crate) struct Clock {
 }
 
 impl Clock {
-    pub(crate) fn start(env_steps: u64, last_eval_steps: u64, best_eval: Option<f64>) -> Self {
+    pub(crate) fn start(
+        env_steps: u64,
+        wall_before: f64,
+        last_eval_steps: u64,
+        best_eval: Option<f64>,
+    ) -> Self {
+        let now = Instant::now();
         Self {
-            start: Instant::now(),
+            start: now,
+            wall_before,
             start_steps: env_steps,
             solved_at: None,
             last_eval_steps,
             last_eval: None,
             last_save_steps: env_steps,
+            last_save_at: now,
+            evaluated_since_save: false,
             stop: None,
             best_eval,
             new_best: false,
@@ -575,12 +706,14 @@ impl Clock {
             .filter(|_| due)
     }
 
+    /// Seconds of training over the run's life.
     pub(crate) fn elapsed(&self) -> f64 {
-        self.start.elapsed().as_secs_f64()
+        self.wall_before + self.start.elapsed().as_secs_f64()
     }
 
+    /// Env steps per second of this `train` call.
     pub(crate) fn steps_per_s(&self, env_steps: u64) -> f64 {
-        (env_steps - self.start_steps) as f64 / self.elapsed().max(1e-9)
+        (env_steps - self.start_steps) as f64 / self.start.elapsed().as_secs_f64().max(1e-9)
     }
 
     /// Notes that the goal was reached at `env_steps` (the first time only) and stops if
@@ -648,6 +781,7 @@ impl Clock {
     ) {
         self.last_eval_steps = env_steps;
         self.last_eval = Some(report);
+        self.evaluated_since_save = true;
         if self.best_eval.is_none_or(|best| report.mean_return > best) {
             self.best_eval = Some(report.mean_return);
             self.new_best = true;
@@ -662,16 +796,25 @@ impl Clock {
         }
     }
 
-    /// Whether a scheduled save is due at `env_steps`.
+    /// Whether a scheduled save is due at `env_steps`: `every_steps` env steps or
+    /// `every_minutes` minutes since the last one, or an evaluation since (`at_eval`).
     pub(crate) fn save_due(&self, run: &RunConfig, env_steps: u64) -> bool {
-        run.checkpoint
-            .as_ref()
-            .and_then(|c| c.every_steps)
-            .is_some_and(|every| env_steps >= self.last_save_steps.saturating_add(every))
+        let Some(schedule) = run.checkpoint.as_ref() else {
+            return false;
+        };
+        let steps = schedule
+            .every_steps
+            .is_some_and(|every| env_steps >= self.last_save_steps.saturating_add(every));
+        let minutes = schedule
+            .every_minutes
+            .is_some_and(|m| self.last_save_at.elapsed().as_secs_f64() >= m * 60.0);
+        steps || minutes || (schedule.at_eval && self.evaluated_since_save)
     }
 
     pub(crate) fn saved(&mut self, env_steps: u64) {
         self.last_save_steps = env_steps;
+        self.last_save_at = Instant::now();
+        self.evaluated_since_save = false;
     }
 
     /// The state of the run after an iteration, for [`Callback::on_progress`].
@@ -714,7 +857,8 @@ impl Clock {
         planned_bytes: u64,
     ) -> TrainSummary {
         let (mean_return, window) = (episodes.mean_return(), episodes.window_len());
-        let episodes = episodes.episodes() - episodes_before;
+        let total_episodes = episodes.episodes();
+        let episodes = total_episodes - episodes_before;
         let total_wall_s = self.elapsed();
         let (at_steps, at_s) = self.solved_at.unwrap_or((env_steps, total_wall_s));
         TrainSummary {
@@ -726,7 +870,9 @@ impl Clock {
             updates,
             mean_return,
             window,
+            steps_per_s: self.steps_per_s(env_steps),
             episodes,
+            total_episodes,
             last_eval: self.last_eval,
             planned_bytes,
             peak_rss_bytes: ProcessMemory::read().ok().map(|m| m.peak_rss_bytes),

@@ -154,6 +154,7 @@ fn on_policy(
             dir: d.to_owned(),
             every_steps: None,
             best: None,
+            ..CheckpointSchedule::default()
         }),
         ..RunConfig::new(total)
     };
@@ -241,6 +242,7 @@ fn off_policy_config(
                 dir: d.to_owned(),
                 every_steps: None,
                 best: None,
+                ..CheckpointSchedule::default()
             }),
             ..RunConfig::new(total)
         },
@@ -411,6 +413,7 @@ fn sac_run(total: u64, dir: Option<&std::path::Path>) -> OffRun {
                 dir: d.to_owned(),
                 every_steps: None,
                 best: None,
+                ..CheckpointSchedule::default()
             }),
             ..RunConfig::new(total)
         },
@@ -905,6 +908,7 @@ fn an_async_run_saves_and_resumes_with_its_learner_replay_and_counters() {
             dir: d.to_owned(),
             every_steps: None,
             best: None,
+            ..CheckpointSchedule::default()
         });
         config
     };

@@ -4,7 +4,8 @@
 //! training phase.
 
 use rl_collect::{
-    AsyncCollector, AsyncConfig, CollectorConfig, EpisodeStats, RandomAction, SyncCollector,
+    AsyncCollector, AsyncConfig, CollectorConfig, EpisodeStats, RandomAction, SavedCollector,
+    SyncCollector,
 };
 use rl_core::{Env, Field, MemoryPlan, Schema};
 use serde::{Deserialize, Serialize};
@@ -287,6 +288,31 @@ where
             Self::Async(w) => w.collector.stats(),
             Self::Remote(r) => r.stats(),
         }
+    }
+
+    /// The collector's state for a save: the episode statistics, and with the sync
+    /// collector the environments mid-episode where they can be saved.
+    pub(super) fn saved(&self) -> SavedCollector {
+        match self {
+            Self::Sync(c) => c.saved(),
+            Self::Async(w) => SavedCollector::stats_only(w.collector.stats().saved()),
+            Self::Remote(r) => SavedCollector::stats_only(r.stats().saved()),
+        }
+    }
+
+    /// Restores a saved state; whether the environments continue mid-episode.
+    pub(super) fn restore(&mut self, saved: &SavedCollector) -> Result<bool> {
+        Ok(match self {
+            Self::Sync(c) => c.restore(saved)?,
+            Self::Async(w) => {
+                w.collector.restore_stats(&saved.stats)?;
+                false
+            }
+            Self::Remote(r) => {
+                r.restore_stats(&saved.stats)?;
+                false
+            }
+        })
     }
 
     /// Collects into `replay`: `train_freq` steps of every environment (sync), or the

@@ -155,6 +155,11 @@ impl<L: OffPolicyLearner> Remote<L> {
         &self.stats
     }
 
+    /// Continues a resumed run's episode statistics.
+    pub(super) fn restore_stats(&mut self, saved: &rl_collect::SavedStats) -> Result<()> {
+        Ok(self.stats.restore(saved)?)
+    }
+
     pub(super) fn version(&self) -> u64 {
         self.version
     }
