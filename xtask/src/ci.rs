@@ -26,7 +26,8 @@ pub(crate) enum Step {
     Doc,
     /// Build every example.
     Examples,
-    /// Assemble the gather PTX with ptxas; the crash test (`cargo xtask crash-test`).
+    /// Assemble the gather PTX with ptxas; the crash tests (`cargo xtask crash-test
+    /// --kills 200 --runs 10`: the memmap writer, then `rl train`/`rl resume`).
     Reliability,
     /// `cargo check` each library crate alone with its default features.
     EachCrate,

@@ -35,7 +35,7 @@ Commands:
       Steps, in order: fmt, boundaries, python-env, clippy, test, python, doc,
       examples, reliability, each-crate (python-env: the CI virtualenv target/ci-venv;
       python: the flatrl wheel built, installed there, and its pytest suite;
-      reliability: ptx and crash-test).
+      reliability: ptx, crash-test --kills 200 --runs 10).
       --skip STEP leaves a step out; --only STEP runs only the steps named (both
       repeatable, also as --skip=STEP / --only=STEP).
 
@@ -60,12 +60,23 @@ Commands:
       there: JSON lines for replay extend/sample and vector-env steps from Python, with
       cpprb, torchrl and envpool measured beside flatrl when that interpreter has them.
 
-  crash-test [--kills N] [--seed S]
-      Kill writers of a replay buffer file with SIGKILL N times (default 200: while
+  crash-test [--kills N] [--runs N] [--seed S]
+      --kills N: kill writers of a replay buffer file with SIGKILL N times (while
       creating the file, while the ring wraps, at random moments), reopen after each
       kill and check that no committed row a later write did not overwrite is lost
       and no row is torn. Ends with one JSON line:
       {\"kills\":N,\"committed_rows_lost\":0,\"torn_rows\":0,\"panics\":0,\"open_errors\":0}
+      --runs N: build the release `rl` binary and SIGKILL `rl train` and `rl resume`
+      N times in all (during start-up, mid-run, during a checkpoint save) on short runs
+      of configs/ (PPO, SAC, DQN, recurrent PPO in turn), each run directory under
+      target/crash-test/runs killed 1 to 3 times, then resumed to the end and checked
+      (result.json at the budget or the goal, `rl plot`, `rl eval`, metrics.jsonl never
+      going back). Ends with one JSON line:
+      {\"bench\":\"crash-runs\",\"kills\":N,\"resumed\":N,\"broken_run_dirs\":0,
+       \"metrics_non_monotone\":0,\"lost_minutes_max\":X}
+      Each flag selects its part; both run both (one line each); neither runs the
+      buffer-file part with 200 kills. --seed S fixes every random choice (default: the
+      clock); a failure names the seed and the command that reproduces it.
 
   loc [--check]
       Lines of Rust per crate, tests apart (tests.rs, *_tests.rs and tests/ folders), as

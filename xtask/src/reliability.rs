@@ -8,6 +8,9 @@
 //! returned; the parent kills it at a random moment, then runs the same program's
 //! `verify` on the file: every row of the last commit that no write since could have
 //! reached must be there and whole, and so must every row the reopened ring holds.
+//!
+//! `crash-test --runs N` ([`runs`]) kills `rl train` and `rl resume` of shipped configs
+//! and checks that every run directory still resumes and finishes whole.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -20,6 +23,8 @@ use anyhow::{Context, Result, bail};
 use crate::cmd::{Cmd, Workspace, announce, human};
 use crate::{usage_error, venv};
 
+mod runs;
+
 /// Kills of a CI run (and the default): at least 50 by the issue that asked for the test; 200 take a few seconds.
 pub(crate) const CI_KILLS: u64 = 200;
 
@@ -28,10 +33,26 @@ const HELPER: &str = "crash_writer";
 /// Every this many rounds starts from no file: a kill while the file is created.
 const CREATE_EVERY: u64 = 5;
 
-/// `cargo xtask crash-test [--kills N] [--seed S]`.
-pub(crate) fn run(ws: &Workspace, args: &[String]) -> Result<()> {
-    let mut kills = CI_KILLS;
-    let mut seed = None;
+/// What `crash-test` runs, from its flags: `--kills N` selects the memmap writer part,
+/// `--runs N` the run-level part ([`runs`]), both flags both parts (in that order, with
+/// the same seed); with neither, the memmap part alone with [`CI_KILLS`] kills.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Options {
+    /// Kills of the memmap writer (`None`: that part does not run).
+    pub(crate) kills: Option<u64>,
+    /// Kills of `rl train` and `rl resume` (`None`: that part does not run).
+    pub(crate) runs: Option<u64>,
+    /// The seed of every random choice (`None`: from the clock).
+    pub(crate) seed: Option<u64>,
+}
+
+/// Parses `[--kills N] [--runs N] [--seed S]` (also `--flag=N`).
+pub(crate) fn parse_args(args: &[String]) -> Result<Options> {
+    let mut options = Options {
+        kills: None,
+        runs: None,
+        seed: None,
+    };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -39,33 +60,66 @@ pub(crate) fn run(ws: &Workspace, args: &[String]) -> Result<()> {
             None => (arg.as_str(), None),
         };
         let target = match flag {
-            "--kills" => &mut kills,
-            "--seed" => seed.insert(0),
+            "--kills" => &mut options.kills,
+            "--runs" => &mut options.runs,
+            "--seed" => &mut options.seed,
             _ => usage_error!("unknown argument `{arg}` for `crash-test`"),
         };
         let Some(value) = inline.or_else(|| args.next().cloned()) else {
             usage_error!("`{flag}` needs a number");
         };
         match value.parse::<u64>() {
-            Ok(n) => *target = n,
+            Ok(n) => *target = Some(n),
             Err(_) => usage_error!("`{flag}` needs a whole number, got `{value}`"),
         }
     }
-    if kills == 0 {
-        usage_error!("`--kills` must be at least 1");
+    for (flag, count) in [("--kills", options.kills), ("--runs", options.runs)] {
+        if count == Some(0) {
+            usage_error!("`{flag}` must be at least 1");
+        }
     }
-    let seed = seed.unwrap_or_else(|| {
+    if options.kills.is_none() && options.runs.is_none() {
+        options.kills = Some(CI_KILLS);
+    }
+    Ok(options)
+}
+
+/// `cargo xtask crash-test [--kills N] [--runs N] [--seed S]`: runs the parts
+/// [`parse_args`] selects, prints each part's JSON line, and fails (naming the seed and
+/// the command that reproduces it) when a part found a failure.
+pub(crate) fn run(ws: &Workspace, args: &[String]) -> Result<()> {
+    let options = parse_args(args)?;
+    let seed = options.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
     });
-    let tally = crash_test(ws, kills, seed)?;
-    println!("{}", tally.json());
-    if !tally.clean() {
-        bail!(
-            "the crash test found failures (seed {seed}; reproduce with \
-             `cargo xtask crash-test --kills {kills} --seed {seed}`)"
-        );
+    let mut failures = Vec::new();
+    if let Some(kills) = options.kills {
+        let tally = crash_test(ws, kills, seed)?;
+        println!("{}", tally.json());
+        if !tally.clean() {
+            failures.push(format!(
+                "the memmap crash test found failures (seed {seed}; reproduce with \
+                 `cargo xtask crash-test --kills {kills} --seed {seed}`)"
+            ));
+        }
+    }
+    if let Some(kills) = options.runs {
+        let tally = runs::crash_runs(ws, kills, seed)?;
+        println!("{}", tally.json());
+        if !tally.clean() {
+            failures.push(format!(
+                "the run-level crash test found failures: {} of {} kills ({kills} asked) \
+                 resumed, {} broken run directories, {} with bad metrics (seed {seed}; the \
+                 logs are in target/crash-test/runs; reproduce with \
+                 `cargo xtask crash-test --runs {kills} --seed {seed}`)",
+                tally.resumed, tally.kills, tally.broken_run_dirs, tally.metrics_non_monotone
+            ));
+        }
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("\n"));
     }
     Ok(())
 }
@@ -504,65 +558,20 @@ fn venv_ptxas(ws: &Workspace) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The CI step: the PTX first (seconds), then the crash test with [`CI_KILLS`] kills.
+/// The CI step: the PTX first (seconds), then the crash test with [`CI_KILLS`] kills
+/// of the memmap writer and [`runs::CI_RUNS`] of `rl train`/`rl resume`.
 pub(crate) fn ci_step(ws: &Workspace) -> Result<()> {
     ptx(ws)?;
-    run(ws, &["--kills".to_owned(), CI_KILLS.to_string()])
+    run(
+        ws,
+        &[
+            "--kills".to_owned(),
+            CI_KILLS.to_string(),
+            "--runs".to_owned(),
+            runs::CI_RUNS.to_string(),
+        ],
+    )
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_line_has_exactly_the_contract_keys() {
-        let tally = Tally {
-            kills: 60,
-            ..Tally::default()
-        };
-        assert_eq!(
-            tally.json(),
-            r#"{"kills":60,"committed_rows_lost":0,"torn_rows":0,"panics":0,"open_errors":0}"#
-        );
-        assert!(tally.clean());
-        assert!(
-            !Tally {
-                torn_rows: 1,
-                ..Tally::default()
-            }
-            .clean()
-        );
-    }
-
-    #[test]
-    fn the_writer_s_lines_are_read_as_announced() {
-        let mut heard = Heard::default();
-        assert_eq!(note(&mut heard, "creating"), Event::Creating);
-        assert_eq!(note(&mut heard, "opened 100 90"), Event::Opened);
-        assert_eq!(note(&mut heard, "intent 130"), Event::Other);
-        assert_eq!(note(&mut heard, "committed 130 120"), Event::Other);
-        assert_eq!(note(&mut heard, "intent 4100 wrap"), Event::Wrap);
-        assert!(heard.creating && heard.opened);
-        assert_eq!(heard.committed, Some((130, 120)));
-        assert_eq!(heard.reached, 4100);
-        assert_eq!(note(&mut heard, "garbage"), Event::Other);
-    }
-
-    #[test]
-    fn bad_flags_are_usage_errors() {
-        let ws = Workspace::detect().expect("a workspace");
-        for words in [
-            &["--kills"][..],
-            &["--kills", "x"],
-            &["--kills", "0"],
-            &["--fast"],
-        ] {
-            let args: Vec<String> = words.iter().map(|s| s.to_string()).collect();
-            let err = run(&ws, &args).expect_err("must fail");
-            assert!(
-                err.downcast_ref::<crate::UsageError>().is_some(),
-                "{words:?}: {err}"
-            );
-        }
-    }
-}
+mod tests;
