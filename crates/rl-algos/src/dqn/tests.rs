@@ -572,8 +572,8 @@ fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
     resumed.act_rows(&observations, &mut again).unwrap();
     assert_eq!(actions, again);
 
-    // Another architecture, number of actions or learning rate is refused and changes
-    // nothing.
+    // Another architecture, number of actions or optimiser setting (but the learning
+    // rate) is refused and changes nothing.
     let others = [
         Dqn::new(
             &obs,
@@ -591,7 +591,7 @@ fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
             &act,
             DqnConfig {
                 adam: AdamConfig {
-                    lr: 1e-3,
+                    eps: 1e-3,
                     ..config.adam
                 },
                 ..config.clone()
@@ -609,6 +609,23 @@ fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
         );
         assert_eq!(snapshot(&other), before);
     }
+    // Another learning rate is taken: it may change on resume.
+    let mut slower = Dqn::new(
+        &obs,
+        &act,
+        DqnConfig {
+            adam: AdamConfig {
+                lr: 1e-5,
+                ..config.adam
+            },
+            ..config.clone()
+        },
+        0,
+    )
+    .unwrap();
+    slower.restore(&loaded).unwrap();
+    assert_eq!(slower.adam.lr(), 1e-5);
+    assert_eq!((slower.updates(), slower.env_steps()), (3, 4000));
     // A checkpoint whose networks do not fit is refused before anything changes.
     let mut broken = loaded.clone();
     broken.networks.retain(|n| n.name != Q_TARGET);

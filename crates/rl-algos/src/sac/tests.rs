@@ -284,23 +284,37 @@ fn checkpoints_resume_bit_for_bit_and_refuse_other_runs() {
     let untouched = other.core.actor.params().to_vec();
     assert!(other.restore(&sac.checkpoint()).is_err());
     assert_eq!(other.core.actor.params(), &untouched[..]);
-    let mut other = Sac::new(
-        &obs,
-        &act,
-        SacConfig {
-            adam: AdamConfig {
-                lr: 1e-3,
-                ..config.adam
+    // Another optimiser setting is refused, naming it; another learning rate is taken
+    // (it may change on resume) by every optimiser of the restored learner.
+    let with_adam = |adam: AdamConfig| {
+        Sac::new(
+            &obs,
+            &act,
+            SacConfig {
+                adam,
+                ..config.clone()
             },
-            ..config
-        },
-        0,
-    )
-    .unwrap();
-    assert!(matches!(
-        other.restore(&sac.checkpoint()),
-        Err(Error::CheckpointMismatch { .. })
-    ));
+            0,
+        )
+        .unwrap()
+    };
+    let mut other = with_adam(AdamConfig {
+        eps: 1e-3,
+        ..config.adam
+    });
+    let result = other.restore(&sac.checkpoint());
+    assert!(
+        matches!(&result, Err(Error::CheckpointMismatch { what, .. }) if what == "sac.adam.eps"),
+        "{result:?}"
+    );
+    let mut slower = with_adam(AdamConfig {
+        lr: 1e-5,
+        ..config.adam
+    });
+    slower.restore(&sac.checkpoint()).unwrap();
+    assert_eq!(slower.core.actor_adam.lr(), 1e-5);
+    assert!(slower.core.critics.adam.iter().all(|a| a.lr() == 1e-5));
+    assert_eq!(slower.core.actor.params(), sac.core.actor.params());
 }
 
 #[test]
