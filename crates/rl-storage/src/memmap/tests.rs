@@ -194,38 +194,114 @@ fn plan_adds_up_to_the_file_length() {
     assert!(!path.with_extension("other").exists());
 }
 
+/// Whether the file system of `dir` reserves blocks (`fallocate`): not every one does,
+/// and there `create` and `open` leave files sparse.
+#[cfg(target_os = "linux")]
+fn reserves_blocks(dir: &Path) -> bool {
+    let probe = dir.join("probe");
+    let file = File::create(&probe).unwrap();
+    let reserves =
+        rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, 4096).is_ok();
+    drop(file);
+    std::fs::remove_file(probe).unwrap();
+    reserves
+}
+
+/// Bytes of disk a file holds.
+#[cfg(target_os = "linux")]
+fn allocated(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 #[test]
-fn a_32_gib_storage_is_sparse_and_not_prefaulted() {
-    use std::os::unix::fs::MetadataExt;
-
+fn a_large_storage_is_reserved_on_disk_but_not_prefaulted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("big.rlmm");
     let schema = Schema::new([Column::new("obs", DType::F32, &[1024])]).unwrap();
-    let capacity = 8 << 20; // 8 Mi rows of 4 KiB: 32 GiB
+    let capacity = 64 << 10; // 64 Ki rows of 4 KiB: 256 MiB
     let rss_before = rl_core::ProcessMemory::read().unwrap().rss_bytes;
     let mut storage =
         MemmapStorage::create(&path, schema, capacity, MemmapOptions::default()).unwrap();
-    let metadata = std::fs::metadata(&path).unwrap();
-    assert!(metadata.len() >= 32 << 30);
-    assert!(
-        metadata.blocks() * 512 < 1 << 20,
-        "{} blocks",
-        metadata.blocks()
-    );
-    // Rows written at both ends are stored; the untouched middle costs nothing.
-    let ring = RingState {
-        cursor: 1,
-        len: 1,
-        written: 1,
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(len, 4096 + (256 << 20));
+    if reserves_blocks(dir.path()) {
+        assert!(
+            allocated(&path) >= len,
+            "{} of {len} bytes",
+            allocated(&path)
+        );
+    }
+    // Rows written at both ends are stored; the untouched middle is never paged in.
+    let before = RingState {
+        cursor: capacity - 1,
+        written: capacity as u64 - 1,
         ..RingState::default()
     };
-    storage.prepare_write(&RingState::default(), 1).unwrap();
-    storage.column_mut(0)[..4].copy_from_slice(&7f32.to_le_bytes());
+    let ring = RingState {
+        cursor: 1,
+        len: 2,
+        written: capacity as u64 + 1,
+        ..RingState::default()
+    };
+    storage.prepare_write(&before, 2).unwrap();
+    let column = storage.column_mut(0);
+    let end = column.len();
+    column[..4].copy_from_slice(&7f32.to_le_bytes());
+    column[end - 4096..end - 4092].copy_from_slice(&8f32.to_le_bytes());
     storage.commit(&ring).unwrap();
     let rss_after = rl_core::ProcessMemory::read().unwrap().rss_bytes;
     // Other tests run in parallel threads: allow 64 MiB of unrelated growth.
     assert!(rss_after.saturating_sub(rss_before) < 64 << 20);
+    drop(storage);
+    let storage = MemmapStorage::open(&path, strict()).unwrap();
+    let column = storage.column(0);
+    assert_eq!(column[..4], 7f32.to_le_bytes());
+    assert_eq!(column[column.len() - 4096..][..4], 8f32.to_le_bytes());
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn opening_to_write_reserves_the_blocks_a_sparse_file_lacks() {
+    use rustix::fs::{FallocateFlags, fallocate};
+
+    let dir = tempfile::tempdir().unwrap();
+    if !reserves_blocks(dir.path()) {
+        eprintln!("skipped: the file system of the temporary folder reserves no blocks");
+        return;
+    }
+    let path = dir.path().join("sparse.rlmm");
+    let mut storage = create(&path, 4096);
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 5);
+    storage.commit(&writer.ring).unwrap();
+    drop(storage);
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!(allocated(&path) >= len);
+    // What a copy that keeps holes makes: the id column's pages past row 511 (no rows
+    // there) lose their blocks.
+    let file = OpenOptions::new().write(true).open(&path).unwrap();
+    let hole = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+    fallocate(&file, hole, 2 * 4096, 7 * 4096).unwrap();
+    drop(file);
+    let sparse = allocated(&path);
+    assert!(sparse < len, "{sparse} of {len} bytes");
+    let before = contents(&path);
+
+    // A reader reserves nothing...
+    drop(MemmapStorage::open_read_only(&path, strict()).unwrap());
+    assert_eq!(allocated(&path), sparse);
+    // ...a writer reserves the holes and changes no byte.
+    let storage = MemmapStorage::open(&path, strict()).unwrap();
+    assert!(
+        allocated(&path) >= len,
+        "{} of {len} bytes",
+        allocated(&path)
+    );
+    assert_eq!(stored_ids(&storage), [0, 1, 2, 3, 4]);
+    drop(storage);
+    assert_eq!(contents(&path), before);
 }
 
 #[test]
