@@ -24,11 +24,11 @@ use crate::storage::{ColumnLayout, HostStorage, RingState, Storage};
 
 mod header;
 
-pub use header::{Fallback, Recovery, SlotDamage, SlotFallback};
 use header::{
-    Header, SLOT_LEN, SLOT_OFFSETS, SLOT_SUM, Slot, encode_header, header_bytes_for, read_header,
-    schema_json,
+    FRESH_NEWEST, FRESH_SLOTS, Header, SLOT_LEN, SLOT_OFFSETS, SLOT_SUM, Slot, encode_header,
+    header_bytes_for, read_header, schema_json,
 };
+pub use header::{Fallback, Recovery, SlotDamage, SlotFallback};
 
 /// How a [`MemmapStorage`] is opened.
 ///
@@ -143,14 +143,17 @@ fn file_plan(schema: &Schema, layout: &ColumnLayout, header_bytes: usize) -> Mem
 /// | 192 + `S` | .. | zeros up to `H` |
 /// | `H` | layout total | the columns, at `H +` `ColumnLayout::offset` |
 ///
-/// A commit slot (64 bytes) holds six `u64`: a sequence number (0 = never written), then
-/// the [`RingState`] fields `cursor`, `len`, `written`, `episodes`, `episode_start`; then 8
+/// A commit slot (64 bytes) holds six `u64`: a sequence number (never 0), then the
+/// [`RingState`] fields `cursor`, `len`, `written`, `episodes`, `episode_start`; then 8
 /// reserved zero bytes and, at slot offset 56, an FNV-1a-64 checksum over slot bytes
-/// 0..56. A slot is valid when its checksum matches and its sequence number is not 0;
-/// a slot of 64 zero bytes was never written. The file's state is the valid slot with
-/// the highest sequence number; a header update always writes the *other* slot, with
-/// the next sequence number, so a write torn by a crash fails its checksum and the
-/// previous state stays in force.
+/// 0..56. A slot is valid when its checksum matches and its sequence number is not 0.
+/// The file's state is the valid slot with the highest sequence number; a header update
+/// always writes the *other* slot, with the next sequence number, so a write torn by a
+/// crash fails its checksum and the previous state stays in force. A new file holds the
+/// empty ring in both slots, at sequences 1 (A) and 2 (B), so a slot of 64 zero bytes
+/// was erased: it is reported like any other unusable slot. (Files created by earlier
+/// versions held only slot A until their first commit; if never committed, they open
+/// with that report and lose nothing.)
 ///
 /// Every byte of the header is checked before anything is mapped: the static checksum
 /// before any size is believed (a damaged size is damage, not a truncation), the
@@ -354,7 +357,6 @@ impl MemmapStorage {
             }
         };
         sync_directory(&directory);
-        let recovery = Recovery::fresh();
         Ok(Self {
             path: path.to_path_buf(),
             schema,
@@ -364,12 +366,9 @@ impl MemmapStorage {
             map,
             access: Access::Write,
             _file: file,
-            recovery: Box::new(recovery),
-            newest: Slot {
-                seq: recovery.sequence,
-                ring: recovery.ring,
-            },
-            newest_index: 0,
+            recovery: Box::new(Recovery::fresh()),
+            newest: FRESH_SLOTS[FRESH_NEWEST],
+            newest_index: FRESH_NEWEST,
             synced: RingState::default(),
         })
     }

@@ -514,7 +514,8 @@ fn a_damaged_static_header_is_corrupt() {
     ));
 }
 
-/// A file with two valid slots: seq 2 holds ids 0..3, seq 3 holds ids 0..5.
+/// A file with two valid slots: slot A (sequence 3) holds ids 0..3, slot B (sequence
+/// 4, in force) ids 0..5.
 fn two_commits(path: &Path) -> (RingState, RingState) {
     let mut storage = create(path, 10);
     let mut writer = Writer::new(&storage);
@@ -523,8 +524,8 @@ fn two_commits(path: &Path) -> (RingState, RingState) {
     let first = writer.ring;
     writer.write(&mut storage, 2);
     storage.commit(&writer.ring).unwrap();
-    assert_eq!(storage.newest.seq, 3);
-    assert_eq!(storage.newest_index, 0);
+    assert_eq!(storage.newest.seq, 4);
+    assert_eq!(storage.newest_index, 1);
     (first, writer.ring)
 }
 
@@ -538,7 +539,7 @@ fn a_torn_newest_slot_falls_back_to_the_other_and_says_so() {
     assert_eq!(
         *storage.recovery(),
         Recovery {
-            sequence: 3,
+            sequence: 4,
             ring: second,
             rows: 5,
             fallback: None
@@ -546,22 +547,22 @@ fn a_torn_newest_slot_falls_back_to_the_other_and_says_so() {
     );
     drop(storage);
     // A slot write cut short: new cursor stored, the rest (and the checksum) not.
-    poke(&path, (SLOT_OFFSETS[0] + 8) as u64, &9u64.to_le_bytes());
+    poke(&path, (SLOT_OFFSETS[1] + 8) as u64, &9u64.to_le_bytes());
     let storage = MemmapStorage::open(&path, options()).unwrap();
     assert_eq!(storage.restored(), first);
     assert_eq!(stored_ids(&storage), [0, 1, 2]);
     let recovery = *storage.recovery();
-    assert_eq!((recovery.sequence, recovery.rows), (2, 3));
+    assert_eq!((recovery.sequence, recovery.rows), (3, 3));
     assert_eq!(
         recovery.fallback,
         Some(SlotFallback {
-            slot: 0,
-            claimed_sequence: 3,
+            slot: 1,
+            claimed_sequence: 4,
             reason: SlotDamage::Checksum
         })
     );
     let told = recovery.to_string();
-    assert!(told.contains("slot A (claiming sequence 3)"), "{told}");
+    assert!(told.contains("slot B (claiming sequence 4)"), "{told}");
     drop(storage);
     // A strict open refuses, and says what it would have recovered.
     let err = MemmapStorage::open(&path, strict()).unwrap_err();
@@ -569,7 +570,7 @@ fn a_torn_newest_slot_falls_back_to_the_other_and_says_so() {
         matches!(
             err,
             Error::Fallback {
-                sequence: 2,
+                sequence: 3,
                 rows: 3,
                 ..
             }
@@ -597,23 +598,136 @@ fn an_erased_older_slot_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("erased.rlmm");
     two_commits(&path);
-    poke(&path, SLOT_OFFSETS[1] as u64, &[0u8; SLOT_LEN]);
+    poke(&path, SLOT_OFFSETS[0] as u64, &[0u8; SLOT_LEN]);
     let storage = MemmapStorage::open(&path, options()).unwrap();
     assert_eq!(stored_ids(&storage), [0, 1, 2, 3, 4]);
     assert_eq!(
         storage.recovery().fallback.map(|f| (f.slot, f.reason)),
-        Some((1, SlotDamage::Erased))
+        Some((0, SlotDamage::Erased))
     );
     drop(storage);
     assert!(matches!(
         MemmapStorage::open(&path, strict()),
         Err(Error::Fallback { .. })
     ));
-    // A new file's never-written slot B is not damage.
-    let fresh = dir.path().join("fresh.rlmm");
-    drop(create(&fresh, 10));
-    let storage = MemmapStorage::open(&fresh, strict()).unwrap();
+}
+
+#[test]
+fn a_new_file_has_both_slots_written_and_commits_first_to_slot_a() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fresh.rlmm");
+    let mut storage = create(&path, 10);
     assert_eq!(*storage.recovery(), Recovery::fresh());
+    assert_eq!(storage.recovery().sequence, 2);
+    for (at, slot) in SLOT_OFFSETS.into_iter().zip(FRESH_SLOTS) {
+        assert_eq!(peek(&path, at as u64, SLOT_LEN), slot.encode());
+    }
+    drop(storage);
+    storage = MemmapStorage::open(&path, strict()).unwrap();
+    assert_eq!(*storage.recovery(), Recovery::fresh());
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 2);
+    storage.commit(&writer.ring).unwrap();
+    assert_eq!((storage.newest.seq, storage.newest_index), (3, 0));
+    drop(storage);
+    let storage = MemmapStorage::open(&path, strict()).unwrap();
+    assert_eq!(stored_ids(&storage), [0, 1]);
+}
+
+/// Writes the slots as an older rl-storage left them: slot A at sequence 1 with the
+/// empty ring (all its `create` wrote), slot B `slot_b`.
+fn older_layout(path: &Path, slot_b: &[u8; SLOT_LEN]) {
+    poke(path, SLOT_OFFSETS[0] as u64, &FRESH_SLOTS[0].encode());
+    poke(path, SLOT_OFFSETS[1] as u64, slot_b);
+}
+
+#[test]
+fn an_erased_first_commit_is_reported_not_reopened_as_an_empty_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("first.rlmm");
+    let mut storage = create(&path, 10);
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 3);
+    storage.commit(&writer.ring).unwrap();
+    drop(storage);
+    // An older file after its first commit (sequence 2, slot B) opens as it did.
+    let first = Slot {
+        seq: 2,
+        ring: writer.ring,
+    };
+    older_layout(&path, &first.encode());
+    let storage = MemmapStorage::open(&path, strict()).unwrap();
+    assert_eq!(stored_ids(&storage), [0, 1, 2]);
+    drop(storage);
+    // Slot B zeroed: the header an older file had before its first commit.
+    poke(&path, SLOT_OFFSETS[1] as u64, &[0u8; SLOT_LEN]);
+    let storage = MemmapStorage::open(&path, options()).unwrap();
+    assert_eq!(
+        *storage.recovery(),
+        Recovery {
+            sequence: 1,
+            ring: RingState::default(),
+            rows: 0,
+            fallback: Some(SlotFallback {
+                slot: 1,
+                claimed_sequence: 0,
+                reason: SlotDamage::Erased
+            })
+        }
+    );
+    drop(storage);
+    let err = MemmapStorage::open(&path, strict()).unwrap_err();
+    let message = err.to_string();
+    let Error::Fallback {
+        path: named,
+        damaged,
+        sequence: 1,
+        rows: 0,
+    } = err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(named, path);
+    assert!(damaged.starts_with("commit slot B"), "{damaged}");
+    assert!(message.contains("all zeros"), "{message}");
+    assert!(
+        message.starts_with(&path.display().to_string()),
+        "{message}"
+    );
+    assert!(matches!(
+        MemmapStorage::open_read_only(&path, strict()),
+        Err(Error::Fallback { .. })
+    ));
+}
+
+#[test]
+fn an_older_file_never_committed_opens_with_a_report_until_its_first_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("older.rlmm");
+    drop(create(&path, 10));
+    older_layout(&path, &[0u8; SLOT_LEN]);
+    assert!(matches!(
+        MemmapStorage::open(&path, strict()),
+        Err(Error::Fallback {
+            sequence: 1,
+            rows: 0,
+            ..
+        })
+    ));
+    let mut storage = MemmapStorage::open(&path, options()).unwrap();
+    assert_eq!(storage.restored(), RingState::default());
+    assert_eq!(
+        storage.recovery().fallback.map(|f| (f.slot, f.reason)),
+        Some((1, SlotDamage::Erased))
+    );
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 4);
+    storage.commit(&writer.ring).unwrap();
+    assert_eq!((storage.newest.seq, storage.newest_index), (2, 1));
+    drop(storage);
+    let storage = MemmapStorage::open(&path, strict()).unwrap();
+    assert_eq!(stored_ids(&storage), [0, 1, 2, 3]);
+    assert_eq!(storage.recovery().fallback, None);
 }
 
 #[test]
@@ -681,8 +795,8 @@ fn every_flipped_header_byte_is_an_error_or_a_reported_fallback() {
                     (64..192).contains(&at),
                     "byte {at} is outside the slots: {fallback}"
                 );
-                // Slot A holds the newest state (sequence 3), slot B the older one.
-                let expected = if at < 128 { first } else { second };
+                // Slot B holds the newest state (sequence 4), slot A the older one.
+                let expected = if at < 128 { second } else { first };
                 assert_eq!(restored, expected, "byte {at}");
                 assert_eq!(fallback.slot, usize::from(at >= 128), "byte {at}");
                 assert!(
@@ -1032,6 +1146,70 @@ proptest! {
                     last_commit = ids;
                 }
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever a writer did (writes, reservations, commits, reopens), zeroing either slot
+    /// of its file is never silent: a lenient open continues from the other slot and
+    /// reports the erased one, a strict open refuses naming the file and the slot. And
+    /// slot A only ever holds odd sequence numbers, slot B even ones.
+    #[test]
+    fn an_erased_slot_is_always_reported(
+        capacity in 1usize..20,
+        ops in proptest::collection::vec(op(), 0..30),
+        erased in 0usize..2,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("erased.rlmm");
+        let mut storage = create(&path, capacity);
+        let mut writer = Writer::new(&storage);
+        // What each slot holds: every operation writes one slot at most.
+        let mut slots = FRESH_SLOTS;
+        for op in ops {
+            match op {
+                Op::Write(rows) => writer.write(&mut storage, 1 + (rows - 1) % capacity),
+                Op::Commit => storage.commit(&writer.ring).unwrap(),
+                Op::Crash => {
+                    drop(storage);
+                    storage = MemmapStorage::open(&path, strict()).unwrap();
+                    writer = Writer::new(&storage);
+                }
+            }
+            slots[storage.newest_index] = storage.newest;
+        }
+        drop(storage);
+        for (index, slot) in slots.iter().enumerate() {
+            prop_assert_eq!(slot.seq % 2, 1 - index as u64, "slot {} holds {:?}", index, slot);
+        }
+
+        poke(&path, SLOT_OFFSETS[erased] as u64, &[0u8; SLOT_LEN]);
+        let kept = slots[1 - erased];
+        let storage = MemmapStorage::open(&path, options()).unwrap();
+        prop_assert_eq!(
+            *storage.recovery(),
+            Recovery {
+                sequence: kept.seq,
+                ring: kept.ring,
+                rows: kept.ring.len,
+                fallback: Some(SlotFallback {
+                    slot: erased,
+                    claimed_sequence: 0,
+                    reason: SlotDamage::Erased,
+                }),
+            }
+        );
+        drop(storage);
+        match MemmapStorage::open(&path, strict()) {
+            Err(Error::Fallback { path: named, damaged, sequence, .. }) => {
+                prop_assert_eq!(named, path);
+                prop_assert!(damaged.starts_with(["commit slot A", "commit slot B"][erased]));
+                prop_assert_eq!(sequence, kept.seq);
+            }
+            other => prop_assert!(false, "a strict open gave {:?}", other),
         }
     }
 }
