@@ -4,7 +4,7 @@
 //! |---|---|
 //! | bad input: dtype, shape, row count, NaN, unknown column, bad configuration, empty buffer | `ValueError` (the message names the column) |
 //! | a memory plan over budget | `flatrl.MemoryBudgetError` (a `MemoryError`) with `.plan` |
-//! | files: I/O, locked, truncated, corrupt, foreign | `OSError` |
+//! | files: I/O, no space left, locked, truncated, corrupt, foreign | `OSError` |
 //! | anything else (an environment stepped before reset, CUDA) | `RuntimeError` |
 
 use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyValueError};
@@ -68,6 +68,7 @@ pub(crate) fn storage_error(err: rl_storage::Error) -> PyErr {
         | E::UnsupportedVersion { .. }
         | E::Locked { .. }
         | E::Corrupt { .. }
+        | E::NoSpace { .. }
         | E::Io { .. } => PyOSError::new_err(message),
         _ => PyRuntimeError::new_err(message),
     }

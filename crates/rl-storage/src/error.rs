@@ -1,6 +1,7 @@
 //! The error type of `rl-storage`.
 
-use std::path::PathBuf;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
 
 use rl_core::DType;
 
@@ -240,6 +241,29 @@ pub enum Error {
         reason: String,
     },
 
+    /// The file system has no room for a new file's blocks, or the disk quota is spent
+    /// (`ENOSPC`, `EDQUOT`).
+    ///
+    /// [`MemmapStorage::create`](crate::memmap::MemmapStorage::create) reserves every
+    /// block of its file up front (and [`MemmapStorage::open`](crate::memmap::MemmapStorage::open)
+    /// the blocks a file lacks), so a full disk is this error then, never a `SIGBUS` when
+    /// a row is written later. Where the file system cannot reserve blocks (it refuses
+    /// `fallocate`: some network and older file systems; or the platform is not Linux),
+    /// the file is sized sparse instead and this check cannot be made: a write may then
+    /// still meet a full disk.
+    #[error(
+        "{path}: the file needs {needed} bytes and the file system has no room for them ({source}): free space there, lower the capacity, or put the file in another folder"
+    )]
+    NoSpace {
+        /// The file.
+        path: PathBuf,
+        /// Bytes the file needs.
+        needed: u64,
+        /// The operating system's error: no space left, or a spent quota.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// An operating-system I/O call failed.
     #[error("{context}: {source}")]
     Io {
@@ -293,5 +317,24 @@ impl Error {
     pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
         let context = context.into();
         move |source| Error::Io { context, source }
+    }
+
+    /// As [`Error::io`], but a full disk or a spent quota is [`Error::NoSpace`], naming
+    /// the file at `path` and the `needed` bytes.
+    pub(crate) fn io_or_no_space(
+        context: impl Into<String>,
+        path: &Path,
+        needed: u64,
+    ) -> impl FnOnce(std::io::Error) -> Self {
+        let context = context.into();
+        let path = path.to_path_buf();
+        move |source| match source.kind() {
+            ErrorKind::StorageFull | ErrorKind::QuotaExceeded => Error::NoSpace {
+                path,
+                needed,
+                source,
+            },
+            _ => Error::Io { context, source },
+        }
     }
 }

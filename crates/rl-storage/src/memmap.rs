@@ -1,10 +1,11 @@
 //! Storage in one memory-mapped file, with commits that survive a crash of the process.
 //!
 //! A [`MemmapStorage`] keeps every column of a buffer in a single file: a header, then the
-//! columns laid out by `ColumnLayout` (each column page-aligned). The file is created
-//! sparse, so a 32 GiB buffer costs no disk and no RAM until rows are written; the page
-//! cache holds what is hot. The storage is a [`HostStorage`]: the write and gather paths
-//! read and write the mapped column bytes directly.
+//! columns laid out by `ColumnLayout` (each column page-aligned). Creating the file
+//! reserves its disk blocks without writing them, so a full disk is an error then, never
+//! a `SIGBUS` later; a 32 GiB buffer costs its disk space at once but no RAM until rows
+//! are written, and the page cache holds what is hot. The storage is a [`HostStorage`]:
+//! the write and gather paths read and write the mapped column bytes directly.
 //!
 //! The file format, the commit contract and the crash protocol are documented on
 //! [`MemmapStorage`]; [`Recovery`] is what opening a file recovered.
@@ -23,11 +24,11 @@ use crate::storage::{ColumnLayout, HostStorage, RingState, Storage};
 
 mod header;
 
-pub use header::{Fallback, Recovery, SlotDamage, SlotFallback};
 use header::{
-    Header, SLOT_LEN, SLOT_OFFSETS, SLOT_SUM, Slot, encode_header, header_bytes_for, read_header,
-    schema_json,
+    FRESH_NEWEST, FRESH_SLOTS, Header, SLOT_LEN, SLOT_OFFSETS, SLOT_SUM, Slot, encode_header,
+    header_bytes_for, read_header, schema_json,
 };
+pub use header::{Fallback, Recovery, SlotDamage, SlotFallback};
 
 /// How a [`MemmapStorage`] is opened.
 ///
@@ -81,10 +82,10 @@ fn file_plan(schema: &Schema, layout: &ColumnLayout, header_bytes: usize) -> Mem
 /// Columns in one memory-mapped file that survives the process: commits are crash-safe,
 /// and reopening the file gives back the last committed ring.
 ///
-/// The file is created sparse and never pre-faulted: its planned bytes are file bytes
-/// ([`Location::File`]), paged in as rows are touched. A storage that writes holds an
-/// exclusive lock on the file for as long as it lives;
-/// [`MemmapStorage::open_read_only`] takes a shared one.
+/// The file's blocks are reserved when it is created (see [`MemmapStorage::create`]) but
+/// never written or pre-faulted: its planned bytes are file bytes ([`Location::File`]),
+/// paged in as rows are touched. A storage that writes holds an exclusive lock on the
+/// file for as long as it lives; [`MemmapStorage::open_read_only`] takes a shared one.
 ///
 /// # The commit contract
 ///
@@ -142,14 +143,17 @@ fn file_plan(schema: &Schema, layout: &ColumnLayout, header_bytes: usize) -> Mem
 /// | 192 + `S` | .. | zeros up to `H` |
 /// | `H` | layout total | the columns, at `H +` `ColumnLayout::offset` |
 ///
-/// A commit slot (64 bytes) holds six `u64`: a sequence number (0 = never written), then
-/// the [`RingState`] fields `cursor`, `len`, `written`, `episodes`, `episode_start`; then 8
+/// A commit slot (64 bytes) holds six `u64`: a sequence number (never 0), then the
+/// [`RingState`] fields `cursor`, `len`, `written`, `episodes`, `episode_start`; then 8
 /// reserved zero bytes and, at slot offset 56, an FNV-1a-64 checksum over slot bytes
-/// 0..56. A slot is valid when its checksum matches and its sequence number is not 0;
-/// a slot of 64 zero bytes was never written. The file's state is the valid slot with
-/// the highest sequence number; a header update always writes the *other* slot, with
-/// the next sequence number, so a write torn by a crash fails its checksum and the
-/// previous state stays in force.
+/// 0..56. A slot is valid when its checksum matches and its sequence number is not 0.
+/// The file's state is the valid slot with the highest sequence number; a header update
+/// always writes the *other* slot, with the next sequence number, so a write torn by a
+/// crash fails its checksum and the previous state stays in force. A new file holds the
+/// empty ring in both slots, at sequences 1 (A) and 2 (B), so a slot of 64 zero bytes
+/// was erased: it is reported like any other unusable slot. (Files created by earlier
+/// versions held only slot A until their first commit; if never committed, they open
+/// with that report and lose nothing.)
 ///
 /// Every byte of the header is checked before anything is mapped: the static checksum
 /// before any size is believed (a damaged size is damage, not a truncation), the
@@ -236,17 +240,31 @@ impl MemmapStorage {
     }
 
     /// Creates a new file at `path` holding `capacity` empty rows of `schema`, locks it,
-    /// and maps it. The file is sparse: creating a 32 GiB storage writes one header page.
+    /// and maps it.
+    ///
+    /// Every block of the file is reserved (`fallocate` on Linux) but not written:
+    /// creating a 32 GiB storage writes one header page and takes 32 GiB of the disk at
+    /// once, so a disk too small for the file is [`Error::NoSpace`] here, never a
+    /// `SIGBUS` when a row is written later. Where the file system cannot reserve
+    /// blocks (it refuses `fallocate`, as some network file systems do) and on other
+    /// platforms than Linux, the file is created sparse instead, without an error: it
+    /// then takes disk space as rows are written, and a write that meets a full disk
+    /// kills the process with `SIGBUS`. On copy-on-write file systems (btrfs) a
+    /// reservation covers each block's first write only.
     ///
     /// Atomic: the file is written and synced under a temporary name in the same
     /// directory (`.NAME.rlmm-tmp-PID`), then linked to `path`, so a crash leaves either
     /// no file at `path` or a valid empty one. Temporary files that a crashed `create` of
     /// the same path left behind (and no process holds) are removed first.
     ///
+    /// A failed `create` leaves nothing behind: no file at `path` and no temporary file.
+    ///
     /// # Errors
     /// Invalid configuration for a zero or overflowing capacity or a path without a file
-    /// name; [`Error::Io`] if `path` already exists (this never overwrites a file: open
-    /// it with [`MemmapStorage::open`]) or cannot be created, sized or mapped.
+    /// name; [`Error::NoSpace`] if the disk (or the disk quota) has no room for the
+    /// file's [`MemmapStorage::plan`] bytes; [`Error::Io`] if `path` already exists (this
+    /// never overwrites a file: open it with [`MemmapStorage::open`]) or cannot be
+    /// created, sized or mapped.
     pub fn create(
         path: impl AsRef<Path>,
         schema: Schema,
@@ -288,18 +306,22 @@ impl MemmapStorage {
             )))?;
         let result = (|| {
             lock(&file, &temp, Access::Write)?;
-            file.set_len(map_len as u64).map_err(Error::io(format!(
-                "sizing {} to {map_len} bytes (is the disk full, or the file system \
-                 without sparse files?)",
-                path.display()
-            )))?;
+            let needed = map_len as u64;
+            file.set_len(needed)
+                .and_then(|()| reserve_blocks(&file, needed))
+                .map_err(Error::io_or_no_space(
+                    format!("sizing {} to {map_len} bytes", path.display()),
+                    path,
+                    needed,
+                ))?;
             let header = encode_header(&json, header_bytes, capacity);
             file.write_all(&header)
                 .and_then(|()| file.sync_all())
-                .map_err(Error::io(format!(
-                    "writing the header of {}",
-                    path.display()
-                )))?;
+                .map_err(Error::io_or_no_space(
+                    format!("writing the header of {}", path.display()),
+                    path,
+                    needed,
+                ))?;
             publish(&temp, path).map_err(|source| {
                 if source.kind() == std::io::ErrorKind::AlreadyExists {
                     exists()
@@ -335,7 +357,6 @@ impl MemmapStorage {
             }
         };
         sync_directory(&directory);
-        let recovery = Recovery::fresh();
         Ok(Self {
             path: path.to_path_buf(),
             schema,
@@ -345,12 +366,9 @@ impl MemmapStorage {
             map,
             access: Access::Write,
             _file: file,
-            recovery: Box::new(recovery),
-            newest: Slot {
-                seq: recovery.sequence,
-                ring: recovery.ring,
-            },
-            newest_index: 0,
+            recovery: Box::new(Recovery::fresh()),
+            newest: FRESH_SLOTS[FRESH_NEWEST],
+            newest_index: FRESH_NEWEST,
             synced: RingState::default(),
         })
     }
@@ -362,11 +380,15 @@ impl MemmapStorage {
     ///
     /// Everything is checked before the columns are mapped: the file's length (so no read
     /// can run past its end), magic bytes, version, checksums, reserved bytes, schema and
-    /// ring state.
+    /// ring state. Blocks the file lacks (a sparse copy, or a file from an older version
+    /// or a file system that could not reserve) are reserved as by
+    /// [`MemmapStorage::create`], so a full disk is an error here, not a `SIGBUS` later;
+    /// where blocks cannot be reserved, the file is opened as it is.
     ///
     /// # Errors
-    /// [`Error::Io`] if the file cannot be opened, read or mapped; [`Error::Locked`] if
-    /// another storage has it open; [`Error::Truncated`], [`Error::BadMagic`],
+    /// [`Error::NoSpace`] if the disk has no room for the blocks the file lacks (nothing
+    /// in the file changes); [`Error::Io`] if the file cannot be opened, read or mapped;
+    /// [`Error::Locked`] if another storage has it open; [`Error::Truncated`], [`Error::BadMagic`],
     /// [`Error::UnsupportedVersion`] or [`Error::Corrupt`] for a file that is not a
     /// complete, intact storage file of this format; [`Error::Fallback`] if a commit
     /// slot is unusable and `options.fallback` is [`Fallback::Refuse`].
@@ -430,7 +452,8 @@ impl MemmapStorage {
     /// ```
     ///
     /// # Errors
-    /// As [`MemmapStorage::open`]; [`Error::Locked`] while a writer has the file open.
+    /// As [`MemmapStorage::open`] but never [`Error::NoSpace`] (it reserves nothing);
+    /// [`Error::Locked`] while a writer has the file open.
     pub fn open_read_only(path: impl AsRef<Path>, options: MemmapOptions) -> Result<Self> {
         Self::open_inner(path.as_ref(), None, options, Access::Read)
     }
@@ -459,6 +482,15 @@ impl MemmapStorage {
         }
         let map = match access {
             Access::Write => {
+                // A file sized sparse (copied by a tool that keeps holes, or created where
+                // blocks could not be reserved) gets the blocks it lacks now, so that no
+                // write into the mapping meets a full disk. Rows stay as they are.
+                let needed = header.map_len as u64;
+                reserve_blocks(&file, needed).map_err(Error::io_or_no_space(
+                    format!("reserving the blocks of {}", path.display()),
+                    path,
+                    needed,
+                ))?;
                 // Rows the crashed writer left in the page cache (a reservation may count
                 // some written after its last commit) become durable before anything
                 // builds on them.
@@ -610,6 +642,35 @@ impl MemmapStorage {
             source,
         }
     }
+}
+
+/// Allocates every block of the first `len` bytes of `file` (not beyond its length) that
+/// has none, writing nothing: from then on no store into a mapping of the file can meet
+/// a full disk, which would kill the process with `SIGBUS`. Bytes already there stay.
+///
+/// The `fallocate` system call itself, not glibc's `posix_fallocate`, which writes a
+/// byte into every block where the file system cannot reserve (minutes for a large
+/// file over a network). Where it cannot (`EOPNOTSUPP`, or `EINVAL` from some file
+/// systems; `ENOSYS`), the file stays as it is: sparse. A full disk is `ENOSPC`
+/// (`EDQUOT` for a spent quota), which may leave some blocks allocated but changes no
+/// byte of the file: `create` removes it, `open` leaves it as it was.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn reserve_blocks(file: &File, len: u64) -> std::io::Result<()> {
+    use rustix::fs::{FallocateFlags, fallocate};
+    use rustix::io::Errno;
+    loop {
+        match fallocate(file, FallocateFlags::empty(), 0, len) {
+            Err(Errno::INTR) => {} // a signal arrived: try again
+            Ok(()) | Err(Errno::OPNOTSUPP | Errno::INVAL | Errno::NOSYS) => return Ok(()),
+            Err(errno) => return Err(errno.into()),
+        }
+    }
+}
+
+/// Off Linux, files stay sparse (see the Linux version).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn reserve_blocks(_file: &File, _len: u64) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// The directory of `path` and the temporary name `create` writes the file under.

@@ -61,10 +61,36 @@ impl Slot {
     }
 }
 
+/// `RingState::default()`, as a constant.
+const EMPTY_RING: RingState = RingState {
+    cursor: 0,
+    len: 0,
+    written: 0,
+    episodes: 0,
+    episode_start: 0,
+};
+
+/// The slots `create` writes: both hold the empty ring, slot B with the higher sequence
+/// number, so a new file opens at sequence 2 and its first header update goes to slot A
+/// (sequence 3). Neither slot of a file is ever all zeros (see `choose_slot`).
+pub(super) const FRESH_SLOTS: [Slot; 2] = [
+    Slot {
+        seq: 1,
+        ring: EMPTY_RING,
+    },
+    Slot {
+        seq: 2,
+        ring: EMPTY_RING,
+    },
+];
+/// Which of [`FRESH_SLOTS`] is in force in a new file.
+pub(super) const FRESH_NEWEST: usize = 1;
+
 /// What the bytes of one slot hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SlotRead {
-    /// All 64 bytes zero: a slot no header update has reached yet (a new file's slot B).
+    /// All 64 bytes zero: erased (or, in a file an older rl-storage created and never
+    /// committed, never written).
     Empty,
     /// Checksum matches and the sequence number is not 0.
     Valid(Slot),
@@ -115,8 +141,9 @@ pub enum SlotDamage {
     Checksum,
     /// Its checksum matches but its sequence number is 0, which no writer stores.
     ZeroSequence,
-    /// It is all zeros although the slot in force has a sequence number above 1, so it
-    /// was written once: it was erased.
+    /// It is all zeros. Every file this version creates has both slots written, so the
+    /// slot was erased. (A file created by an older rl-storage, which wrote only slot A
+    /// at create, reads the same until its first commit: then it lost nothing.)
     Erased,
 }
 
@@ -127,7 +154,11 @@ impl fmt::Display for SlotDamage {
                 "fails its checksum (a header update cut short by a crash, or a damaged byte)"
             }
             SlotDamage::ZeroSequence => "holds sequence number 0, which no writer stores",
-            SlotDamage::Erased => "is all zeros although it was written before",
+            SlotDamage::Erased => {
+                "is all zeros, though every file is created with both slots written: it was \
+                 erased (a file an older rl-storage created and never committed reads the same, \
+                 and lost nothing)"
+            }
         })
     }
 }
@@ -168,7 +199,7 @@ impl fmt::Display for SlotFallback {
 /// last commit. [`Fallback::Refuse`] turns every fallback into an error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Recovery {
-    /// Sequence number of the slot in force (1 for a new file; every commit and every
+    /// Sequence number of the slot in force (2 for a new file; every commit and every
     /// reservation adds 1).
     pub sequence: u64,
     /// The ring in force: what [`Storage::restored`](crate::storage::Storage::restored)
@@ -183,10 +214,11 @@ pub struct Recovery {
 impl Recovery {
     /// The recovery of a new, empty file.
     pub(super) fn fresh() -> Self {
+        let newest = FRESH_SLOTS[FRESH_NEWEST];
         Self {
-            sequence: 1,
-            ring: RingState::default(),
-            rows: 0,
+            sequence: newest.seq,
+            ring: newest.ring,
+            rows: newest.ring.len,
             fallback: None,
         }
     }
@@ -256,8 +288,7 @@ pub(super) fn header_bytes_for(json_len: usize) -> Result<usize> {
         .ok_or_else(|| Error::config("schema", "is too large to store in a file header"))
 }
 
-/// The header of a new file: static part, schema, slot A holding the empty ring (seq 1),
-/// slot B never written.
+/// The header of a new file: static part, schema, and both slots ([`FRESH_SLOTS`]).
 pub(super) fn encode_header(json: &[u8], header_bytes: usize, capacity: usize) -> Vec<u8> {
     let mut header = vec![0u8; header_bytes];
     header[..8].copy_from_slice(&MAGIC);
@@ -269,11 +300,9 @@ pub(super) fn encode_header(json: &[u8], header_bytes: usize, capacity: usize) -
     header[OFF_SCHEMA..OFF_SCHEMA + json.len()].copy_from_slice(json);
     let sum = fnv1a(fnv1a(FNV_OFFSET, &header[..OFF_STATIC_SUM]), json);
     put_u64(&mut header, OFF_STATIC_SUM, sum);
-    let empty = Slot {
-        seq: 1,
-        ring: RingState::default(),
-    };
-    header[SLOT_OFFSETS[0]..SLOT_OFFSETS[0] + SLOT_LEN].copy_from_slice(&empty.encode());
+    for (at, slot) in SLOT_OFFSETS.into_iter().zip(FRESH_SLOTS) {
+        header[at..at + SLOT_LEN].copy_from_slice(&slot.encode());
+    }
     header
 }
 
@@ -454,8 +483,19 @@ fn choose_slot(fixed: &[u8], capacity: usize, path: &Path) -> Result<(usize, Slo
     let other = 1 - index;
     let fallback = match reads[other] {
         SlotRead::Valid(_) => None,
-        // Only a new file has a slot no update has reached.
-        SlotRead::Empty if newest.seq == 1 => None,
+        // An all-zero slot is always reported, whatever the other slot holds.
+        //
+        // Files created by older versions held only slot A (sequence 1, the empty ring)
+        // until their first header update wrote sequence 2 into slot B. Such a file that
+        // was never committed has the very bytes of one whose first commit (slot B) was
+        // zeroed: the header cannot tell them apart, and neither can the rows (rows
+        // written but never committed look like committed ones). Treating that header
+        // as a new file (as before) reopened the damaged file as an empty buffer, its
+        // committed rows lost without a word, even under `Fallback::Refuse`. So `create`
+        // writes both slots (`FRESH_SLOTS`): no file this version makes has an all-zero
+        // slot unless the slot was erased. An older file that was never committed gets
+        // the report too (sequence 1, no rows: it lost nothing) and a strict open
+        // refuses it; its first commit writes slot B and ends that.
         SlotRead::Empty => Some(SlotFallback {
             slot: other,
             claimed_sequence: 0,

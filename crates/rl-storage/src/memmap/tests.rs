@@ -194,38 +194,114 @@ fn plan_adds_up_to_the_file_length() {
     assert!(!path.with_extension("other").exists());
 }
 
+/// Whether the file system of `dir` reserves blocks (`fallocate`): not every one does,
+/// and there `create` and `open` leave files sparse.
+#[cfg(target_os = "linux")]
+fn reserves_blocks(dir: &Path) -> bool {
+    let probe = dir.join("probe");
+    let file = File::create(&probe).unwrap();
+    let reserves =
+        rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, 4096).is_ok();
+    drop(file);
+    std::fs::remove_file(probe).unwrap();
+    reserves
+}
+
+/// Bytes of disk a file holds.
+#[cfg(target_os = "linux")]
+fn allocated(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 #[test]
-fn a_32_gib_storage_is_sparse_and_not_prefaulted() {
-    use std::os::unix::fs::MetadataExt;
-
+fn a_large_storage_is_reserved_on_disk_but_not_prefaulted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("big.rlmm");
     let schema = Schema::new([Column::new("obs", DType::F32, &[1024])]).unwrap();
-    let capacity = 8 << 20; // 8 Mi rows of 4 KiB: 32 GiB
+    let capacity = 64 << 10; // 64 Ki rows of 4 KiB: 256 MiB
     let rss_before = rl_core::ProcessMemory::read().unwrap().rss_bytes;
     let mut storage =
         MemmapStorage::create(&path, schema, capacity, MemmapOptions::default()).unwrap();
-    let metadata = std::fs::metadata(&path).unwrap();
-    assert!(metadata.len() >= 32 << 30);
-    assert!(
-        metadata.blocks() * 512 < 1 << 20,
-        "{} blocks",
-        metadata.blocks()
-    );
-    // Rows written at both ends are stored; the untouched middle costs nothing.
-    let ring = RingState {
-        cursor: 1,
-        len: 1,
-        written: 1,
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(len, 4096 + (256 << 20));
+    if reserves_blocks(dir.path()) {
+        assert!(
+            allocated(&path) >= len,
+            "{} of {len} bytes",
+            allocated(&path)
+        );
+    }
+    // Rows written at both ends are stored; the untouched middle is never paged in.
+    let before = RingState {
+        cursor: capacity - 1,
+        written: capacity as u64 - 1,
         ..RingState::default()
     };
-    storage.prepare_write(&RingState::default(), 1).unwrap();
-    storage.column_mut(0)[..4].copy_from_slice(&7f32.to_le_bytes());
+    let ring = RingState {
+        cursor: 1,
+        len: 2,
+        written: capacity as u64 + 1,
+        ..RingState::default()
+    };
+    storage.prepare_write(&before, 2).unwrap();
+    let column = storage.column_mut(0);
+    let end = column.len();
+    column[..4].copy_from_slice(&7f32.to_le_bytes());
+    column[end - 4096..end - 4092].copy_from_slice(&8f32.to_le_bytes());
     storage.commit(&ring).unwrap();
     let rss_after = rl_core::ProcessMemory::read().unwrap().rss_bytes;
     // Other tests run in parallel threads: allow 64 MiB of unrelated growth.
     assert!(rss_after.saturating_sub(rss_before) < 64 << 20);
+    drop(storage);
+    let storage = MemmapStorage::open(&path, strict()).unwrap();
+    let column = storage.column(0);
+    assert_eq!(column[..4], 7f32.to_le_bytes());
+    assert_eq!(column[column.len() - 4096..][..4], 8f32.to_le_bytes());
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn opening_to_write_reserves_the_blocks_a_sparse_file_lacks() {
+    use rustix::fs::{FallocateFlags, fallocate};
+
+    let dir = tempfile::tempdir().unwrap();
+    if !reserves_blocks(dir.path()) {
+        eprintln!("skipped: the file system of the temporary folder reserves no blocks");
+        return;
+    }
+    let path = dir.path().join("sparse.rlmm");
+    let mut storage = create(&path, 4096);
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 5);
+    storage.commit(&writer.ring).unwrap();
+    drop(storage);
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!(allocated(&path) >= len);
+    // What a copy that keeps holes makes: the id column's pages past row 511 (no rows
+    // there) lose their blocks.
+    let file = OpenOptions::new().write(true).open(&path).unwrap();
+    let hole = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+    fallocate(&file, hole, 2 * 4096, 7 * 4096).unwrap();
+    drop(file);
+    let sparse = allocated(&path);
+    assert!(sparse < len, "{sparse} of {len} bytes");
+    let before = contents(&path);
+
+    // A reader reserves nothing...
+    drop(MemmapStorage::open_read_only(&path, strict()).unwrap());
+    assert_eq!(allocated(&path), sparse);
+    // ...a writer reserves the holes and changes no byte.
+    let storage = MemmapStorage::open(&path, strict()).unwrap();
+    assert!(
+        allocated(&path) >= len,
+        "{} of {len} bytes",
+        allocated(&path)
+    );
+    assert_eq!(stored_ids(&storage), [0, 1, 2, 3, 4]);
+    drop(storage);
+    assert_eq!(contents(&path), before);
 }
 
 #[test]
@@ -438,7 +514,8 @@ fn a_damaged_static_header_is_corrupt() {
     ));
 }
 
-/// A file with two valid slots: seq 2 holds ids 0..3, seq 3 holds ids 0..5.
+/// A file with two valid slots: slot A (sequence 3) holds ids 0..3, slot B (sequence
+/// 4, in force) ids 0..5.
 fn two_commits(path: &Path) -> (RingState, RingState) {
     let mut storage = create(path, 10);
     let mut writer = Writer::new(&storage);
@@ -447,8 +524,8 @@ fn two_commits(path: &Path) -> (RingState, RingState) {
     let first = writer.ring;
     writer.write(&mut storage, 2);
     storage.commit(&writer.ring).unwrap();
-    assert_eq!(storage.newest.seq, 3);
-    assert_eq!(storage.newest_index, 0);
+    assert_eq!(storage.newest.seq, 4);
+    assert_eq!(storage.newest_index, 1);
     (first, writer.ring)
 }
 
@@ -462,7 +539,7 @@ fn a_torn_newest_slot_falls_back_to_the_other_and_says_so() {
     assert_eq!(
         *storage.recovery(),
         Recovery {
-            sequence: 3,
+            sequence: 4,
             ring: second,
             rows: 5,
             fallback: None
@@ -470,22 +547,22 @@ fn a_torn_newest_slot_falls_back_to_the_other_and_says_so() {
     );
     drop(storage);
     // A slot write cut short: new cursor stored, the rest (and the checksum) not.
-    poke(&path, (SLOT_OFFSETS[0] + 8) as u64, &9u64.to_le_bytes());
+    poke(&path, (SLOT_OFFSETS[1] + 8) as u64, &9u64.to_le_bytes());
     let storage = MemmapStorage::open(&path, options()).unwrap();
     assert_eq!(storage.restored(), first);
     assert_eq!(stored_ids(&storage), [0, 1, 2]);
     let recovery = *storage.recovery();
-    assert_eq!((recovery.sequence, recovery.rows), (2, 3));
+    assert_eq!((recovery.sequence, recovery.rows), (3, 3));
     assert_eq!(
         recovery.fallback,
         Some(SlotFallback {
-            slot: 0,
-            claimed_sequence: 3,
+            slot: 1,
+            claimed_sequence: 4,
             reason: SlotDamage::Checksum
         })
     );
     let told = recovery.to_string();
-    assert!(told.contains("slot A (claiming sequence 3)"), "{told}");
+    assert!(told.contains("slot B (claiming sequence 4)"), "{told}");
     drop(storage);
     // A strict open refuses, and says what it would have recovered.
     let err = MemmapStorage::open(&path, strict()).unwrap_err();
@@ -493,7 +570,7 @@ fn a_torn_newest_slot_falls_back_to_the_other_and_says_so() {
         matches!(
             err,
             Error::Fallback {
-                sequence: 2,
+                sequence: 3,
                 rows: 3,
                 ..
             }
@@ -521,23 +598,136 @@ fn an_erased_older_slot_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("erased.rlmm");
     two_commits(&path);
-    poke(&path, SLOT_OFFSETS[1] as u64, &[0u8; SLOT_LEN]);
+    poke(&path, SLOT_OFFSETS[0] as u64, &[0u8; SLOT_LEN]);
     let storage = MemmapStorage::open(&path, options()).unwrap();
     assert_eq!(stored_ids(&storage), [0, 1, 2, 3, 4]);
     assert_eq!(
         storage.recovery().fallback.map(|f| (f.slot, f.reason)),
-        Some((1, SlotDamage::Erased))
+        Some((0, SlotDamage::Erased))
     );
     drop(storage);
     assert!(matches!(
         MemmapStorage::open(&path, strict()),
         Err(Error::Fallback { .. })
     ));
-    // A new file's never-written slot B is not damage.
-    let fresh = dir.path().join("fresh.rlmm");
-    drop(create(&fresh, 10));
-    let storage = MemmapStorage::open(&fresh, strict()).unwrap();
+}
+
+#[test]
+fn a_new_file_has_both_slots_written_and_commits_first_to_slot_a() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fresh.rlmm");
+    let mut storage = create(&path, 10);
     assert_eq!(*storage.recovery(), Recovery::fresh());
+    assert_eq!(storage.recovery().sequence, 2);
+    for (at, slot) in SLOT_OFFSETS.into_iter().zip(FRESH_SLOTS) {
+        assert_eq!(peek(&path, at as u64, SLOT_LEN), slot.encode());
+    }
+    drop(storage);
+    storage = MemmapStorage::open(&path, strict()).unwrap();
+    assert_eq!(*storage.recovery(), Recovery::fresh());
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 2);
+    storage.commit(&writer.ring).unwrap();
+    assert_eq!((storage.newest.seq, storage.newest_index), (3, 0));
+    drop(storage);
+    let storage = MemmapStorage::open(&path, strict()).unwrap();
+    assert_eq!(stored_ids(&storage), [0, 1]);
+}
+
+/// Writes the slots as an older rl-storage left them: slot A at sequence 1 with the
+/// empty ring (all its `create` wrote), slot B `slot_b`.
+fn older_layout(path: &Path, slot_b: &[u8; SLOT_LEN]) {
+    poke(path, SLOT_OFFSETS[0] as u64, &FRESH_SLOTS[0].encode());
+    poke(path, SLOT_OFFSETS[1] as u64, slot_b);
+}
+
+#[test]
+fn an_erased_first_commit_is_reported_not_reopened_as_an_empty_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("first.rlmm");
+    let mut storage = create(&path, 10);
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 3);
+    storage.commit(&writer.ring).unwrap();
+    drop(storage);
+    // An older file after its first commit (sequence 2, slot B) opens as it did.
+    let first = Slot {
+        seq: 2,
+        ring: writer.ring,
+    };
+    older_layout(&path, &first.encode());
+    let storage = MemmapStorage::open(&path, strict()).unwrap();
+    assert_eq!(stored_ids(&storage), [0, 1, 2]);
+    drop(storage);
+    // Slot B zeroed: the header an older file had before its first commit.
+    poke(&path, SLOT_OFFSETS[1] as u64, &[0u8; SLOT_LEN]);
+    let storage = MemmapStorage::open(&path, options()).unwrap();
+    assert_eq!(
+        *storage.recovery(),
+        Recovery {
+            sequence: 1,
+            ring: RingState::default(),
+            rows: 0,
+            fallback: Some(SlotFallback {
+                slot: 1,
+                claimed_sequence: 0,
+                reason: SlotDamage::Erased
+            })
+        }
+    );
+    drop(storage);
+    let err = MemmapStorage::open(&path, strict()).unwrap_err();
+    let message = err.to_string();
+    let Error::Fallback {
+        path: named,
+        damaged,
+        sequence: 1,
+        rows: 0,
+    } = err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(named, path);
+    assert!(damaged.starts_with("commit slot B"), "{damaged}");
+    assert!(message.contains("all zeros"), "{message}");
+    assert!(
+        message.starts_with(&path.display().to_string()),
+        "{message}"
+    );
+    assert!(matches!(
+        MemmapStorage::open_read_only(&path, strict()),
+        Err(Error::Fallback { .. })
+    ));
+}
+
+#[test]
+fn an_older_file_never_committed_opens_with_a_report_until_its_first_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("older.rlmm");
+    drop(create(&path, 10));
+    older_layout(&path, &[0u8; SLOT_LEN]);
+    assert!(matches!(
+        MemmapStorage::open(&path, strict()),
+        Err(Error::Fallback {
+            sequence: 1,
+            rows: 0,
+            ..
+        })
+    ));
+    let mut storage = MemmapStorage::open(&path, options()).unwrap();
+    assert_eq!(storage.restored(), RingState::default());
+    assert_eq!(
+        storage.recovery().fallback.map(|f| (f.slot, f.reason)),
+        Some((1, SlotDamage::Erased))
+    );
+    let mut writer = Writer::new(&storage);
+    writer.write(&mut storage, 4);
+    storage.commit(&writer.ring).unwrap();
+    assert_eq!((storage.newest.seq, storage.newest_index), (2, 1));
+    drop(storage);
+    let storage = MemmapStorage::open(&path, strict()).unwrap();
+    assert_eq!(stored_ids(&storage), [0, 1, 2, 3]);
+    assert_eq!(storage.recovery().fallback, None);
 }
 
 #[test]
@@ -605,8 +795,8 @@ fn every_flipped_header_byte_is_an_error_or_a_reported_fallback() {
                     (64..192).contains(&at),
                     "byte {at} is outside the slots: {fallback}"
                 );
-                // Slot A holds the newest state (sequence 3), slot B the older one.
-                let expected = if at < 128 { first } else { second };
+                // Slot B holds the newest state (sequence 4), slot A the older one.
+                let expected = if at < 128 { second } else { first };
                 assert_eq!(restored, expected, "byte {at}");
                 assert_eq!(fallback.slot, usize::from(at >= 128), "byte {at}");
                 assert!(
@@ -956,6 +1146,70 @@ proptest! {
                     last_commit = ids;
                 }
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever a writer did (writes, reservations, commits, reopens), zeroing either slot
+    /// of its file is never silent: a lenient open continues from the other slot and
+    /// reports the erased one, a strict open refuses naming the file and the slot. And
+    /// slot A only ever holds odd sequence numbers, slot B even ones.
+    #[test]
+    fn an_erased_slot_is_always_reported(
+        capacity in 1usize..20,
+        ops in proptest::collection::vec(op(), 0..30),
+        erased in 0usize..2,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("erased.rlmm");
+        let mut storage = create(&path, capacity);
+        let mut writer = Writer::new(&storage);
+        // What each slot holds: every operation writes one slot at most.
+        let mut slots = FRESH_SLOTS;
+        for op in ops {
+            match op {
+                Op::Write(rows) => writer.write(&mut storage, 1 + (rows - 1) % capacity),
+                Op::Commit => storage.commit(&writer.ring).unwrap(),
+                Op::Crash => {
+                    drop(storage);
+                    storage = MemmapStorage::open(&path, strict()).unwrap();
+                    writer = Writer::new(&storage);
+                }
+            }
+            slots[storage.newest_index] = storage.newest;
+        }
+        drop(storage);
+        for (index, slot) in slots.iter().enumerate() {
+            prop_assert_eq!(slot.seq % 2, 1 - index as u64, "slot {} holds {:?}", index, slot);
+        }
+
+        poke(&path, SLOT_OFFSETS[erased] as u64, &[0u8; SLOT_LEN]);
+        let kept = slots[1 - erased];
+        let storage = MemmapStorage::open(&path, options()).unwrap();
+        prop_assert_eq!(
+            *storage.recovery(),
+            Recovery {
+                sequence: kept.seq,
+                ring: kept.ring,
+                rows: kept.ring.len,
+                fallback: Some(SlotFallback {
+                    slot: erased,
+                    claimed_sequence: 0,
+                    reason: SlotDamage::Erased,
+                }),
+            }
+        );
+        drop(storage);
+        match MemmapStorage::open(&path, strict()) {
+            Err(Error::Fallback { path: named, damaged, sequence, .. }) => {
+                prop_assert_eq!(named, path);
+                prop_assert!(damaged.starts_with(["commit slot A", "commit slot B"][erased]));
+                prop_assert_eq!(sequence, kept.seq);
+            }
+            other => prop_assert!(false, "a strict open gave {:?}", other),
         }
     }
 }
