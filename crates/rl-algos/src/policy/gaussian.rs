@@ -9,8 +9,11 @@ use rl_nn::Weights;
 
 use super::categorical::copy_weights;
 use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace, policy_networks};
-use super::{ActorCritic, Mode, PolicyConfig, PolicyKind, check_box, check_len, describe, rows_of};
-use crate::error::{Error, Result};
+use super::{
+    ActorCritic, CoreShape, Mode, PolicyConfig, PolicyKind, PolicyShape, box_len, check_box,
+    check_len, rows_of,
+};
+use crate::error::Result;
 
 /// `ln(2 pi) / 2`.
 const HALF_LN_2PI: f32 = 0.918_938_5;
@@ -75,17 +78,8 @@ impl GaussianPolicy {
         config: PolicyConfig,
         seed: u64,
     ) -> Result<Self> {
-        let flat = |what: &'static str, space: &Space| match space {
-            Space::Box(b) if b.dtype() == rl_core::DType::F32 => Ok(b.flat_len()),
-            other => Err(Error::SpaceMismatch {
-                what,
-                expected: "a box of f32 elements".to_owned(),
-                actual: describe(other),
-            }),
-        };
-        let obs_len = flat("observation space", env.observation_space())?;
-        let act_len = flat("action space", env.action_space())?;
-        Self::new(obs_len, act_len, config, seed)
+        let shape = Self::shape_for(env.observation_space(), env.action_space(), &config)?;
+        Self::new(shape.obs_len(), shape.act_len(), config, seed)
     }
 
     /// Checks that an environment's action space is an `f32` box of this policy's action
@@ -249,11 +243,10 @@ impl ValuePolicy for GaussianPolicy {
     }
 }
 
-policy_networks!(
-    GaussianPolicy,
-    &["actor", "critic", "log_std"],
-    PolicyKind::Gaussian
-);
+/// The networks of a Gaussian policy.
+const NETWORKS: &[&str] = &["actor", "critic", "log_std"];
+
+policy_networks!(GaussianPolicy, NETWORKS, PolicyKind::Gaussian);
 
 impl crate::predict::Predict for GaussianPolicy {
     fn mode(&self) -> Mode {
@@ -266,6 +259,21 @@ impl crate::predict::Predict for GaussianPolicy {
 }
 
 impl ActorCritic for GaussianPolicy {
+    fn shape_for(
+        observation_space: &Space,
+        action_space: &Space,
+        config: &PolicyConfig,
+    ) -> Result<PolicyShape> {
+        let obs_len = box_len("observation space", observation_space)?;
+        let act_len = box_len("action space", action_space)?;
+        let core = CoreShape::new(obs_len, act_len, config, true)?;
+        Ok(PolicyShape::new(core, act_len, NETWORKS))
+    }
+
+    fn shape(&self) -> PolicyShape {
+        PolicyShape::new(self.core.shape.clone(), self.core.out(), NETWORKS)
+    }
+
     fn obs_len(&self) -> usize {
         self.core.obs_len
     }

@@ -14,6 +14,25 @@ use super::{
 use crate::error::{Error, Result, first_difference};
 use crate::policy::{PolicyGradients, PolicyNetworks};
 
+/// Rows of a rollout of `config` for `envs` environments, refused as a config error of
+/// `ppo.n_steps` beyond what a rollout buffer indexes (`u32::MAX` rows).
+pub(super) fn rollout_rows(config: &PpoConfig, envs: usize) -> Result<usize> {
+    config
+        .n_steps
+        .checked_mul(envs)
+        .filter(|&rows| u32::try_from(rows).is_ok())
+        .ok_or_else(|| {
+            Error::config(
+                "ppo.n_steps",
+                format!(
+                    "is {}: with run.n_envs {envs} a rollout would hold more than the {} rows a rollout buffer indexes; lower ppo.n_steps",
+                    config.n_steps,
+                    u32::MAX
+                ),
+            )
+        })
+}
+
 /// Per-minibatch numbers, summed over an update.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Sums {
