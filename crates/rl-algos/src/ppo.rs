@@ -381,27 +381,7 @@ impl<P: ActorCritic> Ppo<P> {
         let schema = shared::rollout_schema::<P::Act>(policy.obs_len(), policy.act_len())?;
         let rows = shared::rollout_rows(config, envs)?;
         let rollout = RolloutBuffer::plan(&schema, config.n_steps, envs)?;
-        let sizes = Sizes::of("policy.hidden");
-        let mut plan = MemoryPlan::new();
-        let mut params = 0;
-        for (name, n) in policy.networks() {
-            params = sizes.add(&[params, n])?;
-            plan.add(
-                format!("ppo/{name}/parameters"),
-                Location::Ram,
-                sizes.f32s(&[n])?,
-            );
-            plan.add(
-                format!("ppo/{name}/optimizer/adam moments"),
-                Location::Ram,
-                sizes.f32s(&[2, n])?,
-            );
-        }
-        plan.add(
-            "ppo/policy/gradients",
-            Location::Ram,
-            sizes.f32s(&[params])?,
-        );
+        let (mut plan, params) = shared::network_lines(policy.networks())?;
         let mb = config.batch_size.max(1);
         plan.add(
             format!("ppo/policy workspace ({mb} rows)"),
@@ -416,14 +396,7 @@ impl<P: ActorCritic> Ppo<P> {
                 policy.workspace_bytes(eval_rows, "ppo.eval_minibatch")?,
             );
         }
-        plan.nest("ppo/minibatch", &Batch::plan(&schema, config.batch_size)?);
-        plan.nest("ppo", &Advantages::plan(rows));
-        let batch = Sizes::of("ppo.batch_size");
-        plan.add(
-            "ppo/scratch_rows",
-            Location::Ram,
-            batch.f32s(&[shared::SCRATCH_ROWS, config.batch_size])?,
-        );
+        shared::minibatch_lines(&mut plan, &schema, config, rows)?;
         if config.recompute_old_log_probs {
             plan.add(
                 "ppo/recomputed_log_probs+values",

@@ -272,40 +272,14 @@ impl RecurrentPpo {
         let rows = shared::rollout_rows(ppo, envs)?;
         let rollout = RolloutBuffer::plan(&schema, ppo.n_steps, envs)?;
         let chunks = config.chunks_per_minibatch();
-        let sizes = Sizes::of("policy.hidden");
-        let mut plan = MemoryPlan::new();
-        let mut params = 0;
-        for (name, n) in policy.networks() {
-            params = sizes.add(&[params, n])?;
-            plan.add(
-                format!("ppo/{name}/parameters"),
-                Location::Ram,
-                sizes.f32s(&[n])?,
-            );
-            plan.add(
-                format!("ppo/{name}/optimizer/adam moments"),
-                Location::Ram,
-                sizes.f32s(&[2, n])?,
-            );
-        }
-        plan.add(
-            "ppo/policy/gradients",
-            Location::Ram,
-            sizes.f32s(&[params])?,
-        );
+        let (mut plan, params) = shared::network_lines(policy.networks())?;
         plan.add(
             format!("ppo/recurrent workspace ({chunks} chunks x {l} steps)"),
             Location::Ram,
             policy.workspace_bytes(l, chunks, "ppo.batch_size")?,
         );
-        plan.nest("ppo/minibatch", &Batch::plan(&schema, ppo.batch_size)?);
-        plan.nest("ppo", &Advantages::plan(rows));
+        shared::minibatch_lines(&mut plan, &schema, ppo, rows)?;
         let batch = Sizes::of("ppo.batch_size");
-        plan.add(
-            "ppo/scratch_rows",
-            Location::Ram,
-            batch.f32s(&[shared::SCRATCH_ROWS, ppo.batch_size])?,
-        );
         let total_chunks = ppo.n_steps / l * envs;
         plan.add(
             format!("ppo/chunk order ({total_chunks} chunks)"),

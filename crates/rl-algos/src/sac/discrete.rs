@@ -270,13 +270,7 @@ impl DiscreteSac {
             table.dim()
         );
         let scoring = ActionScoring::of(&table, Learned::Fixed);
-        let blueprint = Self::plan(
-            obs_dim(observation_space)?,
-            n,
-            scoring,
-            &config,
-            Extras::default(),
-        )?;
+        let blueprint = Self::blueprint(observation_space, action_space, scoring, &config)?;
         let scorer = ChunkedScorer::new(table, config.chunk, rows)?;
         Self::build(
             observation_space,
@@ -309,13 +303,7 @@ impl DiscreteSac {
         let n = discrete_n(action_space)?;
         check_table_rows(&initial, n, action_space)?;
         let scoring = ActionScoring::of(&initial, Learned::Learned);
-        let blueprint = Self::plan(
-            obs_dim(observation_space)?,
-            n,
-            scoring,
-            &config,
-            Extras::default(),
-        )?;
+        let blueprint = Self::blueprint(observation_space, action_space, scoring, &config)?;
         let (rows, dim) = (initial.rows(), initial.dim());
         let adam = Adam::new(rows * dim, config.adam)?;
         let side = format!("{n} scored by a learned {rows}x{dim} table");
@@ -353,13 +341,7 @@ impl DiscreteSac {
     ) -> Result<Self> {
         let n = discrete_n(action_space)?;
         let scoring = ActionScoring::Index;
-        let blueprint = Self::plan(
-            obs_dim(observation_space)?,
-            n,
-            scoring,
-            &config,
-            Extras::default(),
-        )?;
+        let blueprint = Self::blueprint(observation_space, action_space, scoring, &config)?;
         let rows = config.batch_size.max(ACT_ROWS);
         let scorer = ChunkedScorer::identity(n, config.chunk, rows)?;
         Self::build(

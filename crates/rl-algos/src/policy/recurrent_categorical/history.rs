@@ -250,9 +250,7 @@ impl Summary {
             obs_len: self.obs_len(),
             output_len: self.output_len(),
             state_len: self.state_len(),
-            cell_params: self
-                .cell()
-                .map_or(0, rl_nn::Weights::num_params),
+            cell_params: self.cell().map_or(0, rl_nn::Weights::num_params),
             state_bytes: match self {
                 Summary::None(s) => s.state_bytes(1),
                 Summary::Stack(s) => s.state_bytes(1),
