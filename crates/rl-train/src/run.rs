@@ -195,12 +195,9 @@ impl Limit {
 
     /// Why `plan` does not fit this limit, and what to change; `None` when it fits.
     pub fn refusal(&self, plan: &MemoryPlan) -> Option<String> {
-        let (budget, what) = match *self {
-            Limit::Budget(budget) => (budget, "run.budget allows"),
-            Limit::Available(bytes) => (
-                MemoryBudget::ram(bytes),
-                "run.budget is not set and this machine has available (MemAvailable)",
-            ),
+        let budget = match *self {
+            Limit::Budget(budget) => budget,
+            Limit::Available(bytes) => MemoryBudget::ram(bytes),
             Limit::Unchecked => return None,
         };
         let error = plan.check(&budget).err()?;
@@ -217,14 +214,22 @@ impl Limit {
             .iter()
             .map(|l| format!("{} ({})", l.component, Bytes(l.bytes)))
             .collect();
-        let fix = match self {
-            Limit::Budget(_) => "or raise run.budget",
-            _ => "or set run.budget to the bytes this run may use",
+        let (limit, fix) = match self {
+            Limit::Budget(_) => (
+                format!("run.budget allows {}", Bytes(budget)),
+                "or raise run.budget",
+            ),
+            _ => (
+                format!(
+                    "run.budget is not set and this machine has {} available (MemAvailable)",
+                    Bytes(budget)
+                ),
+                "or set run.budget to the bytes this run may use",
+            ),
         };
         Some(format!(
-            "the plan needs {} of {location} but {what} {}; largest lines: {}; {LOWER}, {fix}",
+            "the plan needs {} of {location} but {limit}; largest lines: {}; {LOWER}, {fix}",
             Bytes(planned),
-            Bytes(budget),
             largest.join(", ")
         ))
     }
