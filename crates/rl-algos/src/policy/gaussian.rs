@@ -62,7 +62,7 @@ impl GaussianPolicy {
     /// elements, its weights drawn from `seed`.
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid `config` or a size of 0.
+    /// [`Error::Config`](crate::Error::Config) for an invalid `config` or a size of 0.
     pub fn new(obs_len: usize, act_len: usize, config: PolicyConfig, seed: u64) -> Result<Self> {
         Ok(Self {
             core: PolicyCore::new(obs_len, act_len, config, seed, true)?,
@@ -72,7 +72,7 @@ impl GaussianPolicy {
     /// A policy for `env`'s spaces (`f32` boxes of observations and actions).
     ///
     /// # Errors
-    /// [`Error::SpaceMismatch`] for other spaces, or as [`Self::new`].
+    /// [`Error::SpaceMismatch`](crate::Error::SpaceMismatch) for other spaces, or as [`Self::new`].
     pub fn for_env<E: Env<Obs = f32, Act = f32>>(
         env: &E,
         config: PolicyConfig,
@@ -86,7 +86,7 @@ impl GaussianPolicy {
     /// length.
     ///
     /// # Errors
-    /// [`Error::SpaceMismatch`] otherwise.
+    /// [`Error::SpaceMismatch`](crate::Error::SpaceMismatch) otherwise.
     pub fn check_space(&self, space: &Space) -> Result<()> {
         check_box("action space", space, self.core.out())
     }
@@ -95,7 +95,7 @@ impl GaussianPolicy {
     /// observation length.
     ///
     /// # Errors
-    /// [`Error::SpaceMismatch`] otherwise.
+    /// [`Error::SpaceMismatch`](crate::Error::SpaceMismatch) otherwise.
     pub fn check_observation_space(&self, space: &Space) -> Result<()> {
         check_box("observation space", space, self.core.obs_len)
     }
@@ -114,7 +114,7 @@ impl GaussianPolicy {
     /// architecture, such as the learner's) into this one; its sampling generator stays.
     ///
     /// # Errors
-    /// [`Error::CheckpointMismatch`] for another architecture; nothing changes then.
+    /// [`Error::CheckpointMismatch`](crate::Error::CheckpointMismatch) for another architecture; nothing changes then.
     pub fn copy_weights_from(&mut self, other: &Self) -> Result<()> {
         copy_weights(&mut self.core, &other.core)
     }
@@ -132,7 +132,7 @@ impl GaussianPolicy {
     /// (`rows x act_len`).
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] for slices of different row counts.
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) for slices of different row counts.
     pub fn means(&self, obs: &[f32], means: &mut [f32]) -> Result<()> {
         let rows = rows_of(obs, self.core.obs_len)?;
         check_len("mean output", rows * self.core.out(), means.len())?;

@@ -121,7 +121,7 @@ pub struct RecurrentPpoState {
 /// LSTM, the cell).
 ///
 /// Everything an update uses is allocated by [`RecurrentPpo::new`] and listed by
-/// [`RecurrentPpo::plan`] before: Adam's moments, gradients, the policy's workspace for
+/// [`RecurrentPpo::blueprint`] before: Adam's moments, gradients, the policy's workspace for
 /// `batch_size / L` chunks of `L` steps (its size is set by those two numbers only,
 /// never by an episode's length), a minibatch, the advantages (two `f32` per rollout
 /// row), the chunk order, and per minibatch row an index, a reset flag and seven `f32`

@@ -374,7 +374,7 @@ impl<L: SequenceLearner> OffPolicyLearner for Recurrent<L> {
     type Actor = RecurrentActor<L::Actor>;
 
     /// What it holds, reads (replay columns of raw observations, batches of `windows x
-    /// (burn_in + seq_len)` rows, windows of [`SequenceSpec`]) and asks of its actors.
+    /// (burn_in + seq_len)` rows, windows of [`SequenceSpec`](crate::learner::SequenceSpec)) and asks of its actors.
     fn blueprint(&self) -> &OffPolicyBlueprint {
         &self.blueprint
     }
