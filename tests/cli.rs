@@ -1,6 +1,7 @@
 //! The `rl` command as a user runs it: every shipped config trains for a few hundred
 //! steps (a smoke run), `rl plan` accepts the shipped configs and refuses a one-hot
-//! replay of 100 000 actions, usage errors exit with code 2 before anything runs, and
+//! replay of 100 000 actions, plans over the budget are refused before anything is built
+//! or created, usage errors exit with code 2 before anything runs, and
 //! the exported weights load in Python's `safetensors` (numpy only).
 
 use std::path::{Path, PathBuf};
@@ -109,6 +110,49 @@ fn plan_accepts_the_shipped_configs_and_refuses_a_one_hot_replay_of_100k_actions
         "1 000 000 rows x 100 000 floats: {text}"
     );
     assert!(text.contains("does not fit run.budget"), "{text}");
+}
+
+/// Networks of 40 GB are planned from the config alone, in milliseconds (nothing is
+/// built), and refused: `rl plan` prints the plan and the refusal (exit 1), `rl train`
+/// refuses before creating its run directory (exit 2, the plan's table on stderr).
+#[test]
+fn plans_beyond_the_budget_are_refused_before_anything_is_built_or_created() {
+    let hidden = "policy.hidden=[100000, 100000]";
+    let budget = "run.budget={ram=1073741824}";
+    let config = "configs/ppo_cartpole.toml";
+    let out = rl(&["plan", config, "--set", hidden, "--set", budget]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("learner/ppo/actor/parameters"), "{text}");
+    assert!(text.contains("does not fit run.budget"), "{text}");
+    assert!(text.contains("policy.hidden"), "what to lower: {text}");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let run = dir.to_str().unwrap();
+    let out = rl(&[
+        "train", config, "--out", run, "--set", hidden, "--set", budget,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: run.budget: the plan needs"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("total: ram"), "the plan's table: {stderr}");
+    assert!(!dir.exists(), "a refused plan creates no run directory");
+    // A rollout no buffer holds is a config error naming its key, before anything.
+    let out = rl(&[
+        "train",
+        config,
+        "--out",
+        run,
+        "--set",
+        "ppo.n_steps=1000000000",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: ppo.n_steps"), "{stderr}");
+    assert!(!dir.exists());
 }
 
 #[test]

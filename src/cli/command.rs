@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use super::{Error, Registry, TrainOptions, Trained, Which};
+use super::{Error, Limit, Registry, TrainOptions, Trained, Which};
 use crate::config::{Config, ConfigError};
 
 /// Train, plan, evaluate, resume, plot and export reinforcement-learning runs whose
@@ -38,8 +38,9 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
-    /// Print the whole run's memory plan and whether it fits run.budget, allocating
-    /// nothing; exits 1 when it does not fit.
+    /// Print the whole run's memory plan and whether it fits run.budget (without one,
+    /// this machine's available memory), from the config alone: nothing is built or
+    /// allocated. Exits 1 when it does not fit.
     Plan {
         /// The experiment's TOML file.
         config: PathBuf,
@@ -131,8 +132,9 @@ enum Format {
 }
 
 /// Runs the `rl` command line (`std::env::args`) on `registry`'s environments and
-/// returns the exit code: 0 on success, 1 for a failed run or a plan over budget, 2 for
-/// a usage or config error (nothing ran), 130 for a run ended by Ctrl-C or SIGTERM
+/// returns the exit code: 0 on success, 1 for a failed run or a plan over budget (`rl
+/// plan`; `rl train` refuses one as a config error), 2 for a usage or config error
+/// (nothing ran), 130 for a run ended by Ctrl-C or SIGTERM
 /// (saved, resumable). Results go to stdout as JSON, progress and errors to stderr.
 pub fn run_command(registry: &Registry) -> ExitCode {
     let cli = Cli::parse();
@@ -181,17 +183,30 @@ fn dispatch(registry: &Registry, command: Command) -> Result<u8, Error> {
             let parsed = read(&config, &set.set)?;
             let planned = super::plan(registry, &parsed)?;
             println!("{}", planned.plan);
-            match (&planned.refused, parsed.run.budget) {
-                (Some(why), _) => {
+            match (&planned.refused, planned.limit) {
+                (Some(why), Limit::Budget(_)) => {
                     println!("does not fit run.budget: {why}");
                     Ok(1)
                 }
-                (None, Some(_)) => {
+                (Some(why), _) => {
+                    println!("does not fit the available memory: {why}");
+                    Ok(1)
+                }
+                (None, Limit::Budget(_)) => {
                     println!("fits run.budget");
                     Ok(0)
                 }
-                (None, None) => {
-                    println!("no run.budget to check against");
+                (None, Limit::Available(bytes)) => {
+                    println!(
+                        "fits the available memory ({} available; no run.budget)",
+                        rl_core::Bytes(bytes)
+                    );
+                    Ok(0)
+                }
+                (None, _) => {
+                    println!(
+                        "no run.budget to check against (and no reading of the available memory)"
+                    );
                     Ok(0)
                 }
             }

@@ -318,6 +318,24 @@ impl fmt::Debug for ChunkedScorer {
     }
 }
 
+/// What a [`ChunkedScorer`] scores against, by size alone: what
+/// [`ChunkedScorer::plan`] needs to plan one before it (or its table) exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScorerShape {
+    /// A feature table of `rows` actions x `dim` features ([`ChunkedScorer::new`]).
+    Table {
+        /// Actions (the table's rows).
+        rows: usize,
+        /// Features per action.
+        dim: usize,
+    },
+    /// The index representation over `n` actions ([`ChunkedScorer::identity`]).
+    Identity {
+        /// Actions.
+        n: usize,
+    },
+}
+
 /// Writes the `n x d` row-major `rows` as `d x n` into `cols`.
 fn transpose(rows: &[f32], n: usize, d: usize, cols: &mut [f32]) {
     for (a, f) in rows.chunks_exact(d).enumerate() {
@@ -469,30 +487,84 @@ impl ChunkedScorer {
     /// (`2 x max_batch x d` `f64`, table scoring only). Nothing scales with `batch x n`
     /// except the caller's buffers (identity `q`, [`ChunkedScorer::full_distribution`]).
     pub fn memory_plan(&self) -> MemoryPlan {
-        let floats = 2 * self.max_batch * self.chunk;
-        let plan = match &self.scores {
-            Scores::Table { table, .. } => table.memory_plan("scorer/table (shared)"),
-            Scores::Identity { .. } => MemoryPlan::new(),
+        let shape = match &self.scores {
+            Scores::Table { table, .. } => ScorerShape::Table {
+                rows: table.rows(),
+                dim: table.dim(),
+            },
+            Scores::Identity { n } => ScorerShape::Identity { n: *n },
         };
-        let mut plan = plan.with("scorer/chunk scratch", Location::Ram, (floats * 4) as u64);
-        if let Scores::Table { cols, .. } = &self.scores {
-            plan = plan.with(
-                "scorer/transposed table (shared by clones)",
+        // A built scorer's sizes were allocated, so they cannot overflow.
+        Self::plan(shape, self.chunk, self.max_batch).unwrap_or_default()
+    }
+
+    /// What a scorer of `shape` with `chunk` actions per pass for batches of at most
+    /// `max_batch` rows holds ([`ChunkedScorer::memory_plan`]), from the sizes alone,
+    /// before the scorer (or its table) exists.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a zero size, or sizes whose bytes overflow.
+    pub fn plan(shape: ScorerShape, chunk: usize, max_batch: usize) -> Result<MemoryPlan> {
+        let (n, dim) = match shape {
+            ScorerShape::Table { rows, dim } => (rows, dim),
+            ScorerShape::Identity { n } => (n, n),
+        };
+        if n == 0 || dim == 0 || chunk == 0 || max_batch == 0 {
+            return Err(Error::config(
+                "chunked scorer",
+                format!(
+                    "has {n} actions of {dim} features, chunk {chunk} and max_batch {max_batch}: all must be at least 1"
+                ),
+            ));
+        }
+        let overflow = || {
+            Error::config(
+                "chunked scorer",
+                format!(
+                    "of {n} actions of {dim} features for batches of {max_batch} rows needs more bytes than fit in 64 bits: use a smaller batch or chunk"
+                ),
+            )
+        };
+        let bytes = |factors: &[usize]| -> Result<u64> {
+            factors
+                .iter()
+                .try_fold(1u64, |acc, &f| acc.checked_mul(f as u64))
+                .ok_or_else(overflow)
+        };
+        let chunk = chunk.min(n);
+        let f32s = size_of::<f32>();
+        let mut plan = MemoryPlan::new();
+        if let ScorerShape::Table { .. } = shape {
+            plan.add(
+                "scorer/table (shared)",
                 Location::Ram,
-                (cols.len() * 4) as u64,
+                bytes(&[n, dim, f32s])?,
             );
         }
-        plan.with(
+        plan.add(
+            "scorer/chunk scratch",
+            Location::Ram,
+            bytes(&[2, max_batch, chunk, f32s])?,
+        );
+        if let ScorerShape::Table { .. } = shape {
+            plan.add(
+                "scorer/transposed table (shared by clones)",
+                Location::Ram,
+                bytes(&[n, dim, f32s])?,
+            );
+        }
+        let per_row = size_of::<Acc>() + size_of::<(f32, u32)>() + size_of::<usize>();
+        plan.add(
             "scorer/row accumulators",
             Location::Ram,
-            (self.max_batch * (size_of::<Acc>() + size_of::<(f32, u32)>() + size_of::<usize>()))
-                as u64,
-        )
-        .with(
-            "scorer/gradient accumulators",
-            Location::Ram,
-            ((self.grad_w.len() + self.grad_c.len()) * size_of::<f64>()) as u64,
-        )
+            bytes(&[max_batch, per_row])?,
+        );
+        let grad = match shape {
+            ScorerShape::Table { .. } => bytes(&[2, max_batch, dim, size_of::<f64>()])?,
+            ScorerShape::Identity { .. } => 0,
+        };
+        plan.add("scorer/gradient accumulators", Location::Ram, grad);
+        Ok(plan)
     }
 
     /// Validates `q` and masks; returns the batch size.
@@ -1304,5 +1376,39 @@ mod tests {
             assert_eq!(ti, [1, 2, 4, 3]);
             assert_eq!(ts, [3.0, 3.0, 3.0, 2.0]);
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// The plan from sizes alone is the built scorer's, table or identity.
+        #[test]
+        fn plans_from_sizes_are_the_built_scorers(
+            n in 1usize..300,
+            dim in 1usize..9,
+            chunk in 1usize..400,
+            max_batch in 1usize..80,
+        ) {
+            let table = FeatureTable::new(n, dim, vec![0.25; n * dim]).unwrap();
+            let built = ChunkedScorer::new(table, chunk, max_batch).unwrap();
+            let shape = ScorerShape::Table { rows: n, dim };
+            prop_assert_eq!(ChunkedScorer::plan(shape, chunk, max_batch).unwrap(), built.memory_plan());
+            let built = ChunkedScorer::identity(n as u32, chunk, max_batch).unwrap();
+            let shape = ScorerShape::Identity { n };
+            prop_assert_eq!(ChunkedScorer::plan(shape, chunk, max_batch).unwrap(), built.memory_plan());
+        }
+    }
+
+    #[test]
+    fn plans_of_zero_or_overflowing_sizes_are_errors() {
+        let table = ScorerShape::Table { rows: 10, dim: 4 };
+        assert!(ChunkedScorer::plan(table, 0, 8).is_err());
+        assert!(ChunkedScorer::plan(ScorerShape::Identity { n: 0 }, 4, 8).is_err());
+        let huge = ScorerShape::Table {
+            rows: usize::MAX / 2,
+            dim: 8,
+        };
+        let e = ChunkedScorer::plan(huge, 4, 8).unwrap_err().to_string();
+        assert!(e.contains("smaller"), "{e}");
     }
 }

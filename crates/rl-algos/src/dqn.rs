@@ -25,7 +25,7 @@ pub(crate) use loss::Transitions;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, Policy, PolicyError};
-use rl_core::{DType, Env, MemoryPlan, Schema, Space, TransitionSchema};
+use rl_core::{DType, Env, Location, MemoryPlan, Schema, Space, TransitionSchema};
 use rl_nn::{Adam, Init, Mlp, MlpSpec, MlpWorkspace, Module, Weights, clip_grad_norm};
 use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,7 @@ use actor::EpsilonGreedy;
 use loss::Scratch;
 
 use crate::error::{Error, Result};
+use crate::learner::{OffPolicyBlueprint, Scaled, Sizes};
 use crate::policy::{Mode, describe};
 
 /// The `kind` of DQN checkpoints.
@@ -112,6 +113,8 @@ pub struct DqnStats {
 #[derive(Clone, Debug)]
 pub struct Dqn {
     config: DqnConfig,
+    /// What it holds, planned before it was built ([`Dqn::blueprint`]).
+    blueprint: OffPolicyBlueprint,
     /// Seeds the network initialisation, the exploration draws and the actors'.
     seed: u64,
     obs_dim: usize,
@@ -130,6 +133,33 @@ pub struct Dqn {
     mode: Mode,
     updates: u64,
     env_steps: u64,
+}
+
+/// The observation length (an `f32` box, flattened) and the number of actions (a
+/// discrete space) of DQN's spaces.
+fn spaces(observation_space: &Space, action_space: &Space) -> Result<(usize, u32)> {
+    let obs_dim = match observation_space {
+        Space::Box(b) if b.dtype() == DType::F32 && b.flat_len() > 0 => b.flat_len(),
+        other => {
+            return Err(Error::SpaceMismatch {
+                what: "observation space",
+                expected: "a box of f32 elements (flattened into one vector)".to_owned(),
+                actual: describe(other),
+            });
+        }
+    };
+    let n_actions = match action_space {
+        Space::Discrete { n } => *n,
+        other => {
+            return Err(Error::SpaceMismatch {
+                what: "action space",
+                expected: "a discrete space (DQN scores every action; use SAC for boxes)"
+                    .to_owned(),
+                actual: describe(other),
+            });
+        }
+    };
+    Ok((obs_dim, n_actions))
 }
 
 /// The index of the largest value; ties go to the lowest index (NaNs never win).
@@ -158,28 +188,8 @@ impl Dqn {
         config: DqnConfig,
         seed: u64,
     ) -> Result<Self> {
-        config.validate()?;
-        let obs_dim = match observation_space {
-            Space::Box(b) if b.dtype() == DType::F32 && b.flat_len() > 0 => b.flat_len(),
-            other => {
-                return Err(Error::SpaceMismatch {
-                    what: "observation space",
-                    expected: "a box of f32 elements (flattened into one vector)".to_owned(),
-                    actual: describe(other),
-                });
-            }
-        };
-        let n_actions = match action_space {
-            Space::Discrete { n } => *n,
-            other => {
-                return Err(Error::SpaceMismatch {
-                    what: "action space",
-                    expected: "a discrete space (DQN scores every action; use SAC for boxes)"
-                        .to_owned(),
-                    actual: describe(other),
-                });
-            }
-        };
+        let blueprint = Self::blueprint(observation_space, action_space, &config)?;
+        let (obs_dim, n_actions) = spaces(observation_space, action_space)?;
         let n = n_actions as usize;
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         let spec = MlpSpec::new(obs_dim, &config.hidden, n, config.activation);
@@ -201,8 +211,70 @@ impl Dqn {
             updates: 0,
             env_steps: 0,
             config,
+            blueprint,
             seed,
         })
+    }
+
+    /// What a learner for `observation_space` and `action_space` with `config` holds,
+    /// reads and asks of its actors, from the sizes alone: nothing is allocated.
+    /// [`Dqn::new`] plans the same (its
+    /// [`memory_plan`](crate::learner::Learner::memory_plan) is this blueprint's) and
+    /// refuses what this refuses.
+    ///
+    /// # Errors
+    /// As [`Dqn::new`]; [`Error::Config`] for sizes whose bytes overflow.
+    pub fn blueprint(
+        observation_space: &Space,
+        action_space: &Space,
+        config: &DqnConfig,
+    ) -> Result<OffPolicyBlueprint> {
+        config.validate()?;
+        let (obs_dim, n_actions) = spaces(observation_space, action_space)?;
+        let spec = MlpSpec::new(
+            obs_dim,
+            &config.hidden,
+            n_actions as usize,
+            config.activation,
+        );
+        let sizes = Sizes::of("dqn.hidden");
+        let params = sizes.f32s(&[sizes.checked(spec.checked_num_params())?])?;
+        let rows = config.batch_size;
+        let batch = Sizes::of("dqn.batch_size");
+        let mut plan = MemoryPlan::new()
+            .with("dqn/q/parameters", Location::Ram, params)
+            .with("dqn/q/gradients", Location::Ram, params)
+            .with(
+                format!("dqn/{Q}/adam moments"),
+                Location::Ram,
+                sizes.sum(&[params, params])?,
+            )
+            .with("dqn/q_target/parameters", Location::Ram, params);
+        for (name, rows, sizes) in [
+            ("q/workspace (update)", rows, batch),
+            ("q_target/workspace (update)", rows, batch),
+            ("q/workspace (acting)", ACT_ROWS, sizes),
+        ] {
+            plan.add(
+                format!("dqn/{name}, {rows} rows"),
+                Location::Ram,
+                sizes.checked(spec.workspace_bytes(rows))?,
+            );
+        }
+        plan.add(
+            "dqn/update buffers (targets, TD errors, output gradients, priorities)",
+            Location::Ram,
+            Scratch::bytes_for(rows, n_actions as usize, batch)?,
+        );
+        let schema = TransitionSchema::new(DType::F32, &[obs_dim], DType::U32, &[])
+            .with_next_obs()
+            .build()?;
+        let mut blueprint = OffPolicyBlueprint::new(plan, schema, rows);
+        let actor = sizes.sum(&[params, sizes.checked(spec.workspace_bytes(ACT_ROWS))?])?;
+        blueprint
+            .actor
+            .push(Scaled::per("dqn actor x", " (q weights, workspace)", actor));
+        Ok(blueprint)
     }
 
     /// [`Dqn::new`] with `env`'s spaces.
@@ -268,11 +340,7 @@ impl Dqn {
     /// # Errors
     /// None in practice (the schema is valid by construction).
     pub fn replay_schema(&self) -> Result<Schema> {
-        Ok(
-            TransitionSchema::new(DType::F32, &[self.obs_dim], DType::U32, &[])
-                .with_next_obs()
-                .build()?,
-        )
+        Ok(self.blueprint.replay_schema.clone())
     }
 
     /// One gradient step on a batch sampled from a replay buffer with
@@ -419,16 +487,8 @@ impl crate::learner::OffPolicyLearner for Dqn {
         actor.refresh(self)
     }
 
-    fn actor_memory_plan(&self, copies: usize) -> MemoryPlan {
-        DqnActor::plan(self, copies)
-    }
-
-    fn replay_schema(&self) -> Result<Schema> {
-        Dqn::replay_schema(self)
-    }
-
-    fn batch_size(&self) -> usize {
-        self.config.batch_size
+    fn blueprint(&self) -> &OffPolicyBlueprint {
+        &self.blueprint
     }
 
     fn update(&mut self, batch: &Batch) -> Result<DqnStats> {

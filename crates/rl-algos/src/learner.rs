@@ -3,7 +3,8 @@
 //! update count), and one trait per loop on top of it, each with only what that loop
 //! needs: [`OnPolicyLearner`] (a policy, a rollout, one update per rollout) and
 //! [`OffPolicyLearner`] (act for the collector, name the replay columns, one gradient
-//! step per sampled batch).
+//! step per sampled batch). What each will hold is known before it is built: its
+//! [`OnPolicyBlueprint`] or [`OffPolicyBlueprint`], from its configuration and spaces alone.
 
 use std::fmt::Debug;
 use std::path::Path;
@@ -23,6 +24,11 @@ use serde::de::DeserializeOwned;
 use crate::error::Result;
 use crate::policy::PolicyNetworks;
 use crate::predict::Predict;
+
+mod blueprint;
+
+pub use blueprint::{OffPolicyBlueprint, OnPolicyBlueprint};
+pub(crate) use blueprint::{Scaled, Sizes};
 
 /// What every learner is, whatever loop drives it: what it is (its checkpoints' kind),
 /// what it holds (its memory plan), how far it got (its update count), and its whole
@@ -88,22 +94,32 @@ pub trait OffPolicyLearner: Learner + Predict<Obs = f32, State: Debug> {
     /// and keeps the destination's random stream (the way workers take new weights).
     type Actor: Policy<Obs = f32, Act = Self::Act, State = Self::State> + Clone + Debug + 'static;
 
+    /// What the learner holds and asks of a run, the same as its configuration and spaces
+    /// gave before it was built (each learner's `blueprint` function): its
+    /// [`Learner::memory_plan`], replay schema, batch size and acting plans all come from
+    /// it.
+    fn blueprint(&self) -> &OffPolicyBlueprint;
+
     /// The replay columns [`OffPolicyLearner::update`] reads (built with
     /// [`rl_core::TransitionSchema`]).
     ///
     /// # Errors
     /// None in practice (the schema is valid by construction).
-    fn replay_schema(&self) -> Result<Schema>;
+    fn replay_schema(&self) -> Result<Schema> {
+        Ok(self.blueprint().replay_schema.clone())
+    }
 
     /// Transitions per gradient step: the rows of one sampled batch (for a learner
     /// trained on sequences, every window's burn-in and proper rows).
-    fn batch_size(&self) -> usize;
+    fn batch_size(&self) -> usize {
+        self.blueprint().batch_size
+    }
 
-    /// How batches are drawn: `None` (the default) for independent rows (uniform or
-    /// prioritized), or windows of consecutive steps of one environment for learners
-    /// with memory ([`crate::sequence::Recurrent`]).
+    /// How batches are drawn: `None` for independent rows (uniform or prioritized), or
+    /// windows of consecutive steps of one environment for learners with memory
+    /// ([`crate::sequence::Recurrent`]).
     fn sequence(&self) -> Option<SequenceSpec> {
-        None
+        self.blueprint().sequence
     }
 
     /// One gradient step on a sampled batch of [`OffPolicyLearner::batch_size`] rows.
@@ -127,10 +143,9 @@ pub trait OffPolicyLearner: Learner + Predict<Obs = f32, State: Debug> {
 
     /// What acting on `rows` environments at once adds to [`OffPolicyLearner::memory_plan`](crate::learner::Learner::memory_plan)
     /// (a recurrent learner's per-environment state, made on the first call with that
-    /// many rows). Nothing by default.
+    /// many rows; nothing for the others).
     fn acting_plan(&self, rows: usize) -> MemoryPlan {
-        let _ = rows;
-        MemoryPlan::new()
+        self.blueprint().acting_plan(rows)
     }
 
     /// A new actor that acts as the learner would now (in [`crate::policy::Mode::Sample`]).
@@ -153,7 +168,9 @@ pub trait OffPolicyLearner: Learner + Predict<Obs = f32, State: Debug> {
     /// What `copies` actors hold together: each copy's networks and buffers, and what
     /// clones share once (a fixed action table's transposed copy). Constant for the
     /// learner's life.
-    fn actor_memory_plan(&self, copies: usize) -> MemoryPlan;
+    fn actor_memory_plan(&self, copies: usize) -> MemoryPlan {
+        self.blueprint().actor_memory_plan(copies)
+    }
 }
 
 /// What an on-policy trainer (`rl-train`'s `OnPolicyTrainer`) needs of a learner
@@ -173,14 +190,25 @@ pub trait OnPolicyLearner: Learner {
     /// generator before a checkpoint).
     fn policy_mut(&mut self) -> &mut Self::Policy;
 
+    /// What the learner holds and what its rollouts and acting copy cost, the same as its
+    /// configuration and spaces gave before it was built
+    /// ([`Ppo::blueprint`](crate::ppo::Ppo::blueprint),
+    /// [`RecurrentPpo::blueprint`](crate::ppo::RecurrentPpo::blueprint)): its
+    /// [`Learner::memory_plan`] and the plans below all come from it.
+    fn blueprint(&self) -> &OnPolicyBlueprint;
+
     /// Environments its rollouts hold (the learner was built for them).
-    fn envs(&self) -> usize;
+    fn envs(&self) -> usize {
+        self.blueprint().envs
+    }
 
     /// What its rollout buffer allocates.
     ///
     /// # Errors
-    /// As [`RolloutBuffer::plan`].
-    fn rollout_plan(&self) -> Result<MemoryPlan>;
+    /// None in practice (the plan was checked when the learner was built).
+    fn rollout_plan(&self) -> Result<MemoryPlan> {
+        Ok(self.blueprint().rollout.clone())
+    }
 
     /// Its rollout buffer, refused first if the plan does not fit `budget`.
     ///
@@ -214,9 +242,9 @@ pub trait OnPolicyLearner: Learner {
     }
 
     /// What the collector's copy of the policy holds besides its weights while
-    /// collecting (a recurrent policy's state and chunk record). Nothing by default.
+    /// collecting (a recurrent policy's state and chunk record).
     fn acting_plan(&self) -> MemoryPlan {
-        MemoryPlan::new()
+        self.blueprint().acting.clone()
     }
 }
 

@@ -25,19 +25,24 @@ mod tests;
 
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::ValuePolicy;
+use rl_core::Space;
 use rl_nn::{Activation, Architecture, Init, Weights};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+pub(crate) use self::core::CoreShape;
 pub use self::core::{PolicyGradients, PolicyWorkspace};
 pub use categorical::CategoricalPolicy;
 pub use gaussian::GaussianPolicy;
 pub use normalize::ObsNormalizer;
 pub use recurrent_categorical::{
-    ChunkBatch, ChunkRecord, History, HistorySlot, RecurrentCategoricalPolicy, RecurrentWorkspace,
+    ChunkBatch, ChunkRecord, History, HistorySlot, RecurrentCategoricalPolicy,
+    RecurrentPolicyShape, RecurrentWorkspace,
 };
-pub(crate) use recurrent_categorical::{ReplayWorkspace, Summary, SummaryState, Window};
+pub(crate) use recurrent_categorical::{
+    ReplayWorkspace, Summary, SummaryShape, SummaryState, Window,
+};
 
 /// How a policy chooses actions when a collector calls it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -199,6 +204,90 @@ impl std::fmt::Display for PolicyArchitecture {
     }
 }
 
+/// What a feed-forward policy ([`CategoricalPolicy`], [`GaussianPolicy`]) is by size
+/// alone: its observation and action lengths and its networks' parameter counts, from its
+/// spaces and [`PolicyConfig`] before any network exists ([`ActorCritic::shape_for`]).
+/// [`Ppo::blueprint`](crate::ppo::Ppo::blueprint) plans with it; a built policy's
+/// [`ActorCritic::shape`] is the same value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyShape {
+    obs_len: usize,
+    act_len: usize,
+    names: &'static [&'static str],
+    core: CoreShape,
+}
+
+impl PolicyShape {
+    /// A policy of `core` reading observations of `core.input` elements, writing actions
+    /// of `act_len` elements, with networks `names`.
+    pub(crate) fn new(core: CoreShape, act_len: usize, names: &'static [&'static str]) -> Self {
+        Self {
+            obs_len: core.input,
+            act_len,
+            names,
+            core,
+        }
+    }
+
+    /// Elements of one observation.
+    pub fn obs_len(&self) -> usize {
+        self.obs_len
+    }
+
+    /// Elements of one action (1 for a discrete index).
+    pub fn act_len(&self) -> usize {
+        self.act_len
+    }
+
+    /// Each network's name and parameter count, in
+    /// [`PolicyNetworks::network_names`]' order.
+    pub fn networks(&self) -> impl Iterator<Item = (&'static str, usize)> + '_ {
+        self.names
+            .iter()
+            .copied()
+            .zip(self.core.params().iter().copied())
+    }
+
+    /// Parameters over every network.
+    pub fn num_params(&self) -> usize {
+        self.core.params().iter().sum()
+    }
+
+    /// Bytes of [`ActorCritic::workspace`] for `max_rows` rows.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the bytes overflow (naming `what`, the setting the rows
+    /// come from).
+    pub fn workspace_bytes(&self, max_rows: usize, what: &'static str) -> Result<u64> {
+        self.core
+            .workspace_bytes(max_rows, crate::learner::Sizes::of(what))
+    }
+}
+
+/// An `f32` box's elements, or [`Error::SpaceMismatch`] naming `what`.
+fn box_len(what: &'static str, space: &Space) -> Result<usize> {
+    match space {
+        Space::Box(b) if b.dtype() == rl_core::DType::F32 => Ok(b.flat_len()),
+        other => Err(Error::SpaceMismatch {
+            what,
+            expected: "a box of f32 elements".to_owned(),
+            actual: describe(other),
+        }),
+    }
+}
+
+/// A discrete space's actions, or [`Error::SpaceMismatch`].
+fn discrete_len(space: &Space) -> Result<usize> {
+    match space {
+        Space::Discrete { n } => Ok(*n as usize),
+        other => Err(Error::SpaceMismatch {
+            what: "action space",
+            expected: "a discrete space".to_owned(),
+            actual: describe(other),
+        }),
+    }
+}
+
 /// A policy's trainable parts by name (what optimisers, checkpoints and weight files
 /// see), and the state acting depends on besides weights: the sampling generator and
 /// the observation normaliser.
@@ -244,6 +333,24 @@ pub trait PolicyNetworks {
 /// Observations are `f32` rows of [`ActorCritic::obs_len`] elements; actions rows of
 /// [`ActorCritic::act_len`] elements (one `u32` index for a categorical policy).
 pub trait ActorCritic: ValuePolicy<Obs = f32, State = ()> + PolicyNetworks {
+    /// What a policy of this type for `observation_space`, `action_space` and `config`
+    /// is by size alone, before any network exists (what plans read).
+    ///
+    /// # Errors
+    /// [`Error::SpaceMismatch`] for spaces the policy cannot take; [`Error::Config`] for
+    /// an invalid `config` or sizes whose parameters overflow.
+    fn shape_for(
+        observation_space: &Space,
+        action_space: &Space,
+        config: &PolicyConfig,
+    ) -> Result<PolicyShape>
+    where
+        Self: Sized;
+
+    /// This policy's shape: what [`ActorCritic::shape_for`] gives for its spaces and
+    /// settings.
+    fn shape(&self) -> PolicyShape;
+
     /// Elements of one observation.
     fn obs_len(&self) -> usize;
 

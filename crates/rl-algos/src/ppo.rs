@@ -85,9 +85,9 @@ use rl_storage::{Batch, rollout::RolloutBuffer};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::learner::OnPolicyLearner;
+use crate::learner::{OnPolicyBlueprint, OnPolicyLearner, Sizes};
 use crate::policy::{
-    ActorCritic, ObsNormalizer, PolicyArchitecture, PolicyGradients, PolicyWorkspace,
+    ActorCritic, ObsNormalizer, PolicyArchitecture, PolicyGradients, PolicyShape, PolicyWorkspace,
 };
 use crate::predict::Predict;
 
@@ -266,6 +266,8 @@ pub struct PpoState {
 /// ```
 pub struct Ppo<P: ActorCritic> {
     config: PpoConfig,
+    /// What it holds, planned before it was built ([`Ppo::blueprint`]).
+    blueprint: OnPolicyBlueprint,
     /// Environments per rollout.
     envs: usize,
     learner: Learner<P>,
@@ -305,7 +307,7 @@ impl<P: ActorCritic> Ppo<P> {
     /// # Errors
     /// [`Error::Config`](crate::Error::Config) for an invalid `config` or `envs` of 0.
     pub fn new(mut policy: P, config: PpoConfig, envs: usize, seed: u64) -> Result<Self> {
-        config.validate(envs)?;
+        let blueprint = Self::blueprint(&policy.shape(), &config, envs)?;
         if let Some(obs) = config.normalize_obs
             && policy.obs_normalizer().is_none()
         {
@@ -355,6 +357,59 @@ impl<P: ActorCritic> Ppo<P> {
             env_steps: 0,
             updates: 0,
             config,
+            blueprint,
+        })
+    }
+
+    /// What a learner for a policy of shape `policy` ([`ActorCritic::shape_for`]) trained
+    /// with `config` on rollouts of `envs` environments holds, and what its rollouts and
+    /// the collector's copy of the policy cost, from the sizes alone: nothing is
+    /// allocated. [`Ppo::new`] plans the same (its
+    /// [`memory_plan`](crate::learner::Learner::memory_plan) is this blueprint's) and
+    /// refuses what this refuses.
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::Error::Config) for an invalid `config` or `envs` of 0,
+    /// sizes whose bytes overflow; [`Error::Storage`](crate::Error::Storage) for a rollout
+    /// of more than `u32::MAX` rows.
+    pub fn blueprint(
+        policy: &PolicyShape,
+        config: &PpoConfig,
+        envs: usize,
+    ) -> Result<OnPolicyBlueprint> {
+        config.validate(envs)?;
+        let schema = shared::rollout_schema::<P::Act>(policy.obs_len(), policy.act_len())?;
+        let rows = shared::rollout_rows(config, envs)?;
+        let rollout = RolloutBuffer::plan(&schema, config.n_steps, envs)?;
+        let (mut plan, params) = shared::network_lines(policy.networks())?;
+        let mb = config.batch_size.max(1);
+        plan.add(
+            format!("ppo/policy workspace ({mb} rows)"),
+            Location::Ram,
+            policy.workspace_bytes(mb, "ppo.batch_size")?,
+        );
+        if config.recompute_old_log_probs {
+            let eval_rows = config.eval_minibatch.min(rows).max(1);
+            plan.add(
+                format!("ppo/evaluation workspace ({eval_rows} rows)"),
+                Location::Ram,
+                policy.workspace_bytes(eval_rows, "ppo.eval_minibatch")?,
+            );
+        }
+        shared::minibatch_lines(&mut plan, &schema, config, rows)?;
+        if config.recompute_old_log_probs {
+            plan.add(
+                "ppo/recomputed_log_probs+values",
+                Location::Ram,
+                Sizes::of("ppo.n_steps").f32s(&[2, rows])?,
+            );
+        }
+        Ok(OnPolicyBlueprint {
+            envs,
+            learner: plan,
+            rollout,
+            policy_params: params,
+            acting: MemoryPlan::new(),
         })
     }
 
@@ -483,51 +538,11 @@ impl<P: ActorCritic + Predict + Clone> crate::learner::Learner for Ppo<P> {
         self.updates
     }
 
-    /// What the learner holds besides the policy's weights: Adam's moments and scratch,
-    /// the minibatch, the advantages and scratch rows, and the recomputed old log-probs
-    /// and values when configured.
+    /// What the learner holds: the policy's weights, Adam's moments, gradients and
+    /// workspaces, the minibatch, the advantages and scratch rows, and the recomputed old
+    /// log-probs and values when configured ([`Ppo::blueprint`]).
     fn memory_plan(&self) -> MemoryPlan {
-        let f32s = |n: usize| (n * size_of::<f32>()) as u64;
-        let mut plan = MemoryPlan::new();
-        let policy = &self.learner.policy;
-        for (i, name) in policy.network_names().iter().enumerate() {
-            if let (Some(net), Some(adam)) = (policy.network(i), self.learner.adams.get(i)) {
-                plan.add(
-                    format!("ppo/{name}/parameters"),
-                    Location::Ram,
-                    f32s(net.num_params()),
-                );
-                plan.nest(&format!("ppo/{name}"), &adam.memory_plan("optimizer"));
-            }
-        }
-        plan.nest("ppo", &self.learner.grads.memory_plan("policy"));
-        plan.add(
-            format!("ppo/policy workspace ({} rows)", self.learner.ws.max_rows()),
-            Location::Ram,
-            self.learner.ws.memory_bytes(),
-        );
-        if let Some(ws) = &self.eval_ws {
-            plan.add(
-                format!("ppo/evaluation workspace ({} rows)", ws.max_rows()),
-                Location::Ram,
-                ws.memory_bytes(),
-            );
-        }
-        plan.nest("ppo/minibatch", &self.batch.memory_plan());
-        plan.nest("ppo", &Advantages::plan(self.advantages.advantages().len()));
-        plan.add(
-            "ppo/scratch_rows",
-            Location::Ram,
-            f32s(shared::SCRATCH_ROWS * self.config.batch_size),
-        );
-        if self.config.recompute_old_log_probs {
-            plan.add(
-                "ppo/recomputed_log_probs+values",
-                Location::Ram,
-                f32s(self.recomputed_log_probs.len() + self.recomputed_values.len()),
-            );
-        }
-        plan
+        self.blueprint.learner.clone()
     }
 
     /// Everything needed to resume training exactly: every network's weights with its
@@ -598,21 +613,9 @@ impl<P: ActorCritic + Predict + Clone> OnPolicyLearner for Ppo<P> {
         &self.learner.policy
     }
 
-    /// Environments per rollout.
-    fn envs(&self) -> usize {
-        self.envs
-    }
-
-    /// What [`Ppo::rollout_buffer`] allocates.
-    ///
-    /// # Errors
-    /// As [`RolloutBuffer::plan`].
-    fn rollout_plan(&self) -> Result<MemoryPlan> {
-        Ok(RolloutBuffer::plan(
-            self.rollout_schema(),
-            self.config.n_steps,
-            self.envs,
-        )?)
+    /// What it holds and what its rollouts cost ([`Ppo::blueprint`]).
+    fn blueprint(&self) -> &OnPolicyBlueprint {
+        &self.blueprint
     }
 
     /// A rollout buffer for [`Ppo::update`]: `n_steps x envs` rows of

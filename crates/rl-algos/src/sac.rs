@@ -25,11 +25,15 @@ use rl_nn::{
 };
 
 use crate::error::{Error, Result, adam_difference, first_difference};
+use crate::learner::Sizes;
 use crate::policy::Mode;
 
 pub use actor::{DiscreteSacActor, SacActor};
 pub use continuous::{CHECKPOINT_KIND as SAC_CHECKPOINT_KIND, Sac};
-pub use discrete::{ActionMaskFn, CHECKPOINT_KIND as DISCRETE_SAC_CHECKPOINT_KIND, DiscreteSac};
+pub(crate) use discrete::obs_grads_line;
+pub use discrete::{
+    ActionMaskFn, ActionScoring, CHECKPOINT_KIND as DISCRETE_SAC_CHECKPOINT_KIND, DiscreteSac,
+};
 
 /// The entropy coefficient `alpha`: learned to hold a target entropy, or fixed.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -180,6 +184,105 @@ impl SacConfig {
 
     fn spec(&self, input: usize, output: usize) -> MlpSpec {
         MlpSpec::new(input, &self.hidden, output, Activation::Relu)
+    }
+}
+
+/// The sizes [`Sac`] and [`DiscreteSac`] plan with: the actor's and critics' specs and
+/// parameter counts, checked once.
+#[derive(Clone, Debug)]
+pub(crate) struct CoreShape {
+    actor: MlpSpec,
+    critic: MlpSpec,
+    /// Bytes of the actor's and of one critic's parameters.
+    actor_bytes: u64,
+    critic_bytes: u64,
+}
+
+impl CoreShape {
+    /// An actor `actor_in -> hidden -> actor_out` and critics `critic_in -> hidden ->
+    /// critic_out` of `config`, validated.
+    fn new(
+        config: &SacConfig,
+        (actor_in, actor_out): (usize, usize),
+        (critic_in, critic_out): (usize, usize),
+    ) -> Result<Self> {
+        config.validate()?;
+        let actor = config.spec(actor_in, actor_out);
+        let critic = config.spec(critic_in, critic_out);
+        let sizes = Sizes::of("sac.hidden");
+        Ok(Self {
+            actor_bytes: sizes.f32s(&[sizes.checked(actor.checked_num_params())?])?,
+            critic_bytes: sizes.f32s(&[sizes.checked(critic.checked_num_params())?])?,
+            actor,
+            critic,
+        })
+    }
+
+    /// What [`Core`] and its [`ActorPasses`] hold for batches of `rows` rows: parameters,
+    /// gradients, moments and workspaces of the actor and the twin critics with their
+    /// targets.
+    fn plan(&self, rows: usize) -> Result<MemoryPlan> {
+        let (sizes, batch) = (Sizes::of("sac.hidden"), Sizes::of("sac.batch_size"));
+        let (actor, critic) = (self.actor_bytes, self.critic_bytes);
+        let mut plan = MemoryPlan::new()
+            .with(
+                "sac/actor (weights + gradients)",
+                Location::Ram,
+                sizes.sum(&[actor, actor])?,
+            )
+            .with(
+                "sac/actor/adam moments",
+                Location::Ram,
+                sizes.sum(&[actor, actor])?,
+            )
+            .with(
+                "sac/critics (online + target)",
+                Location::Ram,
+                sizes.sum(&[critic, critic, critic, critic])?,
+            )
+            .with(
+                "sac/critics gradients",
+                Location::Ram,
+                sizes.sum(&[critic, critic])?,
+            );
+        for i in 0..2 {
+            plan.add(
+                format!("sac/critic {i}/adam moments"),
+                Location::Ram,
+                sizes.sum(&[critic, critic])?,
+            );
+        }
+        let critic_ws = batch.checked(self.critic.workspace_bytes(rows))?;
+        for i in 0..2 {
+            for name in [format!("critic {i}"), format!("target critic {i}")] {
+                plan.add(
+                    format!("sac/{name}/activations and gradients"),
+                    Location::Ram,
+                    critic_ws,
+                );
+            }
+        }
+        for (name, rows) in [
+            ("actor", rows),
+            ("actor (next obs)", rows),
+            ("actor (acting)", ACT_ROWS),
+        ] {
+            plan.add(
+                format!("sac/{name}/activations and gradients"),
+                Location::Ram,
+                batch.checked(self.actor.workspace_bytes(rows))?,
+            );
+        }
+        Ok(plan)
+    }
+
+    /// Bytes of one actor copy's network and workspace.
+    fn actor_copy_bytes(&self) -> Result<u64> {
+        let sizes = Sizes::of("sac.hidden");
+        sizes.sum(&[
+            self.actor_bytes,
+            sizes.checked(self.actor.workspace_bytes(ACT_ROWS))?,
+        ])
     }
 }
 
@@ -347,18 +450,6 @@ impl Core {
         self.updates
     }
 
-    /// Parameters, gradients and moments of every network.
-    fn memory_plan(&self, plan: &mut MemoryPlan) {
-        let actor = self.actor.num_params();
-        plan.add(
-            "sac/actor (weights + gradients)",
-            Location::Ram,
-            f32_bytes(2 * actor),
-        );
-        plan.nest("sac", &self.actor_adam.memory_plan("actor"));
-        self.critics.memory_plan(plan);
-    }
-
     /// Applies and clears the actor's gradients, then the entropy coefficient's step.
     fn step_actor(&mut self, mean_entropy: f32) -> Result<()> {
         self.actor_adam
@@ -494,20 +585,6 @@ impl ActorPasses {
             act: actor.workspace(ACT_ROWS),
         }
     }
-
-    fn memory_plan(&self, plan: &mut MemoryPlan) {
-        for (name, ws) in [
-            ("actor", &self.batch),
-            ("actor (next obs)", &self.next),
-            ("actor (acting)", &self.act),
-        ] {
-            plan.add(
-                format!("sac/{name}/activations and gradients"),
-                Location::Ram,
-                ws.memory_bytes(),
-            );
-        }
-    }
 }
 
 /// The columns of a sampled batch, checked against a trainer's widths.
@@ -613,31 +690,6 @@ impl TwinCritics {
         }
         Ok(())
     }
-
-    fn memory_plan(&self, plan: &mut MemoryPlan) {
-        let params = self.online[0].num_params() + self.online[1].num_params();
-        plan.add(
-            "sac/critics (online + target)",
-            Location::Ram,
-            f32_bytes(2 * params),
-        );
-        plan.add("sac/critics gradients", Location::Ram, f32_bytes(params));
-        for (i, adam) in self.adam.iter().enumerate() {
-            plan.nest("sac", &adam.memory_plan(&format!("critic {i}")));
-        }
-        for (i, (ws, target_ws)) in self.ws.iter().zip(&self.target_ws).enumerate() {
-            for (name, bytes) in [
-                (format!("critic {i}"), ws.memory_bytes()),
-                (format!("target critic {i}"), target_ws.memory_bytes()),
-            ] {
-                plan.add(
-                    format!("sac/{name}/activations and gradients"),
-                    Location::Ram,
-                    bytes,
-                );
-            }
-        }
-    }
 }
 
 /// The entropy coefficient and, when learned, its optimiser.
@@ -698,10 +750,6 @@ fn half_squared_error(q: &[f32], target: &[f32], dq: &mut [f32]) -> f32 {
         *d = err / n;
     }
     loss
-}
-
-fn f32_bytes(count: usize) -> u64 {
-    (count * size_of::<f32>()) as u64
 }
 
 /// The configuration fields that must agree for a checkpoint to resume exactly.

@@ -36,15 +36,18 @@ mod learner;
 #[cfg(test)]
 mod tests;
 
-use rl_core::{BoxSpace, DType, Element, Field, Flag, Location, MemoryPlan, Space};
+use rl_core::{
+    BoxSpace, DType, Element, Field, Flag, Location, MemoryPlan, Schema, Space, TransitionSchema,
+};
 use rl_nn::{Adam, AdamConfig, Weights, clip_grad_norm, polyak};
 use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::learner::{OffPolicyLearner, SequenceSpec};
+use crate::learner::{OffPolicyBlueprint, OffPolicyLearner, Scaled, SequenceSpec, Sizes};
 use crate::policy::{
-    History, HistorySlot, Mode, ReplayWorkspace, Summary, SummaryState, Window, describe,
+    History, HistorySlot, Mode, ReplayWorkspace, Summary, SummaryShape, SummaryState, Window,
+    describe,
 };
 
 use acting::Acting;
@@ -159,6 +162,9 @@ impl RecurrentConfig {
 pub struct Recurrent<L: SequenceLearner> {
     inner: L,
     config: RecurrentConfig,
+    /// What it holds, planned from its settings and the inner learner's blueprint
+    /// ([`Recurrent::blueprint`]).
+    blueprint: OffPolicyBlueprint,
     /// Seeds the summarizer's initialisation.
     seed: u64,
     obs_len: usize,
@@ -180,6 +186,7 @@ impl<L: SequenceLearner + Clone> Clone for Recurrent<L> {
         Self {
             inner: self.inner.clone(),
             config: self.config.clone(),
+            blueprint: self.blueprint.clone(),
             seed: self.seed,
             obs_len: self.obs_len,
             summary: self.summary.clone(),
@@ -261,28 +268,63 @@ impl<A: Element> Train<A> {
             d_window: z(proper * h),
         }
     }
+}
 
-    /// Bytes of the buffers (the states and the replay workspace are planned apart).
-    fn buffer_bytes(&self) -> u64 {
-        let f32s = self.step_obs.len()
-            + self.step_out.len()
-            + self.snapshot.len()
-            + self.window_obs.len()
-            + self.features.len()
-            + self.next_features.len()
-            + self.rewards.len()
-            + self.weights.len()
-            + self.d_features.len()
-            + self.d_window.len();
-        let bools = self.starts.len() + self.resets.len() + self.ends.len();
-        (f32s * size_of::<f32>()
-            + bools
-            + self.actions.len() * size_of::<A>()
-            + self.terminated.len() * size_of::<Flag>()) as u64
-    }
+/// Bytes of an update's buffers for `windows` windows (the states and the replay
+/// workspace are planned apart): per window a step's observations, summaries, snapshot,
+/// start flag and the end flags of its rows; per proper row its observation, four
+/// summary rows (features, next features and their two gradients), reward, weight,
+/// reset and termination flags and its action (`action` bytes).
+fn train_bytes(
+    shape: &SummaryShape,
+    windows: usize,
+    config: &RecurrentConfig,
+    action: usize,
+) -> Result<u64> {
+    let sizes = Sizes::of("batch_size");
+    let (obs, h) = (shape.obs_len, shape.output_len);
+    let proper = sizes.count(&[windows, config.seq_len])?;
+    let per_window = sizes.f32s(&[windows, sizes.add(&[obs, h, shape.state_len])?])?;
+    let per_row = sizes.sum(&[
+        sizes.f32s(&[sizes.add(&[obs, sizes.count(&[4, h])?, 2])?])?,
+        (1 + size_of::<Flag>()) as u64,
+        action as u64,
+    ])?;
+    let flags = sizes.add(&[
+        windows,
+        sizes.count(&[windows, sizes.add(&[config.burn_in, config.seq_len])?])?,
+    ])?;
+    sizes.sum(&[
+        per_window,
+        sizes.checked(per_row.checked_mul(proper as u64))?,
+        flags as u64,
+    ])
 }
 
 impl<L: SequenceLearner> Recurrent<L> {
+    /// What a learner for observations from `observation_space` with `config` in front
+    /// of an inner learner holds, reads and asks of its actors, from the sizes alone:
+    /// `inner` gives the inner learner's blueprint for the space of the summaries it is
+    /// given (its `blueprint` function, e.g. `|summaries| Dqn::blueprint(summaries,
+    /// &actions, &dqn)`). Nothing is allocated. [`Recurrent::new`] plans the same (its
+    /// [`memory_plan`](crate::learner::Learner::memory_plan) is this blueprint's) and
+    /// refuses what this refuses.
+    ///
+    /// # Errors
+    /// As [`Recurrent::new`]; [`Error::Config`] for sizes whose bytes overflow.
+    pub fn blueprint(
+        observation_space: &Space,
+        config: &RecurrentConfig,
+        inner: impl FnOnce(&Space) -> Result<OffPolicyBlueprint>,
+    ) -> Result<OffPolicyBlueprint> {
+        config.validate()?;
+        let obs_len = obs_len(observation_space)?;
+        let shape = SummaryShape::new(config.history, obs_len)?;
+        let inner = inner(&summaries_space(shape.output_len)?)?;
+        let inner = L::blueprint_for_summaries(inner, shape.output_len)?;
+        compose(&shape, config, inner)
+    }
+
     /// A learner for observations from `observation_space` (an `f32` box): the
     /// summarizer `config.history`, and the inner learner `make_inner` builds for the
     /// space of the summaries it is given (an `f32` box of the summary's width). `seed`
@@ -301,37 +343,14 @@ impl<L: SequenceLearner> Recurrent<L> {
         make_inner: impl FnOnce(&Space) -> Result<L>,
     ) -> Result<Self> {
         config.validate()?;
-        let obs_len = match observation_space {
-            Space::Box(b) if b.dtype() == DType::F32 => b.flat_len(),
-            other => {
-                return Err(Error::SpaceMismatch {
-                    what: "observation space",
-                    expected: "a box of f32 elements".to_owned(),
-                    actual: describe(other),
-                });
-            }
-        };
-        let summary = Summary::new(config.history, obs_len, seed.wrapping_add(SEED_OFFSET))?;
-        let h = summary.output_len();
-        let summaries = Space::Box(BoxSpace::uniform(
-            f32::NEG_INFINITY,
-            f32::INFINITY,
-            &[h],
-            DType::F32,
-        )?);
-        let mut inner = make_inner(&summaries)?;
+        let obs_len = obs_len(observation_space)?;
+        let shape = SummaryShape::new(config.history, obs_len)?;
+        let h = shape.output_len;
+        let mut inner = make_inner(&summaries_space(h)?)?;
         inner.prepare_for_summaries(h)?;
-        let rows = OffPolicyLearner::batch_size(&inner);
-        if !rows.is_multiple_of(config.seq_len) {
-            return Err(Error::config(
-                "batch_size",
-                format!(
-                    "is {rows}: with recurrent.seq_len {} it must be a multiple of it (each window gives seq_len rows)",
-                    config.seq_len
-                ),
-            ));
-        }
-        let windows = rows / config.seq_len;
+        let blueprint = compose(&shape, &config, inner.blueprint().clone())?;
+        let summary = Summary::new(config.history, obs_len, seed.wrapping_add(SEED_OFFSET))?;
+        let windows = OffPolicyLearner::batch_size(&inner) / config.seq_len;
         let adam = match summary.cell() {
             Some(cell) => Some(Adam::new(cell.num_params(), config.adam)?),
             None => None,
@@ -343,6 +362,7 @@ impl<L: SequenceLearner> Recurrent<L> {
             target: summary.clone(),
             inner,
             config,
+            blueprint,
             seed,
             obs_len,
             summary,
@@ -372,13 +392,7 @@ impl<L: SequenceLearner> Recurrent<L> {
     /// What acting on `rows` environments adds: the summarizer's state and the summaries
     /// of one step (made on the first call with that many rows).
     pub fn acting_plan(&self, rows: usize) -> MemoryPlan {
-        let mut plan = self.summary.state_plan("history acting", rows);
-        plan.add(
-            format!("history acting summaries ({rows} rows)"),
-            Location::Ram,
-            (rows * (self.summary.output_len() * size_of::<f32>() + 1)) as u64,
-        );
-        plan
+        self.blueprint.acting_plan(rows)
     }
 
     /// One update on a batch of windows (see the module documentation), with the
@@ -574,6 +588,114 @@ impl<L: SequenceLearner> Recurrent<L> {
     }
 }
 
+/// The elements of an `f32` box of observations.
+fn obs_len(observation_space: &Space) -> Result<usize> {
+    match observation_space {
+        Space::Box(b) if b.dtype() == DType::F32 => Ok(b.flat_len()),
+        other => Err(Error::SpaceMismatch {
+            what: "observation space",
+            expected: "a box of f32 elements".to_owned(),
+            actual: describe(other),
+        }),
+    }
+}
+
+/// The space of summaries `width` wide: what the inner learner is built for.
+fn summaries_space(width: usize) -> Result<Space> {
+    Ok(Space::Box(BoxSpace::uniform(
+        f32::NEG_INFINITY,
+        f32::INFINITY,
+        &[width],
+        DType::F32,
+    )?))
+}
+
+/// The blueprint of a [`Recurrent`] learner with summarizer `shape` and `config`, in
+/// front of an inner learner of blueprint `inner` (for the summaries): the inner plan,
+/// the summarizer and its target, the update's states, replay workspace and buffers;
+/// replay columns of the raw observations; batches of whole windows; per-environment
+/// acting state and the summarizer's copies in the actors.
+fn compose(
+    shape: &SummaryShape,
+    config: &RecurrentConfig,
+    inner: OffPolicyBlueprint,
+) -> Result<OffPolicyBlueprint> {
+    let rows = inner.batch_size;
+    if !rows.is_multiple_of(config.seq_len) {
+        return Err(Error::config(
+            "batch_size",
+            format!(
+                "is {rows}: with recurrent.seq_len {} it must be a multiple of it (each window gives seq_len rows)",
+                config.seq_len
+            ),
+        ));
+    }
+    let windows = rows / config.seq_len;
+    let sizes = Sizes::of("recurrent.history");
+    let history = config.history;
+    let name = format!("history ({history})");
+    let mut plan = inner.learner;
+    let params = sizes.f32s(&[shape.cell_params])?;
+    if let History::Lstm { .. } = history {
+        plan.add(format!("{name}/parameters"), Location::Ram, params);
+        plan.add(format!("{name}/gradients"), Location::Ram, params);
+        plan.add(format!("{name}/target parameters"), Location::Ram, params);
+        plan.add(
+            format!("{name}/summarizer/adam moments"),
+            Location::Ram,
+            sizes.sum(&[params, params])?,
+        );
+    }
+    for state in ["burn-in (online)", "burn-in (target)"] {
+        plan.nest(&name, &shape.state_plan(state, windows, sizes)?);
+    }
+    plan.add(
+        format!(
+            "{name}/window replay, {} steps x {windows} windows",
+            config.seq_len
+        ),
+        Location::Ram,
+        shape.replay_workspace_bytes(config.seq_len, windows, sizes)?,
+    );
+    let schema = &inner.replay_schema;
+    let action = schema
+        .column(Field::Action.name())
+        .ok_or_else(|| Error::config("recurrent inner learner", "reads no action column"))?;
+    plan.add(
+        format!("{name}/update buffers (windows, summaries, gradients)"),
+        Location::Ram,
+        train_bytes(shape, windows, config, action.row_bytes())?,
+    );
+    let replay_schema: Schema =
+        TransitionSchema::new(DType::F32, &[shape.obs_len], action.dtype(), action.shape())
+            .with_next_obs()
+            .build()?;
+    let batch_size = sizes.count(&[windows, sizes.add(&[config.burn_in, config.seq_len])?])?;
+    let mut blueprint = OffPolicyBlueprint::new(plan, replay_schema, batch_size);
+    blueprint.sequence = Some(SequenceSpec {
+        len: config.seq_len,
+        burn_in: config.burn_in,
+    });
+    let (before, after) = shape.state_line("history acting");
+    blueprint
+        .acting
+        .push(Scaled::per(before, after, shape.state_bytes_per_env()));
+    blueprint.acting.push(Scaled::per(
+        "history acting summaries (",
+        " rows)",
+        sizes.bytes(&[sizes.add(&[sizes.count(&[shape.output_len, size_of::<f32>()])?, 1])?])?,
+    ));
+    blueprint.actor = inner.actor;
+    if let History::Lstm { .. } = history {
+        blueprint.actor.push(Scaled::per(
+            format!("history ({history}) copies x "),
+            "",
+            params,
+        ));
+    }
+    Ok(blueprint)
+}
+
 /// What a [`Recurrent`] checkpoint carries besides the networks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RecurrentState<S> {
@@ -585,12 +707,4 @@ pub struct RecurrentState<S> {
     pub inner: S,
 }
 
-impl<L: SequenceLearner> Recurrent<L> {
-    /// The windows a batch holds, for the trainer's sampler.
-    fn spec(&self) -> SequenceSpec {
-        SequenceSpec {
-            len: self.config.seq_len,
-            burn_in: self.config.burn_in,
-        }
-    }
-}
+impl<L: SequenceLearner> Recurrent<L> {}

@@ -14,7 +14,7 @@
 //! - [`MemoryPlan`], [`MemoryBudget`]: what a component will allocate, declared before it
 //!   allocates, and checked against a budget.
 //! - [`ProcessMemory`]: the process's resident memory from `/proc`, read without
-//!   allocating.
+//!   allocating; [`SystemMemory`]: the machine's available memory.
 //! - [`FeatureTable`]: a shared per-action feature table, held once per process.
 //! - [`simd::Isa`]: which SIMD kernels (AVX-512, AVX2 + FMA or scalar) every vectorised
 //!   crate runs, detected once per process.
@@ -48,7 +48,7 @@ pub use device::Device;
 pub use env::{Env, Step};
 pub use error::{Error, Result};
 pub use memory::{Bytes, Location, MemoryBudget, MemoryPlan, PlanLine};
-pub use process::ProcessMemory;
+pub use process::{ProcessMemory, SystemMemory};
 pub use schema::{Column, DType, Element, Flag, NonFinite, Schema};
 pub use space::{BoxSpace, Space};
 pub use table::FeatureTable;

@@ -1,8 +1,10 @@
-//! Resident memory of this process, read from `/proc/self/status` without allocating.
+//! Resident memory of this process, read from `/proc/self/status` without allocating,
+//! and the machine's memory, from `/proc/meminfo`.
 //!
 //! Collectors and trainers report these figures every iteration next to their
 //! [`MemoryPlan`](crate::MemoryPlan), so the read must be cheap and must not itself
-//! disturb an allocation count: it uses a stack buffer only.
+//! disturb an allocation count: it uses a stack buffer only. A run without a budget
+//! checks its plan against [`SystemMemory::available_bytes`] before it starts.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -69,12 +71,78 @@ impl ProcessMemory {
     }
 }
 
+/// The machine's memory, from `/proc/meminfo`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemMemory {
+    /// Physical memory (`MemTotal`).
+    pub total_bytes: u64,
+    /// Memory a new allocation can get without swapping (`MemAvailable`: free memory
+    /// plus the page cache and slabs the kernel can reclaim).
+    pub available_bytes: u64,
+}
+
+/// Big enough for `/proc/meminfo` (about 1.5 KiB; `MemAvailable` is its third line).
+const MEMINFO_BUFFER: usize = 8192;
+
+impl SystemMemory {
+    /// Reads the current figures. Allocates nothing.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] off Linux or on a kernel without `MemAvailable` (before
+    /// 3.14), [`Error::Io`] if `/proc/meminfo` cannot be read.
+    pub fn read() -> Result<Self> {
+        const WHAT: &str = "reading the available memory (MemAvailable) from /proc/meminfo";
+        if !cfg!(target_os = "linux") {
+            return Err(Error::Unsupported { what: WHAT });
+        }
+        let mut buffer = [0u8; MEMINFO_BUFFER];
+        let len = read_proc("/proc/meminfo", &mut buffer)?;
+        parse_meminfo(&buffer[..len]).ok_or(Error::Unsupported { what: WHAT })
+    }
+}
+
+/// Parses `MemTotal` and `MemAvailable` (values in kB); `None` without `MemAvailable`.
+fn parse_meminfo(text: &[u8]) -> Option<SystemMemory> {
+    let (mut total, mut available) = (None, None);
+    for (key, kib) in kib_lines(text) {
+        match key {
+            b"MemTotal" => total = Some(kib),
+            b"MemAvailable" => available = Some(kib),
+            _ => {}
+        }
+    }
+    Some(SystemMemory {
+        total_bytes: total.unwrap_or(0).saturating_mul(1024),
+        available_bytes: available?.saturating_mul(1024),
+    })
+}
+
+/// The `key: value kB` lines of a `/proc` file, values in kB.
+fn kib_lines(text: &[u8]) -> impl Iterator<Item = (&[u8], u64)> {
+    text.split(|&b| b == b'\n').filter_map(|line| {
+        let colon = line.iter().position(|&b| b == b':')?;
+        let (key, rest) = line.split_at(colon);
+        let kib = rest
+            .iter()
+            .filter(|b| b.is_ascii_digit())
+            .fold(0u64, |acc, &b| {
+                acc.saturating_mul(10).saturating_add(u64::from(b - b'0'))
+            });
+        Some((key, kib))
+    })
+}
+
 fn read_status(buffer: &mut [u8]) -> Result<usize> {
+    read_proc("/proc/self/status", buffer)
+}
+
+/// Reads as much of the `/proc` file `path` as fits in `buffer`.
+fn read_proc(path: &str, buffer: &mut [u8]) -> Result<usize> {
     let io = |source| Error::Io {
-        context: "reading /proc/self/status".into(),
+        context: format!("reading {path}"),
         source,
     };
-    let mut file = File::open("/proc/self/status").map_err(io)?;
+    let mut file = File::open(path).map_err(io)?;
     let mut len = 0;
     while len < buffer.len() {
         let n = file.read(&mut buffer[len..]).map_err(io)?;
@@ -89,11 +157,7 @@ fn read_status(buffer: &mut [u8]) -> Result<usize> {
 /// Parses the `Vm*`/`Rss*` lines of `/proc/self/status` (values are in kB).
 fn parse_status(text: &[u8]) -> ProcessMemory {
     let mut memory = ProcessMemory::default();
-    for line in text.split(|&b| b == b'\n') {
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let (key, rest) = line.split_at(colon);
+    for (key, kib) in kib_lines(text) {
         let field = match key {
             b"VmRSS" => &mut memory.rss_bytes,
             b"VmHWM" => &mut memory.peak_rss_bytes,
@@ -102,11 +166,7 @@ fn parse_status(text: &[u8]) -> ProcessMemory {
             b"RssShmem" => &mut memory.rss_shmem_bytes,
             _ => continue,
         };
-        let kib = rest
-            .iter()
-            .filter(|b| b.is_ascii_digit())
-            .fold(0u64, |acc, &b| acc * 10 + u64::from(b - b'0'));
-        *field = kib * 1024;
+        *field = kib.saturating_mul(1024);
     }
     memory
 }
@@ -124,6 +184,27 @@ mod tests {
         assert_eq!(m.rss_anon_bytes, 512 * 1024);
         assert_eq!(m.rss_file_bytes, 500 * 1024);
         assert_eq!(m.rss_shmem_bytes, 12 * 1024);
+    }
+
+    #[test]
+    fn parses_meminfo_and_needs_mem_available() {
+        let text = b"MemTotal:       16384 kB\nMemFree:          1024 kB\nMemAvailable:     8192 kB\nBuffers:  1 kB\n";
+        let m = parse_meminfo(text).unwrap();
+        assert_eq!(m.total_bytes, 16384 * 1024);
+        assert_eq!(m.available_bytes, 8192 * 1024);
+        // Kernels before 3.14 have no MemAvailable: no reading, rather than a wrong one.
+        assert_eq!(
+            parse_meminfo(b"MemTotal: 16384 kB\nMemFree: 1024 kB\n"),
+            None
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn available_memory_is_positive_and_at_most_the_total() {
+        let m = SystemMemory::read().unwrap();
+        assert!(m.available_bytes > 0, "{m:?}");
+        assert!(m.available_bytes <= m.total_bytes, "{m:?}");
     }
 
     #[cfg(target_os = "linux")]

@@ -51,6 +51,17 @@ pub struct Stack {
 }
 
 impl Stack {
+    /// [`Summarizer::state_bytes`] of a stack of `k` inputs of `input_len` elements for
+    /// `envs` environments, from the sizes alone (a plan made before anything exists);
+    /// `None` on overflow.
+    pub fn state_bytes_for(input_len: usize, k: usize, envs: usize) -> Option<u64> {
+        let per_env = k
+            .checked_mul(input_len)?
+            .checked_mul(size_of::<f32>())?
+            .checked_add(2 * size_of::<usize>())?;
+        u64::try_from(envs.checked_mul(per_env)?).ok()
+    }
+
     /// Stacks of the last `k` rows of `input_len` elements, [`Padding::FirstFrame`].
     ///
     /// # Errors
@@ -309,7 +320,7 @@ impl Summarizer for Stack {
     }
 
     fn state_bytes(&self, envs: usize) -> u64 {
-        (envs * (self.k * self.input_len * size_of::<f32>() + 2 * size_of::<usize>())) as u64
+        Self::state_bytes_for(self.input_len, self.k, envs).unwrap_or(u64::MAX)
     }
 
     fn memory_plan(&self, name: &str, envs: usize) -> MemoryPlan {

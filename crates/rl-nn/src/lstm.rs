@@ -108,17 +108,7 @@ impl Lstm {
     /// [`Error::Config`] for a zero size, or sizes whose parameters would not fit in
     /// memory.
     pub fn zeros(input: usize, hidden: usize) -> Result<Self> {
-        // 4 hidden (input + hidden + 2) floats, with bytes that fit an allocation.
-        let count = input
-            .checked_add(hidden)
-            .and_then(|n| n.checked_add(2))
-            .and_then(|n| n.checked_mul(hidden))
-            .and_then(|n| n.checked_mul(4))
-            .filter(|n| {
-                n.checked_mul(size_of::<f32>())
-                    .is_some_and(|b| b <= isize::MAX as usize)
-            });
-        match count {
+        match Self::checked_params_for(input, hidden) {
             Some(count) if input > 0 && hidden > 0 => Ok(Self {
                 input,
                 hidden,
@@ -131,6 +121,20 @@ impl Lstm {
                 ),
             )),
         }
+    }
+
+    /// [`Lstm::params_for`], or `None` when the count or its bytes do not fit an
+    /// allocation (what a plan made from sizes alone reports as a configuration error).
+    pub fn checked_params_for(input: usize, hidden: usize) -> Option<usize> {
+        input
+            .checked_add(hidden)
+            .and_then(|n| n.checked_add(2))
+            .and_then(|n| n.checked_mul(hidden))
+            .and_then(|n| n.checked_mul(4))
+            .filter(|n| {
+                n.checked_mul(size_of::<f32>())
+                    .is_some_and(|b| b <= isize::MAX as usize)
+            })
     }
 
     /// Parameters of a cell of `input -> hidden`: `4 hidden (input + hidden + 2)`.
@@ -186,7 +190,17 @@ impl Lstm {
     /// Bytes of a state for `rows` rows (what [`Lstm::state`] allocates): `h`, `c` and a
     /// row of gates per row, `6 hidden` floats.
     pub fn state_bytes(&self, rows: usize) -> u64 {
-        (rows * 6 * self.hidden * size_of::<f32>()) as u64
+        Self::state_bytes_for(self.hidden, rows).unwrap_or(u64::MAX)
+    }
+
+    /// [`Lstm::state_bytes`] of a cell of `hidden` units, from the sizes alone; `None`
+    /// on overflow.
+    pub fn state_bytes_for(hidden: usize, rows: usize) -> Option<u64> {
+        let bytes = rows
+            .checked_mul(6)?
+            .checked_mul(hidden)?
+            .checked_mul(size_of::<f32>())?;
+        u64::try_from(bytes).ok()
     }
 
     /// One time step for every row of `state`: `input` is `rows x input`, row-major;
@@ -297,9 +311,25 @@ impl Lstm {
     /// their gradients, `h` and `c` entering the step, `tanh(c')`, the output and a reset
     /// flag; per row, the carried state and three rows of backward scratch.
     pub fn sequence_workspace_bytes(&self, max_steps: usize, max_rows: usize) -> u64 {
-        let (hid, n) = (self.hidden, max_steps * max_rows);
-        let floats = n * (self.input + 12 * hid) + 5 * max_rows * hid;
-        (floats * size_of::<f32>() + n) as u64
+        Self::sequence_workspace_bytes_for(self.input, self.hidden, max_steps, max_rows)
+            .unwrap_or(u64::MAX)
+    }
+
+    /// [`Lstm::sequence_workspace_bytes`] of a cell of `input -> hidden`, from the sizes
+    /// alone; `None` on overflow.
+    pub fn sequence_workspace_bytes_for(
+        input: usize,
+        hidden: usize,
+        max_steps: usize,
+        max_rows: usize,
+    ) -> Option<u64> {
+        let n = max_steps.checked_mul(max_rows)?;
+        let per_step = hidden.checked_mul(12)?.checked_add(input)?;
+        let floats = n
+            .checked_mul(per_step)?
+            .checked_add(max_rows.checked_mul(hidden)?.checked_mul(5)?)?;
+        let bytes = floats.checked_mul(size_of::<f32>())?.checked_add(n)?;
+        u64::try_from(bytes).ok()
     }
 
     /// What training on windows of `max_steps x max_rows` costs, under `name`: the

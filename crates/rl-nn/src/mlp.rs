@@ -179,8 +179,39 @@ impl MlpSpec {
     }
 
     /// Parameters of a network of this spec.
+    ///
+    /// # Panics
+    /// In debug builds, if the count overflows `usize` (use
+    /// [`MlpSpec::checked_num_params`] for sizes not known to fit).
     pub fn num_params(&self) -> usize {
         self.sizes.windows(2).map(|p| (p[0] + 1) * p[1]).sum()
+    }
+
+    /// Parameters of a network of this spec, from the widths alone; `None` if the count
+    /// or its bytes overflow (what a plan reports as a configuration error before
+    /// anything is allocated).
+    pub fn checked_num_params(&self) -> Option<usize> {
+        self.sizes
+            .windows(2)
+            .try_fold(0usize, |sum, p| {
+                p[0].checked_add(1)?
+                    .checked_mul(p[1])
+                    .and_then(|n| sum.checked_add(n))
+            })
+            .filter(|n| n.checked_mul(size_of::<f32>()).is_some())
+    }
+
+    /// Bytes of a workspace for `max_rows` rows ([`Module::workspace_bytes`] of a
+    /// network of this spec), from the widths alone; `None` on overflow.
+    pub fn workspace_bytes(&self, max_rows: usize) -> Option<u64> {
+        let widest = self.sizes.iter().copied().max().unwrap_or(0);
+        let floats = self
+            .sizes
+            .iter()
+            .try_fold(0usize, |sum, &w| sum.checked_add(w))?
+            .checked_add(widest.checked_mul(2)?)?
+            .checked_mul(max_rows)?;
+        u64::try_from(floats.checked_mul(size_of::<f32>())?).ok()
     }
 }
 
@@ -351,10 +382,10 @@ impl Module for Mlp {
         }
     }
 
+    /// [`MlpSpec::workspace_bytes`], saturating at `u64::MAX` (such a workspace could
+    /// not be allocated).
     fn workspace_bytes(&self, max_rows: usize) -> u64 {
-        let widest = self.spec.sizes.iter().copied().max().unwrap_or(0);
-        let floats = (self.spec.sizes.iter().sum::<usize>() + 2 * widest) * max_rows;
-        (floats * size_of::<f32>()) as u64
+        self.spec.workspace_bytes(max_rows).unwrap_or(u64::MAX)
     }
 
     fn forward<'w>(

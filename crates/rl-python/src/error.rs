@@ -93,7 +93,7 @@ pub(crate) fn budget_error(err: rl_core::Error, plan: &rl_core::MemoryPlan) -> P
 }
 
 /// Builds the exception and sets its `plan` attribute.
-fn budget_exception(message: String, plan: rl_core::MemoryPlan) -> PyErr {
+pub(crate) fn budget_exception(message: String, plan: rl_core::MemoryPlan) -> PyErr {
     Python::attach(|py| {
         let err = MemoryBudgetError::new_err(message);
         let plan = MemoryPlan::from(plan);

@@ -24,7 +24,7 @@ use rl_train::config::Config;
 use rl_train::run::{self as cli, Registry, TrainOptions, Which};
 use toml::{Table, Value};
 
-use crate::error::{budget_error, value_error};
+use crate::error::{budget_exception, value_error};
 use crate::gym::{ErrorSlot, GymFactory};
 use crate::plan::MemoryPlan;
 
@@ -353,8 +353,9 @@ pub fn evaluate<'py>(
     py.import("json")?.call_method1("loads", (text,))
 }
 
-/// The whole run's memory plan of `config`, without allocating buffers; raises
-/// `MemoryBudgetError` (with `.plan`) when it does not fit `run.budget`.
+/// The whole run's memory plan of `config`, from the config alone (nothing built or
+/// allocated); raises `MemoryBudgetError` (with `.plan`) when it does not fit
+/// `run.budget` or, without one, the machine's available memory.
 #[pyfunction]
 #[pyo3(signature = (config, *, env=None, overrides=Vec::new()))]
 pub fn plan<'py>(
@@ -368,7 +369,7 @@ pub fn plan<'py>(
 }
 
 /// The plan of `config`, or `MemoryBudgetError` (carrying it) when it does not fit
-/// `run.budget`.
+/// `run.budget` or, without one, the machine's available memory.
 fn checked_plan(
     py: Python<'_>,
     registry: &Registry,
@@ -378,10 +379,8 @@ fn checked_plan(
     let planned = py
         .detach(|| cli::plan(registry, config))
         .map_err(|e| cli_error(e, errors))?;
-    if let Some(budget) = &config.run.budget
-        && let Err(err) = planned.plan.check(budget)
-    {
-        return Err(budget_error(err, &planned.plan));
+    if let Some(why) = planned.refused {
+        return Err(budget_exception(why, planned.plan));
     }
     Ok(planned.plan)
 }

@@ -236,7 +236,7 @@ impl ConfigError {
     /// file's table already (`ppo.n_steps`, `run.n_envs`: `section` is `None`), while
     /// a type nested in a table names its fields from itself and is put under
     /// `section` here (`off_policy` + `train_freq`, `recurrent` + `history.stack.k`).
-    fn from_algos(error: rl_algos::Error, section: Option<&'static str>) -> Self {
+    pub(crate) fn from_algos(error: rl_algos::Error, section: Option<&'static str>) -> Self {
         match error {
             rl_algos::Error::Config { key, problem } => {
                 let key = match section {

@@ -41,7 +41,7 @@ use std::sync::atomic::AtomicBool;
 
 use crate::eval::EvalReport;
 use crate::trainer::{ChunkActor, ChunkConfig};
-use rl_core::MemoryPlan;
+use rl_core::{Bytes, MemoryBudget, MemoryPlan, SystemMemory};
 use serde::Serialize;
 
 use crate::config::{Config, ConfigError};
@@ -151,19 +151,104 @@ pub struct Trained {
     pub interrupted: bool,
 }
 
-/// A plan and whether it fits the config's budget.
+/// A plan and whether it fits: `run.budget`, or without one the machine's available
+/// memory.
 #[derive(Clone, Debug)]
 pub struct Planned {
     /// The whole run's memory plan.
     pub plan: MemoryPlan,
-    /// Why the plan does not fit `run.budget` (`None`: it fits, or there is no budget).
+    /// What it was checked against.
+    pub limit: Limit,
+    /// Why the plan does not fit [`Planned::limit`] (`None`: it fits, or nothing was
+    /// checked), with what to change.
     pub refused: Option<String>,
+}
+
+/// What a run's plan is checked against before anything is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Limit {
+    /// The config's `run.budget`.
+    Budget(MemoryBudget),
+    /// No `run.budget`: the RAM this machine had available (`MemAvailable`, in bytes)
+    /// when the plan was made.
+    Available(u64),
+    /// No `run.budget` and no reading of the available memory (off Linux): nothing is
+    /// checked.
+    Unchecked,
+}
+
+/// What to lower when a plan does not fit.
+const LOWER: &str = "lower what the largest lines grow with (policy.hidden, sac.hidden or dqn.hidden, ppo.n_steps, batch sizes, off_policy.buffer_capacity)";
+
+impl Limit {
+    /// `config`'s `run.budget`, or without one this machine's available memory.
+    pub fn of(config: &Config) -> Self {
+        match config.run.budget {
+            Some(budget) => Limit::Budget(budget),
+            None => match SystemMemory::read() {
+                Ok(memory) => Limit::Available(memory.available_bytes),
+                Err(_) => Limit::Unchecked,
+            },
+        }
+    }
+
+    /// Why `plan` does not fit this limit, and what to change; `None` when it fits.
+    pub fn refusal(&self, plan: &MemoryPlan) -> Option<String> {
+        let budget = match *self {
+            Limit::Budget(budget) => budget,
+            Limit::Available(bytes) => MemoryBudget::ram(bytes),
+            Limit::Unchecked => return None,
+        };
+        let error = plan.check(&budget).err()?;
+        let rl_core::Error::OverBudget {
+            location,
+            planned,
+            budget,
+            largest,
+        } = error
+        else {
+            return Some(error.to_string());
+        };
+        let largest: Vec<String> = largest
+            .iter()
+            .map(|l| format!("{} ({})", l.component, Bytes(l.bytes)))
+            .collect();
+        let (limit, fix) = match self {
+            Limit::Budget(_) => (
+                format!("run.budget allows {}", Bytes(budget)),
+                "or raise run.budget",
+            ),
+            _ => (
+                format!(
+                    "run.budget is not set and this machine has {} available (MemAvailable)",
+                    Bytes(budget)
+                ),
+                "or set run.budget to the bytes this run may use",
+            ),
+        };
+        Some(format!(
+            "the plan needs {} of {location} but {limit}; largest lines: {}; {LOWER}, {fix}",
+            Bytes(planned),
+            largest.join(", ")
+        ))
+    }
+}
+
+/// `plan` checked against `config`'s [`Limit`]: a refusal is a config error of
+/// `run.budget` carrying the plan's table (nothing was built or created).
+fn check_plan(config: &Config, plan: &MemoryPlan) -> Result<()> {
+    match Limit::of(config).refusal(plan) {
+        None => Ok(()),
+        Some(why) => Err(ConfigError::new("run.budget", format!("{why}\n{plan}")).into()),
+    }
 }
 
 /// Trains `config` into the run directory `out` (created; it must not hold a run
 /// already). Checks everything a user can get wrong before anything is created: the
-/// environment and the algorithm, the memory plan against `run.budget`, that `out` is
-/// writable.
+/// environment and the algorithm, the memory plan (from the configuration alone,
+/// nothing built) against `run.budget` or, without one, the machine's available memory,
+/// that `out` is writable. A refused plan leaves no run directory.
 ///
 /// # Errors
 /// [`Error::Config`] and [`Error::Usage`] before anything runs; the library's errors.
@@ -174,12 +259,7 @@ pub fn train(
     options: &TrainOptions,
 ) -> Result<Trained> {
     let entry = registry.check(config)?;
-    if let Some(budget) = &config.run.budget
-        && let Outcome::Plan(plan) = entry.run(config, Job::Plan)?
-    {
-        plan.check(budget)
-            .map_err(|e| ConfigError::new("run.budget", e))?;
-    }
+    check_plan(config, &entry.plan(config)?)?;
     let dir = rundir::create(out)?;
     rundir::write_config(&dir, config)?;
     entry
@@ -275,25 +355,22 @@ pub fn resume(registry: &Registry, dir: &Path, options: &TrainOptions) -> Result
         .trained()
 }
 
-/// The whole run's memory plan of `config`, and whether it fits `run.budget`, without
-/// allocating buffers or creating files (the learner's networks are built).
+/// The whole run's memory plan of `config`, from the configuration and the
+/// environment's spaces alone (no learner, network, buffer or file is made), and whether
+/// it fits `run.budget` or, without one, the machine's available memory ([`Limit`]).
 ///
 /// # Errors
 /// An unknown environment, an algorithm the environment does not fit, an invalid
-/// configuration.
+/// configuration (sizes whose bytes overflow included).
 pub fn plan(registry: &Registry, config: &Config) -> Result<Planned> {
-    let entry = registry.entry(config)?;
-    let plan = match entry.run(config, Job::Plan)? {
-        Outcome::Plan(plan) => plan,
-        _ => return Err(Error::Usage("plan: the job gave no plan".into())),
-    };
-    let refused = config
-        .run
-        .budget
-        .as_ref()
-        .and_then(|budget| plan.check(budget).err())
-        .map(|e| e.to_string());
-    Ok(Planned { plan, refused })
+    let plan = registry.entry(config)?.plan(config)?;
+    let limit = Limit::of(config);
+    let refused = limit.refusal(&plan);
+    Ok(Planned {
+        plan,
+        limit,
+        refused,
+    })
 }
 
 /// Which checkpoint of a run to load.

@@ -4,7 +4,6 @@
 use rand::Rng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, Policy, PolicyError};
-use rl_core::{Location, MemoryPlan};
 use rl_nn::{Mlp, MlpWorkspace, Module, Weights};
 
 use super::{ACT_ROWS, Dqn, argmax};
@@ -64,16 +63,6 @@ impl DqnActor {
     /// The Q network.
     pub fn network(&self) -> &Mlp {
         &self.q
-    }
-
-    /// What `copies` actors of `dqn` hold.
-    pub(super) fn plan(dqn: &Dqn, copies: usize) -> MemoryPlan {
-        let each = (dqn.q.num_params() * size_of::<f32>()) as u64 + dqn.q.workspace_bytes(ACT_ROWS);
-        MemoryPlan::new().with(
-            format!("dqn actor x{copies} (q weights, workspace)"),
-            Location::Ram,
-            each * copies as u64,
-        )
     }
 }
 

@@ -1,8 +1,8 @@
 //! What a [`Dqn`] checkpoint holds besides its networks, and [`Dqn`] as a [`Learner`]: its kind, plan, update count, checkpoint and restore.
 
 use rand_xoshiro::Xoshiro256PlusPlus;
-use rl_core::{Location, MemoryPlan};
-use rl_nn::{Architecture, Checkpoint, NetworkState, Weights};
+use rl_core::MemoryPlan;
+use rl_nn::{Architecture, Checkpoint, NetworkState};
 use serde::{Deserialize, Serialize};
 
 use super::{CHECKPOINT_KIND, Dqn, DqnConfig, Q, Q_TARGET};
@@ -55,29 +55,7 @@ impl Learner for Dqn {
     /// target, the workspaces of an update and of acting, and the per-update buffers.
     /// Constant for the learner's life; the replay buffer is the caller's.
     fn memory_plan(&self) -> MemoryPlan {
-        let params = (self.q.num_params() * size_of::<f32>()) as u64;
-        let mut plan = MemoryPlan::new()
-            .with("dqn/q/parameters", Location::Ram, params)
-            .with("dqn/q/gradients", Location::Ram, params);
-        plan.nest("dqn", &self.adam.memory_plan(Q));
-        plan.add("dqn/q_target/parameters", Location::Ram, params);
-        for (name, ws) in [
-            ("q/workspace (update)", &self.ws),
-            ("q_target/workspace (update)", &self.target_ws),
-            ("q/workspace (acting)", &self.act_ws),
-        ] {
-            plan.add(
-                format!("dqn/{name}, {} rows", ws.max_rows()),
-                Location::Ram,
-                ws.memory_bytes(),
-            );
-        }
-        plan.add(
-            "dqn/update buffers (targets, TD errors, output gradients, priorities)",
-            Location::Ram,
-            self.scratch.bytes(),
-        );
-        plan
+        self.blueprint.learner.clone()
     }
 
     /// The whole learner state: `q` with its Adam state, `q_target`, the counters and the

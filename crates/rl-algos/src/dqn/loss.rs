@@ -7,6 +7,7 @@ use rl_storage::Batch;
 
 use super::{Dqn, argmax};
 use crate::error::{Error, Result};
+use crate::learner::Sizes;
 
 /// Per-update buffers, sized for `batch_size` rows at construction.
 #[derive(Clone, Debug)]
@@ -36,9 +37,13 @@ impl Scratch {
         }
     }
 
-    pub(super) fn bytes(&self) -> u64 {
-        let floats = self.targets.len() + self.td.len() + self.d_out.len() + self.priorities.len();
-        (floats * size_of::<f32>() + self.next_actions.len() * size_of::<u32>()) as u64
+    /// Bytes of [`Scratch::new`] for `rows` rows and `n_actions` actions, before it
+    /// exists: three floats and an action per row, and a float per row and action.
+    pub(super) fn bytes_for(rows: usize, n_actions: usize, sizes: Sizes) -> Result<u64> {
+        sizes.sum(&[
+            sizes.bytes(&[rows, 3 * size_of::<f32>() + size_of::<u32>()])?,
+            sizes.f32s(&[rows, n_actions])?,
+        ])
     }
 }
 

@@ -8,7 +8,10 @@ use rl_core::{Env, Space};
 use rl_nn::Weights;
 
 use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace, policy_networks};
-use super::{ActorCritic, Mode, PolicyConfig, PolicyKind, check_len, describe, rows_of};
+use super::{
+    ActorCritic, CoreShape, Mode, PolicyConfig, PolicyKind, PolicyShape, box_len, check_len,
+    describe, discrete_len, rows_of,
+};
 use crate::error::{Error, Result};
 
 /// A categorical policy over `actions` discrete actions with a value function, for
@@ -69,27 +72,8 @@ impl CategoricalPolicy {
         config: PolicyConfig,
         seed: u64,
     ) -> Result<Self> {
-        let obs_len = match env.observation_space() {
-            Space::Box(b) if b.dtype() == rl_core::DType::F32 => b.flat_len(),
-            other => {
-                return Err(Error::SpaceMismatch {
-                    what: "observation space",
-                    expected: "a box of f32 elements".to_owned(),
-                    actual: describe(other),
-                });
-            }
-        };
-        let actions = match env.action_space() {
-            Space::Discrete { n } => *n as usize,
-            other => {
-                return Err(Error::SpaceMismatch {
-                    what: "action space",
-                    expected: "a discrete space".to_owned(),
-                    actual: describe(other),
-                });
-            }
-        };
-        Self::new(obs_len, actions, config, seed)
+        let shape = Self::shape_for(env.observation_space(), env.action_space(), &config)?;
+        Self::new(shape.obs_len(), shape.core.out, config, seed)
     }
 
     /// Checks that an environment's action space is discrete with this policy's number
@@ -372,11 +356,10 @@ impl ValuePolicy for CategoricalPolicy {
     }
 }
 
-policy_networks!(
-    CategoricalPolicy,
-    &["actor", "critic"],
-    PolicyKind::Categorical
-);
+/// The networks of a categorical policy.
+const NETWORKS: &[&str] = &["actor", "critic"];
+
+policy_networks!(CategoricalPolicy, NETWORKS, PolicyKind::Categorical);
 
 impl crate::predict::Predict for CategoricalPolicy {
     fn mode(&self) -> Mode {
@@ -389,6 +372,21 @@ impl crate::predict::Predict for CategoricalPolicy {
 }
 
 impl ActorCritic for CategoricalPolicy {
+    fn shape_for(
+        observation_space: &Space,
+        action_space: &Space,
+        config: &PolicyConfig,
+    ) -> Result<PolicyShape> {
+        let obs_len = box_len("observation space", observation_space)?;
+        let actions = discrete_len(action_space)?;
+        let core = CoreShape::new(obs_len, actions, config, false)?;
+        Ok(PolicyShape::new(core, 1, NETWORKS))
+    }
+
+    fn shape(&self) -> PolicyShape {
+        PolicyShape::new(self.core.shape.clone(), 1, NETWORKS)
+    }
+
     fn obs_len(&self) -> usize {
         self.core.obs_len
     }

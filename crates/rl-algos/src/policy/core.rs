@@ -12,14 +12,94 @@ use rl_nn::{Mlp, MlpSpec, MlpWorkspace, Module, Parameters, Weights};
 
 use super::{ObsNormalizer, PolicyConfig, PolicyInit, PolicyNetworks, check_len};
 use crate::error::{Error, Result};
+use crate::learner::Sizes;
 
 /// Offsets the sampling generator's seed from the initialisation's, keeping the two
 /// streams apart.
 const SAMPLING_SEED_OFFSET: u64 = 0x9E37_79B9_7F4A_7C15;
 
+/// The networks of a [`PolicyCore`] by size alone: an actor `input -> hidden -> out`, a
+/// critic `input -> hidden -> 1` and, for a Gaussian policy, `out` log standard
+/// deviations. What plans read before the networks exist; a core is built from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CoreShape {
+    /// Elements of one input row (observations, or a summarizer's features).
+    pub(crate) input: usize,
+    /// Actor outputs per row.
+    pub(crate) out: usize,
+    pub(crate) actor: MlpSpec,
+    pub(crate) critic: MlpSpec,
+    /// Parameters of the actor, the critic and the log standard deviations (0 without).
+    params: [usize; 3],
+}
+
+impl CoreShape {
+    /// The shape of a core with `input` elements per row and `out` actor outputs, shaped
+    /// by `config`, with `out` log standard deviations when `log_std`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid `config`, a size of 0, or sizes whose parameters
+    /// overflow.
+    pub(crate) fn new(
+        input: usize,
+        out: usize,
+        config: &PolicyConfig,
+        log_std: bool,
+    ) -> Result<Self> {
+        config.validate()?;
+        if input == 0 || out == 0 {
+            return Err(Error::config(
+                "policy sizes",
+                format!(
+                    "are {input} observation elements and {out} actor outputs: both must be at least 1"
+                ),
+            ));
+        }
+        let actor = MlpSpec::new(input, &config.hidden, out, config.activation);
+        let critic = MlpSpec::new(input, &config.hidden, 1, config.activation);
+        let sizes = Sizes::of("policy.hidden");
+        let params = [
+            sizes.checked(actor.checked_num_params())?,
+            sizes.checked(critic.checked_num_params())?,
+            if log_std { out } else { 0 },
+        ];
+        sizes.add(&params)?;
+        Ok(Self {
+            input,
+            out,
+            actor,
+            critic,
+            params,
+        })
+    }
+
+    /// Parameters of the networks in order (actor, critic and, with log standard
+    /// deviations, `log_std`).
+    pub(crate) fn params(&self) -> &[usize] {
+        match self.params {
+            [_, _, 0] => &self.params[..2],
+            _ => &self.params,
+        }
+    }
+
+    /// Bytes of [`PolicyCore::workspace`] for `max_rows` rows (at least 1): the inputs,
+    /// the actor's and critic's activations, per-row outputs and gradients. An overflow
+    /// is `sizes`' error (the setting the rows come from).
+    pub(crate) fn workspace_bytes(&self, max_rows: usize, sizes: Sizes) -> Result<u64> {
+        let rows = max_rows.max(1);
+        let per_row = sizes.add(&[self.input, 2 * self.out, 4])?;
+        sizes.sum(&[
+            sizes.f32s(&[rows, per_row])?,
+            sizes.checked(self.actor.workspace_bytes(rows))?,
+            sizes.checked(self.critic.workspace_bytes(rows))?,
+        ])
+    }
+}
+
 /// The networks and state of a policy with `out` actor outputs per row.
 #[derive(Clone)]
 pub(super) struct PolicyCore {
+    pub(super) shape: CoreShape,
     pub(super) obs_len: usize,
     pub(super) actor: Mlp,
     pub(super) critic: Mlp,
@@ -42,32 +122,24 @@ impl PolicyCore {
         seed: u64,
         log_std: bool,
     ) -> Result<Self> {
-        config.validate()?;
-        if obs_len == 0 || out == 0 {
-            return Err(Error::config(
-                "policy sizes",
-                format!(
-                    "are {obs_len} observation elements and {out} actor outputs: both must be at least 1"
-                ),
-            ));
-        }
+        let shape = CoreShape::new(obs_len, out, &config, log_std)?;
         let mut init_rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-        let mut build = |outputs: usize, head: f32| -> Result<Mlp> {
-            let spec = MlpSpec::new(obs_len, &config.hidden, outputs, config.activation);
-            let mut net = Mlp::new(spec, config.init_of(head), &mut init_rng)?;
+        let mut build = |spec: &MlpSpec, head: f32| -> Result<Mlp> {
+            let mut net = Mlp::new(spec.clone(), config.init_of(head), &mut init_rng)?;
             if config.init == PolicyInit::ScaledUniform {
                 net.scale_output_layer(head);
             }
             Ok(net)
         };
-        let actor = build(out, config.actor_head_scale)?;
-        let critic = build(1, config.critic_head_scale)?;
+        let actor = build(&shape.actor, config.actor_head_scale)?;
+        let critic = build(&shape.critic, config.critic_head_scale)?;
         let log_std = if log_std {
             Some(Parameters::filled(vec![out], config.log_std_init)?)
         } else {
             None
         };
         Ok(Self {
+            shape,
             obs_len,
             actor,
             critic,
@@ -122,15 +194,6 @@ impl PolicyCore {
             d_out: vec![0.0; max_rows * out],
             d_value: vec![0.0; max_rows],
         }
-    }
-
-    /// Bytes of [`PolicyCore::workspace`] for `max_rows` rows, known before it exists.
-    pub(super) fn workspace_bytes(&self, max_rows: usize) -> u64 {
-        let max_rows = max_rows.max(1);
-        let floats = max_rows * (self.obs_len + 2 * self.out() + 4);
-        (floats * size_of::<f32>()) as u64
-            + self.actor.workspace_bytes(max_rows)
-            + self.critic.workspace_bytes(max_rows)
     }
 
     /// Takes `rows` observations into `ws` (normalised if the policy normalises) and runs

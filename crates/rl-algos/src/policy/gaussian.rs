@@ -9,8 +9,11 @@ use rl_nn::Weights;
 
 use super::categorical::copy_weights;
 use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace, policy_networks};
-use super::{ActorCritic, Mode, PolicyConfig, PolicyKind, check_box, check_len, describe, rows_of};
-use crate::error::{Error, Result};
+use super::{
+    ActorCritic, CoreShape, Mode, PolicyConfig, PolicyKind, PolicyShape, box_len, check_box,
+    check_len, rows_of,
+};
+use crate::error::Result;
 
 /// `ln(2 pi) / 2`.
 const HALF_LN_2PI: f32 = 0.918_938_5;
@@ -59,7 +62,7 @@ impl GaussianPolicy {
     /// elements, its weights drawn from `seed`.
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid `config` or a size of 0.
+    /// [`Error::Config`](crate::Error::Config) for an invalid `config` or a size of 0.
     pub fn new(obs_len: usize, act_len: usize, config: PolicyConfig, seed: u64) -> Result<Self> {
         Ok(Self {
             core: PolicyCore::new(obs_len, act_len, config, seed, true)?,
@@ -69,30 +72,21 @@ impl GaussianPolicy {
     /// A policy for `env`'s spaces (`f32` boxes of observations and actions).
     ///
     /// # Errors
-    /// [`Error::SpaceMismatch`] for other spaces, or as [`Self::new`].
+    /// [`Error::SpaceMismatch`](crate::Error::SpaceMismatch) for other spaces, or as [`Self::new`].
     pub fn for_env<E: Env<Obs = f32, Act = f32>>(
         env: &E,
         config: PolicyConfig,
         seed: u64,
     ) -> Result<Self> {
-        let flat = |what: &'static str, space: &Space| match space {
-            Space::Box(b) if b.dtype() == rl_core::DType::F32 => Ok(b.flat_len()),
-            other => Err(Error::SpaceMismatch {
-                what,
-                expected: "a box of f32 elements".to_owned(),
-                actual: describe(other),
-            }),
-        };
-        let obs_len = flat("observation space", env.observation_space())?;
-        let act_len = flat("action space", env.action_space())?;
-        Self::new(obs_len, act_len, config, seed)
+        let shape = Self::shape_for(env.observation_space(), env.action_space(), &config)?;
+        Self::new(shape.obs_len(), shape.act_len(), config, seed)
     }
 
     /// Checks that an environment's action space is an `f32` box of this policy's action
     /// length.
     ///
     /// # Errors
-    /// [`Error::SpaceMismatch`] otherwise.
+    /// [`Error::SpaceMismatch`](crate::Error::SpaceMismatch) otherwise.
     pub fn check_space(&self, space: &Space) -> Result<()> {
         check_box("action space", space, self.core.out())
     }
@@ -101,7 +95,7 @@ impl GaussianPolicy {
     /// observation length.
     ///
     /// # Errors
-    /// [`Error::SpaceMismatch`] otherwise.
+    /// [`Error::SpaceMismatch`](crate::Error::SpaceMismatch) otherwise.
     pub fn check_observation_space(&self, space: &Space) -> Result<()> {
         check_box("observation space", space, self.core.obs_len)
     }
@@ -120,7 +114,7 @@ impl GaussianPolicy {
     /// architecture, such as the learner's) into this one; its sampling generator stays.
     ///
     /// # Errors
-    /// [`Error::CheckpointMismatch`] for another architecture; nothing changes then.
+    /// [`Error::CheckpointMismatch`](crate::Error::CheckpointMismatch) for another architecture; nothing changes then.
     pub fn copy_weights_from(&mut self, other: &Self) -> Result<()> {
         copy_weights(&mut self.core, &other.core)
     }
@@ -138,7 +132,7 @@ impl GaussianPolicy {
     /// (`rows x act_len`).
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] for slices of different row counts.
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) for slices of different row counts.
     pub fn means(&self, obs: &[f32], means: &mut [f32]) -> Result<()> {
         let rows = rows_of(obs, self.core.obs_len)?;
         check_len("mean output", rows * self.core.out(), means.len())?;
@@ -249,11 +243,10 @@ impl ValuePolicy for GaussianPolicy {
     }
 }
 
-policy_networks!(
-    GaussianPolicy,
-    &["actor", "critic", "log_std"],
-    PolicyKind::Gaussian
-);
+/// The networks of a Gaussian policy.
+const NETWORKS: &[&str] = &["actor", "critic", "log_std"];
+
+policy_networks!(GaussianPolicy, NETWORKS, PolicyKind::Gaussian);
 
 impl crate::predict::Predict for GaussianPolicy {
     fn mode(&self) -> Mode {
@@ -266,6 +259,21 @@ impl crate::predict::Predict for GaussianPolicy {
 }
 
 impl ActorCritic for GaussianPolicy {
+    fn shape_for(
+        observation_space: &Space,
+        action_space: &Space,
+        config: &PolicyConfig,
+    ) -> Result<PolicyShape> {
+        let obs_len = box_len("observation space", observation_space)?;
+        let act_len = box_len("action space", action_space)?;
+        let core = CoreShape::new(obs_len, act_len, config, true)?;
+        Ok(PolicyShape::new(core, act_len, NETWORKS))
+    }
+
+    fn shape(&self) -> PolicyShape {
+        PolicyShape::new(self.core.shape.clone(), self.core.out(), NETWORKS)
+    }
+
     fn obs_len(&self) -> usize {
         self.core.obs_len
     }

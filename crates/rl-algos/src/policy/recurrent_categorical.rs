@@ -14,15 +14,16 @@ use rl_core::{Env, Location, MemoryPlan, Space};
 use rl_nn::Weights;
 
 use super::categorical::{check_actions, choose, head, output_grads};
-use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace};
+use super::core::{CoreShape, PolicyCore, PolicyGradients, PolicyWorkspace};
 use super::{
-    Mode, ObsNormalizer, PolicyArchitecture, PolicyConfig, PolicyKind, PolicyNetworks, check_len,
-    describe,
+    Mode, ObsNormalizer, PolicyArchitecture, PolicyConfig, PolicyKind, PolicyNetworks, box_len,
+    check_len, discrete_len,
 };
 use crate::error::{Error, Result};
+use crate::learner::Sizes;
 
 pub use history::History;
-pub(crate) use history::{ReplayWorkspace, Summary, SummaryState, Window};
+pub(crate) use history::{ReplayWorkspace, Summary, SummaryShape, SummaryState, Window};
 pub use record::ChunkRecord;
 
 /// What a collector keeps per environment for a [`RecurrentCategoricalPolicy`]: only
@@ -45,6 +46,114 @@ impl HistorySlot {
     /// Marks the environment's episode as running (its next observation continues it).
     pub(crate) fn set_running(&mut self) {
         self.running = true;
+    }
+}
+
+/// What a [`RecurrentCategoricalPolicy`] is by size alone: its summarizer, its heads'
+/// networks and parameter counts, from its spaces, [`History`] and [`PolicyConfig`]
+/// before anything exists ([`RecurrentCategoricalPolicy::shape_for`]).
+/// [`RecurrentPpo::blueprint`](crate::ppo::RecurrentPpo::blueprint) plans with it; a built
+/// policy's [`RecurrentCategoricalPolicy::shape`] is the same value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecurrentPolicyShape {
+    summary: SummaryShape,
+    core: CoreShape,
+}
+
+impl RecurrentPolicyShape {
+    /// The policy over `actions` actions for observations of `obs_len` elements
+    /// remembering `history`, its heads shaped by `config`.
+    fn new(
+        obs_len: usize,
+        actions: usize,
+        history: History,
+        config: &PolicyConfig,
+    ) -> Result<Self> {
+        let summary = SummaryShape::new(history, obs_len)?;
+        let core = CoreShape::new(summary.output_len, actions, config, false)?;
+        Ok(Self { summary, core })
+    }
+
+    /// Elements of one observation.
+    pub fn obs_len(&self) -> usize {
+        self.summary.obs_len
+    }
+
+    /// Elements of the heads' input per environment (the summarizer's output).
+    pub fn feature_len(&self) -> usize {
+        self.summary.output_len
+    }
+
+    /// Floats of one environment's recorded state
+    /// ([`RecurrentCategoricalPolicy::state_len`]).
+    pub fn state_len(&self) -> usize {
+        self.summary.state_len
+    }
+
+    /// Each network's name and parameter count, in
+    /// [`PolicyNetworks::network_names`]' order (actor, critic and, with an LSTM, the
+    /// cell).
+    pub fn networks(&self) -> impl Iterator<Item = (&'static str, usize)> + '_ {
+        let cell = match self.summary.history {
+            History::Lstm { .. } => Some(("lstm", self.summary.cell_params)),
+            _ => None,
+        };
+        ["actor", "critic"]
+            .into_iter()
+            .zip(self.core.params().iter().copied())
+            .chain(cell)
+    }
+
+    /// Parameters over every network.
+    pub fn num_params(&self) -> usize {
+        self.networks().map(|(_, n)| n).sum()
+    }
+
+    /// Bytes of [`RecurrentCategoricalPolicy::workspace`] for `chunks` chunks of `steps`
+    /// steps.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the bytes overflow (naming `what`, the setting the sizes
+    /// come from).
+    pub fn workspace_bytes(&self, steps: usize, chunks: usize, what: &'static str) -> Result<u64> {
+        let sizes = Sizes::of(what);
+        let (steps, chunks) = (steps.max(1), chunks.max(1));
+        let rows = sizes.count(&[steps, chunks])?;
+        let d_inputs = match self.summary.history {
+            History::Lstm { .. } => sizes.f32s(&[2, rows, self.feature_len()])?,
+            _ => 0,
+        };
+        sizes.sum(&[
+            self.summary.replay_workspace_bytes(steps, chunks, sizes)?,
+            self.core.workspace_bytes(rows, sizes)?,
+            d_inputs,
+        ])
+    }
+
+    /// What acting on `envs` environments allocates, under `name`
+    /// ([`RecurrentCategoricalPolicy::acting_plan`]).
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the bytes overflow (naming `what`, the setting `envs`
+    /// comes from).
+    pub fn acting_plan(&self, name: &str, envs: usize, what: &'static str) -> Result<MemoryPlan> {
+        let sizes = Sizes::of(what);
+        let mut plan = self.summary.state_plan(name, envs, sizes)?;
+        let per_env = sizes.add(&[self.feature_len(), self.state_len()])?;
+        plan.add(
+            format!("{name}/features, snapshots and starts ({envs} envs)"),
+            Location::Ram,
+            sizes.sum(&[sizes.f32s(&[envs, per_env])?, envs as u64])?,
+        );
+        plan.add(
+            format!("{name}/acting workspace ({envs} envs)"),
+            Location::Ram,
+            sizes.sum(&[
+                self.summary.replay_workspace_bytes(1, envs, sizes)?,
+                self.core.workspace_bytes(envs, sizes)?,
+            ])?,
+        );
+        Ok(plan)
     }
 }
 
@@ -160,12 +269,7 @@ impl RecurrentCategoricalPolicy {
         config: PolicyConfig,
         seed: u64,
     ) -> Result<Self> {
-        if obs_len == 0 {
-            return Err(Error::config(
-                "policy sizes",
-                "have 0 observation elements: give at least 1",
-            ));
-        }
+        RecurrentPolicyShape::new(obs_len, actions, history, &config)?;
         let summary = Summary::new(history, obs_len, seed)?;
         let core = PolicyCore::new(summary.output_len(), actions, config, seed, false)?;
         Ok(Self {
@@ -187,27 +291,40 @@ impl RecurrentCategoricalPolicy {
         config: PolicyConfig,
         seed: u64,
     ) -> Result<Self> {
-        let obs_len = match env.observation_space() {
-            Space::Box(b) if b.dtype() == rl_core::DType::F32 => b.flat_len(),
-            other => {
-                return Err(Error::SpaceMismatch {
-                    what: "observation space",
-                    expected: "a box of f32 elements".to_owned(),
-                    actual: describe(other),
-                });
-            }
-        };
-        let actions = match env.action_space() {
-            Space::Discrete { n } => *n as usize,
-            other => {
-                return Err(Error::SpaceMismatch {
-                    what: "action space",
-                    expected: "a discrete space".to_owned(),
-                    actual: describe(other),
-                });
-            }
-        };
-        Self::new(obs_len, actions, history, config, seed)
+        let shape = Self::shape_for(
+            env.observation_space(),
+            env.action_space(),
+            history,
+            &config,
+        )?;
+        Self::new(shape.obs_len(), shape.core.out, history, config, seed)
+    }
+
+    /// What a policy for `observation_space` (an `f32` box) and `action_space`
+    /// (discrete) remembering `history`, its heads shaped by `config`, is by size alone,
+    /// before anything exists.
+    ///
+    /// # Errors
+    /// [`Error::SpaceMismatch`] for other spaces; [`Error::Config`] as [`Self::new`], or
+    /// sizes whose parameters overflow.
+    pub fn shape_for(
+        observation_space: &Space,
+        action_space: &Space,
+        history: History,
+        config: &PolicyConfig,
+    ) -> Result<RecurrentPolicyShape> {
+        let obs_len = box_len("observation space", observation_space)?;
+        let actions = discrete_len(action_space)?;
+        RecurrentPolicyShape::new(obs_len, actions, history, config)
+    }
+
+    /// This policy's shape: what [`RecurrentCategoricalPolicy::shape_for`] gives for its
+    /// spaces and settings.
+    pub fn shape(&self) -> RecurrentPolicyShape {
+        RecurrentPolicyShape {
+            summary: self.summary.shape(),
+            core: self.core.shape.clone(),
+        }
     }
 
     /// What the policy remembers.
@@ -251,19 +368,10 @@ impl RecurrentCategoricalPolicy {
     /// environment, the scratch of a one-step value peek, and the heads' workspace. Set
     /// by the sizes and `envs` only, never by an episode's length.
     pub fn acting_plan(&self, name: &str, envs: usize) -> MemoryPlan {
-        let f32s = |n: usize| (n * size_of::<f32>()) as u64;
-        let mut plan = self.summary.state_plan(name, envs);
-        plan.add(
-            format!("{name}/features, snapshots and starts ({envs} envs)"),
-            Location::Ram,
-            f32s(envs * (self.feature_len() + self.state_len())) + envs as u64,
-        );
-        plan.add(
-            format!("{name}/acting workspace ({envs} envs)"),
-            Location::Ram,
-            self.summary.replay_workspace_bytes(1, envs) + self.core.workspace_bytes(envs),
-        );
-        plan
+        // Saturating lines for sizes no plan checked (a plan over any budget).
+        self.shape()
+            .acting_plan(name, envs, "envs")
+            .unwrap_or_else(|_| MemoryPlan::new().with(name, Location::Ram, u64::MAX))
     }
 
     /// Starts recording the state at every chunk's start for the next `steps` steps of
@@ -317,16 +425,9 @@ impl RecurrentCategoricalPolicy {
     /// Bytes of [`RecurrentCategoricalPolicy::workspace`], known before it exists: set by
     /// the chunk length and the chunks per minibatch only.
     pub fn workspace_bytes(&self, steps: usize, chunks: usize) -> u64 {
-        let (steps, chunks) = (steps.max(1), chunks.max(1));
-        let rows = steps * chunks;
-        let d_inputs = if self.summary.cell().is_some() {
-            2 * rows * self.feature_len()
-        } else {
-            0
-        };
-        self.summary.replay_workspace_bytes(steps, chunks)
-            + self.core.workspace_bytes(rows)
-            + (d_inputs * size_of::<f32>()) as u64
+        self.shape()
+            .workspace_bytes(steps, chunks, "chunks")
+            .unwrap_or(u64::MAX)
     }
 
     /// The training pass over whole chunks: replays the summarizer over `batch` from each

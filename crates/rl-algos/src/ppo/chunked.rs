@@ -39,10 +39,10 @@ use serde::{Deserialize, Serialize};
 use super::shared::{self, Scratch, StepSettings, Sums};
 use super::{Advantages, PpoConfig, PpoState, RewardNormalizer, UpdateStats};
 use crate::error::{Error, Result};
-use crate::learner::{Learner, OnPolicyLearner};
+use crate::learner::{Learner, OnPolicyBlueprint, OnPolicyLearner, Sizes};
 use crate::policy::{
     ChunkBatch, ChunkRecord, PolicyGradients, PolicyNetworks, RecurrentCategoricalPolicy,
-    RecurrentWorkspace,
+    RecurrentPolicyShape, RecurrentWorkspace,
 };
 
 /// The `kind` of recurrent PPO checkpoints.
@@ -121,7 +121,7 @@ pub struct RecurrentPpoState {
 /// LSTM, the cell).
 ///
 /// Everything an update uses is allocated by [`RecurrentPpo::new`] and listed by
-/// [`RecurrentPpo::plan`] before: Adam's moments, gradients, the policy's workspace for
+/// [`RecurrentPpo::blueprint`] before: Adam's moments, gradients, the policy's workspace for
 /// `batch_size / L` chunks of `L` steps (its size is set by those two numbers only,
 /// never by an episode's length), a minibatch, the advantages (two `f32` per rollout
 /// row), the chunk order, and per minibatch row an index, a reset flag and seven `f32`
@@ -156,6 +156,8 @@ pub struct RecurrentPpoState {
 /// ```
 pub struct RecurrentPpo {
     config: RecurrentPpoConfig,
+    /// What it holds, planned before it was built ([`RecurrentPpo::blueprint`]).
+    blueprint: OnPolicyBlueprint,
     envs: usize,
     policy: RecurrentCategoricalPolicy,
     adams: Vec<Adam>,
@@ -204,7 +206,7 @@ impl RecurrentPpo {
         envs: usize,
         seed: u64,
     ) -> Result<Self> {
-        config.validate(envs)?;
+        let blueprint = Self::blueprint(&policy.shape(), &config, envs)?;
         let ppo = config.ppo;
         let schema = shared::rollout_schema::<u32>(policy.obs_len(), 1)?;
         let adams = (0..policy.network_names().len())
@@ -243,62 +245,72 @@ impl RecurrentPpo {
             adams,
             policy,
             config,
+            blueprint,
             envs,
         })
     }
 
-    /// What [`RecurrentPpo::new`] allocates for `policy`, `config` and `envs`, before
-    /// anything is: beyond the rollout-sized advantages and chunk order, the lines are
-    /// set by the networks, the chunk length and the chunks per minibatch alone.
+    /// What a learner for a policy of shape `policy`
+    /// ([`RecurrentCategoricalPolicy::shape_for`]) trained with `config` on rollouts of
+    /// `envs` environments holds, and what its rollouts and the collector's copy of the
+    /// policy cost (its state and chunk record), from the sizes alone: nothing is
+    /// allocated. Beyond the rollout-sized advantages and chunk order, the learner's
+    /// lines are set by the networks, the chunk length and the chunks per minibatch
+    /// alone. [`RecurrentPpo::new`] plans the same and refuses what this refuses.
     ///
     /// # Errors
-    /// As [`RecurrentPpoConfig::validate`].
-    pub fn plan(
-        policy: &RecurrentCategoricalPolicy,
+    /// As [`RecurrentPpoConfig::validate`]; sizes whose bytes overflow; a rollout of more
+    /// than `u32::MAX` rows.
+    pub fn blueprint(
+        policy: &RecurrentPolicyShape,
         config: &RecurrentPpoConfig,
         envs: usize,
-    ) -> Result<MemoryPlan> {
+    ) -> Result<OnPolicyBlueprint> {
         config.validate(envs)?;
-        let f32s = |n: usize| (n * size_of::<f32>()) as u64;
         let (ppo, l) = (&config.ppo, config.chunk_len);
+        let schema = shared::rollout_schema::<u32>(policy.obs_len(), 1)?;
+        let rows = shared::rollout_rows(ppo, envs)?;
+        let rollout = RolloutBuffer::plan(&schema, ppo.n_steps, envs)?;
         let chunks = config.chunks_per_minibatch();
-        let mut plan = MemoryPlan::new();
-        let mut params = 0;
-        for (i, name) in policy.network_names().iter().enumerate() {
-            let n = policy.network(i).map_or(0, |net| net.num_params());
-            params += n;
-            plan.add(format!("ppo/{name}/parameters"), Location::Ram, f32s(n));
-            plan.add(
-                format!("ppo/{name}/optimizer/adam moments"),
-                Location::Ram,
-                f32s(2 * n),
-            );
-        }
-        plan.add("ppo/policy/gradients", Location::Ram, f32s(params));
+        let (mut plan, params) = shared::network_lines(policy.networks())?;
         plan.add(
             format!("ppo/recurrent workspace ({chunks} chunks x {l} steps)"),
             Location::Ram,
-            policy.workspace_bytes(l, chunks),
+            policy.workspace_bytes(l, chunks, "ppo.batch_size")?,
         );
-        let schema = shared::rollout_schema::<u32>(policy.obs_len(), 1)?;
-        plan.nest("ppo/minibatch", &Batch::plan(&schema, ppo.batch_size)?);
-        plan.nest("ppo", &Advantages::plan(ppo.n_steps * envs));
+        shared::minibatch_lines(&mut plan, &schema, ppo, rows)?;
+        let batch = Sizes::of("ppo.batch_size");
+        let total_chunks = ppo.n_steps / l * envs;
         plan.add(
-            "ppo/scratch_rows",
+            format!("ppo/chunk order ({total_chunks} chunks)"),
             Location::Ram,
-            f32s(shared::SCRATCH_ROWS * ppo.batch_size),
-        );
-        plan.add(
-            format!("ppo/chunk order ({} chunks)", ppo.n_steps / l * envs),
-            Location::Ram,
-            (ppo.n_steps / l * envs * size_of::<u32>()) as u64,
+            Sizes::of("ppo.n_steps").bytes(&[total_chunks, size_of::<u32>()])?,
         );
         plan.add(
             "ppo/minibatch indices, resets and initial states",
             Location::Ram,
-            (ppo.batch_size * (size_of::<u32>() + 1)) as u64 + f32s(chunks * policy.state_len()),
+            batch.sum(&[
+                batch.bytes(&[ppo.batch_size, size_of::<u32>() + 1])?,
+                batch.f32s(&[chunks, policy.state_len()])?,
+            ])?,
         );
-        Ok(plan)
+        let record = Sizes::of("recurrent.history");
+        record.bytes(&[
+            total_chunks,
+            record.add(&[record.count(&[policy.state_len(), size_of::<f32>()])?, 1])?,
+        ])?;
+        let mut acting = policy.acting_plan("policy", envs, "run.n_envs")?;
+        acting.nest(
+            "policy",
+            &ChunkRecord::plan("record", l, ppo.n_steps, envs, policy.state_len()),
+        );
+        Ok(OnPolicyBlueprint {
+            envs,
+            learner: plan,
+            rollout,
+            policy_params: params,
+            acting,
+        })
     }
 
     /// The schema of the rollouts [`RecurrentPpo::update`] trains on.
@@ -513,11 +525,10 @@ impl Learner for RecurrentPpo {
         self.updates
     }
 
-    /// What the learner holds ([`RecurrentPpo::plan`] of its own policy and
+    /// What the learner holds ([`RecurrentPpo::blueprint`] of its own policy and
     /// configuration).
     fn memory_plan(&self) -> MemoryPlan {
-        // Validated at construction.
-        Self::plan(&self.policy, &self.config, self.envs).unwrap_or_default()
+        self.blueprint.learner.clone()
     }
 
     /// Everything needed to resume training exactly (kind
@@ -587,21 +598,11 @@ impl OnPolicyLearner for RecurrentPpo {
         &self.policy
     }
 
-    /// Environments per rollout.
-    fn envs(&self) -> usize {
-        self.envs
-    }
-
-    /// What [`RecurrentPpo::rollout_buffer`] allocates.
-    ///
-    /// # Errors
-    /// As [`RolloutBuffer::plan`].
-    fn rollout_plan(&self) -> Result<MemoryPlan> {
-        Ok(RolloutBuffer::plan(
-            self.rollout_schema(),
-            self.config.ppo.n_steps,
-            self.envs,
-        )?)
+    /// What it holds, what its rollouts cost and what the acting copy of the policy adds
+    /// while collecting (its state for `envs` environments and the chunk record):
+    /// [`RecurrentPpo::blueprint`].
+    fn blueprint(&self) -> &OnPolicyBlueprint {
+        &self.blueprint
     }
 
     /// A rollout buffer for [`RecurrentPpo::update`], refused first if its plan does not
@@ -650,23 +651,6 @@ impl OnPolicyLearner for RecurrentPpo {
     /// As [`RecurrentCategoricalPolicy::begin_rollout`].
     fn begin_rollout(&self, acting: &mut RecurrentCategoricalPolicy) -> Result<()> {
         acting.begin_rollout(self.config.chunk_len, self.config.ppo.n_steps, self.envs)
-    }
-
-    /// What the acting copy of the policy adds while collecting: its state for `envs`
-    /// environments and the chunk record.
-    fn acting_plan(&self) -> MemoryPlan {
-        let mut plan = self.policy.acting_plan("policy", self.envs);
-        plan.nest(
-            "policy",
-            &ChunkRecord::plan(
-                "record",
-                self.config.chunk_len,
-                self.config.ppo.n_steps,
-                self.envs,
-                self.policy.state_len(),
-            ),
-        );
-        plan
     }
 }
 

@@ -3,8 +3,9 @@
 //! loss of one minibatch with its gradients, the optimiser step, the statistics, and
 //! the checkpoint checks, capture and restore over any [`PolicyNetworks`].
 
-use rl_core::{Element, Field, Schema, TransitionSchema};
+use rl_core::{Element, Field, Location, MemoryPlan, Schema, TransitionSchema};
 use rl_nn::{Adam, Checkpoint, NetworkState};
+use rl_storage::Batch;
 use rl_storage::rollout::RolloutBuffer;
 
 use super::{
@@ -12,7 +13,74 @@ use super::{
     clipped_surrogate, value_loss,
 };
 use crate::error::{Error, Result, adam_difference, first_difference};
+use crate::learner::Sizes;
 use crate::policy::{PolicyGradients, PolicyNetworks};
+
+/// Rows of a rollout of `config` for `envs` environments, refused as a config error of
+/// `ppo.n_steps` beyond what a rollout buffer indexes (`u32::MAX` rows).
+pub(super) fn rollout_rows(config: &PpoConfig, envs: usize) -> Result<usize> {
+    config
+        .n_steps
+        .checked_mul(envs)
+        .filter(|&rows| u32::try_from(rows).is_ok())
+        .ok_or_else(|| {
+            Error::config(
+                "ppo.n_steps",
+                format!(
+                    "is {}: with run.n_envs {envs} a rollout would hold more than the {} rows a rollout buffer indexes; lower ppo.n_steps",
+                    config.n_steps,
+                    u32::MAX
+                ),
+            )
+        })
+}
+
+/// The first lines of both PPO learners' plans, and the policy's parameter count: each
+/// network's parameters and Adam moments, then the gradients of them all.
+pub(super) fn network_lines(
+    networks: impl Iterator<Item = (&'static str, usize)>,
+) -> Result<(MemoryPlan, usize)> {
+    let sizes = Sizes::of("policy.hidden");
+    let mut plan = MemoryPlan::new();
+    let mut params = 0;
+    for (name, n) in networks {
+        params = sizes.add(&[params, n])?;
+        plan.add(
+            format!("ppo/{name}/parameters"),
+            Location::Ram,
+            sizes.f32s(&[n])?,
+        );
+        plan.add(
+            format!("ppo/{name}/optimizer/adam moments"),
+            Location::Ram,
+            sizes.f32s(&[2, n])?,
+        );
+    }
+    plan.add(
+        "ppo/policy/gradients",
+        Location::Ram,
+        sizes.f32s(&[params])?,
+    );
+    Ok((plan, params))
+}
+
+/// The lines both PPO learners' plans have after their workspaces: the minibatch of
+/// `schema`, the advantages of a rollout of `rows` rows and the scratch rows.
+pub(super) fn minibatch_lines(
+    plan: &mut MemoryPlan,
+    schema: &Schema,
+    config: &PpoConfig,
+    rows: usize,
+) -> Result<()> {
+    plan.nest("ppo/minibatch", &Batch::plan(schema, config.batch_size)?);
+    plan.nest("ppo", &Advantages::plan(rows));
+    plan.add(
+        "ppo/scratch_rows",
+        Location::Ram,
+        Sizes::of("ppo.batch_size").f32s(&[SCRATCH_ROWS, config.batch_size])?,
+    );
+    Ok(())
+}
 
 /// Per-minibatch numbers, summed over an update.
 #[derive(Clone, Copy, Debug, Default)]

@@ -6,12 +6,11 @@ use std::sync::Arc;
 
 use rl_actions::{ActionMask, ChunkedScorer};
 use rl_collect::{ActOutput, Policy, PolicyError};
-use rl_core::{Location, MemoryPlan};
 use rl_nn::{Mlp, MlpWorkspace, Module, Weights};
 
 use super::continuous::Acting;
 use super::discrete::DiscreteActing;
-use super::{ACT_ROWS, ActionMaskFn, DiscreteSac, Sac, f32_bytes};
+use super::{ACT_ROWS, ActionMaskFn, DiscreteSac, Sac};
 use crate::error::{Error, Result};
 use crate::learner::ActorRng;
 use crate::policy::Mode;
@@ -77,19 +76,6 @@ impl SacActor {
     /// The actor network.
     pub fn network(&self) -> &Mlp {
         &self.actor
-    }
-
-    /// What `copies` actors of `sac` hold.
-    pub(super) fn plan(sac: &Sac, copies: usize) -> MemoryPlan {
-        let actor = &sac.core.actor;
-        let act_dim = sac.action_bounds().0.len();
-        let floats = actor.num_params() + 2 * act_dim + ACT_ROWS * (2 * act_dim + 1);
-        let each = f32_bytes(floats) + actor.workspace_bytes(ACT_ROWS);
-        MemoryPlan::new().with(
-            format!("sac actor x{copies} (weights, workspace, noise)"),
-            Location::Ram,
-            each * copies as u64,
-        )
     }
 }
 
@@ -235,45 +221,6 @@ impl DiscreteSacActor {
     /// The actor network.
     pub fn network(&self) -> &Mlp {
         &self.actor
-    }
-
-    /// What `copies` actors of `sac` hold.
-    pub(super) fn plan(sac: &DiscreteSac, copies: usize) -> MemoryPlan {
-        let (scorer, available, learned) = sac.acting_parts();
-        let actor = &sac.core.actor;
-        let words = scorer.n().div_ceil(64);
-        let masks = if available.is_some() {
-            (ACT_ROWS * words * size_of::<u64>()) as u64
-        } else {
-            0
-        };
-        let each = f32_bytes(actor.num_params() + ACT_ROWS)
-            + actor.workspace_bytes(ACT_ROWS)
-            + sac.acting_scorer_bytes()
-            + masks;
-        let copies = copies as u64;
-        let mut plan = MemoryPlan::new().with(
-            format!("discrete sac actor x{copies} (weights, workspace, scorer, masks)"),
-            Location::Ram,
-            each * copies,
-        );
-        if let Some(table) = scorer.table() {
-            let table_bytes = f32_bytes(table.rows() * table.dim());
-            if learned {
-                plan.add(
-                    format!("discrete sac actor x{copies} (learned table and transposed copy)"),
-                    Location::Ram,
-                    2 * table_bytes * copies,
-                );
-            } else {
-                plan.add(
-                    "discrete sac actors (transposed table, shared)",
-                    Location::Ram,
-                    table_bytes,
-                );
-            }
-        }
-        plan
     }
 }
 

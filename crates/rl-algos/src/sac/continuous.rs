@@ -9,10 +9,11 @@ use rl_nn::{Checkpoint, Mlp, MlpWorkspace, Module};
 use rl_storage::Batch;
 
 use super::{
-    ACT_ROWS, ActorPasses, Core, SacActor, SacConfig, SacState, SacStats, Transitions, f32_bytes,
+    ACT_ROWS, ActorPasses, Core, CoreShape, SacActor, SacConfig, SacState, SacStats, Transitions,
     half_squared_error,
 };
 use crate::error::{Error, Result};
+use crate::learner::{OffPolicyBlueprint, Scaled, Sizes};
 use crate::policy::{Mode, describe};
 
 /// The `kind` of continuous SAC checkpoints.
@@ -71,6 +72,8 @@ const HALF_LN_2PI: f32 = 0.918_938_5;
 #[derive(Clone, Debug)]
 pub struct Sac {
     pub(super) core: Core,
+    /// What it holds, planned before it was built ([`Sac::blueprint`]).
+    blueprint: OffPolicyBlueprint,
     obs_dim: usize,
     act_dim: usize,
     /// Environment action `= offset + scale * a` for `a` in `[-1, 1]`.
@@ -133,29 +136,65 @@ impl Scratch {
         }
     }
 
-    fn floats(&self) -> usize {
-        let vecs = [
-            &self.critic_in,
-            &self.noise,
-            &self.next_noise,
-            &self.pi_actions,
-            &self.pi_logp,
-            &self.next_actions,
-            &self.next_logp,
-            &self.stored_actions,
-            &self.target,
-            &self.q[0],
-            &self.q[1],
-            &self.dq,
-            &self.d_in[0],
-            &self.d_in[1],
-            &self.d_actor,
-            &self.act_noise,
-            &self.act_actions,
-            &self.act_logp,
-        ];
-        vecs.iter().map(|v| v.len()).sum()
+    /// Bytes of [`Scratch::new`] for `rows` rows, before it exists: per row three
+    /// critic inputs and their two gradients (`obs + act` each), seven action vectors
+    /// (noise twice, squashed and next actions, stored actions, two for the actor's
+    /// output gradient) and six scalars; `ACT_ROWS` rows of noise, actions and log-probs
+    /// for acting.
+    fn bytes_for(rows: usize, obs: usize, act: usize) -> Result<u64> {
+        let sizes = Sizes::of("sac.batch_size");
+        let per_row = sizes.add(&[
+            sizes.count(&[3, sizes.add(&[obs, act])?])?,
+            sizes.count(&[7, act])?,
+            6,
+        ])?;
+        let acting = sizes.count(&[ACT_ROWS, sizes.add(&[2 * act, 1])?])?;
+        sizes.f32s(&[sizes.add(&[sizes.count(&[rows, per_row])?, acting])?])
     }
+}
+
+/// The observation length (an `f32` box) and the affine map from `[-1, 1]` onto the
+/// action box's bounds (scale, offset per element) of SAC's spaces.
+fn spaces(observation_space: &Space, action_space: &Space) -> Result<(usize, Vec<f32>, Vec<f32>)> {
+    let obs_dim = match observation_space {
+        Space::Box(b) if b.dtype() == DType::F32 => b.flat_len(),
+        other => {
+            return Err(Error::SpaceMismatch {
+                what: "observation space",
+                expected: "a box of f32 elements".to_owned(),
+                actual: describe(other),
+            });
+        }
+    };
+    let (scale, offset): (Vec<f32>, Vec<f32>) = match action_space {
+        Space::Box(b)
+            if b.dtype() == DType::F32
+                && (0..b.flat_len()).all(|i| {
+                    b.low(i).is_finite() && b.high(i).is_finite() && b.high(i) > b.low(i)
+                }) =>
+        {
+            (0..b.flat_len())
+                .map(|i| {
+                    let (low, high) = (b.low(i), b.high(i));
+                    ((high - low) / 2.0, (high + low) / 2.0)
+                })
+                .unzip()
+        }
+        other => {
+            return Err(Error::SpaceMismatch {
+                what: "action space",
+                expected: "a box of f32 elements with finite bounds, low < high".to_owned(),
+                actual: describe(other),
+            });
+        }
+    };
+    if obs_dim == 0 || scale.is_empty() {
+        return Err(Error::config(
+            "spaces",
+            "have no elements: SAC needs at least one observation and one action element",
+        ));
+    }
+    Ok((obs_dim, scale, offset))
 }
 
 /// Squashes the actor's outputs (`rows x [mean, log_std]`) with `noise` (ignored when
@@ -276,46 +315,9 @@ impl Sac {
         config: SacConfig,
         seed: u64,
     ) -> Result<Self> {
-        config.validate()?;
-        let obs_dim = match observation_space {
-            Space::Box(b) if b.dtype() == DType::F32 => b.flat_len(),
-            other => {
-                return Err(Error::SpaceMismatch {
-                    what: "observation space",
-                    expected: "a box of f32 elements".to_owned(),
-                    actual: describe(other),
-                });
-            }
-        };
-        let (scale, offset): (Vec<f32>, Vec<f32>) = match action_space {
-            Space::Box(b)
-                if b.dtype() == DType::F32
-                    && (0..b.flat_len()).all(|i| {
-                        b.low(i).is_finite() && b.high(i).is_finite() && b.high(i) > b.low(i)
-                    }) =>
-            {
-                (0..b.flat_len())
-                    .map(|i| {
-                        let (low, high) = (b.low(i), b.high(i));
-                        ((high - low) / 2.0, (high + low) / 2.0)
-                    })
-                    .unzip()
-            }
-            other => {
-                return Err(Error::SpaceMismatch {
-                    what: "action space",
-                    expected: "a box of f32 elements with finite bounds, low < high".to_owned(),
-                    actual: describe(other),
-                });
-            }
-        };
+        let blueprint = Self::blueprint(observation_space, action_space, &config)?;
+        let (obs_dim, scale, offset) = spaces(observation_space, action_space)?;
         let act_dim = scale.len();
-        if obs_dim == 0 || act_dim == 0 {
-            return Err(Error::config(
-                "spaces",
-                "have no elements: SAC needs at least one observation and one action element",
-            ));
-        }
         let rows = config.batch_size;
         let core = Core::new(
             config,
@@ -335,7 +337,48 @@ impl Sac {
             passes: ActorPasses::new(&core.actor, rows),
             scratch: Scratch::new(rows, obs_dim, act_dim),
             core,
+            blueprint,
         })
+    }
+
+    /// What a learner for `observation_space` and `action_space` with `config` holds,
+    /// reads and asks of its actors, from the sizes alone: nothing is allocated.
+    /// [`Sac::new`] plans the same (its
+    /// [`memory_plan`](crate::learner::Learner::memory_plan) is this blueprint's) and
+    /// refuses what this refuses.
+    ///
+    /// # Errors
+    /// As [`Sac::new`]; [`Error::Config`] for sizes whose bytes overflow.
+    pub fn blueprint(
+        observation_space: &Space,
+        action_space: &Space,
+        config: &SacConfig,
+    ) -> Result<OffPolicyBlueprint> {
+        config.validate()?;
+        let (obs_dim, scale, _) = spaces(observation_space, action_space)?;
+        let act_dim = scale.len();
+        let sizes = Sizes::of("sac.hidden");
+        let critic_in = sizes.add(&[obs_dim, act_dim])?;
+        let shape = CoreShape::new(config, (obs_dim, 2 * act_dim), (critic_in, 1))?;
+        let rows = config.batch_size;
+        let mut plan = shape.plan(rows)?;
+        plan.add(
+            "sac/update buffers",
+            Location::Ram,
+            Scratch::bytes_for(rows, obs_dim, act_dim)?,
+        );
+        let schema = TransitionSchema::new(DType::F32, &[obs_dim], DType::F32, &[act_dim])
+            .with_next_obs()
+            .build()?;
+        let mut blueprint = OffPolicyBlueprint::new(plan, schema, rows);
+        let buffers = sizes
+            .f32s(&[sizes.add(&[2 * act_dim, sizes.count(&[ACT_ROWS, 2 * act_dim + 1])?])?])?;
+        blueprint.actor.push(Scaled::per(
+            "sac actor x",
+            " (weights, workspace, noise)",
+            sizes.sum(&[shape.actor_copy_bytes()?, buffers])?,
+        ));
+        Ok(blueprint)
     }
 
     /// [`Sac::new`] with `env`'s spaces.
@@ -357,11 +400,7 @@ impl Sac {
     /// # Errors
     /// None in practice (the schema is valid by construction); kept for `Schema::new`.
     pub fn replay_schema(&self) -> Result<Schema> {
-        Ok(
-            TransitionSchema::new(DType::F32, &[self.obs_dim], DType::F32, &[self.act_dim])
-                .with_next_obs()
-                .build()?,
-        )
+        Ok(self.blueprint.replay_schema.clone())
     }
 
     /// One gradient step (critics, actor, entropy coefficient, then the targets every
@@ -655,18 +694,11 @@ impl crate::learner::Learner for Sac {
     }
 
     /// Everything the trainer holds: networks, targets, gradients, Adam moments,
-    /// workspaces and per-update buffers. Constant for the trainer's life; the replay
-    /// buffer is the caller's (plan it with `RamStorage::plan`).
+    /// workspaces and per-update buffers ([`Sac::blueprint`]). Constant for the
+    /// trainer's life; the replay buffer is the caller's (plan it with
+    /// `RamStorage::plan`).
     fn memory_plan(&self) -> MemoryPlan {
-        let mut plan = MemoryPlan::new();
-        self.core.memory_plan(&mut plan);
-        self.passes.memory_plan(&mut plan);
-        plan.add(
-            "sac/update buffers",
-            Location::Ram,
-            f32_bytes(self.scratch.floats()),
-        );
-        plan
+        self.blueprint.learner.clone()
     }
 
     /// The whole trainer state: actor, critics, targets, optimisers, `log alpha`, update
@@ -698,16 +730,8 @@ impl crate::learner::OffPolicyLearner for Sac {
         actor.refresh(self)
     }
 
-    fn actor_memory_plan(&self, copies: usize) -> MemoryPlan {
-        SacActor::plan(self, copies)
-    }
-
-    fn replay_schema(&self) -> Result<Schema> {
-        Sac::replay_schema(self)
-    }
-
-    fn batch_size(&self) -> usize {
-        self.core.config().batch_size
+    fn blueprint(&self) -> &OffPolicyBlueprint {
+        &self.blueprint
     }
 
     fn update(&mut self, batch: &Batch) -> Result<SacStats> {

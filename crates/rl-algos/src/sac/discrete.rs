@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rl_actions::{ActionMask, ChunkedScorer, Masks, Sampling};
+use rl_actions::{ActionMask, ChunkedScorer, Masks, Sampling, ScorerShape};
 use rl_collect::{ActOutput, Policy, PolicyError};
 use rl_core::{DType, Env, FeatureTable, Location, MemoryPlan, Schema, Space, TransitionSchema};
 use rl_storage::Batch;
@@ -15,10 +15,11 @@ use rl_nn::{
 };
 
 use super::{
-    ACT_ROWS, ActorPasses, Core, DiscreteSacActor, SacConfig, SacState, SacStats, Transitions,
-    f32_bytes, half_squared_error,
+    ACT_ROWS, ActorPasses, Core, CoreShape, DiscreteSacActor, SacConfig, SacState, SacStats,
+    Transitions, half_squared_error,
 };
 use crate::error::{Error, Result};
+use crate::learner::{OffPolicyBlueprint, Scaled, Sizes};
 use crate::policy::{Mode, describe};
 
 /// The `kind` of discrete SAC checkpoints.
@@ -61,6 +62,12 @@ const TARGET_ENTROPY_RATIO: f32 = 0.98;
 #[derive(Clone, Debug)]
 pub struct DiscreteSac {
     pub(super) core: Core,
+    /// What it holds, planned before it was built ([`DiscreteSac::blueprint`]; with
+    /// masks or observation gradients, as they were added).
+    blueprint: OffPolicyBlueprint,
+    /// How it scores actions, and what was added since it was built (to plan again).
+    scoring: ActionScoring,
+    extras: Extras,
     obs_dim: usize,
     n: u32,
     scorer: ChunkedScorer,
@@ -70,6 +77,68 @@ pub struct DiscreteSac {
     learning: Option<TableLearning>,
     /// Per-state available actions, when the environment restricts them.
     masking: Option<Masking>,
+}
+
+/// How a [`DiscreteSac`] represents its actions, by size alone: what
+/// [`DiscreteSac::blueprint`] plans with before the learner (or a private copy of a
+/// table) exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActionScoring {
+    /// One network output per action ([`DiscreteSac::with_index`]).
+    Index,
+    /// A fixed, shared feature table of `rows` actions x `dim` features
+    /// ([`DiscreteSac::with_table`]).
+    Table {
+        /// Actions (the table's rows).
+        rows: usize,
+        /// Features per action.
+        dim: usize,
+    },
+    /// A learned table starting from one of `rows x dim`
+    /// ([`DiscreteSac::with_learnable_table`]).
+    LearnedTable {
+        /// Actions (the table's rows).
+        rows: usize,
+        /// Features per action.
+        dim: usize,
+    },
+}
+
+impl ActionScoring {
+    /// The scoring of `table`: fixed (shared) or learned.
+    fn of(table: &FeatureTable, learned: Learned) -> Self {
+        let (rows, dim) = (table.rows(), table.dim());
+        match learned {
+            Learned::Fixed => Self::Table { rows, dim },
+            Learned::Learned => Self::LearnedTable { rows, dim },
+        }
+    }
+
+    /// The scorer's shape and the vectors' width `d` for `n` actions.
+    fn scorer(self, n: u32) -> (ScorerShape, usize) {
+        match self {
+            Self::Index => (ScorerShape::Identity { n: n as usize }, n as usize),
+            Self::Table { rows, dim } | Self::LearnedTable { rows, dim } => {
+                (ScorerShape::Table { rows, dim }, dim)
+            }
+        }
+    }
+}
+
+/// Whether a table is learned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Learned {
+    Fixed,
+    Learned,
+}
+
+/// What a built discrete SAC adds to the plan of its configuration: per-state action
+/// masks ([`DiscreteSac::with_action_masks`]), the observations' gradient (behind a
+/// summarizer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Extras {
+    masked: bool,
+    obs_grads: bool,
 }
 
 /// Which actions are available in a state: fills `mask` (every action available on entry)
@@ -139,6 +208,21 @@ struct Scratch {
 }
 
 impl Scratch {
+    /// Bytes of [`Scratch::new`] for `rows` rows, before it exists (the observations'
+    /// gradient apart, [`obs_grads_line`]): per row the next observation, seven
+    /// `d`-vectors (actor and target critics at the next observation, the critics'
+    /// output gradient, the critics' vectors, the actor's output gradient), six scalars
+    /// and a live-row index; `ACT_ROWS` scores for acting.
+    fn bytes_for(rows: usize, obs: usize, d: usize) -> Result<u64> {
+        let sizes = Sizes::of("sac.batch_size");
+        let per_row = sizes.add(&[obs, sizes.count(&[7, d])?, 6])?;
+        let floats = sizes.add(&[sizes.count(&[rows, per_row])?, ACT_ROWS])?;
+        sizes.sum(&[
+            sizes.f32s(&[floats])?,
+            sizes.bytes(&[rows, size_of::<usize>()])?,
+        ])
+    }
+
     fn new(rows: usize, obs: usize, d: usize) -> Self {
         let z = |n: usize| vec![0.0; n];
         Self {
@@ -158,31 +242,6 @@ impl Scratch {
             act_scores: z(ACT_ROWS),
             d_obs: Vec::new(),
         }
-    }
-
-    fn bytes(&self) -> u64 {
-        let floats = [
-            &self.next_live,
-            &self.u_next,
-            &self.g_next[0],
-            &self.g_next[1],
-            &self.v_next,
-            &self.target,
-            &self.q,
-            &self.dq,
-            &self.dg,
-            &self.g[0],
-            &self.g[1],
-            &self.loss_rows,
-            &self.entropy_rows,
-            &self.du,
-            &self.act_scores,
-            &self.d_obs,
-        ]
-        .iter()
-        .map(|v| v.len())
-        .sum();
-        f32_bytes(floats) + (self.live.capacity() * size_of::<usize>()) as u64
     }
 }
 
@@ -210,8 +269,19 @@ impl DiscreteSac {
             table.rows(),
             table.dim()
         );
+        let scoring = ActionScoring::of(&table, Learned::Fixed);
+        let blueprint = Self::blueprint(observation_space, action_space, scoring, &config)?;
         let scorer = ChunkedScorer::new(table, config.chunk, rows)?;
-        Self::build(observation_space, n, scorer, config, seed, side)
+        Self::build(
+            observation_space,
+            n,
+            scorer,
+            config,
+            seed,
+            side,
+            blueprint,
+            scoring,
+        )
     }
 
     /// As [`DiscreteSac::with_table`], but the table is learned: it starts from
@@ -232,11 +302,22 @@ impl DiscreteSac {
     ) -> Result<Self> {
         let n = discrete_n(action_space)?;
         check_table_rows(&initial, n, action_space)?;
+        let scoring = ActionScoring::of(&initial, Learned::Learned);
+        let blueprint = Self::blueprint(observation_space, action_space, scoring, &config)?;
         let (rows, dim) = (initial.rows(), initial.dim());
         let adam = Adam::new(rows * dim, config.adam)?;
         let side = format!("{n} scored by a learned {rows}x{dim} table");
         let scorer = ChunkedScorer::new(initial, config.chunk, config.batch_size.max(ACT_ROWS))?;
-        let mut sac = Self::build(observation_space, n, scorer, config, seed, side)?;
+        let mut sac = Self::build(
+            observation_space,
+            n,
+            scorer,
+            config,
+            seed,
+            side,
+            blueprint,
+            scoring,
+        )?;
         // Take the private copy now, so that it is allocated (and planned) up front.
         sac.scorer.update_table(|_| ())?;
         sac.learning = Some(TableLearning {
@@ -259,6 +340,8 @@ impl DiscreteSac {
         seed: u64,
     ) -> Result<Self> {
         let n = discrete_n(action_space)?;
+        let scoring = ActionScoring::Index;
+        let blueprint = Self::blueprint(observation_space, action_space, scoring, &config)?;
         let rows = config.batch_size.max(ACT_ROWS);
         let scorer = ChunkedScorer::identity(n, config.chunk, rows)?;
         Self::build(
@@ -268,6 +351,8 @@ impl DiscreteSac {
             config,
             seed,
             format!("{n} by index"),
+            blueprint,
+            scoring,
         )
     }
 
@@ -302,6 +387,139 @@ impl DiscreteSac {
         Self::with_index(env.observation_space(), env.action_space(), config, seed)
     }
 
+    /// What a learner for `observation_space` and `action_space` scoring actions by
+    /// `scoring`, with `config`, holds, reads and asks of its actors, from the sizes
+    /// alone: nothing is allocated (the table, if any, is the environment's). The
+    /// constructors plan the same (the learner's
+    /// [`memory_plan`](crate::learner::Learner::memory_plan) is this blueprint's, with
+    /// [`DiscreteSac::with_action_masks`]' masks added) and refuse what this refuses.
+    ///
+    /// # Errors
+    /// As [`DiscreteSac::with_table`]; [`Error::Config`] for sizes whose bytes overflow.
+    pub fn blueprint(
+        observation_space: &Space,
+        action_space: &Space,
+        scoring: ActionScoring,
+        config: &SacConfig,
+    ) -> Result<OffPolicyBlueprint> {
+        let n = discrete_n(action_space)?;
+        if let ActionScoring::Table { rows, .. } | ActionScoring::LearnedTable { rows, .. } =
+            scoring
+            && rows != n as usize
+        {
+            return Err(Error::SpaceMismatch {
+                what: "action space",
+                expected: format!("a discrete space of {rows} actions (the action table's rows)"),
+                actual: describe(action_space),
+            });
+        }
+        Self::plan(
+            obs_dim(observation_space)?,
+            n,
+            scoring,
+            config,
+            Extras::default(),
+        )
+    }
+
+    /// [`DiscreteSac::blueprint`] with what was added to a built learner.
+    fn plan(
+        obs_dim: usize,
+        n: u32,
+        scoring: ActionScoring,
+        config: &SacConfig,
+        extras: Extras,
+    ) -> Result<OffPolicyBlueprint> {
+        config.validate()?;
+        let (scorer, d) = scoring.scorer(n);
+        let shape = CoreShape::new(config, (obs_dim, d), (obs_dim, d))?;
+        let rows = config.batch_size;
+        let sizes = Sizes::of("sac.batch_size");
+        let mut plan = shape.plan(rows)?;
+        let scorer_plan = ChunkedScorer::plan(scorer, config.chunk, rows.max(ACT_ROWS))
+            .map_err(|e| Error::config("sac.chunk", e.to_string()))?;
+        plan.nest("sac", &scorer_plan);
+        plan.add(
+            "sac/update buffers",
+            Location::Ram,
+            Scratch::bytes_for(rows, obs_dim, d)?,
+        );
+        let words = (n as usize).div_ceil(64);
+        let mask_bytes = |rows: usize| sizes.bytes(&[rows, words, size_of::<u64>()]);
+        if extras.masked {
+            plan.add(
+                "sac/action masks (one per row)",
+                Location::Ram,
+                mask_bytes(sizes.add(&[rows, rows, ACT_ROWS])?)?,
+            );
+        }
+        let table = match scoring {
+            ActionScoring::Index => None,
+            ActionScoring::Table { rows, dim } | ActionScoring::LearnedTable { rows, dim } => {
+                Some(Sizes::of("action table").f32s(&[rows, dim])?)
+            }
+        };
+        let learned = matches!(scoring, ActionScoring::LearnedTable { .. });
+        if let (Some(table), true) = (table, learned) {
+            // The table itself is the scorer's table line (its private copy here).
+            plan.add("sac/learned table gradients", Location::Ram, table);
+            plan.add(
+                "sac/learned table/adam moments",
+                Location::Ram,
+                sizes.sum(&[table, table])?,
+            );
+        }
+        if extras.obs_grads {
+            let (name, bytes) = obs_grads_line(rows, obs_dim)?;
+            plan.add(name, Location::Ram, bytes);
+        }
+        let schema = TransitionSchema::new(DType::F32, &[obs_dim], DType::U32, &[])
+            .with_next_obs()
+            .build()?;
+        let mut blueprint = OffPolicyBlueprint::new(plan, schema, rows);
+        // An actor's scorer holds ACT_ROWS rows of the learner's per-row buffers.
+        let acting_scorer: u64 = ChunkedScorer::plan(scorer, config.chunk, ACT_ROWS)
+            .map_err(|e| Error::config("sac.chunk", e.to_string()))?
+            .lines()
+            .iter()
+            .filter(|line| !line.component.contains("table"))
+            .map(|line| line.bytes)
+            .sum();
+        let masks = if extras.masked {
+            mask_bytes(ACT_ROWS)?
+        } else {
+            0
+        };
+        let each = sizes.sum(&[
+            shape.actor_copy_bytes()?,
+            sizes.f32s(&[ACT_ROWS])?,
+            acting_scorer,
+            masks,
+        ])?;
+        blueprint.actor.push(Scaled::per(
+            "discrete sac actor x",
+            " (weights, workspace, scorer, masks)",
+            each,
+        ));
+        match (table, learned) {
+            (Some(table), true) => blueprint.actor.push(Scaled::per(
+                "discrete sac actor x",
+                " (learned table and transposed copy)",
+                sizes.sum(&[table, table])?,
+            )),
+            (Some(table), false) => blueprint.actor.push(Scaled::shared(
+                "discrete sac actors (transposed table, shared)",
+                table,
+            )),
+            (None, _) => {}
+        }
+        Ok(blueprint)
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "private, called by the three constructors"
+    )]
     fn build(
         observation_space: &Space,
         n: u32,
@@ -309,17 +527,10 @@ impl DiscreteSac {
         config: SacConfig,
         seed: u64,
         action_side: String,
+        blueprint: OffPolicyBlueprint,
+        scoring: ActionScoring,
     ) -> Result<Self> {
-        let obs_dim = match observation_space {
-            Space::Box(b) if b.dtype() == DType::F32 && b.flat_len() > 0 => b.flat_len(),
-            other => {
-                return Err(Error::SpaceMismatch {
-                    what: "observation space",
-                    expected: "a box of f32 elements".to_owned(),
-                    actual: describe(other),
-                });
-            }
-        };
+        let obs_dim = obs_dim(observation_space)?;
         let d = scorer.dim();
         let rows = config.batch_size;
         let core = Core::new(
@@ -341,7 +552,23 @@ impl DiscreteSac {
             core,
             learning: None,
             masking: None,
+            blueprint,
+            scoring,
+            extras: Extras::default(),
         })
+    }
+
+    /// Plans again with `extras` (what was added since the learner was built).
+    fn replan(&mut self, extras: Extras) -> Result<()> {
+        self.blueprint = Self::plan(
+            self.obs_dim,
+            self.n,
+            self.scoring,
+            &self.core.config,
+            extras,
+        )?;
+        self.extras = extras;
+        Ok(())
     }
 
     /// Restricts actions per state: `available(obs, mask)` marks which actions `obs`
@@ -363,6 +590,13 @@ impl DiscreteSac {
             next: vec![ActionMask::all(self.n); rows],
             act: vec![ActionMask::all(self.n); ACT_ROWS],
         });
+        let extras = Extras {
+            masked: true,
+            ..self.extras
+        };
+        // The masks were just allocated, so their bytes fit: planning them cannot fail.
+        self.replan(extras)
+            .expect("the plan of masks that were allocated");
         self
     }
 
@@ -384,11 +618,7 @@ impl DiscreteSac {
     /// # Errors
     /// None in practice (the schema is valid by construction).
     pub fn replay_schema(&self) -> Result<Schema> {
-        Ok(
-            TransitionSchema::new(DType::F32, &[self.obs_dim], DType::U32, &[])
-                .with_next_obs()
-                .build()?,
-        )
+        Ok(self.blueprint.replay_schema.clone())
     }
 
     /// One gradient step (critics, actor, entropy coefficient, then the targets every
@@ -611,8 +841,14 @@ impl DiscreteSac {
 
     /// Sizes the buffer [`DiscreteSac::update_transitions`] needs to return the
     /// observations' gradient (`batch_size x obs_dim` floats, in the memory plan).
-    pub(crate) fn enable_obs_grads(&mut self) {
+    pub(crate) fn enable_obs_grads(&mut self) -> Result<()> {
+        let extras = Extras {
+            obs_grads: true,
+            ..self.extras
+        };
+        self.replan(extras)?;
         self.scratch.d_obs = vec![0.0; self.core.config.batch_size * self.obs_dim];
+        Ok(())
     }
 
     /// Elements of the observations it takes.
@@ -654,21 +890,6 @@ impl DiscreteSac {
             self.masking.as_ref().map(|m| &m.available),
             self.learning.is_some(),
         )
-    }
-
-    /// Bytes of one acting scorer (`ACT_ROWS` rows) besides any table: the learner's
-    /// scorer's per-row buffers (chunk scratch, accumulators) scaled to `ACT_ROWS` rows
-    /// (they are linear in the rows).
-    pub(super) fn acting_scorer_bytes(&self) -> u64 {
-        let per_batch: u64 = self
-            .scorer
-            .memory_plan()
-            .lines()
-            .iter()
-            .filter(|line| !line.component.contains("table"))
-            .map(|line| line.bytes)
-            .sum();
-        (per_batch * ACT_ROWS as u64).div_ceil(self.scorer.max_batch() as u64)
     }
 }
 
@@ -729,6 +950,27 @@ fn check_table_rows(table: &FeatureTable, n: u32, action_space: &Space) -> Resul
     })
 }
 
+/// The plan line of the observations' gradient behind a summarizer (`rows x obs`
+/// floats, [`DiscreteSac::enable_obs_grads`]), the last line of the learner's plan.
+pub(crate) fn obs_grads_line(rows: usize, obs: usize) -> Result<(&'static str, u64)> {
+    Ok((
+        "sac/observation gradients (for the summarizer)",
+        Sizes::of("sac.batch_size").f32s(&[rows, obs])?,
+    ))
+}
+
+/// The observation length of an `f32` box with at least one element.
+fn obs_dim(observation_space: &Space) -> Result<usize> {
+    match observation_space {
+        Space::Box(b) if b.dtype() == DType::F32 && b.flat_len() > 0 => Ok(b.flat_len()),
+        other => Err(Error::SpaceMismatch {
+            what: "observation space",
+            expected: "a box of f32 elements".to_owned(),
+            actual: describe(other),
+        }),
+    }
+}
+
 fn discrete_n(space: &Space) -> Result<u32> {
     match space {
         Space::Discrete { n } => Ok(*n),
@@ -765,31 +1007,7 @@ impl crate::learner::Learner for DiscreteSac {
     /// moments, workspaces, the scorer's chunk scratch (and the shared table, counted
     /// once) and per-update buffers.
     fn memory_plan(&self) -> MemoryPlan {
-        let mut plan = MemoryPlan::new();
-        self.core.memory_plan(&mut plan);
-        self.passes.memory_plan(&mut plan);
-        plan.nest("sac", &self.scorer.memory_plan());
-        plan.add("sac/update buffers", Location::Ram, self.scratch.bytes());
-        if let Some(masking) = &self.masking {
-            let masks = masking.batch.len() + masking.next.len() + masking.act.len();
-            let words = (self.n as usize).div_ceil(64);
-            plan.add(
-                "sac/action masks (one per row)",
-                Location::Ram,
-                (masks * words * size_of::<u64>()) as u64,
-            );
-        }
-        if let Some(learning) = &self.learning {
-            // The table itself is the scorer's table line (its private copy here).
-            let floats = learning.grads.len();
-            plan.add(
-                "sac/learned table gradients",
-                Location::Ram,
-                f32_bytes(floats),
-            );
-            plan.nest("sac", &learning.adam.memory_plan("learned table"));
-        }
-        plan
+        self.blueprint.learner.clone()
     }
 
     /// The whole trainer state (as [`crate::sac::Sac::checkpoint`](crate::learner::Learner::checkpoint)), with the learned table
@@ -882,16 +1100,8 @@ impl crate::learner::OffPolicyLearner for DiscreteSac {
         actor.refresh(self)
     }
 
-    fn actor_memory_plan(&self, copies: usize) -> MemoryPlan {
-        DiscreteSacActor::plan(self, copies)
-    }
-
-    fn replay_schema(&self) -> Result<Schema> {
-        DiscreteSac::replay_schema(self)
-    }
-
-    fn batch_size(&self) -> usize {
-        self.core.config().batch_size
+    fn blueprint(&self) -> &OffPolicyBlueprint {
+        &self.blueprint
     }
 
     fn update(&mut self, batch: &Batch) -> Result<SacStats> {

@@ -895,7 +895,7 @@ fn discrete_critic_observation_gradients_match_finite_differences() {
         3,
     )
     .unwrap();
-    sac.enable_obs_grads();
+    sac.enable_obs_grads().unwrap();
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(11);
     let obs: Vec<f32> = (0..rows * obs_dim)
         .map(|_| rng.random_range(-1.0..1.0))

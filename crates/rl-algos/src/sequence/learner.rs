@@ -1,15 +1,15 @@
 //! What an inner learner does for [`Recurrent`]: train on summaries and return their
 //! gradient; and [`Recurrent`] as an [`OffPolicyLearner`] the trainer drives.
 
-use rl_core::{DType, Flag, Location, MemoryPlan, Schema, TransitionSchema};
+use rl_core::{DType, Field, Flag, Location, MemoryPlan, Schema, TransitionSchema};
 use rl_nn::Checkpoint;
-use rl_nn::{NetworkState, Weights};
+use rl_nn::NetworkState;
 use rl_storage::Batch;
 
 use super::{HISTORY, HISTORY_TARGET, Recurrent, RecurrentActor, RecurrentConfig, RecurrentState};
 use crate::dqn::{self, Dqn, DqnStats};
 use crate::error::{Error, Result, first_difference};
-use crate::learner::{Learner, OffPolicyLearner, SequenceSpec};
+use crate::learner::{Learner, OffPolicyBlueprint, OffPolicyLearner};
 use crate::policy::{HistorySlot, Mode};
 use crate::predict::Predict;
 use crate::sac::{self, DiscreteSac, Sac, SacStats};
@@ -61,6 +61,23 @@ pub trait SequenceLearner: OffPolicyLearner<State = ()> + seal::Sealed + std::fm
     /// [`Error::Config`] when it cannot.
     fn prepare_for_summaries(&mut self, width: usize) -> Result<()>;
 
+    /// The blueprint of such a learner behind a summarizer, from its own `blueprint` for
+    /// summaries `width` wide: what [`SequenceLearner::prepare_for_summaries`] adds, so
+    /// that [`Recurrent::blueprint`] plans what [`Recurrent::new`] builds.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a blueprint of another width.
+    fn blueprint_for_summaries(
+        blueprint: OffPolicyBlueprint,
+        width: usize,
+    ) -> Result<OffPolicyBlueprint>
+    where
+        Self: Sized,
+    {
+        check_width(obs_width(&blueprint), width)?;
+        Ok(blueprint)
+    }
+
     /// The replay columns for observations of `obs_len` elements.
     ///
     /// # Errors
@@ -100,6 +117,14 @@ fn sac_transitions<A>(f: Features<'_, A>) -> sac::Transitions<'_, A> {
     }
 }
 
+/// The observation width of a blueprint's replay columns.
+fn obs_width(blueprint: &OffPolicyBlueprint) -> usize {
+    blueprint
+        .replay_schema
+        .column(Field::Obs.name())
+        .map_or(0, |c| c.numel())
+}
+
 /// Refuses an inner learner built for observations of another width than the summaries.
 fn check_width(expected: usize, width: usize) -> Result<()> {
     if expected != width {
@@ -128,8 +153,17 @@ impl SequenceLearner for DiscreteSac {
                 "read raw observations, which a recurrent learner replaces by summaries: drop the mask function or the history",
             ));
         }
-        self.enable_obs_grads();
-        Ok(())
+        self.enable_obs_grads()
+    }
+
+    fn blueprint_for_summaries(
+        mut blueprint: OffPolicyBlueprint,
+        width: usize,
+    ) -> Result<OffPolicyBlueprint> {
+        check_width(obs_width(&blueprint), width)?;
+        let (name, bytes) = sac::obs_grads_line(blueprint.batch_size, width)?;
+        blueprint.learner.add(name, Location::Ram, bytes);
+        Ok(blueprint)
     }
 
     fn schema_for(&self, obs_len: usize) -> Result<Schema> {
@@ -245,38 +279,11 @@ impl<L: SequenceLearner> Learner for Recurrent<L> {
 
     /// Everything the learner holds: the inner learner's plan, the summarizer and its
     /// target (an LSTM's parameters, gradients and Adam moments), the update's states,
-    /// replay workspace and buffers. Acting states come on top, one per number of rows
-    /// acted on (`Recurrent::acting_plan`). Constant for the learner's life.
+    /// replay workspace and buffers ([`Recurrent::blueprint`]). Acting states come on
+    /// top, one per number of rows acted on (`Recurrent::acting_plan`). Constant for the
+    /// learner's life.
     fn memory_plan(&self) -> MemoryPlan {
-        let mut plan = self.inner.memory_plan();
-        let name = format!("history ({})", self.config.history);
-        if let Some(cell) = self.summary.cell() {
-            let params = (cell.num_params() * size_of::<f32>()) as u64;
-            plan.add(format!("{name}/parameters"), Location::Ram, params);
-            plan.add(format!("{name}/gradients"), Location::Ram, params);
-            plan.add(format!("{name}/target parameters"), Location::Ram, params);
-            if let Some(adam) = &self.adam {
-                plan.nest(&name, &adam.memory_plan("summarizer"));
-            }
-        }
-        let windows = self.windows;
-        plan.nest(&name, &self.summary.state_plan("burn-in (online)", windows));
-        plan.nest(&name, &self.summary.state_plan("burn-in (target)", windows));
-        plan.add(
-            format!(
-                "{name}/window replay, {} steps x {windows} windows",
-                self.config.seq_len
-            ),
-            Location::Ram,
-            self.summary
-                .replay_workspace_bytes(self.config.seq_len, windows),
-        );
-        plan.add(
-            format!("{name}/update buffers (windows, summaries, gradients)"),
-            Location::Ram,
-            self.train.buffer_bytes(),
-        );
-        plan
+        self.blueprint.learner.clone()
     }
 
     /// The whole learner: the inner learner's networks and state, the summarizer
@@ -366,17 +373,10 @@ impl<L: SequenceLearner> OffPolicyLearner for Recurrent<L> {
     type Stats = L::Stats;
     type Actor = RecurrentActor<L::Actor>;
 
-    fn replay_schema(&self) -> Result<Schema> {
-        self.inner.schema_for(self.obs_len)
-    }
-
-    /// Every row of a batch: `windows x (burn_in + seq_len)`.
-    fn batch_size(&self) -> usize {
-        self.windows * (self.config.burn_in + self.config.seq_len)
-    }
-
-    fn sequence(&self) -> Option<SequenceSpec> {
-        Some(self.spec())
+    /// What it holds, reads (replay columns of raw observations, batches of `windows x
+    /// (burn_in + seq_len)` rows, windows of [`SequenceSpec`](crate::learner::SequenceSpec)) and asks of its actors.
+    fn blueprint(&self) -> &OffPolicyBlueprint {
+        &self.blueprint
     }
 
     fn update(&mut self, batch: &Batch) -> Result<L::Stats> {
@@ -391,10 +391,6 @@ impl<L: SequenceLearner> OffPolicyLearner for Recurrent<L> {
         self.inner.set_env_steps(env_steps);
     }
 
-    fn acting_plan(&self, rows: usize) -> MemoryPlan {
-        Recurrent::acting_plan(self, rows)
-    }
-
     fn actor(&self) -> Result<Self::Actor> {
         Ok(RecurrentActor::new(
             self.summary.clone(),
@@ -405,17 +401,5 @@ impl<L: SequenceLearner> OffPolicyLearner for Recurrent<L> {
 
     fn refresh_actor(&self, actor: &mut Self::Actor) -> Result<()> {
         actor.refresh(&self.summary, |inner| self.inner.refresh_actor(inner))
-    }
-
-    fn actor_memory_plan(&self, copies: usize) -> MemoryPlan {
-        let mut plan = self.inner.actor_memory_plan(copies);
-        if let Some(cell) = self.summary.cell() {
-            plan.add(
-                format!("history ({}) copies x {copies}", self.config.history),
-                rl_core::Location::Ram,
-                (copies * rl_nn::Weights::num_params(cell) * size_of::<f32>()) as u64,
-            );
-        }
-        plan
     }
 }

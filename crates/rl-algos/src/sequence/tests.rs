@@ -364,8 +364,10 @@ fn plans_state_what_construction_and_acting_allocate() {
         let (mut learner, stats) = rl_testkit::measure(|| recurrent_dqn(history, 8, 4, 16));
         let retained = (stats.allocated_bytes - stats.freed_bytes) as f64;
         let planned = learner.memory_plan().total(rl_core::Location::Ram) as f64;
+        // Beyond the plan: bookkeeping of a few KiB (the blueprints' line names and
+        // schemas, the inner learner's and this one's).
         assert!(
-            (planned - retained).abs() <= 0.03 * retained,
+            (planned - retained).abs() <= 0.03 * retained + 6144.0,
             "{history}: planned {planned} vs allocated {retained}"
         );
         let rows = 64;

@@ -310,3 +310,15 @@ fn state_bytes_are_what_the_state_holds() {
     );
     assert_eq!(state.envs(), 16);
 }
+
+#[test]
+fn state_bytes_from_sizes_are_the_built_stacks() {
+    for (len, k, envs) in [(1, 1, 1), (3, 4, 5), (6, 2, 0)] {
+        let stack = Stack::new(len, k).unwrap();
+        assert_eq!(
+            Stack::state_bytes_for(len, k, envs),
+            Some(stack.state_bytes(envs))
+        );
+    }
+    assert_eq!(Stack::state_bytes_for(1 << 40, 1 << 30, 1), None);
+}

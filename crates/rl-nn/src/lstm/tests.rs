@@ -548,3 +548,29 @@ fn bad_shapes_and_foreign_workspaces_are_errors() {
     assert!(state.reset_row(2).is_err());
     assert!(ws.reset_row(2).is_err());
 }
+
+#[test]
+fn sizes_from_widths_are_the_built_cells() {
+    for (input, hidden) in [(1, 1), (7, 33), (12, 5)] {
+        let lstm = Lstm::zeros(input, hidden).unwrap();
+        assert_eq!(
+            Lstm::checked_params_for(input, hidden),
+            Some(lstm.num_params())
+        );
+        assert_eq!(
+            Lstm::state_bytes_for(hidden, 9),
+            Some(lstm.state(9).memory_bytes())
+        );
+        assert_eq!(
+            Lstm::sequence_workspace_bytes_for(input, hidden, 4, 6),
+            Some(lstm.sequence_workspace(4, 6).memory_bytes())
+        );
+    }
+    assert_eq!(Lstm::checked_params_for(4, 1 << 40), None);
+    assert_eq!(Lstm::state_bytes_for(1 << 62, 2), None);
+    assert_eq!(
+        Lstm::sequence_workspace_bytes_for(4, 8, usize::MAX, 2),
+        None
+    );
+    assert!(Lstm::zeros(4, 1 << 40).is_err());
+}

@@ -393,3 +393,30 @@ fn passes_accumulate_and_allocate_nothing() {
         );
     }
 }
+
+proptest! {
+    /// The sizes a plan reads from widths alone are the built network's.
+    #[test]
+    fn sizes_from_widths_are_the_built_networks(
+        sizes in prop::collection::vec(1usize..40, 2..5),
+        rows in 1usize..70,
+    ) {
+        let spec = MlpSpec { sizes, activation: Activation::Tanh };
+        let net = Mlp::zeros(spec.clone()).unwrap();
+        prop_assert_eq!(spec.checked_num_params(), Some(net.num_params()));
+        prop_assert_eq!(spec.workspace_bytes(rows), Some(net.workspace(rows).memory_bytes()));
+        prop_assert_eq!(spec.workspace_bytes(rows), Some(net.workspace_bytes(rows)));
+    }
+}
+
+#[test]
+fn sizes_that_overflow_are_none() {
+    let spec = MlpSpec::new(4, &[1 << 40, 1 << 40], 2, Activation::Relu);
+    assert_eq!(spec.checked_num_params(), None);
+    let wide = MlpSpec::new(4, &[usize::MAX / 4], 2, Activation::Relu);
+    assert_eq!(wide.workspace_bytes(1), None);
+    assert_eq!(
+        MlpSpec::new(4, &[8], 2, Activation::Relu).workspace_bytes(usize::MAX),
+        None
+    );
+}

@@ -254,7 +254,8 @@ def evaluate(
     """Deterministic episodes of the saved policy (as `rl eval`)."""
 
 def plan(config: ConfigLike, *, env: EnvLike = None, overrides: Sequence[str] = ()) -> MemoryPlan:
-    """The run's memory plan; MemoryBudgetError when over run.budget."""
+    """The run's memory plan, from the config alone; MemoryBudgetError when over run.budget
+    (without one, over the available memory)."""
 
 def load_config(
     config: ConfigLike, *, overrides: Sequence[str] = (), env: EnvLike = None

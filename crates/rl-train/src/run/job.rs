@@ -1,5 +1,6 @@
-//! One job (plan, train or resume, evaluate) on a trainer built for a concrete
-//! environment and learner: the generic half of the command.
+//! One job (train or resume, evaluate, act for a remote run) on a trainer built for a
+//! concrete environment and learner, and the plan of a run from its learner's blueprint
+//! alone (nothing built): the generic half of the command.
 
 use std::path::Path;
 
@@ -9,6 +10,7 @@ use crate::trainer::{
     OffPolicyLearner, OffPolicyReplay, OffPolicyTrainer, OnPolicyLearner, OnPolicyTrainer,
     RunConfig, TrainSummary,
 };
+use rl_algos::learner::{OffPolicyBlueprint, OnPolicyBlueprint};
 use rl_collect::{RandomAction, ValuePolicy};
 use rl_core::{Column, DType, Env, Field, MemoryPlan, Schema, Space};
 use rl_nn::Checkpoint;
@@ -21,8 +23,6 @@ use crate::config::{Config, ConfigError, StoredActions};
 
 /// What to do with the trainer a config describes.
 pub(crate) enum Job<'a> {
-    /// The memory plan, nothing allocated.
-    Plan,
     /// Train into the run directory (`true`: resume it from its checkpoint).
     Train(&'a Path, &'a TrainOptions, bool),
     /// Evaluate the learner saved in a checkpoint folder.
@@ -43,7 +43,6 @@ pub(crate) enum Job<'a> {
 
 /// What a job gave.
 pub(crate) enum Outcome {
-    Plan(MemoryPlan),
     Trained(Box<Trained>),
     Eval(EvalReport),
     Actor(Box<dyn ChunkActor>),
@@ -96,10 +95,56 @@ fn final_eval(
     Ok(Some(evaluate(schedule.episodes)?))
 }
 
+/// The whole run's plan of an on-policy learner `L` of blueprint `learner` (from its
+/// configuration and spaces) on environments like `env`. Takes no learner: nothing is
+/// built, the types only say what would be.
+pub(crate) fn on_policy_plan<E, L>(
+    env: &E,
+    learner: &OnPolicyBlueprint,
+    config: &Config,
+) -> Result<MemoryPlan>
+where
+    E: Env<Obs = f32>,
+    E::Act: RandomAction,
+    L: OnPolicyLearner<Policy: ValuePolicy<Act = E::Act>>,
+{
+    Ok(OnPolicyTrainer::<E, L>::plan(
+        env,
+        learner,
+        &plan_run(config),
+    )?)
+}
+
+/// The whole run's plan of an off-policy learner `L` of blueprint `learner` (from its
+/// configuration and spaces) on environments like `env`, actions stored as the config
+/// says. Takes no learner: nothing is built, the types only say what would be.
+pub(crate) fn off_policy_plan<E, L>(
+    env: &E,
+    learner: &OffPolicyBlueprint,
+    config: &Config,
+) -> Result<MemoryPlan>
+where
+    E: Env<Obs = f32> + Send + 'static,
+    E::Act: RandomAction,
+    L: OffPolicyLearner<Act = E::Act>,
+{
+    let off = config
+        .off_policy
+        .as_ref()
+        .ok_or_else(|| Error::Usage(format!("the config of algo {} is incomplete", config.algo)))?;
+    match config.stored_actions {
+        StoredActions::Index => Ok(OffPolicyTrainer::<E, L>::plan(
+            learner,
+            off,
+            &plan_run(config),
+        )?),
+        StoredActions::OneHot => one_hot_plan::<E, L>(env, learner, off, &plan_run(config)),
+    }
+}
+
 /// A job on the on-policy trainer of `learner` (PPO, recurrent PPO).
 pub(crate) fn on_policy<E, L, F>(
     make: F,
-    env: E,
     mut learner: L,
     config: &Config,
     job: Job<'_>,
@@ -111,11 +156,6 @@ where
     F: Fn(u64) -> E,
 {
     match job {
-        Job::Plan => Ok(Outcome::Plan(OnPolicyTrainer::<E, L>::plan(
-            &env,
-            &learner,
-            &plan_run(config),
-        )?)),
         Job::Train(dir, options, resume) => {
             let run = rundir::run_config(dir, config);
             let mut trainer = if resume {
@@ -175,7 +215,6 @@ fn outcome(trained: Trained) -> Outcome {
 /// A job on the off-policy trainer of `learner` (SAC, discrete SAC, DQN).
 pub(crate) fn off_policy<E, L, F>(
     make: F,
-    env: E,
     mut learner: L,
     config: &Config,
     job: Job<'_>,
@@ -189,18 +228,6 @@ where
 {
     let missing = || Error::Usage(format!("the config of algo {} is incomplete", config.algo));
     match job {
-        Job::Plan => {
-            let off = config.off_policy.as_ref().ok_or_else(missing)?;
-            let plan = match config.stored_actions {
-                StoredActions::Index => {
-                    OffPolicyTrainer::<E, L>::plan(&learner, off, &plan_run(config))?
-                }
-                StoredActions::OneHot => {
-                    one_hot_plan::<E, L>(&env, &learner, off, &plan_run(config))?
-                }
-            };
-            Ok(Outcome::Plan(plan))
-        }
         Job::Train(dir, options, resume) => {
             let off = config.off_policy.clone().ok_or_else(missing)?;
             let run = rundir::run_config(dir, config);
@@ -273,7 +300,7 @@ where
 /// trainer plans it.
 fn one_hot_plan<E, L>(
     env: &E,
-    learner: &L,
+    learner: &OffPolicyBlueprint,
     off: &OffPolicyConfig,
     run: &RunConfig,
 ) -> Result<MemoryPlan>
@@ -289,7 +316,7 @@ where
         )
         .into());
     };
-    let schema = learner.replay_schema()?;
+    let schema = &learner.replay_schema;
     let action = Field::Action.name();
     let one_hot = Schema::new(schema.columns().iter().map(|c| {
         if c.name() == action {
@@ -304,7 +331,7 @@ where
     plan.nest("replay", &OffPolicyReplay::plan(&one_hot, off)?);
     plan.nest(
         "batch",
-        &Batch::plan(&one_hot, learner.batch_size()).map_err(rl_algos::Error::from)?,
+        &Batch::plan(&one_hot, learner.batch_size).map_err(rl_algos::Error::from)?,
     );
     for line in index.lines() {
         if !(line.component.starts_with("replay/") || line.component.starts_with("batch/")) {

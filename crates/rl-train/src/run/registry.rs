@@ -1,4 +1,5 @@
-//! The environments a config can name, and how each algorithm is built for them.
+//! The environments a config can name, and how each algorithm is planned (from its
+//! configuration and the environment's spaces, nothing built) and built for them.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -6,10 +7,12 @@ use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 use rl_algos::dqn::Dqn;
-use rl_algos::policy::{CategoricalPolicy, GaussianPolicy, RecurrentCategoricalPolicy};
+use rl_algos::policy::{
+    ActorCritic, CategoricalPolicy, GaussianPolicy, PolicyConfig, RecurrentCategoricalPolicy,
+};
 use rl_algos::ppo::{Ppo, RecurrentPpo, RecurrentPpoConfig};
-use rl_algos::sac::{DiscreteSac, Sac};
-use rl_core::{Env, FeatureTable, Space};
+use rl_algos::sac::{ActionScoring, DiscreteSac, Sac};
+use rl_core::{Env, FeatureTable, MemoryPlan, Space};
 use rl_envs::{CartPole, LargeDiscrete, MaskedCartPole, PartialLargeDiscrete, Pendulum};
 
 use super::job::{self, Job, Outcome};
@@ -55,6 +58,11 @@ impl fmt::Display for ActionSpace {
 pub(crate) trait Entry: Send + Sync {
     /// Its actions.
     fn actions(&self) -> ActionSpace;
+
+    /// The whole run's memory plan of `config` on this environment, from the learner's
+    /// blueprint: no learner, buffer or collector is built (an environment is, to read
+    /// its spaces).
+    fn plan(&self, config: &Config) -> Result<MemoryPlan>;
 
     /// Builds what `config` asks for on this environment and runs `job`.
     fn run(&self, config: &Config, job: Job<'_>) -> Result<Outcome>;
@@ -255,6 +263,25 @@ fn build_error(e: rl_algos::Error) -> Error {
     Error::Algos(e)
 }
 
+/// The error of planning a learner: its settings' (a size whose bytes overflow, a rollout
+/// too large) are config errors (exit code 2, nothing ran), naming the key.
+fn plan_error(e: rl_algos::Error) -> Error {
+    match e {
+        rl_algos::Error::Config { .. } => Error::Config(ConfigError::from_algos(e, None)),
+        other => Error::Algos(other),
+    }
+}
+
+/// The `[policy]` table of a PPO config.
+fn policy_of(config: &Config) -> Result<&PolicyConfig> {
+    config.policy.as_ref().ok_or_else(|| incomplete(config))
+}
+
+/// A config without the table its algorithm needs (a bug of the config layer).
+fn incomplete(config: &Config) -> Error {
+    Error::Usage(format!("the config of algo {} is incomplete", config.algo))
+}
+
 impl<E, F> Entry for Discrete<E, F>
 where
     E: Env<Obs = f32, Act = u32> + Send + 'static,
@@ -264,6 +291,62 @@ where
         *self
             .actions
             .get_or_init(|| ActionSpace::of((self.make)(0).action_space()))
+    }
+
+    fn plan(&self, config: &Config) -> Result<MemoryPlan> {
+        let env = (self.make)(0);
+        let (obs, act) = (env.observation_space(), env.action_space());
+        let n_envs = config.run.n_envs;
+        match config.algo {
+            Algo::Ppo => {
+                let shape = CategoricalPolicy::shape_for(obs, act, policy_of(config)?)
+                    .map_err(plan_error)?;
+                let ppo = config.ppo.ok_or_else(|| incomplete(config))?;
+                let learner = Ppo::<CategoricalPolicy>::blueprint(&shape, &ppo, n_envs)
+                    .map_err(plan_error)?;
+                job::on_policy_plan::<E, Ppo<CategoricalPolicy>>(&env, &learner, config)
+            }
+            Algo::RecurrentPpo => {
+                let recurrent = config.recurrent.ok_or_else(|| incomplete(config))?;
+                let shape = RecurrentCategoricalPolicy::shape_for(
+                    obs,
+                    act,
+                    recurrent.history,
+                    policy_of(config)?,
+                )
+                .map_err(plan_error)?;
+                let ppo = config.ppo.ok_or_else(|| incomplete(config))?;
+                let learner = RecurrentPpoConfig::new(ppo, recurrent.chunk_len);
+                let learner =
+                    RecurrentPpo::blueprint(&shape, &learner, n_envs).map_err(plan_error)?;
+                job::on_policy_plan::<E, RecurrentPpo>(&env, &learner, config)
+            }
+            Algo::DiscreteSac => {
+                let sac = config.sac.as_ref().ok_or_else(|| incomplete(config))?;
+                let scoring = match &self.table {
+                    Some(table) => {
+                        let table = table(&env);
+                        ActionScoring::Table {
+                            rows: table.rows(),
+                            dim: table.dim(),
+                        }
+                    }
+                    None => ActionScoring::Index,
+                };
+                let learner = DiscreteSac::blueprint(obs, act, scoring, sac).map_err(plan_error)?;
+                job::off_policy_plan::<E, DiscreteSac>(&env, &learner, config)
+            }
+            Algo::Dqn => {
+                let dqn = config.dqn.as_ref().ok_or_else(|| incomplete(config))?;
+                let learner = Dqn::blueprint(obs, act, dqn).map_err(plan_error)?;
+                job::off_policy_plan::<E, Dqn>(&env, &learner, config)
+            }
+            Algo::Sac => Err(Error::Usage(format!(
+                "algo sac cannot train env {:?} ({}): use discrete_sac",
+                config.env,
+                self.actions()
+            ))),
+        }
     }
 
     fn run(&self, config: &Config, job: Job<'_>) -> Result<Outcome> {
@@ -278,7 +361,7 @@ where
                 let ppo = config.ppo.ok_or_else(missing)?;
                 let learner =
                     Ppo::new(policy, ppo, config.run.n_envs, seed).map_err(build_error)?;
-                job::on_policy(self.make.clone(), env, learner, config, job)
+                job::on_policy(self.make.clone(), learner, config, job)
             }
             Algo::RecurrentPpo => {
                 let policy_config = config.policy.clone().ok_or_else(missing)?;
@@ -294,7 +377,7 @@ where
                 let learner = RecurrentPpoConfig::new(ppo, recurrent.chunk_len);
                 let learner = RecurrentPpo::new(policy, learner, config.run.n_envs, seed)
                     .map_err(build_error)?;
-                job::on_policy(self.make.clone(), env, learner, config, job)
+                job::on_policy(self.make.clone(), learner, config, job)
             }
             Algo::DiscreteSac => {
                 let sac = config.sac.clone().ok_or_else(missing)?;
@@ -303,12 +386,12 @@ where
                     None => DiscreteSac::for_env(&env, sac, seed),
                 }
                 .map_err(build_error)?;
-                job::off_policy(self.make.clone(), env, learner, config, job)
+                job::off_policy(self.make.clone(), learner, config, job)
             }
             Algo::Dqn => {
                 let dqn = config.dqn.clone().ok_or_else(missing)?;
                 let learner = Dqn::for_env(&env, dqn, seed).map_err(build_error)?;
-                job::off_policy(self.make.clone(), env, learner, config, job)
+                job::off_policy(self.make.clone(), learner, config, job)
             }
             Algo::Sac => Err(Error::Usage(format!(
                 "algo sac cannot train env {:?} ({}): use discrete_sac",
@@ -337,6 +420,31 @@ where
             .get_or_init(|| ActionSpace::of((self.make)(0).action_space()))
     }
 
+    fn plan(&self, config: &Config) -> Result<MemoryPlan> {
+        let env = (self.make)(0);
+        let (obs, act) = (env.observation_space(), env.action_space());
+        match config.algo {
+            Algo::Ppo => {
+                let shape =
+                    GaussianPolicy::shape_for(obs, act, policy_of(config)?).map_err(plan_error)?;
+                let ppo = config.ppo.ok_or_else(|| incomplete(config))?;
+                let learner = Ppo::<GaussianPolicy>::blueprint(&shape, &ppo, config.run.n_envs)
+                    .map_err(plan_error)?;
+                job::on_policy_plan::<E, Ppo<GaussianPolicy>>(&env, &learner, config)
+            }
+            Algo::Sac => {
+                let sac = config.sac.as_ref().ok_or_else(|| incomplete(config))?;
+                let learner = Sac::blueprint(obs, act, sac).map_err(plan_error)?;
+                job::off_policy_plan::<E, Sac>(&env, &learner, config)
+            }
+            other => Err(Error::Usage(format!(
+                "algo {other} cannot train env {:?} ({}): use ppo or sac",
+                config.env,
+                self.actions()
+            ))),
+        }
+    }
+
     fn run(&self, config: &Config, job: Job<'_>) -> Result<Outcome> {
         let env = (self.make)(0);
         let seed = config.run.seed;
@@ -349,12 +457,12 @@ where
                 let ppo = config.ppo.ok_or_else(missing)?;
                 let learner =
                     Ppo::new(policy, ppo, config.run.n_envs, seed).map_err(build_error)?;
-                job::on_policy(self.make.clone(), env, learner, config, job)
+                job::on_policy(self.make.clone(), learner, config, job)
             }
             Algo::Sac => {
                 let sac = config.sac.clone().ok_or_else(missing)?;
                 let learner = Sac::for_env(&env, sac, seed).map_err(build_error)?;
-                job::off_policy(self.make.clone(), env, learner, config, job)
+                job::off_policy(self.make.clone(), learner, config, job)
             }
             other => Err(Error::Usage(format!(
                 "algo {other} cannot train env {:?} ({}): use ppo or sac",

@@ -267,6 +267,130 @@ fn usage_errors_come_before_anything_is_written() {
     assert!(e.to_string().contains("not a run directory"), "{e}");
 }
 
+/// The shipped PPO config on CartPole with `overrides`.
+fn ppo_cartpole(overrides: &[&str]) -> Config {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/ppo_cartpole.toml"),
+    )
+    .unwrap();
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    Config::from_toml(&text, &overrides).unwrap()
+}
+
+/// Plans come from the configuration alone: `Entry::plan` takes no learner, so a plan
+/// of networks far beyond any machine (a 4 TB actor would abort this process if it were
+/// built) is made and refused, and `train` refuses it before creating anything.
+#[test]
+fn plans_are_made_without_building_and_refusals_create_nothing() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let budget = "run.budget={ram=1073741824}";
+    for hidden in [
+        "policy.hidden=[100000, 100000]",
+        "policy.hidden=[1000000, 1000000]",
+    ] {
+        let huge = ppo_cartpole(&[hidden, budget]);
+        let planned = plan(&registry, &huge).unwrap();
+        assert!(matches!(planned.limit, Limit::Budget(_)));
+        let why = planned.refused.expect("over a 1 GiB budget");
+        assert!(
+            why.contains("policy.hidden") && why.contains("run.budget"),
+            "{why}"
+        );
+        // The actor's parameters, from its widths: 4 -> h -> h -> 2.
+        let h: u64 = if hidden.contains("1000000") {
+            1_000_000
+        } else {
+            100_000
+        };
+        let actor = planned
+            .plan
+            .lines()
+            .iter()
+            .find(|l| l.component == "learner/ppo/actor/parameters")
+            .unwrap();
+        assert_eq!(actor.bytes, 4 * (5 * h + (h + 1) * h + (h + 1) * 2));
+        let dir = tmp.path().join("huge");
+        let e = train(&registry, &huge, &dir, &TrainOptions::quiet()).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        let message = e.to_string();
+        assert!(
+            message.starts_with("run.budget: the plan needs"),
+            "{message}"
+        );
+        assert!(
+            message.contains("learner/ppo/actor/parameters"),
+            "the table: {message}"
+        );
+        assert!(!dir.exists(), "a refused plan creates nothing");
+    }
+    // A rollout no buffer can hold: a config error naming the key, before anything.
+    let steps = ppo_cartpole(&["ppo.n_steps=1000000000"]);
+    for e in [
+        plan(&registry, &steps).unwrap_err(),
+        train(
+            &registry,
+            &steps,
+            &tmp.path().join("steps"),
+            &TrainOptions::quiet(),
+        )
+        .unwrap_err(),
+    ] {
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().starts_with("ppo.n_steps"), "{e}");
+    }
+    assert!(!tmp.path().join("steps").exists());
+    // Sizes whose bytes overflow 64 bits: a config error, not a panic or a wrap.
+    let overflow = ppo_cartpole(&["policy.hidden=[4294967296, 4294967296]"]);
+    let e = plan(&registry, &overflow).unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+    assert!(e.to_string().starts_with("policy.hidden"), "{e}");
+}
+
+/// The plan of every algorithm, made from its configuration, equals what the trainer
+/// reports once built.
+#[test]
+fn plans_from_the_config_equal_the_built_trainers_plans() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, run) in small_runs() {
+        let planned = plan(&registry, &run).unwrap();
+        let trained = train(
+            &registry,
+            &run,
+            &tmp.path().join(name),
+            &TrainOptions::quiet(),
+        )
+        .unwrap();
+        assert_eq!(planned.plan, trained.plan, "{name}");
+    }
+}
+
+#[test]
+fn without_a_budget_the_available_memory_is_the_limit() {
+    let plan = MemoryPlan::new()
+        .with("learner/big", rl_core::Location::Ram, 3 << 30)
+        .with("replay/file", rl_core::Location::File, 1 << 40);
+    let why = Limit::Available(1 << 30).refusal(&plan).unwrap();
+    assert!(why.contains("MemAvailable"), "{why}");
+    assert!(why.contains("learner/big (3.00 GiB)"), "{why}");
+    assert!(why.contains("set run.budget"), "{why}");
+    // File-backed lines are not RAM; a plan that fits is not refused.
+    assert_eq!(Limit::Available(4 << 30).refusal(&plan), None);
+    assert_eq!(Limit::Unchecked.refusal(&plan), None);
+    let why = Limit::Budget(MemoryBudget::ram(1 << 30))
+        .refusal(&plan)
+        .unwrap();
+    assert!(why.contains("run.budget allows 1.00 GiB"), "{why}");
+    // A config with a budget is checked against it, whatever the machine has.
+    let budgeted = config("dqn", "cartpole", 64, &["run.budget={ram=1000}"]);
+    assert_eq!(Limit::of(&budgeted), Limit::Budget(MemoryBudget::ram(1000)));
+    let unbudgeted = config("dqn", "cartpole", 64, &[]);
+    if cfg!(target_os = "linux") {
+        assert!(matches!(Limit::of(&unbudgeted), Limit::Available(b) if b > 0));
+    }
+}
+
 #[test]
 fn a_checkpoint_of_another_algorithm_is_named_as_such() {
     let registry = Registry::builtin();

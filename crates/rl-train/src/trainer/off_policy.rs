@@ -9,7 +9,7 @@ mod replay;
 use std::path::Path;
 
 use rl_collect::RandomAction;
-use rl_core::{Env, Location, MemoryBudget, MemoryPlan, Schema};
+use rl_core::{Env, Location, MemoryBudget, MemoryPlan};
 use rl_nn::Checkpoint;
 use rl_storage::{Batch, sampler::PrioritizedConfig};
 use serde::{Deserialize, Serialize};
@@ -24,7 +24,7 @@ use super::run::{
     self, Callback, Clock, Continuation, EvalSchedule, RunConfig, RunCounters, TrainSummary,
 };
 use crate::eval::{EvalReport, evaluate};
-use rl_algos::learner::OffPolicyLearner;
+use rl_algos::learner::{OffPolicyBlueprint, OffPolicyLearner};
 use rl_algos::{Error, Result};
 
 /// The learner's checkpoint inside a run directory.
@@ -266,17 +266,17 @@ where
 }
 
 /// The plan of everything but the collector: replay buffer, sampler, batch, learner.
-fn base_plan<L: OffPolicyLearner>(
-    learner: &L,
-    schema: &Schema,
+fn base_plan(
+    learner: &OffPolicyBlueprint,
     config: &OffPolicyConfig,
     run: &RunConfig,
 ) -> Result<MemoryPlan> {
+    let schema = &learner.replay_schema;
     let mut plan = MemoryPlan::new();
     plan.nest("replay", &OffPolicyReplay::plan(schema, config)?);
     plan.nest("sampler", &sampler_plan(config));
-    plan.nest("batch", &Batch::plan(schema, learner.batch_size())?);
-    plan.nest("learner", &learner.memory_plan());
+    plan.nest("batch", &Batch::plan(schema, learner.batch_size)?);
+    plan.nest("learner", &learner.learner);
     // Per-environment acting state (a recurrent learner's): the training
     // environments' and the evaluation's one.
     plan.nest("learner", &learner.acting_plan(run.n_envs));
@@ -290,24 +290,31 @@ where
     E::Act: RandomAction,
     L: OffPolicyLearner<Act = E::Act>,
 {
-    /// The whole run's memory plan for `learner` under `config` and `run`, from the
-    /// configuration alone (nothing allocated): replay buffer (`Ram` lines, or `File` lines for a
-    /// memmap location), sampler, batch, learner and, for the asynchronous collector,
-    /// its chunk pool, workers' buffers and actor copies (`rl_collect::AsyncCollector::plan`:
-    /// the figures [`OffPolicyTrainer::memory_plan`] reports once it exists). This is what
-    /// a new run checks against `run.budget`.
+    /// The whole run's memory plan for a learner of `learner` (its blueprint, from its
+    /// configuration and spaces: `Dqn::blueprint` ..., or a built learner's
+    /// [`OffPolicyLearner::blueprint`]) under `config` and `run`, from the configuration
+    /// alone (nothing built or allocated): replay buffer (`Ram` lines, or `File` lines
+    /// for a memmap location), sampler, batch, learner and, for the asynchronous
+    /// collector, its chunk pool, workers' buffers and actor copies
+    /// (`rl_collect::AsyncCollector::plan`: the figures
+    /// [`OffPolicyTrainer::memory_plan`] reports once it exists). This is what a new run
+    /// checks against `run.budget`.
     ///
     /// # Errors
     /// An invalid schema or capacity.
-    pub fn plan(learner: &L, config: &OffPolicyConfig, run: &RunConfig) -> Result<MemoryPlan> {
-        let schema = learner.replay_schema()?;
-        let mut plan = base_plan(learner, &schema, config, run)?;
+    pub fn plan(
+        learner: &OffPolicyBlueprint,
+        config: &OffPolicyConfig,
+        run: &RunConfig,
+    ) -> Result<MemoryPlan> {
+        let schema = &learner.replay_schema;
+        let mut plan = base_plan(learner, config, run)?;
         let collector = match config.collector {
             CollectorChoice::Async {
                 workers,
                 steps_per_chunk,
-            } => async_plan::<E, L>(learner, &schema, config, run, workers, steps_per_chunk)?,
-            CollectorChoice::Sync => sync_plan::<E, L>(&schema, run),
+            } => async_plan::<E, L>(learner, config, run, workers, steps_per_chunk)?,
+            CollectorChoice::Sync => sync_plan::<E, L>(schema, run),
         };
         plan.nest("collector", &collector);
         Ok(plan)
@@ -415,9 +422,9 @@ where
         check_sequence(&learner, &config)?;
         let schema = learner.replay_schema()?;
         let checked = match &source {
-            None => Self::plan(&learner, &config, &run)?,
+            None => Self::plan(learner.blueprint(), &config, &run)?,
             Some(source) => {
-                let mut plan = base_plan(&learner, &schema, &config, &run)?;
+                let mut plan = base_plan(learner.blueprint(), &config, &run)?;
                 plan.nest("collector", &source.memory_plan(&schema));
                 plan
             }
@@ -472,7 +479,7 @@ where
                 }),
             };
             let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
-            let mut plan = base_plan(collection.learner(), &schema, &config, &run)?;
+            let mut plan = base_plan(collection.learner().blueprint(), &config, &run)?;
             plan.nest("collector", &collection.memory_plan());
             if let Some(budget) = &run.budget {
                 plan.check(budget)?;

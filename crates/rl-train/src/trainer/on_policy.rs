@@ -13,7 +13,7 @@ use super::run::{
     self, Callback, Clock, Continuation, EvalSchedule, RunConfig, RunCounters, TrainSummary,
 };
 use crate::eval::{EvalReport, evaluate};
-use rl_algos::learner::OnPolicyLearner;
+use rl_algos::learner::{OnPolicyBlueprint, OnPolicyLearner};
 use rl_algos::policy::PolicyNetworks;
 use rl_algos::{Error, Result};
 use rl_collect::ValuePolicy;
@@ -113,30 +113,31 @@ where
         Self::build(make_env, learner, run, Some((dir, counters)))
     }
 
-    /// The whole run's memory plan for `policy` trained with `config` under `run` on
-    /// environments like `env`, from the configuration alone (the learner's networks are
-    /// built; no rollout buffer, collector or further environment): what
-    /// [`OnPolicyTrainer::memory_plan`] reports once the trainer exists, and what a new
-    /// run checks against `run.budget`.
+    /// The whole run's memory plan for a learner of `learner` (its blueprint, from its
+    /// configuration and spaces: `Ppo::blueprint`, `RecurrentPpo::blueprint`, or a built
+    /// learner's [`OnPolicyLearner::blueprint`]) under `run` on environments like `env`,
+    /// from the configuration alone (no learner, rollout buffer, collector or further
+    /// environment is built): what [`OnPolicyTrainer::memory_plan`] reports once the
+    /// trainer exists, and what a new run checks against `run.budget`.
     ///
     /// # Errors
     /// An invalid configuration.
-    pub fn plan(env: &E, learner: &L, run: &RunConfig) -> Result<MemoryPlan> {
+    pub fn plan(env: &E, learner: &OnPolicyBlueprint, run: &RunConfig) -> Result<MemoryPlan> {
         run.validate()?;
-        check_envs(learner, run)?;
+        check_envs(learner.envs, run)?;
         Self::plan_of(learner, run, env)
     }
 
-    fn plan_of(ppo: &L, run: &RunConfig, env: &E) -> Result<MemoryPlan> {
+    fn plan_of(learner: &OnPolicyBlueprint, run: &RunConfig, env: &E) -> Result<MemoryPlan> {
         let mut plan = MemoryPlan::new();
-        plan.nest("rollout", &ppo.rollout_plan()?);
-        plan.nest("learner", &ppo.memory_plan());
+        plan.nest("rollout", &learner.rollout);
+        plan.nest("learner", &learner.learner);
         plan.add(
             "policy/weights (collector copy)",
             Location::Ram,
-            (num_params(ppo.policy()) * size_of::<f32>()) as u64,
+            (learner.policy_params as u64).saturating_mul(size_of::<f32>() as u64),
         );
-        plan.nest("collector", &ppo.acting_plan());
+        plan.nest("collector", &learner.acting);
         plan.nest(
             "collector",
             &SyncCollector::<E, L::Policy>::plan(
@@ -155,7 +156,7 @@ where
         resume: Option<(&Path, RunCounters)>,
     ) -> Result<Self> {
         run.validate()?;
-        check_envs(&ppo, &run)?;
+        check_envs(ppo.envs(), &run)?;
         let policy = ppo.policy().clone();
         let (steps_before, wall_s, last_eval_steps, best_eval) = match &resume {
             Some((dir, counters)) => {
@@ -171,7 +172,7 @@ where
         };
         let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
         let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
-        let plan = Self::plan_of(&ppo, &run, &eval_env)?;
+        let plan = Self::plan_of(ppo.blueprint(), &run, &eval_env)?;
         if let Some(budget) = &run.budget {
             plan.check(budget)?;
         }
@@ -391,25 +392,16 @@ where
 }
 
 /// Refuses a learner built for another number of environments than the run's.
-fn check_envs<L: OnPolicyLearner>(learner: &L, run: &RunConfig) -> Result<()> {
-    if learner.envs() == run.n_envs {
+fn check_envs(envs: usize, run: &RunConfig) -> Result<()> {
+    if envs == run.n_envs {
         Ok(())
     } else {
         Err(Error::config(
             "run.n_envs",
             format!(
-                "is {} but the learner was built for {} environments: build it with run.n_envs",
-                run.n_envs,
-                learner.envs()
+                "is {} but the learner was built for {envs} environments: build it with run.n_envs",
+                run.n_envs
             ),
         ))
     }
-}
-
-/// Parameters over every network of `policy` (the collector's copy holds as many).
-fn num_params<P: PolicyNetworks>(policy: &P) -> usize {
-    (0..policy.network_names().len())
-        .filter_map(|i| policy.network(i))
-        .map(|net| net.num_params())
-        .sum()
 }

@@ -60,7 +60,7 @@ where
     E::Act: rl_collect::RandomAction,
     L: rl_algos::learner::OffPolicyLearner<Act = E::Act>,
 {
-    OffPolicyTrainer::<E, L>::plan(learner, &setup.off, &setup.run)
+    OffPolicyTrainer::<E, L>::plan(learner.blueprint(), &setup.off, &setup.run)
 }
 
 /// Episodes of exactly `LEN` steps whose dynamics ignore the reset seed: at an episode
@@ -1113,7 +1113,12 @@ fn plans_from_the_configuration_equal_the_plans_of_the_built_trainers() {
         ..RunConfig::new(64)
     };
     let learner = ppo(small_policy(0), 0);
-    let planned = OnPolicyTrainer::<Fixed, _>::plan(&fixed(0), &learner, &run).unwrap();
+    let planned = OnPolicyTrainer::<Fixed, Ppo<CategoricalPolicy>>::plan(
+        &fixed(0),
+        learner.blueprint(),
+        &run,
+    )
+    .unwrap();
     let built = OnPolicyTrainer::new(fixed, learner, run).unwrap();
     assert_eq!(&planned, built.memory_plan());
     assert!(

@@ -11,6 +11,7 @@ use rl_nn::{LstmState, LstmWorkspace, Sequence, SequenceGrads};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::learner::Sizes;
 use crate::policy::check_len;
 
 /// Offsets the LSTM's initialisation seed from the heads', keeping the streams apart.
@@ -65,6 +66,112 @@ impl std::fmt::Display for History {
             History::None => write!(f, "none"),
             History::Stack { k } => write!(f, "stack of {k}"),
             History::Lstm { hidden } => write!(f, "lstm of {hidden}"),
+        }
+    }
+}
+
+/// A summarizer by size alone: what it outputs and keeps per environment, what its LSTM
+/// holds, from its [`History`] and the observation length before it exists. Plans read
+/// it; a [`Summary`] is built from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SummaryShape {
+    pub(crate) history: History,
+    pub(crate) obs_len: usize,
+    /// Elements of one environment's features.
+    pub(crate) output_len: usize,
+    /// Floats of one environment's snapshot ([`Summary::state_len`]).
+    pub(crate) state_len: usize,
+    /// The LSTM's parameters (0 without one).
+    pub(crate) cell_params: usize,
+    /// Bytes of one environment's acting state.
+    state_bytes: u64,
+}
+
+impl SummaryShape {
+    /// The summarizer `history` over observations of `obs_len` elements.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid `history`, an `obs_len` of 0 or sizes that
+    /// overflow (naming `recurrent.history`).
+    pub(crate) fn new(history: History, obs_len: usize) -> Result<Self> {
+        history.validate()?;
+        if obs_len == 0 {
+            return Err(Error::config(
+                "observation space",
+                "has 0 elements: a summarizer needs at least 1",
+            ));
+        }
+        let sizes = Sizes::of("recurrent.history");
+        let (output_len, state_len, cell_params, state_bytes) = match history {
+            History::None => (obs_len, 0, 0, 0),
+            History::Stack { k } => (
+                sizes.count(&[k, obs_len])?,
+                sizes.count(&[k - 1, obs_len])?,
+                0,
+                sizes.checked(Stack::state_bytes_for(obs_len, k, 1))?,
+            ),
+            History::Lstm { hidden } => (
+                hidden,
+                sizes.count(&[2, hidden])?,
+                sizes.checked(rl_nn::Lstm::checked_params_for(obs_len, hidden))?,
+                sizes.checked(rl_nn::Lstm::state_bytes_for(hidden, 1))?,
+            ),
+        };
+        Ok(Self {
+            history,
+            obs_len,
+            output_len,
+            state_len,
+            cell_params,
+            state_bytes,
+        })
+    }
+
+    /// Bytes of one environment's acting state ([`Summary::state`] is that many per
+    /// environment).
+    pub(crate) fn state_bytes_per_env(&self) -> u64 {
+        self.state_bytes
+    }
+
+    /// [`Summary::state_plan`]'s line name for `envs` environments, cut around the count.
+    pub(crate) fn state_line(&self, name: &str) -> (String, String) {
+        (
+            format!("{name}/{} state (", self.history),
+            " envs)".to_owned(),
+        )
+    }
+
+    /// What acting with `envs` environments holds, under `name`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] (from `sizes`) when the bytes overflow.
+    pub(crate) fn state_plan(&self, name: &str, envs: usize, sizes: Sizes) -> Result<MemoryPlan> {
+        let (before, after) = self.state_line(name);
+        let bytes = sizes.checked(self.state_bytes.checked_mul(envs as u64))?;
+        Ok(MemoryPlan::new().with(format!("{before}{envs}{after}"), Location::Ram, bytes))
+    }
+
+    /// Bytes of [`Summary::replay_workspace`] for windows of `max_steps x max_rows`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] (from `sizes`) when the bytes overflow.
+    pub(crate) fn replay_workspace_bytes(
+        &self,
+        max_steps: usize,
+        max_rows: usize,
+        sizes: Sizes,
+    ) -> Result<u64> {
+        match self.history {
+            History::Lstm { hidden } => sizes.sum(&[
+                sizes.checked(rl_nn::Lstm::sequence_workspace_bytes_for(
+                    self.obs_len,
+                    hidden,
+                    max_steps,
+                    max_rows,
+                ))?,
+                sizes.f32s(&[2, max_rows, hidden])?,
+            ]),
+            _ => sizes.f32s(&[max_steps, max_rows, self.output_len]),
         }
     }
 }
@@ -124,7 +231,7 @@ impl Summary {
     /// The summarizer `history` describes, over observations of `obs_len` elements; an
     /// LSTM's weights are drawn from `seed` (PyTorch's initialisation).
     pub(crate) fn new(history: History, obs_len: usize, seed: u64) -> Result<Self> {
-        history.validate()?;
+        SummaryShape::new(history, obs_len)?;
         Ok(match history {
             History::None => Summary::None(Identity::new(obs_len)?),
             History::Stack { k } => Summary::Stack(Stack::new(obs_len, k)?),
@@ -134,6 +241,22 @@ impl Summary {
                 Summary::Lstm(rl_history::Lstm::new(obs_len, hidden, &mut rng)?)
             }
         })
+    }
+
+    /// What it is by size alone.
+    pub(crate) fn shape(&self) -> SummaryShape {
+        SummaryShape {
+            history: self.history(),
+            obs_len: self.obs_len(),
+            output_len: self.output_len(),
+            state_len: self.state_len(),
+            cell_params: self.cell().map_or(0, rl_nn::Weights::num_params),
+            state_bytes: match self {
+                Summary::None(s) => s.state_bytes(1),
+                Summary::Stack(s) => s.state_bytes(1),
+                Summary::Lstm(s) => s.state_bytes(1),
+            },
+        }
     }
 
     pub(crate) fn history(&self) -> History {
@@ -195,21 +318,6 @@ impl Summary {
             Summary::Stack(s) => SummaryState::Stack(s.state(envs)),
             Summary::Lstm(s) => SummaryState::Lstm(s.state(envs)),
         }
-    }
-
-    /// What acting with `envs` environments holds, under `name` (the summarizer's
-    /// state; an LSTM's parameters are the policy's).
-    pub(crate) fn state_plan(&self, name: &str, envs: usize) -> MemoryPlan {
-        let bytes = match self {
-            Summary::None(s) => s.state_bytes(envs),
-            Summary::Stack(s) => s.state_bytes(envs),
-            Summary::Lstm(s) => s.state_bytes(envs),
-        };
-        MemoryPlan::new().with(
-            format!("{name}/{} state ({envs} envs)", self.history()),
-            Location::Ram,
-            bytes,
-        )
     }
 
     /// One acting step for every environment of `state` (`rl_history::Summarizer::step`).
@@ -283,18 +391,6 @@ impl Summary {
             max_rows,
             features,
             lstm,
-        }
-    }
-
-    /// Bytes of [`Summary::replay_workspace`], known before it exists.
-    pub(crate) fn replay_workspace_bytes(&self, max_steps: usize, max_rows: usize) -> u64 {
-        let f32s = |n: usize| (n * size_of::<f32>()) as u64;
-        match self {
-            Summary::Lstm(s) => {
-                s.cell().sequence_workspace_bytes(max_steps, max_rows)
-                    + f32s(2 * max_rows * s.output_len())
-            }
-            _ => f32s(max_steps * max_rows * self.output_len()),
         }
     }
 

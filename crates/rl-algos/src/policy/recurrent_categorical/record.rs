@@ -81,11 +81,17 @@ impl ChunkRecord {
         state_len: usize,
     ) -> MemoryPlan {
         let chunks = steps / chunk_len.max(1);
-        let bytes = chunks * envs * (state_len * size_of::<f32>() + 1);
+        // Saturating: a plan of more bytes than fit in 64 bits is refused by any budget.
+        let per_chunk = (state_len as u64)
+            .saturating_mul(size_of::<f32>() as u64)
+            .saturating_add(1);
+        let bytes = (chunks as u64)
+            .saturating_mul(envs as u64)
+            .saturating_mul(per_chunk);
         MemoryPlan::new().with(
             format!("{name}/chunk starts ({chunks} chunks x {envs} envs x {state_len} floats)"),
             Location::Ram,
-            bytes as u64,
+            bytes,
         )
     }
 

@@ -157,7 +157,9 @@ fn an_update_allocates_nothing_after_the_first() {
 fn the_plan_comes_first_and_is_set_by_chunks() {
     let history = History::Lstm { hidden: 32 };
     let p = policy(history, 0);
-    let planned = RecurrentPpo::plan(&p, &config(8), ENVS).unwrap();
+    let planned = RecurrentPpo::blueprint(&p.shape(), &config(8), ENVS)
+        .unwrap()
+        .learner;
     let learner = RecurrentPpo::new(p.clone(), config(8), ENVS, 0).unwrap();
     assert_eq!(learner.memory_plan(), planned);
     let line = |plan: &MemoryPlan| {
@@ -170,10 +172,14 @@ fn the_plan_comes_first_and_is_set_by_chunks() {
     // A longer rollout: the same workspace (chunk length and chunks per minibatch).
     let mut longer = config(8);
     longer.ppo.n_steps = 4096;
-    let long_plan = RecurrentPpo::plan(&p, &longer, ENVS).unwrap();
+    let long_plan = RecurrentPpo::blueprint(&p.shape(), &longer, ENVS)
+        .unwrap()
+        .learner;
     assert_eq!(line(&long_plan), line(&planned));
     // Longer chunks: a larger workspace, in proportion.
-    let wide = RecurrentPpo::plan(&p, &config(16), ENVS).unwrap();
+    let wide = RecurrentPpo::blueprint(&p.shape(), &config(16), ENVS)
+        .unwrap()
+        .learner;
     assert!(line(&wide) > line(&planned));
     assert_eq!(
         line(&planned),

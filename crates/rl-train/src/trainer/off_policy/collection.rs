@@ -14,6 +14,7 @@ use super::remote::Remote;
 use super::replay::OffPolicyReplay;
 use super::{OffPolicyConfig, RunConfig};
 use crate::trainer::OffPolicyLearner;
+use rl_algos::learner::OffPolicyBlueprint;
 use rl_algos::{Error, Result};
 use rl_storage::replay::with_storage;
 
@@ -184,8 +185,7 @@ fn numel(schema: &Schema, field: Field) -> usize {
 }
 
 pub(super) fn async_plan<E, L>(
-    learner: &L,
-    schema: &Schema,
+    learner: &OffPolicyBlueprint,
     config: &OffPolicyConfig,
     run: &RunConfig,
     workers: usize,
@@ -196,7 +196,7 @@ where
     E::Act: RandomAction,
     L: OffPolicyLearner<Act = E::Act>,
 {
-    let numel = |field: Field| numel(schema, field);
+    let numel = |field: Field| numel(&learner.replay_schema, field);
     let (_, async_config) = collector_configs(config, run, 0, workers, steps_per_chunk);
     let mut plan = AsyncCollector::<E, L::Actor>::plan(
         &async_config,
