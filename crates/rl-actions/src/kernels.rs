@@ -177,7 +177,9 @@ pub(crate) mod generic {
     }
 
     /// `s[j] = <q, f>` and `v[j] = min(<g1, f>, <g2, f>)` for `f = f_{start + j}`: each
-    /// feature is loaded once for the three products.
+    /// feature is loaded once for the three products. Returns the largest `s[j]` (as
+    /// [`max_of`] would, `-inf` for an empty range), taken while the scores are in
+    /// registers.
     #[inline(always)]
     #[allow(
         clippy::too_many_arguments,
@@ -192,7 +194,8 @@ pub(crate) mod generic {
         start: usize,
         s: &mut [f32],
         v: &mut [f32],
-    ) {
+    ) -> f32 {
+        let mut best = [f32::NEG_INFINITY; L];
         let mut blocks = s.chunks_exact_mut(L).zip(v.chunks_exact_mut(L));
         let mut j = start;
         for (sb, vb) in &mut blocks {
@@ -209,10 +212,12 @@ pub(crate) mod generic {
             sb.copy_from_slice(&a0);
             for l in 0..L {
                 vb[l] = min(a1[l], a2[l]);
+                best[l] = max(a0[l], best[l]);
             }
             j += L;
         }
         let done = s.len() / L * L;
+        let mut top = f32::NEG_INFINITY;
         for i in done..s.len() {
             let (mut a0, mut a1, mut a2) = (0.0, 0.0, 0.0);
             for (((col, &c0), &c1), &c2) in cols.chunks_exact(n).zip(q).zip(g1).zip(g2) {
@@ -223,7 +228,9 @@ pub(crate) mod generic {
             }
             s[i] = a0;
             v[i] = min(a1, a2);
+            top = max(a0, top);
         }
+        best.iter().fold(top, |a, &x| max(x, a))
     }
 
     /// The largest value (`-inf` for an empty or fully masked row; NaN is skipped).
@@ -482,7 +489,7 @@ dispatched! {
     fn dots1(q: &[f32], cols: &[f32], n: usize, start: usize, out: &mut [f32]);
     /// See [`generic::dots3`].
     fn dots3[lanes::DOTS3](q: &[f32], g1: &[f32], g2: &[f32], cols: &[f32], n: usize, start: usize,
-             s: &mut [f32], v: &mut [f32]);
+             s: &mut [f32], v: &mut [f32]) -> f32;
     /// See [`generic::max_of`].
     fn max_of(row: &[f32]) -> f32;
     /// See [`generic::sum_of`].

@@ -221,17 +221,23 @@ impl ChunkedScorer {
                     &critics[0][rows.clone()],
                     &critics[1][rows],
                 );
-                match scores {
+                let top = match scores {
                     Scores::Table { cols, .. } => {
-                        kernels::dots3(isa, qb, g1, g2, cols, n, range.start, s, v);
+                        Some(kernels::dots3(isa, qb, g1, g2, cols, n, range.start, s, v))
                     }
                     Scores::Identity { .. } => {
                         s.copy_from_slice(&qb[range.clone()]);
                         super::min_into(&g1[range.clone()], &g2[range.clone()], v);
+                        None
                     }
-                }
-                super::apply_mask(row_mask(masks, b), range.clone(), s);
-                let mc = kernels::max_of(isa, s);
+                };
+                let mask = row_mask(masks, b);
+                super::apply_mask(mask, range.clone(), s);
+                // The kernel's max holds while no score was masked.
+                let mc = match (top, mask) {
+                    (Some(top), None) => top,
+                    _ => kernels::max_of(isa, s),
+                };
                 if !with_grad {
                     let (s0, st, sv) = kernels::exp_sums(isa, s, mc, v);
                     acc[b].merge(mc, s0, st, sv);
@@ -649,10 +655,13 @@ mod tests {
         }
         for isa in Isa::available() {
             for chunk in [1, 8, 64] {
-                let mut sc = ChunkedScorer::new(t.clone(), chunk, 1)
-                    .unwrap()
-                    .with_isa(isa);
-                finite_differences(&mut sc, &Naive::table(&t), &mask, 11);
+                for tile in [chunk, 3] {
+                    let mut sc = ChunkedScorer::new(t.clone(), chunk, 1)
+                        .unwrap()
+                        .with_isa(isa)
+                        .with_tile(tile);
+                    finite_differences(&mut sc, &Naive::table(&t), &mask, 11);
+                }
                 let mut sc = ChunkedScorer::identity(n as u32, chunk, 1)
                     .unwrap()
                     .with_isa(isa);
