@@ -84,13 +84,14 @@ const LANES: usize = 16;
 const WIDE: usize = 64;
 
 /// Lanes per block of the three-product and gradient kernels, per compiled copy: three
-/// (gradient: eight) accumulator arrays of this width must stay in registers. AVX2 has 16
-/// `ymm` registers, so 32 lanes (12 accumulators) for the scores and 8 for the gradient;
-/// AVX-512 has 32 `zmm`, so 64 and 16. Wider arrays spill to the stack on every
-/// multiply-add (what made the AVX2 copy several times slower than its peak).
+/// (gradient: eight) accumulator arrays of this width must stay in registers, and enough
+/// of them must be independent to hide the multiply-add latency. AVX2 has 16 `ymm`
+/// registers: 24 lanes (9 accumulators) for the scores and 8 for the gradient; AVX-512
+/// has 32 `zmm`: 64 and 16. Wider arrays spill to the stack on every multiply-add (the
+/// AVX2 copy used to run 64 lanes, 24 `ymm` accumulators, and was bound by the spills).
 pub(crate) mod lanes {
     /// [`super::generic::dots3`] on AVX-512 / AVX2 / portable code.
-    pub(crate) const DOTS3: [usize; 3] = [64, 16, 16];
+    pub(crate) const DOTS3: [usize; 3] = [64, 24, 16];
     /// [`super::generic::grad4`] on AVX-512 / AVX2 / portable code.
     pub(crate) const GRAD: [usize; 3] = [16, 8, 8];
 }
@@ -195,10 +196,56 @@ pub(crate) mod generic {
         s: &mut [f32],
         v: &mut [f32],
     ) -> f32 {
+        // Blocks of L lanes, then of 8 (so that a tile that is not a multiple of L keeps
+        // its tail in vectors), then one action at a time.
+        let (done, best) = dots3_blocks::<M, L>(q, g1, g2, cols, n, start, s, v);
+        let (rest, best8) = dots3_blocks::<M, 8>(
+            q,
+            g1,
+            g2,
+            cols,
+            n,
+            start + done,
+            &mut s[done..],
+            &mut v[done..],
+        );
+        let done = done + rest;
+        let mut top = max(best, best8);
+        for i in done..s.len() {
+            let (mut a0, mut a1, mut a2) = (0.0, 0.0, 0.0);
+            for (((col, &c0), &c1), &c2) in cols.chunks_exact(n).zip(q).zip(g1).zip(g2) {
+                let f = col[start + i];
+                a0 = M::mac(c0, f, a0);
+                a1 = M::mac(c1, f, a1);
+                a2 = M::mac(c2, f, a2);
+            }
+            s[i] = a0;
+            v[i] = min(a1, a2);
+            top = max(a0, top);
+        }
+        top
+    }
+
+    /// [`dots3`] over the whole blocks of `L` actions of `s`: returns how many actions
+    /// it did and their largest score.
+    #[inline(always)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a kernel: plain slices in, plain slices out"
+    )]
+    fn dots3_blocks<M: Mac, const L: usize>(
+        q: &[f32],
+        g1: &[f32],
+        g2: &[f32],
+        cols: &[f32],
+        n: usize,
+        start: usize,
+        s: &mut [f32],
+        v: &mut [f32],
+    ) -> (usize, f32) {
         let mut best = [f32::NEG_INFINITY; L];
-        let mut blocks = s.chunks_exact_mut(L).zip(v.chunks_exact_mut(L));
         let mut j = start;
-        for (sb, vb) in &mut blocks {
+        for (sb, vb) in s.chunks_exact_mut(L).zip(v.chunks_exact_mut(L)) {
             let (mut a0, mut a1, mut a2) = ([0.0f32; L], [0.0f32; L], [0.0f32; L]);
             for (((col, &c0), &c1), &c2) in cols.chunks_exact(n).zip(q).zip(g1).zip(g2) {
                 if let Some(f) = col[j..].first_chunk::<L>() {
@@ -216,21 +263,8 @@ pub(crate) mod generic {
             }
             j += L;
         }
-        let done = s.len() / L * L;
-        let mut top = f32::NEG_INFINITY;
-        for i in done..s.len() {
-            let (mut a0, mut a1, mut a2) = (0.0, 0.0, 0.0);
-            for (((col, &c0), &c1), &c2) in cols.chunks_exact(n).zip(q).zip(g1).zip(g2) {
-                let f = col[start + i];
-                a0 = M::mac(c0, f, a0);
-                a1 = M::mac(c1, f, a1);
-                a2 = M::mac(c2, f, a2);
-            }
-            s[i] = a0;
-            v[i] = min(a1, a2);
-            top = max(a0, top);
-        }
-        best.iter().fold(top, |a, &x| max(x, a))
+        let top = best.iter().fold(f32::NEG_INFINITY, |a, &x| max(x, a));
+        (j - start, top)
     }
 
     /// The largest value (`-inf` for an empty or fully masked row; NaN is skipped).
@@ -361,7 +395,7 @@ pub(crate) mod generic {
 
     /// `(sum w f_k, sum u f_k)` with `u = w (c - mean)` for four feature rows `f` at
     /// once, in blocks of `L` lanes: each load of `w` and `c` serves eight products (a
-    /// loop per row would be bound by loads), and centring `c` on the chunk's mean keeps
+    /// loop per row would be bound by loads), and centring `c` on the tile's mean keeps
     /// `sum w c f - mean sum w f` from cancelling in `f32`. All slices have one length.
     #[inline(always)]
     pub(crate) fn grad4<M: Mac, const L: usize>(
