@@ -2,8 +2,9 @@
 //!
 //! Prints one JSON line per operation:
 //! `{"bench":"actions","op":OP,"scores":"table","n":100000,"d":8,"batch":B,"chunk":2048,
-//!   "median_ms":X,"ns_per_row_action":Y}` for `soft_policy_loss` and `soft_value`
-//! (batch 256, two critics), `log_softmax`, `sample_inverse_cdf` and `top_k` (k = 10) at
+//!   "tile":T,"isa":I,"median_ms":X,"ns_per_row_action":Y}` for `soft_policy_loss` (the
+//! discrete-SAC actor loss and its gradient) and `soft_value` (batch 256, two critics),
+//! `log_softmax`, `sample_inverse_cdf` and `top_k` (k = 10) at
 //! batch 1. Each figure is the median over 21 timed repetitions after a warm-up, with
 //! scores of moderate spread (a softmax that is neither uniform nor one-hot) and no mask.
 
@@ -48,7 +49,7 @@ fn median_ms(f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
     common::median_ms(1, REPS, f)
 }
 
-fn report(op: &str, batch: usize, ms: f64) {
+fn report(scorer: &ChunkedScorer, op: &str, batch: usize, ms: f64) {
     let line = serde_json::json!({
         "bench": "actions",
         "op": op,
@@ -57,6 +58,8 @@ fn report(op: &str, batch: usize, ms: f64) {
         "d": D,
         "batch": batch,
         "chunk": CHUNK,
+        "tile": scorer.tile(),
+        "isa": rl_core::simd::Isa::detect().name(),
         "median_ms": (ms * 1e4).round() / 1e4,
         "ns_per_row_action": (ms * 1e6 / (batch * N) as f64 * 1e4).round() / 1e4,
     });
@@ -89,14 +92,14 @@ fn main() -> anyhow::Result<()> {
         black_box(&grad);
         Ok(())
     })?;
-    report("soft_policy_loss", BATCH, ms);
+    report(&scorer, "soft_policy_loss", BATCH, ms);
 
     let ms = median_ms(|| {
         scorer.soft_value(&q, [&g1, &g2], 0.2, Masks::None, &mut loss)?;
         black_box(&loss);
         Ok(())
     })?;
-    report("soft_value", BATCH, ms);
+    report(&scorer, "soft_value", BATCH, ms);
 
     let q1 = &q[..D];
     let mut out = [0.0f32];
@@ -105,7 +108,7 @@ fn main() -> anyhow::Result<()> {
         black_box(&out);
         Ok(())
     })?;
-    report("log_softmax", 1, ms);
+    report(&scorer, "log_softmax", 1, ms);
 
     let mut pick = [0u32];
     let ms = median_ms(|| {
@@ -113,7 +116,7 @@ fn main() -> anyhow::Result<()> {
         black_box(&pick);
         Ok(())
     })?;
-    report("sample_inverse_cdf", 1, ms);
+    report(&scorer, "sample_inverse_cdf", 1, ms);
 
     let (mut top, mut scores) = ([0u32; 10], [0.0f32; 10]);
     let ms = median_ms(|| {
@@ -121,6 +124,6 @@ fn main() -> anyhow::Result<()> {
         black_box(&top);
         Ok(())
     })?;
-    report("top_k", 1, ms);
+    report(&scorer, "top_k", 1, ms);
     Ok(())
 }

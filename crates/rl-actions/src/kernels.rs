@@ -83,16 +83,25 @@ const LANES: usize = 16;
 /// chains, so that throughput, not the latency of one add, bounds them.
 const WIDE: usize = 64;
 
-/// Lanes of the three-product kernel: twelve accumulator registers with AVX-512, so that
-/// each broadcast coefficient serves four vector loads' worth of products.
-const LANES3: usize = 64;
+/// Lanes per block of the three-product and gradient kernels, per compiled copy: three
+/// (gradient: eight) accumulator arrays of this width must stay in registers, and enough
+/// of them must be independent to hide the multiply-add latency. AVX2 has 16 `ymm`
+/// registers: 24 lanes (9 accumulators) for the scores and 8 for the gradient; AVX-512
+/// has 32 `zmm`: 64 and 16. Wider arrays spill to the stack on every multiply-add (the
+/// AVX2 copy used to run 64 lanes, 24 `ymm` accumulators, and was bound by the spills).
+pub(crate) mod lanes {
+    /// [`super::generic::dots3`] on AVX-512 / AVX2 / portable code.
+    pub(crate) const DOTS3: [usize; 3] = [64, 24, 16];
+    /// [`super::generic::grad4`] on AVX-512 / AVX2 / portable code.
+    pub(crate) const GRAD: [usize; 3] = [16, 8, 8];
+}
 
 /// Below this a weight is flushed to zero: `exp(-87)` is the smallest normal result the
 /// range reduction builds, and next to the row max (weight 1) it is nothing.
 pub(crate) const EXP_MIN: f32 = -87.0;
 
 pub(crate) mod generic {
-    use super::{EXP_MIN, LANES, LANES3, Mac, WIDE};
+    use super::{EXP_MIN, LANES, Mac, WIDE};
 
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     /// `1.5 * 2^23`: adding it rounds to an integer held in the low mantissa bits.
@@ -169,13 +178,15 @@ pub(crate) mod generic {
     }
 
     /// `s[j] = <q, f>` and `v[j] = min(<g1, f>, <g2, f>)` for `f = f_{start + j}`: each
-    /// feature is loaded once for the three products.
+    /// feature is loaded once for the three products. Returns the largest `s[j]` (as
+    /// [`max_of`] would, `-inf` for an empty range), taken while the scores are in
+    /// registers.
     #[inline(always)]
     #[allow(
         clippy::too_many_arguments,
         reason = "a kernel: plain slices in, plain slices out"
     )]
-    pub(crate) fn dots3<M: Mac>(
+    pub(crate) fn dots3<M: Mac, const L: usize>(
         q: &[f32],
         g1: &[f32],
         g2: &[f32],
@@ -184,27 +195,22 @@ pub(crate) mod generic {
         start: usize,
         s: &mut [f32],
         v: &mut [f32],
-    ) {
-        let mut blocks = s.chunks_exact_mut(LANES3).zip(v.chunks_exact_mut(LANES3));
-        let mut j = start;
-        for (sb, vb) in &mut blocks {
-            let (mut a0, mut a1, mut a2) = ([0.0f32; LANES3], [0.0f32; LANES3], [0.0f32; LANES3]);
-            for (((col, &c0), &c1), &c2) in cols.chunks_exact(n).zip(q).zip(g1).zip(g2) {
-                if let Some(f) = col[j..].first_chunk::<LANES3>() {
-                    for l in 0..LANES3 {
-                        a0[l] = M::mac(c0, f[l], a0[l]);
-                        a1[l] = M::mac(c1, f[l], a1[l]);
-                        a2[l] = M::mac(c2, f[l], a2[l]);
-                    }
-                }
-            }
-            sb.copy_from_slice(&a0);
-            for l in 0..LANES3 {
-                vb[l] = min(a1[l], a2[l]);
-            }
-            j += LANES3;
-        }
-        let done = s.len() / LANES3 * LANES3;
+    ) -> f32 {
+        // Blocks of L lanes, then of 8 (so that a tile that is not a multiple of L keeps
+        // its tail in vectors), then one action at a time.
+        let (done, best) = dots3_blocks::<M, L>(q, g1, g2, cols, n, start, s, v);
+        let (rest, best8) = dots3_blocks::<M, 8>(
+            q,
+            g1,
+            g2,
+            cols,
+            n,
+            start + done,
+            &mut s[done..],
+            &mut v[done..],
+        );
+        let done = done + rest;
+        let mut top = max(best, best8);
         for i in done..s.len() {
             let (mut a0, mut a1, mut a2) = (0.0, 0.0, 0.0);
             for (((col, &c0), &c1), &c2) in cols.chunks_exact(n).zip(q).zip(g1).zip(g2) {
@@ -215,7 +221,50 @@ pub(crate) mod generic {
             }
             s[i] = a0;
             v[i] = min(a1, a2);
+            top = max(a0, top);
         }
+        top
+    }
+
+    /// [`dots3`] over the whole blocks of `L` actions of `s`: returns how many actions
+    /// it did and their largest score.
+    #[inline(always)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a kernel: plain slices in, plain slices out"
+    )]
+    fn dots3_blocks<M: Mac, const L: usize>(
+        q: &[f32],
+        g1: &[f32],
+        g2: &[f32],
+        cols: &[f32],
+        n: usize,
+        start: usize,
+        s: &mut [f32],
+        v: &mut [f32],
+    ) -> (usize, f32) {
+        let mut best = [f32::NEG_INFINITY; L];
+        let mut j = start;
+        for (sb, vb) in s.chunks_exact_mut(L).zip(v.chunks_exact_mut(L)) {
+            let (mut a0, mut a1, mut a2) = ([0.0f32; L], [0.0f32; L], [0.0f32; L]);
+            for (((col, &c0), &c1), &c2) in cols.chunks_exact(n).zip(q).zip(g1).zip(g2) {
+                if let Some(f) = col[j..].first_chunk::<L>() {
+                    for l in 0..L {
+                        a0[l] = M::mac(c0, f[l], a0[l]);
+                        a1[l] = M::mac(c1, f[l], a1[l]);
+                        a2[l] = M::mac(c2, f[l], a2[l]);
+                    }
+                }
+            }
+            sb.copy_from_slice(&a0);
+            for l in 0..L {
+                vb[l] = min(a1[l], a2[l]);
+                best[l] = max(a0[l], best[l]);
+            }
+            j += L;
+        }
+        let top = best.iter().fold(f32::NEG_INFINITY, |a, &x| max(x, a));
+        (j - start, top)
     }
 
     /// The largest value (`-inf` for an empty or fully masked row; NaN is skipped).
@@ -311,15 +360,6 @@ pub(crate) mod generic {
         (s0.iter().sum(), s1.iter().sum(), s2.iter().sum())
     }
 
-    /// `u[j] = w[j] * (u[j] - mean)`: centring within the chunk keeps the later
-    /// `sum w c f - mean sum w f` from cancelling in `f32`.
-    #[inline(always)]
-    pub(crate) fn center<M: Mac>(w: &[f32], u: &mut [f32], mean: f32) {
-        for (u, &w) in u.iter_mut().zip(w) {
-            *u = w * (*u - mean);
-        }
-    }
-
     /// `sum x y`.
     #[inline(always)]
     fn dot<M: Mac>(x: &[f32], y: &[f32]) -> f32 {
@@ -334,20 +374,47 @@ pub(crate) mod generic {
         acc.iter().sum::<f32>() + tail
     }
 
-    /// `(sum w f_k, sum u f_k)` for four feature rows `f` at once: each load of `w` and
-    /// `u` serves four products (a loop per row would be bound by loads).
+    /// `sum x (y - mean) f` over one feature row with [`WIDE`] lanes of partial sums
+    /// (several independent chains, so the adds' latency is hidden); `mean` 0 is a dot.
     #[inline(always)]
-    pub(crate) fn dot2x4<M: Mac>(w: &[f32], u: &[f32], f: [&[f32]; 4]) -> ([f32; 4], [f32; 4]) {
-        let mut aw = [[0.0f32; LANES]; 4];
-        let mut au = [[0.0f32; LANES]; 4];
-        let (wb, wr) = w.as_chunks::<LANES>();
-        let (ub, ur) = u.as_chunks::<LANES>();
-        let fb = f.map(|f| f.as_chunks::<LANES>());
-        for (i, (x, y)) in wb.iter().zip(ub).enumerate() {
+    fn dot_centred<M: Mac>(x: &[f32], y: &[f32], mean: f32, f: &[f32]) -> f32 {
+        let mut acc = [0.0f32; WIDE];
+        let (xb, xr) = x.as_chunks::<WIDE>();
+        let (yb, yr) = y.as_chunks::<WIDE>();
+        let (fb, fr) = f.as_chunks::<WIDE>();
+        let tail = xr
+            .iter()
+            .zip(yr)
+            .zip(fr)
+            .fold(0.0, |t, ((&a, &b), &z)| M::mac(a * (b - mean), z, t));
+        for ((a, b), z) in xb.iter().zip(yb).zip(fb) {
+            acc = std::array::from_fn(|l| M::mac(a[l] * (b[l] - mean), z[l], acc[l]));
+        }
+        acc.iter().sum::<f32>() + tail
+    }
+
+    /// `(sum w f_k, sum u f_k)` with `u = w (c - mean)` for four feature rows `f` at
+    /// once, in blocks of `L` lanes: each load of `w` and `c` serves eight products (a
+    /// loop per row would be bound by loads), and centring `c` on the tile's mean keeps
+    /// `sum w c f - mean sum w f` from cancelling in `f32`. All slices have one length.
+    #[inline(always)]
+    pub(crate) fn grad4<M: Mac, const L: usize>(
+        w: &[f32],
+        c: &[f32],
+        mean: f32,
+        f: [&[f32]; 4],
+    ) -> ([f32; 4], [f32; 4]) {
+        let mut aw = [[0.0f32; L]; 4];
+        let mut au = [[0.0f32; L]; 4];
+        let (wb, wr) = w.as_chunks::<L>();
+        let (cb, cr) = c.as_chunks::<L>();
+        let fb = f.map(|f| f.as_chunks::<L>());
+        for (i, (x, y)) in wb.iter().zip(cb).enumerate() {
+            let u: [f32; L] = std::array::from_fn(|l| x[l] * (y[l] - mean));
             for k in 0..4 {
                 if let Some(z) = fb[k].0.get(i) {
                     aw[k] = std::array::from_fn(|l| M::mac(x[l], z[l], aw[k][l]));
-                    au[k] = std::array::from_fn(|l| M::mac(y[l], z[l], au[k][l]));
+                    au[k] = std::array::from_fn(|l| M::mac(u[l], z[l], au[k][l]));
                 }
             }
         }
@@ -357,15 +424,18 @@ pub(crate) mod generic {
             out.0[k] = aw[k].iter().sum::<f32>()
                 + wr.iter().zip(rest).fold(0.0, |t, (&a, &b)| M::mac(a, b, t));
             out.1[k] = au[k].iter().sum::<f32>()
-                + ur.iter().zip(rest).fold(0.0, |t, (&a, &b)| M::mac(a, b, t));
+                + wr.iter()
+                    .zip(cr)
+                    .zip(rest)
+                    .fold(0.0, |t, ((&a, &y), &b)| M::mac(a * (y - mean), b, t));
         }
         out
     }
 
-    /// `(sum w f, sum u f)` for one feature row.
+    /// `(sum w f, sum w (c - mean) f)` for one feature row.
     #[inline(always)]
-    pub(crate) fn dot2<M: Mac>(w: &[f32], u: &[f32], f: &[f32]) -> (f32, f32) {
-        (dot::<M>(w, f), dot::<M>(u, f))
+    pub(crate) fn grad1<M: Mac>(w: &[f32], c: &[f32], mean: f32, f: &[f32]) -> (f32, f32) {
+        (dot::<M>(w, f), dot_centred::<M>(w, c, mean, f))
     }
 
     /// `s[j] = exp((s[j] - max) - ln_sum)`: probabilities, given the row's log-sum-exp
@@ -392,27 +462,28 @@ fn generic_clamp(t: f32) -> f32 {
 /// Defines, for each kernel of [`generic`], a public function taking an [`Isa`] first
 /// that runs the matching compiled copy.
 macro_rules! dispatched {
-    ($( $(#[$meta:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?; )*) => {
+    ($( $(#[$meta:meta])* fn $name:ident $([$lanes:path])? ($($arg:ident: $ty:ty),* $(,)?)
+        $(-> $ret:ty)?; )*) => {
         #[cfg(target_arch = "x86_64")]
         mod avx2 {
-            use super::{generic, Fused};
+            use super::{generic, lanes, Fused};
             $(
                 #[target_feature(enable = "avx2,fma")]
                 #[allow(clippy::too_many_arguments, reason = "mirrors the generic kernel")]
                 pub(super) fn $name($($arg: $ty),*) $(-> $ret)? {
-                    generic::$name::<Fused>($($arg),*)
+                    generic::$name::<Fused $(, { $lanes[1] })?>($($arg),*)
                 }
             )*
         }
 
         #[cfg(target_arch = "x86_64")]
         mod avx512 {
-            use super::{generic, Fused};
+            use super::{generic, lanes, Fused};
             $(
                 #[target_feature(enable = "avx512f,avx2,fma")]
                 #[allow(clippy::too_many_arguments, reason = "mirrors the generic kernel")]
                 pub(super) fn $name($($arg: $ty),*) $(-> $ret)? {
-                    generic::$name::<Fused>($($arg),*)
+                    generic::$name::<Fused $(, { $lanes[0] })?>($($arg),*)
                 }
             )*
         }
@@ -423,7 +494,7 @@ macro_rules! dispatched {
             #[allow(clippy::too_many_arguments, reason = "mirrors the generic kernel")]
             pub(crate) fn $name(isa: Isa, $($arg: $ty),*) $(-> $ret)? {
                 match isa.0 {
-                    simd::Isa::Scalar => generic::$name::<Plain>($($arg),*),
+                    simd::Isa::Scalar => generic::$name::<Plain $(, { $lanes[2] })?>($($arg),*),
                     #[cfg(target_arch = "x86_64")]
                     simd::Isa::Avx2 => {
                         // SAFETY: an `Isa` is only built by `Isa::checked`, after
@@ -451,8 +522,8 @@ dispatched! {
     /// See [`generic::dots1`].
     fn dots1(q: &[f32], cols: &[f32], n: usize, start: usize, out: &mut [f32]);
     /// See [`generic::dots3`].
-    fn dots3(q: &[f32], g1: &[f32], g2: &[f32], cols: &[f32], n: usize, start: usize,
-             s: &mut [f32], v: &mut [f32]);
+    fn dots3[lanes::DOTS3](q: &[f32], g1: &[f32], g2: &[f32], cols: &[f32], n: usize, start: usize,
+             s: &mut [f32], v: &mut [f32]) -> f32;
     /// See [`generic::max_of`].
     fn max_of(row: &[f32]) -> f32;
     /// See [`generic::sum_of`].
@@ -461,12 +532,11 @@ dispatched! {
     fn exp_sums(s: &[f32], max: f32, v: &[f32]) -> (f32, f32, f32);
     /// See [`generic::soft_weights`].
     fn soft_weights(s: &mut [f32], v: &mut [f32], max: f32, alpha: f32) -> (f32, f32, f32);
-    /// See [`generic::center`].
-    fn center(w: &[f32], u: &mut [f32], mean: f32);
-    /// See [`generic::dot2`].
-    fn dot2(w: &[f32], u: &[f32], f: &[f32]) -> (f32, f32);
-    /// See [`generic::dot2x4`].
-    fn dot2x4(w: &[f32], u: &[f32], f: [&[f32]; 4]) -> ([f32; 4], [f32; 4]);
+    /// See [`generic::grad1`].
+    fn grad1(w: &[f32], c: &[f32], mean: f32, f: &[f32]) -> (f32, f32);
+    /// See [`generic::grad4`].
+    fn grad4[lanes::GRAD](w: &[f32], c: &[f32], mean: f32, f: [&[f32]; 4])
+        -> ([f32; 4], [f32; 4]);
     /// See [`generic::exp_shift`].
     fn exp_shift(s: &mut [f32], max: f32, ln_sum: f32);
 }

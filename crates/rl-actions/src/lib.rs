@@ -30,8 +30,13 @@
 //! target's soft state value), [`ChunkedScorer::action_scores`] (`Q` of the actions
 //! taken) and its backward [`ChunkedScorer::add_action_grad`].
 //!
+//! Operations over a batch take the actions a tile at a time ([`ChunkedScorer::tile`]:
+//! 16 KiB of table, 512 actions for `d = 8`) with the batch rows inside, so every row
+//! reads a tile while it is in the L1 cache; each row keeps a running (online)
+//! log-sum-exp, its max and sums rescaled as tiles come.
+//!
 //! The hot loops vectorise across actions (a transposed copy of the table, a polynomial
-//! `f32` exponential, per-chunk sums merged in `f64`); on x86-64 the AVX-512 or AVX2 + FMA
+//! `f32` exponential, per-tile sums merged in `f64`); on x86-64 the AVX-512 or AVX2 + FMA
 //! copy of them is picked at runtime, the one [`rl_core::simd::Isa::detect`] chose for
 //! the process (as rl-nn's products do). 256 rows x 100k actions x d = 8 take tens of
 //! milliseconds on one core; `cargo xtask bench actions` measures them.

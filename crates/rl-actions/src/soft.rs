@@ -169,6 +169,14 @@ impl ChunkedScorer {
     /// The one streaming pass: per row, the softmax sums of the policy's scores with
     /// `v = Q` (so `E[Q]` and the entropy), and with `with_grad` (table scoring) the
     /// per-feature sums `sum w f` and `sum w (alpha s - Q) f` of the gradient.
+    ///
+    /// Tiles of actions on the outside, batch rows on the inside: a tile of the
+    /// transposed table ([`ChunkedScorer::tile`] actions, sized for the L1 cache) is read
+    /// by every row while it is cached. Per row and tile, the kernels write the scores
+    /// and `min(Q_1, Q_2)` into a tile-sized scratch, take its max, the weights and their
+    /// sums, and (with the gradient) the centred feature sums; [`Acc::merge`] folds the
+    /// tile into the row's running (online) log-sum-exp, rescaling the gradient's sums by
+    /// the same factors.
     #[allow(
         clippy::needless_range_loop,
         reason = "b indexes rows of q, critics and accumulators"
@@ -184,7 +192,7 @@ impl ChunkedScorer {
     ) {
         let d = self.dim();
         let n = self.n();
-        let ranges = self.ranges();
+        let tiles = self.tiles(0..n);
         let Self {
             scores,
             isa,
@@ -193,6 +201,7 @@ impl ChunkedScorer {
             acc,
             grad_w,
             grad_c,
+            tile,
             ..
         } = self;
         let isa = *isa;
@@ -201,9 +210,8 @@ impl ChunkedScorer {
             grad_w[..batch * d].fill(0.0);
             grad_c[..batch * d].fill(0.0);
         }
-        let len_max = scratch.len() / self.max_batch.max(1);
-        let (srow_all, vrow_all) = (&mut scratch[..len_max], &mut values[..len_max]);
-        for range in ranges {
+        let (srow_all, vrow_all) = (&mut scratch[..*tile], &mut values[..*tile]);
+        for range in tiles {
             let len = range.len();
             let (s, v) = (&mut srow_all[..len], &mut vrow_all[..len]);
             for b in 0..batch {
@@ -213,17 +221,23 @@ impl ChunkedScorer {
                     &critics[0][rows.clone()],
                     &critics[1][rows],
                 );
-                match scores {
+                let top = match scores {
                     Scores::Table { cols, .. } => {
-                        kernels::dots3(isa, qb, g1, g2, cols, n, range.start, s, v);
+                        Some(kernels::dots3(isa, qb, g1, g2, cols, n, range.start, s, v))
                     }
                     Scores::Identity { .. } => {
                         s.copy_from_slice(&qb[range.clone()]);
                         super::min_into(&g1[range.clone()], &g2[range.clone()], v);
+                        None
                     }
-                }
-                super::apply_mask(row_mask(masks, b), range.clone(), s);
-                let mc = kernels::max_of(isa, s);
+                };
+                let mask = row_mask(masks, b);
+                super::apply_mask(mask, range.clone(), s);
+                // The kernel's max holds while no score was masked.
+                let mc = match (top, mask) {
+                    (Some(top), None) => top,
+                    _ => kernels::max_of(isa, s),
+                };
                 if !with_grad {
                     let (s0, st, sv) = kernels::exp_sums(isa, s, mc, v);
                     acc[b].merge(mc, s0, st, sv);
@@ -235,7 +249,6 @@ impl ChunkedScorer {
                     continue;
                 }
                 let mean = (alpha * st - sv) / s0;
-                kernels::center(isa, s, v, mean);
                 // c here is alpha (s - mc) - Q; the row sums use c_hat = alpha s - Q.
                 let shift = f64::from(mean) + f64::from(alpha) * f64::from(mc);
                 if let Scores::Table { cols, .. } = scores {
@@ -248,10 +261,11 @@ impl ChunkedScorer {
                     let col = |k: usize| &cols[k * n + range.start..k * n + range.end];
                     let mut k = 0;
                     while k + 4 <= d {
-                        let (fw, fc) = kernels::dot2x4(
+                        let (fw, fc) = kernels::grad4(
                             isa,
                             s,
                             v,
+                            mean,
                             [col(k), col(k + 1), col(k + 2), col(k + 3)],
                         );
                         for i in 0..4 {
@@ -260,7 +274,7 @@ impl ChunkedScorer {
                         k += 4;
                     }
                     for k in k..d {
-                        let (fw, fc) = kernels::dot2(isa, s, v, col(k));
+                        let (fw, fc) = kernels::grad1(isa, s, v, mean, col(k));
                         add(k, fw, fc);
                     }
                 }
@@ -641,10 +655,13 @@ mod tests {
         }
         for isa in Isa::available() {
             for chunk in [1, 8, 64] {
-                let mut sc = ChunkedScorer::new(t.clone(), chunk, 1)
-                    .unwrap()
-                    .with_isa(isa);
-                finite_differences(&mut sc, &Naive::table(&t), &mask, 11);
+                for tile in [chunk, 3] {
+                    let mut sc = ChunkedScorer::new(t.clone(), chunk, 1)
+                        .unwrap()
+                        .with_isa(isa)
+                        .with_tile(tile);
+                    finite_differences(&mut sc, &Naive::table(&t), &mask, 11);
+                }
                 let mut sc = ChunkedScorer::identity(n as u32, chunk, 1)
                     .unwrap()
                     .with_isa(isa);
