@@ -127,6 +127,17 @@ pub fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Acc
 }
 
 mod kernel;
+mod parallel;
+mod peak;
+
+pub use parallel::matmul_on;
+
+/// Rows per thread when a product is split (`m`: not split); for the pool's tests.
+#[cfg(test)]
+pub(crate) fn parallel_rows_for_tests(m: usize, k: usize, n: usize, threads: usize) -> usize {
+    kernel::parallel_rows(m, k, n, threads)
+}
+pub use peak::{FmaPeak, fma_peak};
 
 #[cfg(test)]
 mod tests;

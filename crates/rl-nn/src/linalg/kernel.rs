@@ -68,10 +68,6 @@ use rl_core::simd::Isa;
 
 use super::{Accumulate, MatRef};
 
-/// Inner-dimension block: steps of `k` per microkernel call.
-const KC: usize = 256;
-/// Column block of `rhs` packed (or swept in place) per `kc` block.
-const NC: usize = 512;
 /// Packed panels start on this many floats (64 bytes).
 const ALIGN: usize = 16;
 
@@ -88,6 +84,24 @@ thread_local! {
 /// As [`matmul_with`].
 pub(crate) fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Accumulate) {
     matmul_with(Isa::detect(), dst, lhs, rhs, accumulate);
+}
+
+/// Multiply-adds below which [`parallel_rows`] keeps a product on one thread.
+const PARALLEL_MIN: usize = 1 << 20;
+/// Row blocks of a split product are multiples of this: every tile height (12, 6, 4, 3)
+/// divides it, so no thread gets a ragged strip in the middle of `dst`.
+const PARALLEL_ROWS: usize = 12;
+
+/// Rows per thread when a `m x k x n` product is split across `threads` threads: `m`
+/// (no split) for small or thin products. A split only ever takes the blocked paths,
+/// whose arithmetic per element (one chain of FMAs over `k` in `kc` blocks) does not
+/// depend on how many rows a call has, so any split gives the same bits.
+pub(crate) fn parallel_rows(m: usize, k: usize, n: usize, threads: usize) -> usize {
+    let thin = k <= 4 || n <= 4;
+    if threads < 2 || thin || m.saturating_mul(k).saturating_mul(n) < PARALLEL_MIN {
+        return m;
+    }
+    m.div_ceil(threads).next_multiple_of(PARALLEL_ROWS)
 }
 
 /// `dst (m x n, row-major) = lhs * rhs` (or `+=`) on the given kernels.
@@ -278,34 +292,66 @@ trait Micro {
 /// place.
 const ALIASING: usize = 1024;
 
-/// The blocked product: `rhs` in place or packed, `lhs` in place or (for strides that
-/// alias in L1) packed per `MR x kc` strip, then one [`Micro::tile`] per tile.
+/// The blocked product, loops in the order of BLIS (Goto's algorithm): for each `kc x nc`
+/// block of `rhs` (packed into `kc x NR` panels, or read in place), for each `mc x kc`
+/// block of `lhs` (packed into `MR x kc` strips, or read in place), the tiles column
+/// panel by column panel, so that one `kc x NR` panel of `rhs` stays in L1 while the
+/// strips of `lhs` stream from L2. Block sizes come from the CPU's caches
+/// ([`cache::Blocking`]).
 fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
+    drive_blocked::<K>(cache::Blocking::new(K::MR, K::NR), dst, lhs, rhs, add);
+}
+
+/// [`drive`] with the given block sizes (tests use small ones to cross every block).
+fn drive_blocked<K: Micro>(
+    blocking: cache::Blocking,
+    dst: &mut [f32],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    add: bool,
+) {
     let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
     let (ars, acs) = (lhs.row_stride(), lhs.col_stride());
     let (brs, bcs) = (rhs.row_stride(), rhs.col_stride());
-    let pack_b = bcs != 1 || (m >= 4 * K::MR && brs.is_multiple_of(ALIASING));
+    // Packing `rhs` costs one pass over it; it pays when its rows are not contiguous,
+    // when they alias in L1, or when several strips of `lhs` reuse a block too large to
+    // stay in L1 and the L2 prefetchers as it is (measured on Zen 3: 128 x 128 in place
+    // is faster, 256 x 256 packed).
+    let pack_b = bcs != 1
+        || (m >= 4 * K::MR && brs.is_multiple_of(ALIASING))
+        || (m > 2 * K::MR && k * n * size_of::<f32>() > blocking.l2 / 8);
+    // `lhs` is read in place (each strip's rows stream through L1 with the hardware
+    // prefetchers; packing it cost more than it saved on Zen 3 up to 1024 rows), except
+    // when its strides alias in L1.
     let pack_a = n > K::NR
         && m > 1
         && ((acs == 1 && ars.is_multiple_of(ALIASING))
             || (ars == 1 && acs.is_multiple_of(ALIASING)));
+    let (kc_max, mc_max, nc_max) = (
+        blocking.kc.min(k),
+        blocking.mc_for(m, K::MR),
+        blocking.nc_for(n, K::NR),
+    );
     let c = dst.as_mut_ptr();
     let b = rhs.data().as_ptr();
     SCRATCH.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
         let b_len = if pack_b {
-            k.min(KC) * n.min(NC).next_multiple_of(K::NR)
+            (kc_max * nc_max.next_multiple_of(K::NR)).next_multiple_of(ALIGN)
         } else {
             0
         };
         // `lhs` strips start on an aligned boundary too: `b_len` is a multiple of 16.
-        let a_len = if pack_a { K::MR * k.min(KC) } else { 0 };
-        let (panels, strip) = aligned(&mut scratch, b_len.next_multiple_of(ALIGN) + a_len)
-            .split_at_mut(b_len.next_multiple_of(ALIGN));
-        for jc in (0..n).step_by(NC) {
-            let nc = NC.min(n - jc);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
+        let a_len = if pack_a {
+            mc_max.next_multiple_of(K::MR) * kc_max
+        } else {
+            0
+        };
+        let (panels, strips) = aligned(&mut scratch, b_len + a_len).split_at_mut(b_len);
+        for jc in (0..n).step_by(nc_max) {
+            let nc = nc_max.min(n - jc);
+            for pc in (0..k).step_by(kc_max) {
+                let kc = kc_max.min(k - pc);
                 let (b_block, b_rs, panel_stride) = if pack_b {
                     // SAFETY:
                     // - `K` is only instantiated for an `Isa` whose `is_supported()`
@@ -315,45 +361,54 @@ fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool)
                 } else {
                     (b.wrapping_add(pc * brs + jc), brs, K::NR)
                 };
-                for ir in (0..m).step_by(K::MR) {
-                    let mr = K::MR.min(m - ir);
-                    let (a, a_rs, a_cs) = if pack_a {
-                        // SAFETY:
-                        // - `K` is only instantiated for an `Isa` whose `is_supported()`
-                        //   `matmul_with` asserted.
-                        unsafe { K::pack_lhs(strip, lhs, ir, mr, pc, kc) };
-                        (strip.as_ptr(), 1, K::MR)
-                    } else {
-                        (lhs.data()[ir * ars + pc * acs..].as_ptr(), ars, acs)
-                    };
+                for ic in (0..m).step_by(mc_max) {
+                    let mc = mc_max.min(m - ic);
+                    if pack_a {
+                        for (s, ir) in (ic..ic + mc).step_by(K::MR).enumerate() {
+                            let mr = K::MR.min(ic + mc - ir);
+                            let strip = &mut strips[s * K::MR * kc..(s + 1) * K::MR * kc];
+                            // SAFETY:
+                            // - `K` is only instantiated for an `Isa` whose
+                            //   `is_supported()` `matmul_with` asserted.
+                            unsafe { K::pack_lhs(strip, lhs, ir, mr, pc, kc) };
+                        }
+                    }
                     for (q, jr) in (0..nc).step_by(K::NR).enumerate() {
-                        let tile = Tile {
-                            mr,
-                            nr: K::NR.min(nc - jr),
-                            kc,
-                            a,
-                            ars: a_rs,
-                            acs: a_cs,
-                            b: b_block.wrapping_add(q * panel_stride),
-                            brs: b_rs,
-                            c: c.wrapping_add(ir * n + jc + jr),
-                            ldc: n,
-                            add: add || pc > 0,
-                        };
-                        // SAFETY:
-                        // - `K` is only instantiated by `matmul_with` for an `Isa` whose
-                        //   `is_supported()` it asserted;
-                        // - `mr`, `nr` and `kc` are clamped to the tile and block sizes and
-                        //   are positive because `m`, `n` and `k` are;
-                        // - `lhs` reads are elements `(ir + i, pc + p)` of the view, inside
-                        //   its slice as `in_bounds` asserted, or of the strip `pack_lhs`
-                        //   filled (`MR * kc` floats); `rhs` reads are elements
-                        //   `(pc + p, jc + jr + j)` of the view (in place, column stride 1)
-                        //   or of a panel `pack` filled inside `panels`, which holds
-                        //   `kc * round_up(nc, NR)` floats;
-                        // - `dst` elements `(ir + i, jc + jr + j)` lie inside `dst`
-                        //   (`m * n` floats), borrowed mutably for the whole call.
-                        unsafe { K::tile(&tile) };
+                        for (s, ir) in (ic..ic + mc).step_by(K::MR).enumerate() {
+                            let (a, a_rs, a_cs) = if pack_a {
+                                (strips[s * K::MR * kc..].as_ptr(), 1, K::MR)
+                            } else {
+                                (lhs.data()[ir * ars + pc * acs..].as_ptr(), ars, acs)
+                            };
+                            let tile = Tile {
+                                mr: K::MR.min(ic + mc - ir),
+                                nr: K::NR.min(nc - jr),
+                                kc,
+                                a,
+                                ars: a_rs,
+                                acs: a_cs,
+                                b: b_block.wrapping_add(q * panel_stride),
+                                brs: b_rs,
+                                c: c.wrapping_add(ir * n + jc + jr),
+                                ldc: n,
+                                add: add || pc > 0,
+                            };
+                            // SAFETY:
+                            // - `K` is only instantiated by `matmul_with` for an `Isa`
+                            //   whose `is_supported()` it asserted;
+                            // - `mr`, `nr` and `kc` are clamped to the tile and block sizes
+                            //   and are positive because `m`, `n` and `k` are;
+                            // - `lhs` reads are elements `(ir + i, pc + p)` of the view,
+                            //   inside its slice as `in_bounds` asserted, or of strip `s`
+                            //   that `pack_lhs` filled (`MR * kc` floats inside `strips`,
+                            //   which holds `round_up(mc, MR) * kc`); `rhs` reads are
+                            //   elements `(pc + p, jc + jr + j)` of the view (in place,
+                            //   column stride 1) or of a panel `pack` filled inside
+                            //   `panels`, which holds `kc * round_up(nc, NR)` floats;
+                            // - `dst` elements `(ir + i, jc + jr + j)` lie inside `dst`
+                            //   (`m * n` floats), borrowed mutably for the whole call.
+                            unsafe { K::tile(&tile) };
+                        }
                     }
                 }
             }
@@ -496,6 +551,7 @@ fn narrow(lhs: MatRef<'_>, rhs: MatRef<'_>, nr: usize) -> bool {
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod cache;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod thin;

@@ -123,6 +123,13 @@ impl Micro for Avx2 {
         //   covers `t.nr` columns, and the unit-stride variant only runs when `ars == 1`;
         // - the caller upholds the memory contract, which the kernels share.
         unsafe {
+            if t.mr == 6 && t.nr == 16 {
+                return if t.ars == 1 && t.acs == 6 && t.brs == 16 {
+                    avx2_full_6x16::<true>(t)
+                } else {
+                    avx2_full_6x16::<false>(t)
+                };
+            }
             match (t.nr > 8, t.ars == 1) {
                 (true, true) => by_rows!(t.mr, avx2_tile, [2, true], (t), 1 2 3 4 5 6),
                 (true, false) => by_rows!(t.mr, avx2_tile, [2, false], (t), 1 2 3 4 5 6),
@@ -146,6 +153,23 @@ impl Micro for Avx2 {
             unsafe { avx2_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
         } else {
             pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
+        }
+    }
+
+    unsafe fn pack_lhs(
+        strip: &mut [f32],
+        lhs: MatRef<'_>,
+        ir: usize,
+        mr: usize,
+        pc: usize,
+        kc: usize,
+    ) {
+        if lhs.col_stride() == 1 {
+            // SAFETY:
+            // - the caller guarantees AVX2.
+            unsafe { avx2_pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc) };
+        } else {
+            pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc);
         }
     }
 }
@@ -194,6 +218,139 @@ impl Micro for Avx2Wide {
             unsafe { avx2_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
         } else {
             pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
+        }
+    }
+
+    unsafe fn pack_lhs(
+        strip: &mut [f32],
+        lhs: MatRef<'_>,
+        ir: usize,
+        mr: usize,
+        pc: usize,
+        kc: usize,
+    ) {
+        if lhs.col_stride() == 1 {
+            // SAFETY:
+            // - the caller guarantees AVX2.
+            unsafe { avx2_pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc) };
+        } else {
+            pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc);
+        }
+    }
+}
+
+/// [`Avx2`]'s full 6 x 16 tile, 4 steps of the inner dimension per loop iteration. With
+/// `PACKED` (`lhs` strips of 6 rows and `rhs` panels of 16 columns, both contiguous)
+/// every address is an immediate offset.
+///
+/// # Safety
+/// As [`Micro::tile`], with AVX2 and FMA, `t.mr == 6`, `t.nr == 16`, and if `PACKED`
+/// `t.ars == 1`, `t.acs == 6` and `t.brs == 16`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_full_6x16<const PACKED: bool>(t: &Tile) {
+    let (ars, acs, brs) = if PACKED {
+        (1, 6, 16)
+    } else {
+        (t.ars, t.acs, t.brs)
+    };
+    let mut acc = [[_mm256_setzero_ps(); 2]; 6];
+    let (mut a, mut b) = (t.a, t.b);
+    let mut step = |a: *const f32, b: *const f32| {
+        // SAFETY:
+        // - this step's 16 `rhs` floats and 6 `lhs` floats are readable by the contract
+        //   (the loops below only call it for steps `p < kc`).
+        unsafe {
+            let r0 = _mm256_loadu_ps(b);
+            let r1 = _mm256_loadu_ps(b.add(8));
+            for (i, acc) in acc.iter_mut().enumerate() {
+                let x = _mm256_broadcast_ss(&*a.add(i * ars));
+                acc[0] = _mm256_fmadd_ps(x, r0, acc[0]);
+                acc[1] = _mm256_fmadd_ps(x, r1, acc[1]);
+            }
+        }
+    };
+    let mut left = t.kc;
+    while left >= 4 {
+        for u in 0..4 {
+            step(a.wrapping_add(acs * u), b.wrapping_add(brs * u));
+        }
+        a = a.wrapping_add(4 * acs);
+        b = b.wrapping_add(4 * brs);
+        left -= 4;
+    }
+    for _ in 0..left {
+        step(a, b);
+        a = a.wrapping_add(acs);
+        b = b.wrapping_add(brs);
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        for (v, &acc) in acc.iter().enumerate() {
+            let c = t.c.wrapping_add(i * t.ldc + 8 * v);
+            // SAFETY:
+            // - all 16 columns of the 6 rows are `dst` elements of the tile: readable,
+            //   writable and unaliased by the contract.
+            unsafe {
+                let sum = if t.add {
+                    _mm256_add_ps(acc, _mm256_loadu_ps(c))
+                } else {
+                    acc
+                };
+                _mm256_storeu_ps(c, sum);
+            }
+        }
+    }
+}
+
+/// [`pack_strip`] for `lhs` with column stride 1 (rows contiguous) and `mr_full <= 8`,
+/// 8 columns at a time transposed in registers.
+///
+/// # Safety
+/// AVX2.
+///
+/// # Panics
+/// If `lhs` has a column stride other than 1, `mr_full` exceeds 8, `strip` is shorter
+/// than `kc * mr_full`, or the block leaves the view.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn avx2_pack_strip(
+    strip: &mut [f32],
+    lhs: MatRef<'_>,
+    (ir, mr, mr_full): (usize, usize, usize),
+    pc: usize,
+    kc: usize,
+) {
+    let (data, ars) = (lhs.data(), lhs.row_stride());
+    assert!(lhs.col_stride() == 1 && mr <= mr_full && mr_full <= 8);
+    assert!(ir + mr <= lhs.rows() && pc + kc <= lhs.cols());
+    let strip = &mut strip[..kc * mr_full];
+    let lanes = mask8(mr_full);
+    for p0 in (0..kc).step_by(8) {
+        let depth = 8.min(kc - p0);
+        let mask = mask8(depth);
+        let mut rows = [_mm256_setzero_ps(); 8];
+        for (i, row) in rows.iter_mut().enumerate().take(mr) {
+            let start = (ir + i) * ars + pc + p0;
+            let src = &data[start..start + depth];
+            // SAFETY:
+            // - with `depth == 8` all 8 lanes are inside `src`;
+            // - otherwise the mask enables exactly `depth` lanes, all inside `src`, and
+            //   `vmaskmovps` does not access the others.
+            *row = unsafe {
+                if depth == 8 {
+                    _mm256_loadu_ps(src.as_ptr())
+                } else {
+                    _mm256_maskload_ps(src.as_ptr(), mask)
+                }
+            };
+        }
+        let columns = transpose8(rows);
+        for (p, column) in columns.iter().enumerate().take(depth) {
+            let start = (p0 + p) * mr_full;
+            let dst = &mut strip[start..start + mr_full];
+            // SAFETY:
+            // - the mask enables exactly `mr_full` lanes, all inside `dst`.
+            unsafe { _mm256_maskstore_ps(dst.as_mut_ptr(), lanes, *column) };
         }
     }
 }
