@@ -13,17 +13,20 @@
 //!   remainders use masked loads and stores (AVX-512 `k` masks, AVX2 `vmaskmovps`), row
 //!   remainders a kernel instantiated for that many rows; the destination is overwritten
 //!   or added to in the store, so `dst` is read at most once per `kc` block.
-//! - **Operands in place when possible.** `lhs` is read in place: the kernel broadcasts
-//!   its elements from their strided positions (a kernel specialised for row stride 1,
-//!   the `dy^T` of a weight gradient, uses immediate offsets). `rhs` is read in place when
-//!   its rows are contiguous (column stride 1, the `W` of an input gradient) and packed
-//!   otherwise (the `W^T` of a forward pass): into `kc x NR` panels, 64-byte aligned, with
-//!   16 x 16 (AVX-512) or 8 x 8 (AVX2) transposes in registers. Either operand is packed anyway when
-//!   its stride is a multiple of 1024 floats: rows 4 KiB apart fall into the same L1 sets.
-//! - **Blocking.** `kc <= KC` (256) steps per kernel call keep the kernel's `MR x kc`
-//!   strip of `lhs` in L1 while it sweeps a `kc x nc` block of `rhs` (`nc <= NC`, 512
-//!   columns) held in L2; the first `kc` block applies the caller's [`Accumulate`], later
-//!   ones add.
+//! - **Operands.** `lhs` is read in place: the kernel broadcasts its elements from their
+//!   strided positions (packed into `MR x kc` strips only when its strides are multiples
+//!   of 1024 floats: rows 4 KiB apart fall into the same L1 sets). `rhs` is packed into
+//!   `kc x NR` panels, 64-byte aligned, when its rows are not contiguous (the `W^T` of a
+//!   forward pass, with 16 x 16 or 8 x 8 transposes in registers), when they alias, or
+//!   when it is larger than an eighth of L2 and several strips reuse it; otherwise it is
+//!   read in place. The AVX2 6 x 16 tile has an unrolled variant for full tiles (with
+//!   immediate offsets on packed operands).
+//! - **Blocking** (BLIS loop order, sizes from [`cache::Blocking`]: the CPU's caches from
+//!   sysfs or CPUID): for each `kc x nc` block of `rhs`, each `mc x kc` block of `lhs`,
+//!   each `kc x NR` panel (in L1) and each strip of `lhs` (from L2). `kc` (256 on every
+//!   current x86 core) is the same for every tile shape, so the order of summation never
+//!   depends on which kernel a block of rows takes; the first `kc` block applies the
+//!   caller's [`Accumulate`], later ones add.
 //! - **Thin shapes**, where a tile would leave most lanes idle (on every path, the
 //!   portable one in plain Rust):
 //!   - at most 4 columns and `lhs` rows contiguous (a value head's `x * w^T`, the input
@@ -42,7 +45,8 @@
 //! than any earlier call on its thread resizes one (an allocation), every other call reuses
 //! them. After one warm-up call with each shape (or with the largest shapes), a thread
 //! multiplies without touching the allocator. What they grow to: for the blocked product,
-//! at most `KC * NC + 12 * KC` floats plus alignment (about 524 KiB) whatever the shape;
+//! at most `kc * nc + mc * kc` floats plus alignment (at most 4 MiB for `rhs` panels of
+//! 4096 columns, 256 KiB on Zen 3 for 256-wide layers);
 //! for the thin shapes, `n * k` floats (dot products with a strided `rhs`, `n <= 4`),
 //! `k * round_up(n, 16)` (rank updates of a transposed `rhs`, `k <= 4`), or `m * n` (the
 //! transposed destination, `n <= 8`). The buffers are freed when their thread exits.

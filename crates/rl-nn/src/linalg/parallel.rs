@@ -5,7 +5,7 @@
     reason = "the pool's tasks write disjoint row blocks of one destination slice"
 )]
 
-use super::{Accumulate, MatRef, kernel, matmul};
+use super::{Accumulate, MatRef, check_shapes, kernel, matmul};
 use crate::pool::Pool;
 
 /// `dst (+)= lhs * rhs` as [`matmul`], split across the threads of `pool` when the
@@ -26,13 +26,7 @@ pub fn matmul_on(
     rhs: MatRef<'_>,
     accumulate: Accumulate,
 ) {
-    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
-    assert!(
-        rhs.rows == k && dst.len() == m * n && lhs.in_bounds() && rhs.in_bounds(),
-        "matmul shapes: dst {} for {m}x{k} * {}x{n}",
-        dst.len(),
-        rhs.rows
-    );
+    let (m, k, n) = check_shapes(dst, lhs, rhs);
     let isa = rl_core::simd::Isa::detect();
     let rows = kernel::parallel_rows(m, k, n, pool.threads());
     if rows >= m {

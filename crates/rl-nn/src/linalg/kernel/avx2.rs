@@ -147,13 +147,9 @@ impl Micro for Avx2 {
         jc: usize,
         nc: usize,
     ) {
-        if rhs.row_stride() == 1 {
-            // SAFETY:
-            // - the caller guarantees AVX2.
-            unsafe { avx2_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
-        } else {
-            pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
-        }
+        // SAFETY:
+        // - the caller guarantees AVX2.
+        unsafe { avx2_pack(panels, rhs, (pc, kc, jc, nc), Self::NR) };
     }
 
     unsafe fn pack_lhs(
@@ -164,13 +160,9 @@ impl Micro for Avx2 {
         pc: usize,
         kc: usize,
     ) {
-        if lhs.col_stride() == 1 {
-            // SAFETY:
-            // - the caller guarantees AVX2.
-            unsafe { avx2_pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc) };
-        } else {
-            pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc);
-        }
+        // SAFETY:
+        // - the caller guarantees AVX2.
+        unsafe { avx2_pack_lhs(strip, lhs, (ir, mr, Self::MR), pc, kc) };
     }
 }
 
@@ -212,13 +204,9 @@ impl Micro for Avx2Wide {
         jc: usize,
         nc: usize,
     ) {
-        if rhs.row_stride() == 1 {
-            // SAFETY:
-            // - the caller guarantees AVX2.
-            unsafe { avx2_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
-        } else {
-            pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
-        }
+        // SAFETY:
+        // - the caller guarantees AVX2.
+        unsafe { avx2_pack(panels, rhs, (pc, kc, jc, nc), Self::NR) };
     }
 
     unsafe fn pack_lhs(
@@ -229,13 +217,9 @@ impl Micro for Avx2Wide {
         pc: usize,
         kc: usize,
     ) {
-        if lhs.col_stride() == 1 {
-            // SAFETY:
-            // - the caller guarantees AVX2.
-            unsafe { avx2_pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc) };
-        } else {
-            pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc);
-        }
+        // SAFETY:
+        // - the caller guarantees AVX2.
+        unsafe { avx2_pack_lhs(strip, lhs, (ir, mr, Self::MR), pc, kc) };
     }
 }
 
@@ -352,6 +336,49 @@ unsafe fn avx2_pack_strip(
             // - the mask enables exactly `mr_full` lanes, all inside `dst`.
             unsafe { _mm256_maskstore_ps(dst.as_mut_ptr(), lanes, *column) };
         }
+    }
+}
+
+/// [`Micro::pack`] of the AVX2 kernels: transposes in registers for a transposed `rhs`,
+/// [`pack_panels`] otherwise.
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_pack(
+    panels: &mut [f32],
+    rhs: MatRef<'_>,
+    (pc, kc, jc, nc): (usize, usize, usize, usize),
+    nr: usize,
+) {
+    if rhs.row_stride() == 1 {
+        // SAFETY:
+        // - the caller guarantees AVX2.
+        unsafe { avx2_pack_transposed(panels, rhs, pc, kc, jc, nc, nr) };
+    } else {
+        pack_panels(panels, rhs, pc, kc, jc, nc, nr);
+    }
+}
+
+/// [`Micro::pack_lhs`] of the AVX2 kernels: transposes in registers for rows of `lhs`
+/// that are contiguous, [`pack_strip`] otherwise.
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_pack_lhs(
+    strip: &mut [f32],
+    lhs: MatRef<'_>,
+    rows: (usize, usize, usize),
+    pc: usize,
+    kc: usize,
+) {
+    if lhs.col_stride() == 1 {
+        // SAFETY:
+        // - the caller guarantees AVX2.
+        unsafe { avx2_pack_strip(strip, lhs, rows, pc, kc) };
+    } else {
+        pack_strip(strip, lhs, rows, pc, kc);
     }
 }
 
