@@ -1,25 +1,45 @@
-//! `cargo xtask bench nn`: the network layer's floor, on one thread.
+//! `cargo xtask bench nn`: the network layer's floor, on one thread (and on two where
+//! said).
+//!
+//! Kernel figures are read against the machine's limit: the bench first measures the
+//! single-core f32 FMA peak (`rl_nn::fma_peak`, on the ISA the kernels run) and every
+//! product line carries `"peak_gflops"` and its `"peak_fraction"`.
 //!
 //! JSON lines on stdout:
-//! - `{"bench":"nn","op":"matmul","m":M,"k":K,"n":N,"layout":"nn|nt|tn","gflops":X}` for
-//!   the raw 256^3 product and every product the layers run: forward `x (rows x in) *
-//!   W^T` (`nt`), weight gradient `dy^T * x` (`tn`) and input gradient `dy * W` (`nn`) of
-//!   the 4-256-256-1 (3 and 4 inputs, 1 and 2 outputs) and 4-64-64-2 networks;
+//! - `{"bench":"nn","op":"matmul","m":M,"k":K,"n":N,"layout":"nn|nt|tn","gflops":X,
+//!   "peak_gflops":P,"peak_fraction":F}` for the raw 256^3 product and every product the
+//!   layers run: forward `x (rows x in) * W^T` (`nt`), weight gradient `dy^T * x` (`tn`)
+//!   and input gradient `dy * W` (`nn`) of the 4-256-256-1 (3 and 4 inputs, 1 and 2
+//!   outputs) and 4-64-64-2 networks;
+//! - part `peers`: `{"bench":"nn","op":"matmul-peers","m":M,"k":K,"n":N,"layout":L,
+//!   "rl_nn_gflops":X,"faer_gflops":Y,"gemm_gflops":Z,"vs_faer":X/Y,"vs_gemm":X/Z,
+//!   "peak_gflops":P,"peak_fraction":X/P}` for the same shapes, the three libraries timed
+//!   in interleaved rounds in one process (faer 0.24 `Par::Seq`, gemm 0.19
+//!   `Parallelism::None`; both are dev-dependencies of these benches only);
+//! - part `threads`: `{"bench":"nn","op":"matmul","m":256,"k":256,"n":256,"layout":L,
+//!   "threads":T,"gflops":X}` and `{"bench":"nn","op":"mlp","sizes":"4-256-256-1",
+//!   "batch":256,"activation":"relu","threads":T,"forward_ms":X,"forward_backward_ms":Y}`
+//!   for T = 1 and 2 (`rl_nn::Pool`, SAC's critic shape), timed in alternation;
 //! - `{"bench":"nn","op":"mlp","sizes":"4-256-256-1","batch":256,"activation":"relu",
 //!   "forward_ms":X,"forward_backward_ms":Y}` and the same for 4-64-64-2 at batch 64 with
 //!   ReLU and with tanh.
 //!
-//! Medians of many timed repetitions after warm-up. `cargo xtask bench nn -- matmul` or
-//! `-- mlp` runs one part.
+//! Medians of many timed repetitions after warm-up. `cargo xtask bench nn -- matmul`,
+//! `-- peers`, `-- threads` or `-- mlp` runs one part.
 
 mod common;
 
 use std::hint::black_box;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::SplitMix;
 use rand::SeedableRng;
-use rl_nn::{Accumulate, Activation, Init, MatRef, Mlp, MlpSpec, Module, Weights, matmul};
+use rl::core::simd::Isa;
+use rl_nn::{
+    Accumulate, Activation, Init, MatRef, Mlp, MlpSpec, Module, Pool, Weights, fma_peak, matmul,
+    matmul_on,
+};
 
 /// `dst (m x n) = lhs (m x k) * rhs (k x n)`; `layout` names which operand is a
 /// transposed view: `nn` none, `nt` the right one, `tn` the left one.
@@ -55,39 +75,151 @@ fn layer(rows: usize, inputs: usize, outputs: usize) -> [Product; 3] {
     ]
 }
 
-fn gflops(p: Product, reps: usize, rng: &mut SplitMix) -> f64 {
-    let a = rng.floats(p.m * p.k, 1.0);
-    let b = rng.floats(p.k * p.n, 1.0);
-    let mut dst = vec![0.0f32; p.m * p.n];
-    let lhs = if p.layout == "tn" {
-        MatRef::transposed(&a, p.m, p.k)
-    } else {
-        MatRef::row_major(&a, p.m, p.k)
-    };
-    let rhs = if p.layout == "nt" {
-        MatRef::transposed(&b, p.k, p.n)
-    } else {
-        MatRef::row_major(&b, p.k, p.n)
-    };
-    // Enough products per timing that one timing takes about 0.2 ms or more.
-    let flops = 2.0 * (p.m * p.k * p.n) as f64;
-    let inner = ((2e7 / flops).ceil() as usize).max(1);
-    for _ in 0..10 * inner {
-        matmul(&mut dst, lhs, rhs, Accumulate::Overwrite);
-    }
-    let mut rates = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let start = Instant::now();
-        for _ in 0..inner {
-            matmul(black_box(&mut dst), lhs, rhs, Accumulate::Overwrite);
-        }
-        rates.push(flops * inner as f64 / start.elapsed().as_secs_f64() / 1e9);
-    }
-    black_box(&dst);
-    common::median(&mut rates)
+/// The operands of one product.
+struct Operands {
+    p: Product,
+    a: Vec<f32>,
+    b: Vec<f32>,
+    dst: Vec<f32>,
 }
 
-fn matmuls(rng: &mut SplitMix) {
+impl Operands {
+    fn new(p: Product, rng: &mut SplitMix) -> Self {
+        Operands {
+            p,
+            a: rng.floats(p.m * p.k, 1.0),
+            b: rng.floats(p.k * p.n, 1.0),
+            dst: vec![0.0f32; p.m * p.n],
+        }
+    }
+
+    /// Multiply-adds times two.
+    fn flops(&self) -> f64 {
+        2.0 * (self.p.m * self.p.k * self.p.n) as f64
+    }
+
+    /// Products per timing: enough that one timing takes about 0.2 ms or more.
+    fn inner(&self) -> usize {
+        ((2e7 / self.flops()).ceil() as usize).max(1)
+    }
+
+    /// rl-nn's product, on `pool` if given.
+    fn ours(&mut self, pool: Option<&Pool>) {
+        let p = self.p;
+        let lhs = if p.layout == "tn" {
+            MatRef::transposed(&self.a, p.m, p.k)
+        } else {
+            MatRef::row_major(&self.a, p.m, p.k)
+        };
+        let rhs = if p.layout == "nt" {
+            MatRef::transposed(&self.b, p.k, p.n)
+        } else {
+            MatRef::row_major(&self.b, p.k, p.n)
+        };
+        let dst = black_box(&mut self.dst[..]);
+        match pool {
+            Some(pool) => matmul_on(pool, dst, lhs, rhs, Accumulate::Overwrite),
+            None => matmul(dst, lhs, rhs, Accumulate::Overwrite),
+        }
+    }
+
+    /// faer's product, sequential.
+    fn faer(&mut self) {
+        let p = self.p;
+        let lhs = if p.layout == "tn" {
+            faer::MatRef::from_row_major_slice(&self.a, p.k, p.m).transpose()
+        } else {
+            faer::MatRef::from_row_major_slice(&self.a, p.m, p.k)
+        };
+        let rhs = if p.layout == "nt" {
+            faer::MatRef::from_row_major_slice(&self.b, p.n, p.k).transpose()
+        } else {
+            faer::MatRef::from_row_major_slice(&self.b, p.k, p.n)
+        };
+        let dst = faer::MatMut::from_row_major_slice_mut(black_box(&mut self.dst[..]), p.m, p.n);
+        faer::linalg::matmul::matmul(dst, faer::Accum::Replace, lhs, rhs, 1.0f32, faer::Par::Seq);
+    }
+
+    /// gemm's product, on one thread.
+    fn gemm(&mut self) {
+        let p = self.p;
+        let (ars, acs) = if p.layout == "tn" { (1, p.m) } else { (p.k, 1) };
+        let (brs, bcs) = if p.layout == "nt" { (1, p.k) } else { (p.n, 1) };
+        let dst = black_box(&mut self.dst[..]);
+        #[allow(
+            unsafe_code,
+            reason = "gemm's raw-pointer API; lengths checked by the asserts"
+        )]
+        // SAFETY:
+        // - `dst` holds `m * n` floats (row stride `n`), `a` holds `m * k` and `b`
+        //   `k * n`, read with the strides of their layouts (all elements in bounds);
+        // - `dst` does not alias `a` or `b`; one thread.
+        unsafe {
+            assert!(dst.len() == p.m * p.n && self.a.len() == p.m * p.k);
+            assert!(self.b.len() == p.k * p.n);
+            gemm::gemm(
+                p.m,
+                p.n,
+                p.k,
+                dst.as_mut_ptr(),
+                1,
+                p.n as isize,
+                false,
+                self.a.as_ptr(),
+                acs as isize,
+                ars as isize,
+                self.b.as_ptr(),
+                bcs as isize,
+                brs as isize,
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    }
+}
+
+/// Median GFLOP/s of each runner over `reps` rounds; in each round every runner is timed
+/// once, in turn, so that a loaded machine slows them alike.
+fn interleaved<const N: usize>(
+    ops: &mut Operands,
+    reps: usize,
+    runners: [&dyn Fn(&mut Operands); N],
+) -> [f64; N] {
+    let inner = ops.inner();
+    for run in runners {
+        for _ in 0..10 * inner {
+            run(ops);
+        }
+    }
+    let mut rates: [Vec<f64>; N] = std::array::from_fn(|_| Vec::with_capacity(reps));
+    for _ in 0..reps {
+        for (run, rates) in runners.iter().zip(&mut rates) {
+            let start = Instant::now();
+            for _ in 0..inner {
+                run(ops);
+            }
+            rates.push(ops.flops() * inner as f64 / start.elapsed().as_secs_f64() / 1e9);
+        }
+    }
+    rates.map(|mut r| common::median(&mut r))
+}
+
+/// Rounded to one decimal.
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// Rounded to three decimals.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The products of `bench nn`: the raw 256^3 product and the three of each layer.
+fn products() -> Vec<Product> {
     let mut products = vec![Product {
         m: 256,
         k: 256,
@@ -107,16 +239,117 @@ fn matmuls(rng: &mut SplitMix) {
     ] {
         products.extend(layer(rows, inputs, outputs));
     }
-    for p in products {
-        let rate = gflops(p, 101, rng);
+    products
+}
+
+fn matmuls(peak: f64, rng: &mut SplitMix) {
+    for p in products() {
+        let mut ops = Operands::new(p, rng);
+        let [rate] = interleaved(&mut ops, 101, [&|o: &mut Operands| o.ours(None)]);
         println!(
             "{}",
             serde_json::json!({
                 "bench": "nn", "op": "matmul", "m": p.m, "k": p.k, "n": p.n,
-                "layout": p.layout, "gflops": (rate * 10.0).round() / 10.0,
+                "layout": p.layout, "gflops": round1(rate),
+                "peak_gflops": round1(peak), "peak_fraction": round3(rate / peak),
             })
         );
     }
+}
+
+fn peers(peak: f64, rng: &mut SplitMix) {
+    for p in products() {
+        let mut ops = Operands::new(p, rng);
+        let [ours, faer, gemm] = interleaved(
+            &mut ops,
+            61,
+            [
+                &|o: &mut Operands| o.ours(None),
+                &|o: &mut Operands| o.faer(),
+                &|o: &mut Operands| o.gemm(),
+            ],
+        );
+        println!(
+            "{}",
+            serde_json::json!({
+                "bench": "nn", "op": "matmul-peers", "m": p.m, "k": p.k, "n": p.n,
+                "layout": p.layout, "rl_nn_gflops": round1(ours), "faer_gflops": round1(faer),
+                "gemm_gflops": round1(gemm), "vs_faer": round3(ours / faer),
+                "vs_gemm": round3(ours / gemm),
+                "peak_gflops": round1(peak), "peak_fraction": round3(ours / peak),
+            })
+        );
+    }
+}
+
+/// One and two threads on SAC's critic shapes: the 256^3 products (each layout) and a
+/// 4-256-256-1 forward and backward at batch 256.
+fn threads(peak: f64, rng: &mut SplitMix) -> anyhow::Result<()> {
+    let two = Pool::new(2)?;
+    for layout in ["nn", "nt", "tn"] {
+        let p = Product {
+            m: 256,
+            k: 256,
+            n: 256,
+            layout,
+        };
+        let mut ops = Operands::new(p, rng);
+        let rates = interleaved(
+            &mut ops,
+            61,
+            [&|o: &mut Operands| o.ours(None), &|o: &mut Operands| {
+                o.ours(Some(&two))
+            }],
+        );
+        for (threads, rate) in [1, 2].into_iter().zip(rates) {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "bench": "nn", "op": "matmul", "m": p.m, "k": p.k, "n": p.n,
+                    "layout": p.layout, "threads": threads, "gflops": round1(rate),
+                    "peak_gflops": round1(peak), "peak_fraction": round3(rate / peak),
+                })
+            );
+        }
+    }
+    let (sizes, batch) = ([4, 256, 256, 1], 256);
+    let mut seed = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(rng.next_u64());
+    let spec = MlpSpec {
+        sizes: sizes.to_vec(),
+        activation: Activation::Relu,
+    };
+    let net = Mlp::new(spec, Init::Uniform, &mut seed)?;
+    let input = rng.floats(batch * net.input_dim(), 1.0);
+    let out_grads = rng.floats(batch * net.output_dim(), 1.0);
+    let mut grads = vec![0.0f32; net.num_params()];
+    let mut workspaces = [net.workspace(batch), net.workspace(batch)];
+    workspaces[1].set_pool(Some(Arc::new(two)));
+    let mut times: [[Vec<f64>; 2]; 2] = Default::default();
+    for round in 0..1200 {
+        for (ws, times) in workspaces.iter_mut().zip(&mut times) {
+            let start = Instant::now();
+            black_box(net.forward(&input, batch, ws)?);
+            let forward = start.elapsed();
+            net.backward(ws, &out_grads, Some(&mut grads), None)?;
+            let both = start.elapsed();
+            if round >= 200 {
+                times[0].push(forward.as_secs_f64() * 1e3);
+                times[1].push(both.as_secs_f64() * 1e3);
+            }
+        }
+    }
+    for (threads, [forward, both]) in [1, 2].into_iter().zip(&mut times) {
+        println!(
+            "{}",
+            serde_json::json!({
+                "bench": "nn", "op": "mlp", "sizes": "4-256-256-1", "batch": batch,
+                "activation": "relu", "threads": threads,
+                "forward_ms": (common::median(forward) * 1e4).round() / 1e4,
+                "forward_backward_ms": (common::median(both) * 1e4).round() / 1e4,
+            })
+        );
+    }
+    Ok(())
 }
 
 fn mlp(
@@ -165,8 +398,20 @@ fn main() -> anyhow::Result<()> {
     let only = common::args();
     let wants = |part: &str| only.is_empty() || only.iter().any(|a| a == part);
     let mut rng = SplitMix(7);
+    let kernels = ["matmul", "peers", "threads"];
+    let peak = if kernels.iter().any(|part| wants(part)) {
+        fma_peak(Isa::detect(), 201, Duration::from_millis(1)).gflops
+    } else {
+        0.0
+    };
     if wants("matmul") {
-        matmuls(&mut rng);
+        matmuls(peak, &mut rng);
+    }
+    if wants("peers") {
+        peers(peak, &mut rng);
+    }
+    if wants("threads") {
+        threads(peak, &mut rng)?;
     }
     if wants("mlp") {
         mlp(&[4, 256, 256, 1], 256, Activation::Relu, &mut rng)?;

@@ -13,6 +13,22 @@ use crate::{metadata, usage_error};
 /// The package that owns the benches.
 const PACKAGE: &str = "rl";
 
+/// The bench that prints the machine's single-core FMA peak; every run starts with it so
+/// that kernel figures can be read as a fraction of the limit of the machine they ran on.
+const PEAK: &str = "peak";
+
+/// The benches to run for the requested `names` (every bench when empty): the peak bench
+/// first, once, whenever the package has it.
+pub(crate) fn with_peak_first(names: &[String], benches: &[String]) -> Vec<String> {
+    let chosen = if names.is_empty() { benches } else { names };
+    let has_peak = benches.iter().any(|b| b == PEAK);
+    has_peak
+        .then(|| PEAK.to_owned())
+        .into_iter()
+        .chain(chosen.iter().filter(|b| *b != PEAK).cloned())
+        .collect()
+}
+
 /// Splits `bench` arguments into bench names and arguments to forward, given the bench
 /// targets that exist. The first argument is a bench name unless it starts with `-`;
 /// the following arguments are more names while they name bench targets; the rest is
@@ -87,15 +103,13 @@ pub(crate) fn run(ws: &Workspace, args: &[String]) -> Result<()> {
         return crate::python::bench(ws, rest);
     }
     let benches = bench_targets(ws)?;
-    let (mut names, forward) = split_args(args, &benches)?;
-    if names.is_empty() {
-        if benches.is_empty() {
-            bail!("package `{PACKAGE}` has no bench targets");
-        }
-        names = benches;
+    let (names, forward) = split_args(args, &benches)?;
+    if benches.is_empty() {
+        bail!("package `{PACKAGE}` has no bench targets");
     }
-    for name in &names {
-        let cmd = command(name, &forward);
+    for name in &with_peak_first(&names, &benches) {
+        // The peak bench takes no arguments: those are for the benches asked for.
+        let cmd = command(name, if name == PEAK { &[] } else { &forward });
         announce(&format!("bench {name}"), &cmd.display());
         let start = Instant::now();
         cmd.run(ws).map_err(|err| {
@@ -122,6 +136,28 @@ mod tests {
     /// Splits `words` against the benches `envs`, `storage` and `collect`.
     fn split(words: &[&str]) -> Result<(Vec<String>, Vec<String>)> {
         split_args(&owned(words), &owned(&["envs", "storage", "collect"]))
+    }
+
+    #[test]
+    fn the_peak_runs_first_and_once() {
+        let benches = owned(&["envs", "nn", "peak"]);
+        assert_eq!(
+            with_peak_first(&[], &benches),
+            owned(&["peak", "envs", "nn"])
+        );
+        assert_eq!(
+            with_peak_first(&owned(&["nn"]), &benches),
+            owned(&["peak", "nn"])
+        );
+        assert_eq!(
+            with_peak_first(&owned(&["peak"]), &benches),
+            owned(&["peak"])
+        );
+        // A package without the peak bench runs what was asked.
+        assert_eq!(
+            with_peak_first(&owned(&["nn"]), &owned(&["nn"])),
+            owned(&["nn"])
+        );
     }
 
     #[test]

@@ -68,6 +68,7 @@ mod lstm;
 mod mlp;
 mod module;
 mod ops;
+mod pool;
 
 pub use activation::Activation;
 pub use adam::{Adam, AdamConfig, AdamState};
@@ -77,11 +78,12 @@ pub use checkpoint::{
 };
 pub use error::{Error, Result};
 pub use init::Init;
-pub use linalg::{Accumulate, MatRef, matmul};
+pub use linalg::{Accumulate, FmaPeak, MatRef, fma_peak, matmul, matmul_on};
 pub use lstm::{Lstm, LstmState, LstmWorkspace, Sequence, SequenceGrads};
 pub use mlp::{Linear, Mlp, MlpSpec, MlpWorkspace, Parameters};
 pub use module::{Architecture, Module, TensorSpec, Usage, Weights};
 pub use ops::{clip_grad_norm, polyak};
+pub use pool::{MAX_THREADS, Pool};
 
 #[cfg(test)]
 mod tests;

@@ -107,13 +107,7 @@ pub enum Accumulate {
 /// If the shapes do not agree or a view leaves its slice. Layers pass shapes they
 /// computed themselves, so this is a bug check, never a user error.
 pub fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Accumulate) {
-    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
-    assert!(
-        rhs.rows == k && dst.len() == m * n && lhs.in_bounds() && rhs.in_bounds(),
-        "matmul shapes: dst {} for {m}x{k} * {}x{n}",
-        dst.len(),
-        rhs.rows
-    );
+    let (m, k, n) = check_shapes(dst, lhs, rhs);
     if m == 0 || n == 0 {
         return;
     }
@@ -126,7 +120,33 @@ pub fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Acc
     kernel::matmul(dst, lhs, rhs, accumulate);
 }
 
+/// `(m, k, n)` of a product.
+///
+/// # Panics
+/// If the shapes do not agree or a view leaves its slice.
+fn check_shapes(dst: &[f32], lhs: MatRef<'_>, rhs: MatRef<'_>) -> (usize, usize, usize) {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    assert!(
+        rhs.rows == k && m.checked_mul(n) == Some(dst.len()) && lhs.in_bounds() && rhs.in_bounds(),
+        "matmul shapes: dst {} for {m}x{k} * {}x{n}",
+        dst.len(),
+        rhs.rows
+    );
+    (m, k, n)
+}
+
 mod kernel;
+mod parallel;
+mod peak;
+
+pub use parallel::matmul_on;
+
+/// Rows per thread when a product is split (`m`: not split); for the pool's tests.
+#[cfg(test)]
+pub(crate) fn parallel_rows_for_tests(m: usize, k: usize, n: usize, threads: usize) -> usize {
+    kernel::parallel_rows(m, k, n, threads)
+}
+pub use peak::{FmaPeak, fma_peak};
 
 #[cfg(test)]
 mod tests;

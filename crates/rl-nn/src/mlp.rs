@@ -5,12 +5,15 @@
 //! as in the equivalent `nn.Sequential` (`0.weight`, `0.bias`, `2.weight` ..., the odd
 //! indices being the activations), so exported weights load into PyTorch by name.
 
+use std::sync::Arc;
+
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, check_len};
 use crate::init::fill_layer;
-use crate::linalg::{Accumulate, MatRef, matmul};
+use crate::linalg::{Accumulate, MatRef, matmul, matmul_on};
+use crate::pool::Pool;
 use crate::{Activation, Architecture, Init, Module, TensorSpec, Weights};
 
 /// One fully connected layer `y = x W^T + b` inside a flat parameter vector: its shape
@@ -82,8 +85,22 @@ impl Linear {
         y: &mut [f32],
         activation: Option<Activation>,
     ) {
+        self.forward_on(None, params, x, rows, y, activation);
+    }
+
+    /// [`Linear::forward_activated`], its product on `pool` if one is given.
+    pub(crate) fn forward_on(
+        &self,
+        pool: Option<&Pool>,
+        params: &[f32],
+        x: &[f32],
+        rows: usize,
+        y: &mut [f32],
+        activation: Option<Activation>,
+    ) {
         let y = &mut y[..rows * self.outputs];
-        matmul(
+        product(
+            pool,
             y,
             MatRef::row_major(&x[..rows * self.inputs], rows, self.inputs),
             MatRef::transposed(&params[self.weight()], self.inputs, self.outputs),
@@ -106,8 +123,21 @@ impl Linear {
     /// # Panics
     /// If a slice is shorter than the shapes say (a bug in the calling network).
     pub fn backward_params(&self, x: &[f32], dy: &[f32], rows: usize, grads: &mut [f32]) {
+        self.backward_params_on(None, x, dy, rows, grads);
+    }
+
+    /// [`Linear::backward_params`], its product on `pool` if one is given.
+    pub(crate) fn backward_params_on(
+        &self,
+        pool: Option<&Pool>,
+        x: &[f32],
+        dy: &[f32],
+        rows: usize,
+        grads: &mut [f32],
+    ) {
         let dy = &dy[..rows * self.outputs];
-        matmul(
+        product(
+            pool,
             &mut grads[self.weight()],
             MatRef::transposed(dy, self.outputs, rows),
             MatRef::row_major(&x[..rows * self.inputs], rows, self.inputs),
@@ -133,12 +163,40 @@ impl Linear {
         dx: &mut [f32],
         accumulate: Accumulate,
     ) {
-        matmul(
+        self.backward_input_on(None, params, dy, rows, dx, accumulate);
+    }
+
+    /// [`Linear::backward_input`], its product on `pool` if one is given.
+    pub(crate) fn backward_input_on(
+        &self,
+        pool: Option<&Pool>,
+        params: &[f32],
+        dy: &[f32],
+        rows: usize,
+        dx: &mut [f32],
+        accumulate: Accumulate,
+    ) {
+        product(
+            pool,
             &mut dx[..rows * self.inputs],
             MatRef::row_major(&dy[..rows * self.outputs], rows, self.outputs),
             MatRef::row_major(&params[self.weight()], self.outputs, self.inputs),
             accumulate,
         );
+    }
+}
+
+/// [`matmul_on`] on `pool`, or [`matmul`] on the calling thread.
+fn product(
+    pool: Option<&Pool>,
+    dst: &mut [f32],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    accumulate: Accumulate,
+) {
+    match pool {
+        Some(pool) => matmul_on(pool, dst, lhs, rhs, accumulate),
+        None => matmul(dst, lhs, rhs, accumulate),
     }
 }
 
@@ -379,6 +437,7 @@ impl Module for Mlp {
             spec: self.spec.clone(),
             max_rows,
             rows: 0,
+            pool: None,
         }
     }
 
@@ -407,7 +466,14 @@ impl Module for Mlp {
             let (done, rest) = ws.activations.split_at_mut(l + 1);
             let y = &mut rest[0][..rows * layer.outputs];
             let activation = (l < last).then_some(self.spec.activation);
-            layer.forward_activated(&self.params, &done[l], rows, y, activation);
+            layer.forward_on(
+                ws.pool.as_deref(),
+                &self.params,
+                &done[l],
+                rows,
+                y,
+                activation,
+            );
         }
         Ok(&ws.activations[last + 1][..rows * self.output_dim()])
     }
@@ -440,24 +506,33 @@ impl Module for Mlp {
             activations,
             delta,
             next_delta,
+            pool,
             ..
         } = ws;
+        let pool = pool.as_deref();
         delta[..output_grads.len()].copy_from_slice(output_grads);
         for (l, layer) in self.layers.iter().enumerate().rev() {
             let dy = &delta[..rows * layer.outputs];
             let x = &activations[l][..rows * layer.inputs];
             if let Some(grads) = param_grads.as_deref_mut() {
-                layer.backward_params(x, dy, rows, grads);
+                layer.backward_params_on(pool, x, dy, rows, grads);
             }
             if l == 0 {
                 if let Some(dx) = input_grads {
-                    layer.backward_input(&self.params, dy, rows, dx, Accumulate::Overwrite);
+                    layer.backward_input_on(
+                        pool,
+                        &self.params,
+                        dy,
+                        rows,
+                        dx,
+                        Accumulate::Overwrite,
+                    );
                 }
                 break;
             }
             // dx = dy W, then through the activation that produced x.
             let dx = &mut next_delta[..rows * layer.inputs];
-            layer.backward_input(&self.params, dy, rows, dx, Accumulate::Overwrite);
+            layer.backward_input_on(pool, &self.params, dy, rows, dx, Accumulate::Overwrite);
             self.spec.activation.backward(x, dx);
             std::mem::swap(delta, next_delta);
         }
@@ -476,6 +551,8 @@ pub struct MlpWorkspace {
     activations: Vec<Vec<f32>>,
     delta: Vec<f32>,
     next_delta: Vec<f32>,
+    /// Threads the products run on (`None`: the calling thread only).
+    pool: Option<Arc<Pool>>,
 }
 
 impl MlpWorkspace {
@@ -495,6 +572,19 @@ impl MlpWorkspace {
     /// Largest batch.
     pub fn max_rows(&self) -> usize {
         self.max_rows
+    }
+
+    /// Runs the passes through this workspace on `pool`'s threads (`None`: on the
+    /// calling thread, the default). Results are bit-identical whatever the pool's size
+    /// ([`matmul_on`](crate::matmul_on)); only large layers are split (about a million
+    /// multiply-adds per product, e.g. 256 x 256 at 16 rows or more).
+    pub fn set_pool(&mut self, pool: Option<Arc<Pool>>) {
+        self.pool = pool;
+    }
+
+    /// The pool the passes run on, if any.
+    pub fn pool(&self) -> Option<&Arc<Pool>> {
+        self.pool.as_ref()
     }
 
     /// Bytes held by its buffers ([`Module::workspace_bytes`] of its network).

@@ -13,17 +13,20 @@
 //!   remainders use masked loads and stores (AVX-512 `k` masks, AVX2 `vmaskmovps`), row
 //!   remainders a kernel instantiated for that many rows; the destination is overwritten
 //!   or added to in the store, so `dst` is read at most once per `kc` block.
-//! - **Operands in place when possible.** `lhs` is read in place: the kernel broadcasts
-//!   its elements from their strided positions (a kernel specialised for row stride 1,
-//!   the `dy^T` of a weight gradient, uses immediate offsets). `rhs` is read in place when
-//!   its rows are contiguous (column stride 1, the `W` of an input gradient) and packed
-//!   otherwise (the `W^T` of a forward pass): into `kc x NR` panels, 64-byte aligned, with
-//!   16 x 16 (AVX-512) or 8 x 8 (AVX2) transposes in registers. Either operand is packed anyway when
-//!   its stride is a multiple of 1024 floats: rows 4 KiB apart fall into the same L1 sets.
-//! - **Blocking.** `kc <= KC` (256) steps per kernel call keep the kernel's `MR x kc`
-//!   strip of `lhs` in L1 while it sweeps a `kc x nc` block of `rhs` (`nc <= NC`, 512
-//!   columns) held in L2; the first `kc` block applies the caller's [`Accumulate`], later
-//!   ones add.
+//! - **Operands.** `lhs` is read in place: the kernel broadcasts its elements from their
+//!   strided positions (packed into `MR x kc` strips only when its strides are multiples
+//!   of 1024 floats: rows 4 KiB apart fall into the same L1 sets). `rhs` is packed into
+//!   `kc x NR` panels, 64-byte aligned, when its rows are not contiguous (the `W^T` of a
+//!   forward pass, with 16 x 16 or 8 x 8 transposes in registers), when they alias, or
+//!   when it is larger than an eighth of L2 and several strips reuse it; otherwise it is
+//!   read in place. The AVX2 6 x 16 tile has an unrolled variant for full tiles (with
+//!   immediate offsets on packed operands).
+//! - **Blocking** (BLIS loop order, sizes from [`cache::Blocking`]: the CPU's caches from
+//!   sysfs or CPUID): for each `kc x nc` block of `rhs`, each `mc x kc` block of `lhs`,
+//!   each `kc x NR` panel (in L1) and each strip of `lhs` (from L2). `kc` (256 on every
+//!   current x86 core) is the same for every tile shape, so the order of summation never
+//!   depends on which kernel a block of rows takes; the first `kc` block applies the
+//!   caller's [`Accumulate`], later ones add.
 //! - **Thin shapes**, where a tile would leave most lanes idle (on every path, the
 //!   portable one in plain Rust):
 //!   - at most 4 columns and `lhs` rows contiguous (a value head's `x * w^T`, the input
@@ -42,7 +45,8 @@
 //! than any earlier call on its thread resizes one (an allocation), every other call reuses
 //! them. After one warm-up call with each shape (or with the largest shapes), a thread
 //! multiplies without touching the allocator. What they grow to: for the blocked product,
-//! at most `KC * NC + 12 * KC` floats plus alignment (about 524 KiB) whatever the shape;
+//! at most `kc * nc + mc * kc` floats plus alignment (at most 4 MiB for `rhs` panels of
+//! 4096 columns, 256 KiB on Zen 3 for 256-wide layers);
 //! for the thin shapes, `n * k` floats (dot products with a strided `rhs`, `n <= 4`),
 //! `k * round_up(n, 16)` (rank updates of a transposed `rhs`, `k <= 4`), or `m * n` (the
 //! transposed destination, `n <= 8`). The buffers are freed when their thread exits.
@@ -68,10 +72,6 @@ use rl_core::simd::Isa;
 
 use super::{Accumulate, MatRef};
 
-/// Inner-dimension block: steps of `k` per microkernel call.
-const KC: usize = 256;
-/// Column block of `rhs` packed (or swept in place) per `kc` block.
-const NC: usize = 512;
 /// Packed panels start on this many floats (64 bytes).
 const ALIGN: usize = 16;
 
@@ -88,6 +88,24 @@ thread_local! {
 /// As [`matmul_with`].
 pub(crate) fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Accumulate) {
     matmul_with(Isa::detect(), dst, lhs, rhs, accumulate);
+}
+
+/// Multiply-adds below which [`parallel_rows`] keeps a product on one thread.
+const PARALLEL_MIN: usize = 1 << 20;
+/// Row blocks of a split product are multiples of this: every tile height (12, 6, 4, 3)
+/// divides it, so no thread gets a ragged strip in the middle of `dst`.
+const PARALLEL_ROWS: usize = 12;
+
+/// Rows per thread when a `m x k x n` product is split across `threads` threads: `m`
+/// (no split) for small or thin products. A split only ever takes the blocked paths,
+/// whose arithmetic per element (one chain of FMAs over `k` in `kc` blocks) does not
+/// depend on how many rows a call has, so any split gives the same bits.
+pub(crate) fn parallel_rows(m: usize, k: usize, n: usize, threads: usize) -> usize {
+    let thin = k <= 4 || n <= 4;
+    if threads < 2 || thin || m.saturating_mul(k).saturating_mul(n) < PARALLEL_MIN {
+        return m;
+    }
+    m.div_ceil(threads).next_multiple_of(PARALLEL_ROWS)
 }
 
 /// `dst (m x n, row-major) = lhs * rhs` (or `+=`) on the given kernels.
@@ -278,34 +296,66 @@ trait Micro {
 /// place.
 const ALIASING: usize = 1024;
 
-/// The blocked product: `rhs` in place or packed, `lhs` in place or (for strides that
-/// alias in L1) packed per `MR x kc` strip, then one [`Micro::tile`] per tile.
+/// The blocked product, loops in the order of BLIS (Goto's algorithm): for each `kc x nc`
+/// block of `rhs` (packed into `kc x NR` panels, or read in place), for each `mc x kc`
+/// block of `lhs` (packed into `MR x kc` strips, or read in place), the tiles column
+/// panel by column panel, so that one `kc x NR` panel of `rhs` stays in L1 while the
+/// strips of `lhs` stream from L2. Block sizes come from the CPU's caches
+/// ([`cache::Blocking`]).
 fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
+    drive_blocked::<K>(cache::Blocking::new(K::MR, K::NR), dst, lhs, rhs, add);
+}
+
+/// [`drive`] with the given block sizes (tests use small ones to cross every block).
+fn drive_blocked<K: Micro>(
+    blocking: cache::Blocking,
+    dst: &mut [f32],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    add: bool,
+) {
     let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
     let (ars, acs) = (lhs.row_stride(), lhs.col_stride());
     let (brs, bcs) = (rhs.row_stride(), rhs.col_stride());
-    let pack_b = bcs != 1 || (m >= 4 * K::MR && brs.is_multiple_of(ALIASING));
+    // Packing `rhs` costs one pass over it; it pays when its rows are not contiguous,
+    // when they alias in L1, or when several strips of `lhs` reuse a block too large to
+    // stay in L1 and the L2 prefetchers as it is (measured on Zen 3: 128 x 128 in place
+    // is faster, 256 x 256 packed).
+    let pack_b = bcs != 1
+        || (m >= 4 * K::MR && brs.is_multiple_of(ALIASING))
+        || (m > 2 * K::MR && k * n * size_of::<f32>() > blocking.l2 / 8);
+    // `lhs` is read in place (each strip's rows stream through L1 with the hardware
+    // prefetchers; packing it cost more than it saved on Zen 3 up to 1024 rows), except
+    // when its strides alias in L1.
     let pack_a = n > K::NR
         && m > 1
         && ((acs == 1 && ars.is_multiple_of(ALIASING))
             || (ars == 1 && acs.is_multiple_of(ALIASING)));
+    let (kc_max, mc_max, nc_max) = (
+        blocking.kc.min(k),
+        blocking.mc_for(m, K::MR),
+        blocking.nc_for(n, K::NR),
+    );
     let c = dst.as_mut_ptr();
     let b = rhs.data().as_ptr();
     SCRATCH.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
         let b_len = if pack_b {
-            k.min(KC) * n.min(NC).next_multiple_of(K::NR)
+            (kc_max * nc_max.next_multiple_of(K::NR)).next_multiple_of(ALIGN)
         } else {
             0
         };
         // `lhs` strips start on an aligned boundary too: `b_len` is a multiple of 16.
-        let a_len = if pack_a { K::MR * k.min(KC) } else { 0 };
-        let (panels, strip) = aligned(&mut scratch, b_len.next_multiple_of(ALIGN) + a_len)
-            .split_at_mut(b_len.next_multiple_of(ALIGN));
-        for jc in (0..n).step_by(NC) {
-            let nc = NC.min(n - jc);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
+        let a_len = if pack_a {
+            mc_max.next_multiple_of(K::MR) * kc_max
+        } else {
+            0
+        };
+        let (panels, strips) = aligned(&mut scratch, b_len + a_len).split_at_mut(b_len);
+        for jc in (0..n).step_by(nc_max) {
+            let nc = nc_max.min(n - jc);
+            for pc in (0..k).step_by(kc_max) {
+                let kc = kc_max.min(k - pc);
                 let (b_block, b_rs, panel_stride) = if pack_b {
                     // SAFETY:
                     // - `K` is only instantiated for an `Isa` whose `is_supported()`
@@ -315,45 +365,54 @@ fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool)
                 } else {
                     (b.wrapping_add(pc * brs + jc), brs, K::NR)
                 };
-                for ir in (0..m).step_by(K::MR) {
-                    let mr = K::MR.min(m - ir);
-                    let (a, a_rs, a_cs) = if pack_a {
-                        // SAFETY:
-                        // - `K` is only instantiated for an `Isa` whose `is_supported()`
-                        //   `matmul_with` asserted.
-                        unsafe { K::pack_lhs(strip, lhs, ir, mr, pc, kc) };
-                        (strip.as_ptr(), 1, K::MR)
-                    } else {
-                        (lhs.data()[ir * ars + pc * acs..].as_ptr(), ars, acs)
-                    };
+                for ic in (0..m).step_by(mc_max) {
+                    let mc = mc_max.min(m - ic);
+                    if pack_a {
+                        for (s, ir) in (ic..ic + mc).step_by(K::MR).enumerate() {
+                            let mr = K::MR.min(ic + mc - ir);
+                            let strip = &mut strips[s * K::MR * kc..(s + 1) * K::MR * kc];
+                            // SAFETY:
+                            // - `K` is only instantiated for an `Isa` whose
+                            //   `is_supported()` `matmul_with` asserted.
+                            unsafe { K::pack_lhs(strip, lhs, ir, mr, pc, kc) };
+                        }
+                    }
                     for (q, jr) in (0..nc).step_by(K::NR).enumerate() {
-                        let tile = Tile {
-                            mr,
-                            nr: K::NR.min(nc - jr),
-                            kc,
-                            a,
-                            ars: a_rs,
-                            acs: a_cs,
-                            b: b_block.wrapping_add(q * panel_stride),
-                            brs: b_rs,
-                            c: c.wrapping_add(ir * n + jc + jr),
-                            ldc: n,
-                            add: add || pc > 0,
-                        };
-                        // SAFETY:
-                        // - `K` is only instantiated by `matmul_with` for an `Isa` whose
-                        //   `is_supported()` it asserted;
-                        // - `mr`, `nr` and `kc` are clamped to the tile and block sizes and
-                        //   are positive because `m`, `n` and `k` are;
-                        // - `lhs` reads are elements `(ir + i, pc + p)` of the view, inside
-                        //   its slice as `in_bounds` asserted, or of the strip `pack_lhs`
-                        //   filled (`MR * kc` floats); `rhs` reads are elements
-                        //   `(pc + p, jc + jr + j)` of the view (in place, column stride 1)
-                        //   or of a panel `pack` filled inside `panels`, which holds
-                        //   `kc * round_up(nc, NR)` floats;
-                        // - `dst` elements `(ir + i, jc + jr + j)` lie inside `dst`
-                        //   (`m * n` floats), borrowed mutably for the whole call.
-                        unsafe { K::tile(&tile) };
+                        for (s, ir) in (ic..ic + mc).step_by(K::MR).enumerate() {
+                            let (a, a_rs, a_cs) = if pack_a {
+                                (strips[s * K::MR * kc..].as_ptr(), 1, K::MR)
+                            } else {
+                                (lhs.data()[ir * ars + pc * acs..].as_ptr(), ars, acs)
+                            };
+                            let tile = Tile {
+                                mr: K::MR.min(ic + mc - ir),
+                                nr: K::NR.min(nc - jr),
+                                kc,
+                                a,
+                                ars: a_rs,
+                                acs: a_cs,
+                                b: b_block.wrapping_add(q * panel_stride),
+                                brs: b_rs,
+                                c: c.wrapping_add(ir * n + jc + jr),
+                                ldc: n,
+                                add: add || pc > 0,
+                            };
+                            // SAFETY:
+                            // - `K` is only instantiated by `matmul_with` for an `Isa`
+                            //   whose `is_supported()` it asserted;
+                            // - `mr`, `nr` and `kc` are clamped to the tile and block sizes
+                            //   and are positive because `m`, `n` and `k` are;
+                            // - `lhs` reads are elements `(ir + i, pc + p)` of the view,
+                            //   inside its slice as `in_bounds` asserted, or of strip `s`
+                            //   that `pack_lhs` filled (`MR * kc` floats inside `strips`,
+                            //   which holds `round_up(mc, MR) * kc`); `rhs` reads are
+                            //   elements `(pc + p, jc + jr + j)` of the view (in place,
+                            //   column stride 1) or of a panel `pack` filled inside
+                            //   `panels`, which holds `kc * round_up(nc, NR)` floats;
+                            // - `dst` elements `(ir + i, jc + jr + j)` lie inside `dst`
+                            //   (`m * n` floats), borrowed mutably for the whole call.
+                            unsafe { K::tile(&tile) };
+                        }
                     }
                 }
             }
@@ -382,51 +441,6 @@ fn pack_strip(
             for (i, x) in column[..mr].iter_mut().enumerate() {
                 *x = data[start + i * ars];
             }
-        }
-    }
-}
-
-/// [`pack_strip`] for `lhs` with column stride 1 (rows contiguous) and `mr_full <= 16`,
-/// 16 columns at a time transposed in registers.
-///
-/// # Safety
-/// AVX-512F.
-///
-/// # Panics
-/// If `lhs` has a column stride other than 1, `mr_full` exceeds 16, `strip` is shorter
-/// than `kc * mr_full`, or the block leaves the view.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn avx512_pack_strip(
-    strip: &mut [f32],
-    lhs: MatRef<'_>,
-    (ir, mr, mr_full): (usize, usize, usize),
-    pc: usize,
-    kc: usize,
-) {
-    let (data, ars) = (lhs.data(), lhs.row_stride());
-    assert!(lhs.col_stride() == 1 && mr <= mr_full && mr_full <= 16);
-    assert!(ir + mr <= lhs.rows() && pc + kc <= lhs.cols());
-    let strip = &mut strip[..kc * mr_full];
-    let lanes = mask16(mr_full);
-    for p0 in (0..kc).step_by(16) {
-        let depth = 16.min(kc - p0);
-        let mask = mask16(depth);
-        let mut rows = [_mm512_setzero_ps(); 16];
-        for (i, row) in rows.iter_mut().enumerate().take(mr) {
-            let start = (ir + i) * ars + pc + p0;
-            let src = &data[start..start + depth];
-            // SAFETY:
-            // - the mask enables exactly `depth` lanes, all inside `src`.
-            *row = unsafe { _mm512_maskz_loadu_ps(mask, src.as_ptr()) };
-        }
-        let columns = transpose16(rows);
-        for (p, column) in columns.iter().enumerate().take(depth) {
-            let start = (p0 + p) * mr_full;
-            let dst = &mut strip[start..start + mr_full];
-            // SAFETY:
-            // - the mask enables exactly `mr_full` lanes, all inside `dst`.
-            unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr(), lanes, *column) };
         }
     }
 }
@@ -491,724 +505,6 @@ macro_rules! by_rows {
     };
 }
 
-/// The portable kernel: plain Rust over arrays, vectorised by the compiler.
-#[derive(Debug)]
-struct Portable;
-
-impl Micro for Portable {
-    const MR: usize = 4;
-    const NR: usize = PORTABLE_NR;
-
-    unsafe fn tile(t: &Tile) {
-        // SAFETY:
-        // - `by_rows!` picks the instantiation with exactly `t.mr` rows (`1..=4`);
-        // - the caller upholds the memory contract, which the kernels share.
-        unsafe { by_rows!(t.mr, portable_tile, [], (t), 1 2 3 4) }
-    }
-}
-
-/// [`Portable`]'s kernel for `MR` rows.
-///
-/// # Safety
-/// As [`Micro::tile`], with `t.mr == MR`.
-unsafe fn portable_tile<const MR: usize>(t: &Tile) {
-    if t.nr == PORTABLE_NR {
-        // SAFETY:
-        // - `t.nr == NR`, as the full-width variant requires;
-        // - the caller upholds the rest of the contract, which the variant shares.
-        unsafe { portable_tile_width::<MR, true>(t) }
-    } else {
-        // SAFETY:
-        // - the caller upholds the contract, which the variant shares.
-        unsafe { portable_tile_width::<MR, false>(t) }
-    }
-}
-
-/// Columns of a [`Portable`] tile.
-const PORTABLE_NR: usize = 8;
-
-/// [`portable_tile`], with whole rows of `rhs` read at once if `FULL`.
-///
-/// # Safety
-/// As [`Micro::tile`], with `t.mr == MR`, and `t.nr == 8` if `FULL`.
-unsafe fn portable_tile_width<const MR: usize, const FULL: bool>(t: &Tile) {
-    const NR: usize = PORTABLE_NR;
-    let mut acc = [[0.0f32; NR]; MR];
-    let mut a = t.a;
-    let mut b = t.b;
-    for _ in 0..t.kc {
-        let row = if FULL {
-            // SAFETY:
-            // - `FULL` means `nr == 8`: the row's 8 floats of the current step `p < kc` are
-            //   readable by the contract (`read_unaligned` needs no alignment).
-            unsafe { b.cast::<[f32; NR]>().read_unaligned() }
-        } else {
-            let mut row = [0.0f32; NR];
-            for (j, r) in row.iter_mut().enumerate().take(t.nr) {
-                // SAFETY:
-                // - `j < nr` and the current step `p < kc`: readable by the contract.
-                *r = unsafe { *b.wrapping_add(j) };
-            }
-            row
-        };
-        for (i, acc) in acc.iter_mut().enumerate() {
-            // SAFETY:
-            // - `i < mr` and the current step `p < kc`: readable by the contract.
-            let x = unsafe { *a.wrapping_add(i * t.ars) };
-            for (acc, r) in acc.iter_mut().zip(row) {
-                *acc += x * r;
-            }
-        }
-        a = a.wrapping_add(t.acs);
-        b = b.wrapping_add(t.brs);
-    }
-    for (i, acc) in acc.iter().enumerate() {
-        for (j, acc) in acc.iter().enumerate().take(t.nr) {
-            let c = t.c.wrapping_add(i * t.ldc + j);
-            // SAFETY:
-            // - `i < mr`, `j < nr`: readable, writable and unaliased by the contract.
-            unsafe { *c = if t.add { *c + acc } else { *acc } };
-        }
-    }
-}
-
-/// [`dot_columns`] in plain Rust: one row at a time, 8 partial sums per dot product.
-fn portable_dot(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
-    let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
-    let (data, brs, bcs) = (rhs.data(), rhs.row_stride(), rhs.col_stride());
-    let (a, ars) = (lhs.data(), lhs.row_stride());
-    let mut run = |columns: &[f32], stride: usize| {
-        for (i, out) in dst.chunks_exact_mut(n).enumerate().take(m) {
-            let row = &a[i * ars..i * ars + k];
-            for (j, out) in out.iter_mut().enumerate() {
-                let sum = dot8(row, &columns[j * stride..j * stride + k]);
-                *out = if add { *out + sum } else { sum };
-            }
-        }
-    };
-    if brs == 1 {
-        // Column `j` starts at `j * bcs`: the view's bounds cover its `k` elements.
-        let len = (n - 1) * bcs + k;
-        run(&data[..len], bcs);
-    } else {
-        SCRATCH.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
-            let packed = aligned(&mut scratch, n * k);
-            for (j, packed) in packed.chunks_exact_mut(k).enumerate() {
-                for (p, x) in packed.iter_mut().enumerate() {
-                    *x = data[p * brs + j * bcs];
-                }
-            }
-            run(packed, k);
-        });
-    }
-}
-
-/// The dot product of two slices of one length, in 8 independent partial sums (which the
-/// compiler keeps in vector registers).
-fn dot8(x: &[f32], y: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (xc, yc) = (x.chunks_exact(8), y.chunks_exact(8));
-    let tail: f32 = xc
-        .remainder()
-        .iter()
-        .zip(yc.remainder())
-        .map(|(a, b)| a * b)
-        .sum();
-    for (xs, ys) in xc.zip(yc) {
-        for ((acc, a), b) in acc.iter_mut().zip(xs).zip(ys) {
-            *acc += a * b;
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-/// [`rank_update`] in plain Rust: each row of `dst` gets `k <= 4` scaled rows of `rhs`.
-fn portable_rank(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
-    let (k, n) = (lhs.cols(), rhs.cols());
-    let (data, brs, bcs) = (rhs.data(), rhs.row_stride(), rhs.col_stride());
-    let (a, ars, acs) = (lhs.data(), lhs.row_stride(), lhs.col_stride());
-    let mut run = |b: &[f32], stride: usize| {
-        for (i, out) in dst.chunks_exact_mut(n).enumerate() {
-            if !add {
-                out.fill(0.0);
-            }
-            for p in 0..k {
-                let x = a[i * ars + p * acs];
-                for (c, y) in out.iter_mut().zip(&b[p * stride..p * stride + n]) {
-                    *c += x * y;
-                }
-            }
-        }
-    };
-    if bcs == 1 {
-        // Row `p` starts at `p * brs`: the view's bounds cover its `n` elements.
-        let len = (k - 1) * brs + n;
-        run(&data[..len], brs);
-    } else {
-        SCRATCH.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
-            let packed = aligned(&mut scratch, k * n);
-            pack_panels(packed, rhs, 0, k, 0, n, n);
-            run(packed, n);
-        });
-    }
-}
-
-/// The AVX-512 kernel: 12 x 32 tiles.
-#[cfg(target_arch = "x86_64")]
-#[derive(Debug)]
-struct Avx512;
-
-#[cfg(target_arch = "x86_64")]
-impl Micro for Avx512 {
-    const MR: usize = 12;
-    const NR: usize = 32;
-
-    unsafe fn tile(t: &Tile) {
-        // SAFETY:
-        // - the caller guarantees AVX-512F;
-        // - `by_rows!` picks the instantiation with exactly `t.mr` rows, the vector count
-        //   covers `t.nr` columns, and the unit-stride variant only runs when `ars == 1`;
-        // - the caller upholds the memory contract, which the kernels share.
-        unsafe {
-            match (t.nr > 16, t.ars == 1) {
-                (true, true) => {
-                    by_rows!(t.mr, avx512_tile, [2, true], (t), 1 2 3 4 5 6 7 8 9 10 11 12)
-                }
-                (true, false) => {
-                    by_rows!(t.mr, avx512_tile, [2, false], (t), 1 2 3 4 5 6 7 8 9 10 11 12)
-                }
-                (false, true) => {
-                    by_rows!(t.mr, avx512_tile, [1, true], (t), 1 2 3 4 5 6 7 8 9 10 11 12)
-                }
-                (false, false) => {
-                    by_rows!(t.mr, avx512_tile, [1, false], (t), 1 2 3 4 5 6 7 8 9 10 11 12)
-                }
-            }
-        }
-    }
-
-    unsafe fn pack(
-        panels: &mut [f32],
-        rhs: MatRef<'_>,
-        pc: usize,
-        kc: usize,
-        jc: usize,
-        nc: usize,
-    ) {
-        if rhs.row_stride() == 1 {
-            // SAFETY:
-            // - the caller guarantees AVX-512F.
-            unsafe { avx512_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
-        } else {
-            pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
-        }
-    }
-
-    unsafe fn pack_lhs(
-        strip: &mut [f32],
-        lhs: MatRef<'_>,
-        ir: usize,
-        mr: usize,
-        pc: usize,
-        kc: usize,
-    ) {
-        if lhs.col_stride() == 1 {
-            // SAFETY:
-            // - the caller guarantees AVX-512F.
-            unsafe { avx512_pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc) };
-        } else {
-            pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc);
-        }
-    }
-}
-
-/// The AVX-512 kernel with 6 x 64 tiles.
-#[cfg(target_arch = "x86_64")]
-#[derive(Debug)]
-struct Avx512Wide;
-
-#[cfg(target_arch = "x86_64")]
-impl Micro for Avx512Wide {
-    const MR: usize = 6;
-    const NR: usize = 64;
-
-    unsafe fn tile(t: &Tile) {
-        // SAFETY:
-        // - the caller guarantees AVX-512F;
-        // - `by_rows!` picks the instantiation with exactly `t.mr` rows, the vector count
-        //   covers `t.nr` columns, and the unit-stride variant only runs when `ars == 1`;
-        // - the caller upholds the memory contract, which the kernels share.
-        unsafe {
-            match (t.nr.div_ceil(16), t.ars == 1) {
-                (4, true) => by_rows!(t.mr, avx512_tile, [4, true], (t), 1 2 3 4 5 6),
-                (4, false) => by_rows!(t.mr, avx512_tile, [4, false], (t), 1 2 3 4 5 6),
-                (3, true) => by_rows!(t.mr, avx512_tile, [3, true], (t), 1 2 3 4 5 6),
-                (3, false) => by_rows!(t.mr, avx512_tile, [3, false], (t), 1 2 3 4 5 6),
-                (2, true) => by_rows!(t.mr, avx512_tile, [2, true], (t), 1 2 3 4 5 6),
-                (2, false) => by_rows!(t.mr, avx512_tile, [2, false], (t), 1 2 3 4 5 6),
-                (_, true) => by_rows!(t.mr, avx512_tile, [1, true], (t), 1 2 3 4 5 6),
-                (_, false) => by_rows!(t.mr, avx512_tile, [1, false], (t), 1 2 3 4 5 6),
-            }
-        }
-    }
-
-    unsafe fn pack(
-        panels: &mut [f32],
-        rhs: MatRef<'_>,
-        pc: usize,
-        kc: usize,
-        jc: usize,
-        nc: usize,
-    ) {
-        if rhs.row_stride() == 1 {
-            // SAFETY:
-            // - the caller guarantees AVX-512F.
-            unsafe { avx512_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
-        } else {
-            pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
-        }
-    }
-
-    unsafe fn pack_lhs(
-        strip: &mut [f32],
-        lhs: MatRef<'_>,
-        ir: usize,
-        mr: usize,
-        pc: usize,
-        kc: usize,
-    ) {
-        if lhs.col_stride() == 1 {
-            // SAFETY:
-            // - the caller guarantees AVX-512F.
-            unsafe { avx512_pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc) };
-        } else {
-            pack_strip(strip, lhs, (ir, mr, Self::MR), pc, kc);
-        }
-    }
-}
-
-/// [`pack_panels`] for a `rhs` with row stride 1 (a transposed view: its columns are
-/// contiguous), 16 x 16 blocks at a time transposed in registers.
-///
-/// # Safety
-/// AVX-512F.
-///
-/// # Panics
-/// If `rhs` has a row stride other than 1, `nr` is not a multiple of 16, or `panels` is
-/// shorter than `kc * round_up(nc, nr)`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn avx512_pack_transposed(
-    panels: &mut [f32],
-    rhs: MatRef<'_>,
-    pc: usize,
-    kc: usize,
-    jc: usize,
-    nc: usize,
-    nr: usize,
-) {
-    let (data, bcs) = (rhs.data(), rhs.col_stride());
-    assert!(
-        rhs.row_stride() == 1
-            && nr.is_multiple_of(16)
-            && pc + kc <= rhs.rows()
-            && jc + nc <= rhs.cols()
-    );
-    let panels = &mut panels[..kc * nc.next_multiple_of(nr)];
-    for (q, panel) in panels.chunks_exact_mut(kc * nr).enumerate() {
-        for v in 0..nr / 16 {
-            let j0 = jc + q * nr + 16 * v;
-            if j0 >= jc + nc {
-                break;
-            }
-            let width = 16.min(jc + nc - j0);
-            for p0 in (0..kc).step_by(16) {
-                let depth = 16.min(kc - p0);
-                let mask = mask16(depth);
-                let mut cols = [_mm512_setzero_ps(); 16];
-                for (j, col) in cols.iter_mut().enumerate().take(width) {
-                    // Column `j0 + j`, rows `pc + p0..pc + p0 + depth`: in the view, whose
-                    // bounds `matmul_with` asserted; sliced here so the load is checked.
-                    let start = (j0 + j) * bcs + pc + p0;
-                    let src = &data[start..start + depth];
-                    // SAFETY:
-                    // - the mask enables exactly `depth` lanes, all inside `src`.
-                    *col = unsafe { _mm512_maskz_loadu_ps(mask, src.as_ptr()) };
-                }
-                let rows = transpose16(cols);
-                for (p, row) in rows.iter().enumerate().take(depth) {
-                    let start = (p0 + p) * nr + 16 * v;
-                    let dst = &mut panel[start..start + 16];
-                    // SAFETY:
-                    // - `dst` holds 16 floats.
-                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *row) };
-                }
-            }
-        }
-    }
-}
-
-/// [`avx512_pack_transposed`] on AVX2: 8 x 8 blocks transposed in registers.
-///
-/// # Safety
-/// AVX2.
-///
-/// # Panics
-/// If `rhs` has a row stride other than 1, `nr` is not a multiple of 8, or `panels` is
-/// shorter than `kc * round_up(nc, nr)`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn avx2_pack_transposed(
-    panels: &mut [f32],
-    rhs: MatRef<'_>,
-    pc: usize,
-    kc: usize,
-    jc: usize,
-    nc: usize,
-    nr: usize,
-) {
-    let (data, bcs) = (rhs.data(), rhs.col_stride());
-    assert!(
-        rhs.row_stride() == 1
-            && nr.is_multiple_of(8)
-            && pc + kc <= rhs.rows()
-            && jc + nc <= rhs.cols()
-    );
-    let panels = &mut panels[..kc * nc.next_multiple_of(nr)];
-    for (q, panel) in panels.chunks_exact_mut(kc * nr).enumerate() {
-        for v in 0..nr / 8 {
-            let j0 = jc + q * nr + 8 * v;
-            if j0 >= jc + nc {
-                break;
-            }
-            let width = 8.min(jc + nc - j0);
-            for p0 in (0..kc).step_by(8) {
-                let depth = 8.min(kc - p0);
-                let mask = mask8(depth);
-                let mut cols = [_mm256_setzero_ps(); 8];
-                for (j, col) in cols.iter_mut().enumerate().take(width) {
-                    // Column `j0 + j`, rows `pc + p0..pc + p0 + depth`: in the view, whose
-                    // bounds `matmul_with` asserted; sliced here so the load is checked.
-                    let start = (j0 + j) * bcs + pc + p0;
-                    let src = &data[start..start + depth];
-                    // SAFETY:
-                    // - with `depth == 8` all 8 lanes are inside `src`;
-                    // - otherwise the mask enables exactly `depth` lanes, all inside `src`,
-                    //   and `vmaskmovps` does not access the others.
-                    *col = unsafe {
-                        if depth == 8 {
-                            _mm256_loadu_ps(src.as_ptr())
-                        } else {
-                            _mm256_maskload_ps(src.as_ptr(), mask)
-                        }
-                    };
-                }
-                let rows = transpose8(cols);
-                for (p, row) in rows.iter().enumerate().take(depth) {
-                    let start = (p0 + p) * nr + 8 * v;
-                    let dst = &mut panel[start..start + 8];
-                    // SAFETY:
-                    // - `dst` holds 8 floats.
-                    unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *row) };
-                }
-            }
-        }
-    }
-}
-
-/// The transpose of the 8 x 8 matrix whose rows are `r`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
-    let t: [__m256; 8] = std::array::from_fn(|i| {
-        let (a, b) = (r[i & !1], r[i | 1]);
-        if i % 2 == 0 {
-            _mm256_unpacklo_ps(a, b)
-        } else {
-            _mm256_unpackhi_ps(a, b)
-        }
-    });
-    // u[4g + c] holds, in half h, rows 4g..4g+4 of column 4h + c.
-    let mut u = [_mm256_setzero_ps(); 8];
-    for g in 0..2 {
-        let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
-        u[4 * g] = _mm256_shuffle_ps::<0x44>(a, c);
-        u[4 * g + 1] = _mm256_shuffle_ps::<0xEE>(a, c);
-        u[4 * g + 2] = _mm256_shuffle_ps::<0x44>(b, d);
-        u[4 * g + 3] = _mm256_shuffle_ps::<0xEE>(b, d);
-    }
-    std::array::from_fn(|col| {
-        let c = col % 4;
-        if col < 4 {
-            _mm256_permute2f128_ps::<0x20>(u[c], u[4 + c])
-        } else {
-            _mm256_permute2f128_ps::<0x31>(u[c], u[4 + c])
-        }
-    })
-}
-
-/// The transpose of the 16 x 16 matrix whose rows are `r`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
-    // Pairs of rows interleaved within 128-bit lanes, then groups of four, then lanes.
-    let mut t = [_mm512_setzero_ps(); 16];
-    for i in 0..8 {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    let mut u = [_mm512_setzero_ps(); 16];
-    for g in 0..4 {
-        let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
-        u[4 * g] = _mm512_shuffle_ps::<0x44>(a, c);
-        u[4 * g + 1] = _mm512_shuffle_ps::<0xEE>(a, c);
-        u[4 * g + 2] = _mm512_shuffle_ps::<0x44>(b, d);
-        u[4 * g + 3] = _mm512_shuffle_ps::<0xEE>(b, d);
-    }
-    // u[4g + c] holds, in lane l, rows 4g..4g+4 of column 4l + c.
-    let mut w = [_mm512_setzero_ps(); 16];
-    for c in 0..4 {
-        w[c] = _mm512_shuffle_f32x4::<0x88>(u[c], u[4 + c]);
-        w[4 + c] = _mm512_shuffle_f32x4::<0xDD>(u[c], u[4 + c]);
-        w[8 + c] = _mm512_shuffle_f32x4::<0x88>(u[8 + c], u[12 + c]);
-        w[12 + c] = _mm512_shuffle_f32x4::<0xDD>(u[8 + c], u[12 + c]);
-    }
-    let mut out = [_mm512_setzero_ps(); 16];
-    for c in 0..4 {
-        out[c] = _mm512_shuffle_f32x4::<0x88>(w[c], w[8 + c]);
-        out[4 + c] = _mm512_shuffle_f32x4::<0x88>(w[4 + c], w[12 + c]);
-        out[8 + c] = _mm512_shuffle_f32x4::<0xDD>(w[c], w[8 + c]);
-        out[12 + c] = _mm512_shuffle_f32x4::<0xDD>(w[4 + c], w[12 + c]);
-    }
-    out
-}
-
-/// The mask of the first `n` of 16 lanes.
-#[cfg(target_arch = "x86_64")]
-fn mask16(n: usize) -> __mmask16 {
-    if n >= 16 { u16::MAX } else { (1u16 << n) - 1 }
-}
-
-/// [`Avx512`]'s kernel for `MR` rows and `NV` vectors of 16 columns; `UNIT` when the `lhs`
-/// row stride is 1.
-///
-/// # Safety
-/// As [`Micro::tile`], with AVX-512F, `t.mr == MR`, `t.nr <= 16 * NV`, and `t.ars == 1`
-/// if `UNIT`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn avx512_tile<const MR: usize, const NV: usize, const UNIT: bool>(t: &Tile) {
-    let masks: [__mmask16; NV] = std::array::from_fn(|v| mask16(t.nr.saturating_sub(16 * v)));
-    let mut acc = [[_mm512_setzero_ps(); NV]; MR];
-    let ars = if UNIT { 1 } else { t.ars };
-    let mut a = t.a;
-    let mut b = t.b;
-    for _ in 0..t.kc {
-        let mut row = [_mm512_setzero_ps(); NV];
-        for (v, row) in row.iter_mut().enumerate() {
-            // SAFETY:
-            // - the masked lanes are columns `j < nr` of the current step `p < kc`,
-            //   readable by the contract;
-            // - masked-off lanes are not accessed.
-            *row = unsafe { _mm512_maskz_loadu_ps(masks[v], b.wrapping_add(16 * v)) };
-        }
-        for (i, acc) in acc.iter_mut().enumerate() {
-            // SAFETY:
-            // - `i < mr` and the current step `p < kc`: readable by the contract.
-            let x = _mm512_set1_ps(unsafe { *a.wrapping_add(i * ars) });
-            for (acc, &r) in acc.iter_mut().zip(&row) {
-                *acc = _mm512_fmadd_ps(x, r, *acc);
-            }
-        }
-        a = a.wrapping_add(t.acs);
-        b = b.wrapping_add(t.brs);
-    }
-    for (i, acc) in acc.iter().enumerate() {
-        for (v, &acc) in acc.iter().enumerate() {
-            let c = t.c.wrapping_add(i * t.ldc + 16 * v);
-            // SAFETY:
-            // - the masked lanes are `dst` columns `j < nr` of row `i < mr`: readable,
-            //   writable and unaliased by the contract;
-            // - masked-off lanes are not accessed.
-            unsafe {
-                let sum = if t.add {
-                    _mm512_add_ps(acc, _mm512_maskz_loadu_ps(masks[v], c))
-                } else {
-                    acc
-                };
-                _mm512_mask_storeu_ps(c, masks[v], sum);
-            }
-        }
-    }
-}
-
-/// The AVX2+FMA kernel: 6 x 16 tiles.
-#[cfg(target_arch = "x86_64")]
-#[derive(Debug)]
-struct Avx2;
-
-#[cfg(target_arch = "x86_64")]
-impl Micro for Avx2 {
-    const MR: usize = 6;
-    const NR: usize = 16;
-
-    unsafe fn tile(t: &Tile) {
-        // SAFETY:
-        // - the caller guarantees AVX2 and FMA;
-        // - `by_rows!` picks the instantiation with exactly `t.mr` rows, the vector count
-        //   covers `t.nr` columns, and the unit-stride variant only runs when `ars == 1`;
-        // - the caller upholds the memory contract, which the kernels share.
-        unsafe {
-            match (t.nr > 8, t.ars == 1) {
-                (true, true) => by_rows!(t.mr, avx2_tile, [2, true], (t), 1 2 3 4 5 6),
-                (true, false) => by_rows!(t.mr, avx2_tile, [2, false], (t), 1 2 3 4 5 6),
-                (false, true) => by_rows!(t.mr, avx2_tile, [1, true], (t), 1 2 3 4 5 6),
-                (false, false) => by_rows!(t.mr, avx2_tile, [1, false], (t), 1 2 3 4 5 6),
-            }
-        }
-    }
-
-    unsafe fn pack(
-        panels: &mut [f32],
-        rhs: MatRef<'_>,
-        pc: usize,
-        kc: usize,
-        jc: usize,
-        nc: usize,
-    ) {
-        if rhs.row_stride() == 1 {
-            // SAFETY:
-            // - the caller guarantees AVX2.
-            unsafe { avx2_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
-        } else {
-            pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
-        }
-    }
-}
-
-/// The AVX2+FMA kernel with 3 x 32 tiles.
-#[cfg(target_arch = "x86_64")]
-#[derive(Debug)]
-struct Avx2Wide;
-
-#[cfg(target_arch = "x86_64")]
-impl Micro for Avx2Wide {
-    const MR: usize = 3;
-    const NR: usize = 32;
-
-    unsafe fn tile(t: &Tile) {
-        // SAFETY:
-        // - the caller guarantees AVX2 and FMA;
-        // - `by_rows!` picks the instantiation with exactly `t.mr` rows, the vector count
-        //   covers `t.nr` columns, and the unit-stride variant only runs when `ars == 1`;
-        // - the caller upholds the memory contract, which the kernels share.
-        unsafe {
-            match (t.nr.div_ceil(8), t.ars == 1) {
-                (4, true) => by_rows!(t.mr, avx2_tile, [4, true], (t), 1 2 3),
-                (4, false) => by_rows!(t.mr, avx2_tile, [4, false], (t), 1 2 3),
-                (3, true) => by_rows!(t.mr, avx2_tile, [3, true], (t), 1 2 3),
-                (3, false) => by_rows!(t.mr, avx2_tile, [3, false], (t), 1 2 3),
-                (2, true) => by_rows!(t.mr, avx2_tile, [2, true], (t), 1 2 3),
-                (2, false) => by_rows!(t.mr, avx2_tile, [2, false], (t), 1 2 3),
-                (_, true) => by_rows!(t.mr, avx2_tile, [1, true], (t), 1 2 3),
-                (_, false) => by_rows!(t.mr, avx2_tile, [1, false], (t), 1 2 3),
-            }
-        }
-    }
-
-    unsafe fn pack(
-        panels: &mut [f32],
-        rhs: MatRef<'_>,
-        pc: usize,
-        kc: usize,
-        jc: usize,
-        nc: usize,
-    ) {
-        if rhs.row_stride() == 1 {
-            // SAFETY:
-            // - the caller guarantees AVX2.
-            unsafe { avx2_pack_transposed(panels, rhs, pc, kc, jc, nc, Self::NR) };
-        } else {
-            pack_panels(panels, rhs, pc, kc, jc, nc, Self::NR);
-        }
-    }
-}
-
-/// A `vmaskmovps` mask of the first `n` of 8 lanes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn mask8(n: usize) -> __m256i {
-    let n = n.min(8) as i32;
-    _mm256_cmpgt_epi32(
-        _mm256_set1_epi32(n),
-        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-    )
-}
-
-/// [`Avx2`]'s kernel for `MR` rows and `NV` vectors of 8 columns; `UNIT` when the `lhs`
-/// row stride is 1.
-///
-/// # Safety
-/// As [`Micro::tile`], with AVX2 and FMA, `t.mr == MR`, `t.nr <= 8 * NV`, and
-/// `t.ars == 1` if `UNIT`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn avx2_tile<const MR: usize, const NV: usize, const UNIT: bool>(t: &Tile) {
-    let full = t.nr == 8 * NV;
-    let masks: [__m256i; NV] = std::array::from_fn(|v| mask8(t.nr.saturating_sub(8 * v)));
-    let mut acc = [[_mm256_setzero_ps(); NV]; MR];
-    let ars = if UNIT { 1 } else { t.ars };
-    let mut a = t.a;
-    let mut b = t.b;
-    for _ in 0..t.kc {
-        let mut row = [_mm256_setzero_ps(); NV];
-        for (v, row) in row.iter_mut().enumerate() {
-            let p = b.wrapping_add(8 * v);
-            // SAFETY:
-            // - with `full`, all 8 lanes are columns `j < nr` of the current step `p < kc`,
-            //   readable by the contract;
-            // - otherwise only the masked lanes are, and `vmaskmovps` does not access the
-            //   others.
-            *row = unsafe {
-                if full {
-                    _mm256_loadu_ps(p)
-                } else {
-                    _mm256_maskload_ps(p, masks[v])
-                }
-            };
-        }
-        for (i, acc) in acc.iter_mut().enumerate() {
-            // SAFETY:
-            // - `i < mr` and the current step `p < kc`: readable by the contract.
-            let x = _mm256_set1_ps(unsafe { *a.wrapping_add(i * ars) });
-            for (acc, &r) in acc.iter_mut().zip(&row) {
-                *acc = _mm256_fmadd_ps(x, r, *acc);
-            }
-        }
-        a = a.wrapping_add(t.acs);
-        b = b.wrapping_add(t.brs);
-    }
-    for (i, acc) in acc.iter().enumerate() {
-        for (v, &acc) in acc.iter().enumerate() {
-            let c = t.c.wrapping_add(i * t.ldc + 8 * v);
-            // SAFETY:
-            // - the masked lanes are `dst` columns `j < nr` of row `i < mr`: readable,
-            //   writable and unaliased by the contract;
-            // - `vmaskmovps` does not access the other lanes.
-            unsafe {
-                let sum = if t.add {
-                    _mm256_add_ps(acc, _mm256_maskload_ps(c, masks[v]))
-                } else {
-                    acc
-                };
-                _mm256_maskstore_ps(c, masks[v], sum);
-            }
-        }
-    }
-}
-
 /// `dst (m x n) (+)= lhs * rhs` for narrow `dst` (few columns, many rows) and `lhs` with
 /// row stride 1: computes `dst^T = rhs^T * lhs^T` (whose `rhs` then has contiguous rows
 /// and whose tiles are full) into a second thread-local scratch, and transposes it back.
@@ -1256,7 +552,18 @@ fn narrow(lhs: MatRef<'_>, rhs: MatRef<'_>, nr: usize) -> bool {
 }
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod cache;
+mod portable;
+#[cfg(target_arch = "x86_64")]
 mod thin;
+#[cfg(target_arch = "x86_64")]
+use avx2::{Avx2, Avx2Wide, avx2_pack_transposed, mask8};
+#[cfg(target_arch = "x86_64")]
+use avx512::{Avx512, Avx512Wide, avx512_pack_transposed, mask16};
+use portable::{Portable, portable_dot, portable_rank};
 #[cfg(target_arch = "x86_64")]
 use thin::{dot_columns, rank_update};
 

@@ -330,3 +330,95 @@ fn mlp_update_allocates_nothing_after_warm_up() {
         );
     }
 }
+
+/// One way to run a product into a destination.
+type Run<'a> = Box<dyn Fn(&mut [f32]) + 'a>;
+
+/// The blocked driver with small blocks (so that products cross the `kc`, `mc` and `nc`
+/// blocks and leave remainders in each) and with `rhs` packed or read in place, on every
+/// tile shape this machine runs, against an f64 product.
+fn check_blocked(layout: Layout, seed: u64, kc: usize, packed: bool) -> Result<(), TestCaseError> {
+    let Layout {
+        m,
+        k,
+        n,
+        lhs_t,
+        rhs_t,
+        add,
+        ..
+    } = layout;
+    let a = values(seed, m * k);
+    let b = values(seed ^ 0x9e37_79b9, k * n);
+    let (lhs, rhs) = (view(&a, m, k, lhs_t, 0), view(&b, k, n, rhs_t, 0));
+    let want = naive(lhs, rhs);
+    let init = values(seed ^ 0x5555, m * n);
+    let tol = 1e-5 * (k as f64 + 1.0);
+    let blocks = |mr: usize, nr: usize| cache::Blocking {
+        kc,
+        mc: 2 * mr,
+        nc: 2 * nr,
+        // A tiny L2 makes the driver pack `rhs`; a huge one reads it in place.
+        l2: if packed { 64 } else { usize::MAX },
+    };
+    let mut runs: Vec<(&str, Run<'_>)> = vec![(
+        "portable",
+        Box::new(|d: &mut [f32]| drive_blocked::<Portable>(blocks(4, 8), d, lhs, rhs, add)),
+    )];
+    #[cfg(target_arch = "x86_64")]
+    {
+        if Isa::Avx2.is_supported() {
+            runs.push((
+                "avx2",
+                Box::new(|d: &mut [f32]| drive_blocked::<Avx2>(blocks(6, 16), d, lhs, rhs, add)),
+            ));
+            runs.push((
+                "avx2 wide",
+                Box::new(|d: &mut [f32]| {
+                    drive_blocked::<Avx2Wide>(blocks(3, 32), d, lhs, rhs, add)
+                }),
+            ));
+        }
+        if Isa::Avx512.is_supported() {
+            runs.push((
+                "avx512",
+                Box::new(|d: &mut [f32]| drive_blocked::<Avx512>(blocks(12, 32), d, lhs, rhs, add)),
+            ));
+            runs.push((
+                "avx512 wide",
+                Box::new(|d: &mut [f32]| {
+                    drive_blocked::<Avx512Wide>(blocks(6, 64), d, lhs, rhs, add)
+                }),
+            ));
+        }
+    }
+    for (name, run) in runs {
+        let mut got = if add {
+            init.clone()
+        } else {
+            vec![f32::NAN; m * n]
+        };
+        run(&mut got);
+        for (idx, (w, g)) in want.iter().zip(&got).enumerate() {
+            let w = if add { w + f64::from(init[idx]) } else { *w };
+            prop_assert!(
+                (w - f64::from(*g)).abs() <= tol,
+                "{name} {layout:?} kc {kc} packed {packed}: element {idx}: want {w}, got {g}"
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn small_blocks_match_naive(
+        m in 1usize..80, k in 1usize..120, n in 1usize..150,
+        lhs_t in any::<bool>(), rhs_t in any::<bool>(), add in any::<bool>(),
+        kc in prop::sample::select(vec![16usize, 32, 48]), packed in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let layout = Layout { m, k, n, lhs_t, rhs_t, pad_a: 0, pad_b: 0, add };
+        check_blocked(layout, seed, kc, packed)?;
+    }
+}

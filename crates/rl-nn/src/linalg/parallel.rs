@@ -1,0 +1,69 @@
+//! Large products split across the threads of a [`Pool`] by blocks of `dst` rows.
+
+#![allow(
+    unsafe_code,
+    reason = "the pool's tasks write disjoint row blocks of one destination slice"
+)]
+
+use super::{Accumulate, MatRef, check_shapes, kernel, matmul};
+use crate::pool::Pool;
+
+/// `dst (+)= lhs * rhs` as [`matmul`], split across the threads of `pool` when the
+/// product is large: contiguous blocks of `dst` rows, one per thread, the first on the
+/// calling thread. Each element is computed by one thread in the order of summation
+/// [`matmul`] uses, so the result is bit-identical to [`matmul`]'s whatever the pool's
+/// size. Products below about a million multiply-adds, and thin ones (an inner
+/// dimension or a column count of at most 4), run on the calling thread alone: waking
+/// workers would cost more than it saves. Allocates nothing once each thread has run a
+/// product of this shape.
+///
+/// # Panics
+/// As [`matmul`].
+pub fn matmul_on(
+    pool: &Pool,
+    dst: &mut [f32],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    accumulate: Accumulate,
+) {
+    let (m, k, n) = check_shapes(dst, lhs, rhs);
+    let isa = rl_core::simd::Isa::detect();
+    let rows = kernel::parallel_rows(m, k, n, pool.threads());
+    if rows >= m {
+        matmul(dst, lhs, rhs, accumulate);
+        return;
+    }
+    let tasks = m.div_ceil(rows);
+    let out = SendPtr(dst.as_mut_ptr());
+    pool.run(tasks, &|task| {
+        let (start, end) = (task * rows, ((task + 1) * rows).min(m));
+        let block = MatRef {
+            data: &lhs.data[start * lhs.row_stride..],
+            rows: end - start,
+            ..lhs
+        };
+        // SAFETY:
+        // - `dst` holds `m * n` floats and is borrowed mutably for this whole call, which
+        //   returns only after every task has finished;
+        // - task `task` writes rows `start..end` only: the blocks of distinct tasks are
+        //   disjoint, and `end <= m`.
+        let dst = unsafe { std::slice::from_raw_parts_mut(out.at(start * n), (end - start) * n) };
+        kernel::matmul_with(isa, dst, block, rhs, accumulate);
+    });
+}
+
+/// The destination's pointer, shared with the pool's tasks (each writes its own rows).
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+
+impl SendPtr {
+    /// The pointer `offset` floats in (a method, so closures capture the whole wrapper).
+    fn at(self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+// SAFETY:
+// - `matmul_on` gives each task a disjoint block of rows behind the pointer and waits
+//   for all of them before the borrow it came from ends.
+unsafe impl Sync for SendPtr {}

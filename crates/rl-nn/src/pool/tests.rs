@@ -1,0 +1,178 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use proptest::prelude::*;
+use rand::SeedableRng;
+
+use super::*;
+use crate::{
+    Accumulate, Activation, Init, MatRef, Mlp, MlpSpec, Module, Weights, matmul, matmul_on,
+};
+
+#[test]
+fn zero_or_too_many_threads_are_config_errors() {
+    for threads in [0, MAX_THREADS + 1] {
+        let err = Pool::new(threads).unwrap_err();
+        assert!(
+            matches!(&err, Error::Config { what, .. } if what == "threads"),
+            "{err}"
+        );
+    }
+    assert_eq!(Pool::new(1).unwrap().threads(), 1);
+    assert_eq!(Pool::new(3).unwrap().threads(), 3);
+}
+
+#[test]
+fn every_task_runs_once_on_its_own_thread() {
+    let pool = Pool::new(3).unwrap();
+    for round in 0..200 {
+        let tasks = 1 + round % 3;
+        let counts: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+        let caller = std::thread::current().id();
+        let on_caller = AtomicUsize::new(usize::MAX);
+        pool.run(tasks, &|task| {
+            counts[task].fetch_add(1, Ordering::Relaxed);
+            if std::thread::current().id() == caller {
+                on_caller.store(task, Ordering::Relaxed);
+            }
+        });
+        let seen: Vec<usize> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let want: Vec<usize> = (0..3).map(|t| usize::from(t < tasks)).collect();
+        assert_eq!(seen, want, "round {round}");
+        assert_eq!(
+            on_caller.load(Ordering::Relaxed),
+            0,
+            "task 0 runs on the caller"
+        );
+    }
+}
+
+#[test]
+fn a_panicking_task_reaches_the_caller_after_all_tasks_end() {
+    let pool = Pool::new(2).unwrap();
+    let finished = AtomicUsize::new(0);
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        pool.run(2, &|task| {
+            if task == 1 {
+                panic!("task 1 fails");
+            }
+            finished.fetch_add(1, Ordering::Relaxed);
+        });
+    }));
+    assert!(result.is_err());
+    assert_eq!(finished.load(Ordering::Relaxed), 1);
+    // The pool still works afterwards.
+    let ran = AtomicUsize::new(0);
+    pool.run(2, &|_| {
+        ran.fetch_add(1, Ordering::Relaxed);
+    });
+    assert_eq!(ran.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn concurrent_callers_take_turns() {
+    let pool = Arc::new(Pool::new(2).unwrap());
+    let total = Arc::new(AtomicUsize::new(0));
+    let callers: Vec<_> = (0..3)
+        .map(|_| {
+            let (pool, total) = (Arc::clone(&pool), Arc::clone(&total));
+            std::thread::spawn(move || {
+                for _ in 0..100 {
+                    pool.run(2, &|_| {
+                        total.fetch_add(1, Ordering::Relaxed);
+                    });
+                }
+            })
+        })
+        .collect();
+    for caller in callers {
+        caller.join().unwrap();
+    }
+    assert_eq!(total.load(Ordering::Relaxed), 3 * 100 * 2);
+}
+
+/// Deterministic values in [-1, 1).
+fn values(seed: u64, len: usize) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+/// The bits of `dst` after `product` from the same starting values.
+fn bits(dst: &[f32]) -> Vec<u32> {
+    dst.iter().map(|x| x.to_bits()).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Products large enough to be split give the same bits on 1, 2 and 3 threads as
+    /// `matmul` on one, for every layout, overwriting and adding.
+    #[test]
+    fn split_products_are_bit_identical(
+        m in 30usize..200, k in 180usize..300, n in 190usize..300,
+        lhs_t in any::<bool>(), rhs_t in any::<bool>(), add in any::<bool>(), seed in any::<u64>(),
+    ) {
+        prop_assert!(crate::linalg::parallel_rows_for_tests(m, k, n, 2) < m, "not split");
+        let a = values(seed, m * k);
+        let b = values(seed ^ 1, k * n);
+        let lhs = if lhs_t { MatRef::transposed(&a, m, k) } else { MatRef::row_major(&a, m, k) };
+        let rhs = if rhs_t { MatRef::transposed(&b, k, n) } else { MatRef::row_major(&b, k, n) };
+        let accumulate = if add { Accumulate::Add } else { Accumulate::Overwrite };
+        let start = values(seed ^ 2, m * n);
+        let mut want = start.clone();
+        matmul(&mut want, lhs, rhs, accumulate);
+        for threads in 1..=3 {
+            let pool = Pool::new(threads).unwrap();
+            let mut got = start.clone();
+            matmul_on(&pool, &mut got, lhs, rhs, accumulate);
+            prop_assert_eq!(bits(&got), bits(&want), "{} threads", threads);
+        }
+    }
+
+    /// An MLP's forward and backward pass (outputs, parameter and input gradients) give
+    /// the same bits on 1, 2 and 3 threads as without a pool.
+    #[test]
+    fn mlp_passes_are_bit_identical(
+        input in 3usize..12, hidden in 100usize..300, rows in 40usize..200,
+        tanh in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let activation = if tanh { Activation::Tanh } else { Activation::Relu };
+        let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
+        let net = Mlp::new(MlpSpec::new(input, &[hidden, hidden], 1, activation), Init::Uniform, &mut rng).unwrap();
+        let x = values(seed ^ 3, rows * input);
+        let dy = values(seed ^ 4, rows);
+        let pass = |pool: Option<Arc<Pool>>| {
+            let mut ws = net.workspace(rows);
+            ws.set_pool(pool);
+            let out = net.forward(&x, rows, &mut ws).unwrap().to_vec();
+            let mut grads = vec![0.0; net.num_params()];
+            let mut dx = vec![0.0; rows * input];
+            net.backward(&mut ws, &dy, Some(&mut grads), Some(&mut dx)).unwrap();
+            (bits(&out), bits(&grads), bits(&dx))
+        };
+        let want = pass(None);
+        for threads in 1..=3 {
+            let got = pass(Some(Arc::new(Pool::new(threads).unwrap())));
+            prop_assert!(got == want, "{} threads differ", threads);
+        }
+    }
+}
+
+#[test]
+fn split_products_allocate_nothing_on_the_caller_after_warm_up() {
+    let pool = Pool::new(2).unwrap();
+    let (m, k, n) = (256, 256, 256);
+    let (a, b) = (values(1, m * k), values(2, k * n));
+    let mut dst = vec![0.0; m * n];
+    let (lhs, rhs) = (MatRef::row_major(&a, m, k), MatRef::transposed(&b, k, n));
+    matmul_on(&pool, &mut dst, lhs, rhs, Accumulate::Overwrite);
+    let ((), stats) =
+        rl_testkit::measure(|| matmul_on(&pool, &mut dst, lhs, rhs, Accumulate::Overwrite));
+    assert_eq!(stats.allocations, 0, "{stats:?}");
+}
