@@ -79,9 +79,9 @@ pub(crate) fn prefetch_rows(column: &[u8], row_bytes: usize, positions: &[usize]
 
 /// Prefetches every cache line of row `position` into L2.
 #[inline]
-pub(crate) fn prefetch_row(column: &[u8], row_bytes: usize, position: usize) {
+fn prefetch_row(column: &[u8], row_bytes: usize, position: usize) {
     for line in column[position * row_bytes..(position + 1) * row_bytes].chunks(LINE) {
-        prefetch(line);
+        prefetch::<INTO_L2>(line);
     }
 }
 
@@ -125,13 +125,13 @@ pub(crate) fn gather_large_rows(
         for i in 0..lines {
             let far = i + ahead;
             if far < lines {
-                prefetch_l1(&s0_lines[far]);
-                prefetch_l1(&s1_lines[far]);
+                prefetch::<INTO_L1>(&s0_lines[far]);
+                prefetch::<INTO_L1>(&s1_lines[far]);
             } else if let Some((n0, n1)) = next {
                 // `far - lines < ahead <= lines`: a line of the next rows.
                 let at = (far - lines) * LINE;
-                prefetch_l1(&n0[at..]);
-                prefetch_l1(&n1[at..]);
+                prefetch::<INTO_L1>(&n0[at..]);
+                prefetch::<INTO_L1>(&n1[at..]);
             }
             t0_lines[i] = s0_lines[i];
             t1_lines[i] = s1_lines[i];
@@ -145,30 +145,23 @@ pub(crate) fn gather_large_rows(
     }
 }
 
-#[inline(always)]
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint that never faults and reads no memory the program can
-    // observe; the address comes from a live slice anyway. SSE is x86_64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
-            bytes.as_ptr().cast(),
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
-}
+/// Prefetch into L1 (`_MM_HINT_T0`).
+const INTO_L1: i32 = 3;
+/// Prefetch into L2 (`_MM_HINT_T1`).
+const INTO_L2: i32 = 2;
+#[cfg(target_arch = "x86_64")]
+const _: () =
+    assert!(INTO_L1 == std::arch::x86_64::_MM_HINT_T0 && INTO_L2 == std::arch::x86_64::_MM_HINT_T1);
 
-/// Asks the CPU to bring the line at `bytes` into the L1 cache.
+/// Asks the CPU to bring the line at `bytes` into the cache level `HINT`
+/// ([`INTO_L1`] or [`INTO_L2`]).
 #[inline(always)]
-fn prefetch_l1(bytes: &[u8]) {
+fn prefetch<const HINT: i32>(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint that never faults and reads no memory the program can
     // observe; the address comes from a live slice anyway. SSE is x86_64 baseline.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            bytes.as_ptr().cast(),
-        );
+        std::arch::x86_64::_mm_prefetch::<HINT>(bytes.as_ptr().cast());
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = bytes;
