@@ -233,6 +233,26 @@ def test_large_writes_and_samples_release_the_gil():
     check_rows_consistent(batch, 64)
 
 
+@pytest.mark.parametrize("obs_dim", [65, 100, 1024])
+@pytest.mark.parametrize("room", [1, 7, 64])
+def test_wide_rows_are_sampled_whole(obs_dim, room):
+    # Rows past 256 bytes are gathered two at a time, line by line, with a tail past the
+    # last whole line (obs_dim 65 and 100) and a lone last row (odd rooms): every sampled
+    # row equals its stored row in full.
+    schema = transition_schema(obs_dim)
+    rb = flatrl.ReplayBuffer(schema, 40, sampler=flatrl.Uniform(seed=obs_dim))
+    data = rows(0, 40, obs_dim=obs_dim)
+    data["obs"] = np.random.default_rng(room).standard_normal((40, obs_dim), dtype=np.float32)
+    data["next_obs"] = data["obs"] * 2
+    rb.extend(data)
+    batch = rb.new_batch(room)
+    for _ in range(3):
+        rb.sample(batch)
+        np.testing.assert_array_equal(batch["obs"], data["obs"][batch.positions])
+        np.testing.assert_array_equal(batch["next_obs"], data["next_obs"][batch.positions])
+        np.testing.assert_array_equal(batch["reward"], data["reward"][batch.positions])
+
+
 def test_closed_buffer_refuses_calls(schema):
     with flatrl.ReplayBuffer(schema, 10) as rb:
         rb.extend(rows(0, 2))

@@ -314,7 +314,8 @@ impl Line {
 }
 
 /// Copies row `positions[j]` of `source` to row `j` of `target`. Common row sizes get a
-/// fixed-size copy the compiler turns into a few moves; others call `memcpy`.
+/// fixed-size copy the compiler turns into a few moves; rows past the prefetch limit are
+/// copied two at a time ([`copy::gather_large_rows`]); others call `memcpy`.
 #[inline]
 fn gather_rows(source: &[u8], target: &mut [u8], row_bytes: usize, positions: &[usize]) {
     match row_bytes {
@@ -326,16 +327,11 @@ fn gather_rows(source: &[u8], target: &mut [u8], row_bytes: usize, positions: &[
         16 => gather_fixed::<16>(source, target, positions),
         32 => gather_fixed::<32>(source, target, positions),
         64 => gather_fixed::<64>(source, target, positions),
+        _ if row_bytes > copy::PREFETCH_MAX_ROW => {
+            copy::gather_large_rows(source, target, row_bytes, positions);
+        }
         _ => {
-            let ahead = row_bytes > copy::PREFETCH_MAX_ROW;
-            for (j, (row, &p)) in target
-                .chunks_exact_mut(row_bytes)
-                .zip(positions)
-                .enumerate()
-            {
-                if let (true, Some(&next)) = (ahead, positions.get(j + copy::PREFETCH_AHEAD)) {
-                    copy::prefetch_row(source, row_bytes, next);
-                }
+            for (row, &p) in target.chunks_exact_mut(row_bytes).zip(positions) {
                 row.copy_from_slice(&source[p * row_bytes..(p + 1) * row_bytes]);
             }
         }

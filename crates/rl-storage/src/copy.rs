@@ -55,14 +55,14 @@ pub(crate) fn fence(stores: Stores) {
     let _ = stores;
 }
 
-/// Rows up to this size are prefetched line by line before a gather; larger rows stream
-/// well on their own (the hardware prefetcher follows each row).
+/// Rows up to this size are prefetched line by line before a gather; larger rows are
+/// prefetched during the copy ([`gather_large_rows`]).
 pub(crate) const PREFETCH_MAX_ROW: usize = 256;
 const LINE: usize = 64;
 
 /// Asks the CPU to bring the rows at `positions` of `column` into the L2 cache, for rows
-/// up to [`PREFETCH_MAX_ROW`] bytes (larger rows are prefetched a few rows ahead of the
-/// copy instead, see [`prefetch_row`]).
+/// up to [`PREFETCH_MAX_ROW`] bytes (larger rows are prefetched line by line ahead of the
+/// copy instead, see [`gather_large_rows`]).
 ///
 /// A gather reads rows at random from a column far larger than the cache: one miss per
 /// row, each as long as a trip to DRAM. Issued back to back, the prefetches overlap those
@@ -77,27 +77,91 @@ pub(crate) fn prefetch_rows(column: &[u8], row_bytes: usize, positions: &[usize]
     }
 }
 
-/// Prefetches every cache line of row `position` into L2. For large rows, issued a few
-/// rows ahead of the copy: measured on 4 KiB rows, gathers went from 0.70 to 1.05 M rows/s.
+/// Prefetches every cache line of row `position` into L2.
 #[inline]
-pub(crate) fn prefetch_row(column: &[u8], row_bytes: usize, position: usize) {
+fn prefetch_row(column: &[u8], row_bytes: usize, position: usize) {
     for line in column[position * row_bytes..(position + 1) * row_bytes].chunks(LINE) {
-        prefetch(line);
+        prefetch::<INTO_L2>(line);
     }
 }
 
-/// How many rows ahead of the copy large rows are prefetched.
-pub(crate) const PREFETCH_AHEAD: usize = 4;
+/// Lines ahead of the copy, in each of the two rows copied together, that
+/// [`gather_large_rows`] prefetches (2 KiB: it stays in L1 until copied).
+const STREAM_AHEAD_LINES: usize = 32;
 
+/// Copies row `positions[j]` of `source` (rows of `row_bytes`) to row `j` of `target`,
+/// for rows larger than [`PREFETCH_MAX_ROW`].
+///
+/// Rows are copied two at a time, line by line, the two rows interleaved, each line's
+/// copy paired with a prefetch of the line [`STREAM_AHEAD_LINES`] further on in the same
+/// row, or, near a row's end, in the next pair's rows. Two random rows in flight at once
+/// keep more misses outstanding than one `memcpy` after another (whose first lines of
+/// each row wait on DRAM), and the prefetches are spread over the copy instead of issued
+/// in bursts of a whole row that fill the miss queue. Measured on 4 KiB rows (a batch of
+/// 256 from two 800 MB columns, one Zen 3 core), 1.35-1.45x the rows/s of the
+/// `memcpy`-and-prefetch loop it replaced.
+pub(crate) fn gather_large_rows(
+    source: &[u8],
+    target: &mut [u8],
+    row_bytes: usize,
+    positions: &[usize],
+) {
+    let row = |p: usize| &source[p * row_bytes..(p + 1) * row_bytes];
+    let lines = row_bytes / LINE;
+    let ahead = lines.min(STREAM_AHEAD_LINES);
+    let mut pairs = target.chunks_exact_mut(2 * row_bytes);
+    let mut drawn = positions.chunks_exact(2);
+    for (j, (pair, drawn)) in (&mut pairs).zip(&mut drawn).enumerate() {
+        let (t0, t1) = pair.split_at_mut(row_bytes);
+        let (s0, s1) = (row(drawn[0]), row(drawn[1]));
+        let next = match positions.get(2 * j + 2..2 * j + 4) {
+            Some(&[n0, n1]) => Some((row(n0), row(n1))),
+            _ => None,
+        };
+        let (t0_lines, t0_tail) = t0.as_chunks_mut::<LINE>();
+        let (t1_lines, t1_tail) = t1.as_chunks_mut::<LINE>();
+        let (s0_lines, s0_tail) = s0.as_chunks::<LINE>();
+        let (s1_lines, s1_tail) = s1.as_chunks::<LINE>();
+        for i in 0..lines {
+            let far = i + ahead;
+            if far < lines {
+                prefetch::<INTO_L1>(&s0_lines[far]);
+                prefetch::<INTO_L1>(&s1_lines[far]);
+            } else if let Some((n0, n1)) = next {
+                // `far - lines < ahead <= lines`: a line of the next rows.
+                let at = (far - lines) * LINE;
+                prefetch::<INTO_L1>(&n0[at..]);
+                prefetch::<INTO_L1>(&n1[at..]);
+            }
+            t0_lines[i] = s0_lines[i];
+            t1_lines[i] = s1_lines[i];
+        }
+        t0_tail.copy_from_slice(s0_tail);
+        t1_tail.copy_from_slice(s1_tail);
+    }
+    // An odd number of rows: the last one alone.
+    if let [last] = drawn.remainder() {
+        pairs.into_remainder()[..row_bytes].copy_from_slice(row(*last));
+    }
+}
+
+/// Prefetch into L1 (`_MM_HINT_T0`).
+const INTO_L1: i32 = 3;
+/// Prefetch into L2 (`_MM_HINT_T1`).
+const INTO_L2: i32 = 2;
+#[cfg(target_arch = "x86_64")]
+const _: () =
+    assert!(INTO_L1 == std::arch::x86_64::_MM_HINT_T0 && INTO_L2 == std::arch::x86_64::_MM_HINT_T1);
+
+/// Asks the CPU to bring the line at `bytes` into the cache level `HINT`
+/// ([`INTO_L1`] or [`INTO_L2`]).
 #[inline(always)]
-fn prefetch(bytes: &[u8]) {
+fn prefetch<const HINT: i32>(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint that never faults and reads no memory the program can
     // observe; the address comes from a live slice anyway. SSE is x86_64 baseline.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
-            bytes.as_ptr().cast(),
-        );
+        std::arch::x86_64::_mm_prefetch::<HINT>(bytes.as_ptr().cast());
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = bytes;
