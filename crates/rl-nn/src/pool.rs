@@ -19,7 +19,9 @@
 )]
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 use std::thread::JoinHandle;
 
 use crate::{Error, Result};
@@ -47,25 +49,54 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-/// What the caller and the workers share.
+/// What the caller and the workers share. The job's progress is in atomics so that a
+/// thread that has just finished a product sees the next one without sleeping: waking a
+/// thread from the kernel costs 50-150 us on these VMs, as much as half a 256^3 product,
+/// so workers and the waiting caller spin for [`SPIN`] before they sleep (the way OpenMP
+/// runtimes do).
 struct Shared {
     state: Mutex<State>,
-    /// Signalled when a job is posted or the pool shuts down.
+    /// Counts posted jobs; a worker runs each generation once. Written under `state`'s
+    /// lock (so a worker that checks it under the lock before sleeping misses no job),
+    /// read without it while spinning.
+    generation: AtomicU64,
+    /// Workers of the current job still running.
+    pending: AtomicUsize,
+    /// Whether a worker of the current job panicked.
+    panicked: AtomicBool,
+    /// Signalled when a job is posted to sleeping workers or the pool shuts down.
     wake: Condvar,
     /// Signalled when the last worker of a job finishes.
     done: Condvar,
 }
 
-/// The current job and its progress.
+/// What is read and written under the lock.
 struct State {
-    /// Counts posted jobs; a worker runs each generation once.
-    generation: u64,
     job: Option<Job>,
-    /// Workers of the current job still running.
-    pending: usize,
-    /// Whether a worker of the current job panicked.
-    panicked: bool,
+    /// Workers asleep on `wake` (the caller notifies only when there are some).
+    sleepers: usize,
     shutdown: bool,
+}
+
+/// How long a worker waits for the next job, and the caller for its workers, before
+/// sleeping: long enough to bridge the gaps between the products of one update
+/// (activations, losses, Adam), short enough that an idle pool costs nothing measurable.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// Spins until `ready()` or [`SPIN`] has passed; whether `ready()` held.
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= SPIN {
+            return ready();
+        }
+    }
 }
 
 /// A task closure with its lifetime erased, and how many tasks it has.
@@ -97,12 +128,13 @@ impl Pool {
         }
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                generation: 0,
                 job: None,
-                pending: 0,
-                panicked: false,
+                sleepers: 0,
                 shutdown: false,
             }),
+            generation: AtomicU64::new(0),
+            pending: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
             wake: Condvar::new(),
             done: Condvar::new(),
         });
@@ -154,30 +186,35 @@ impl Pool {
         //   the job is cleared, so no worker calls the closure after `task` is gone.
         let erased: *const (dyn Fn(usize) + Sync + 'static) =
             unsafe { std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), _>(task) };
-        {
-            let mut state = self.shared.lock();
+        let shared = &*self.shared;
+        let sleepers = {
+            let mut state = shared.lock();
             state.job = Some(Job {
                 task: erased,
                 tasks,
             });
-            state.generation += 1;
-            state.pending = tasks - 1;
-            state.panicked = false;
+            shared.panicked.store(false, Ordering::Relaxed);
+            shared.pending.store(tasks - 1, Ordering::Relaxed);
+            // Release: a worker that sees the new generation sees the job and counts.
+            shared.generation.fetch_add(1, Ordering::Release);
+            state.sleepers
+        };
+        if sleepers > 0 {
+            shared.wake.notify_all();
         }
-        self.shared.wake.notify_all();
         let mine = catch_unwind(AssertUnwindSafe(|| task(0)));
-        let panicked = {
-            let mut state = self.shared.lock();
-            while state.pending > 0 {
-                state = self
-                    .shared
+        // Acquire: the workers' writes to `dst` happen before their `pending` decrement.
+        if !spin_until(|| shared.pending.load(Ordering::Acquire) == 0) {
+            let mut state = shared.lock();
+            while shared.pending.load(Ordering::Acquire) > 0 {
+                state = shared
                     .done
                     .wait(state)
                     .unwrap_or_else(PoisonError::into_inner);
             }
-            state.job = None;
-            state.panicked
-        };
+        }
+        shared.lock().job = None;
+        let panicked = shared.panicked.load(Ordering::Relaxed);
         if let Err(payload) = mine {
             resume_unwind(payload);
         }
@@ -192,23 +229,26 @@ impl Shared {
     }
 }
 
-/// A worker's loop: wait for a new generation, run its task if the job has one for this
-/// worker, report, repeat until shutdown.
+/// A worker's loop: wait (spinning, then asleep) for a new generation, run its task if
+/// the job has one for this worker, report, repeat until shutdown.
 fn work(shared: &Shared, index: usize) {
     let mut seen = 0;
     loop {
+        spin_until(|| shared.generation.load(Ordering::Acquire) != seen);
         let job = {
             let mut state = shared.lock();
-            while state.generation == seen && !state.shutdown {
+            while shared.generation.load(Ordering::Acquire) == seen && !state.shutdown {
+                state.sleepers += 1;
                 state = shared
                     .wake
                     .wait(state)
                     .unwrap_or_else(PoisonError::into_inner);
+                state.sleepers -= 1;
             }
             if state.shutdown {
                 return;
             }
-            seen = state.generation;
+            seen = shared.generation.load(Ordering::Acquire);
             state.job
         };
         let Some(job) = job.filter(|job| index < job.tasks) else {
@@ -218,10 +258,13 @@ fn work(shared: &Shared, index: usize) {
         // - `Pool::run` keeps the closure alive until `pending` is 0, which needs this
         //   worker's report below; the closure is `Sync`.
         let result = catch_unwind(AssertUnwindSafe(|| unsafe { (*job.task)(index) }));
-        let mut state = shared.lock();
-        state.panicked |= result.is_err();
-        state.pending -= 1;
-        if state.pending == 0 {
+        if result.is_err() {
+            shared.panicked.store(true, Ordering::Relaxed);
+        }
+        // Release: the task's writes (and `panicked`) happen before the caller's Acquire.
+        if shared.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Under the lock, so a caller about to sleep on `done` is not missed.
+            let _state = shared.lock();
             shared.done.notify_all();
         }
     }
