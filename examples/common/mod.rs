@@ -28,7 +28,8 @@ pub(crate) struct RunFlags<
     /// Seed of the environments, the networks, the sampling and the replay.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
-    /// Threads (the networks run on one thread; more is accepted and noted).
+    /// Threads the learner's large matrix products are split across (bit-identical
+    /// results for any number).
     #[arg(long, default_value_t = 1)]
     pub(crate) threads: usize,
     /// Env-step budget over the run's life (a resumed run continues towards it).
@@ -52,15 +53,10 @@ pub(crate) struct RunFlags<
 impl<const M: u64, const E: u64, const N: usize> RunFlags<M, E, N> {
     /// The library's loop settings for these flags.
     pub(crate) fn run_config(&self, n_envs: usize, goal: Goal, budget: Option<u64>) -> RunConfig {
-        if self.threads > 1 {
-            eprintln!(
-                "note: --threads {}: the networks run on one thread",
-                self.threads
-            );
-        }
         RunConfig {
             seed: self.seed,
             n_envs,
+            threads: self.threads,
             goal: Some(goal),
             eval: (self.eval_episodes > 0)
                 .then(|| EvalSchedule::new(self.eval_every, self.eval_episodes)),

@@ -106,6 +106,19 @@ struct SetFlags {
     /// string), e.g. --set ppo.n_steps=64 --set run.seed=3. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Threads the learner's large matrix products are split across: the same as --set
+    /// run.threads=N. Results are bit-identical for any N.
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+}
+
+impl SetFlags {
+    /// The overrides in order, `--threads` last.
+    fn overrides(self) -> Vec<String> {
+        let mut all = self.set;
+        all.extend(self.threads.map(|n| format!("run.threads={n}")));
+        all
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -155,7 +168,7 @@ fn dispatch(registry: &Registry, command: Command) -> Result<u8, Error> {
             set,
             quiet,
         } => {
-            let parsed = read(&config, &set.set)?;
+            let parsed = read(&config, &set.overrides())?;
             let out = match out {
                 Some(out) => out,
                 None => default_out(&config),
@@ -175,12 +188,12 @@ fn dispatch(registry: &Registry, command: Command) -> Result<u8, Error> {
             let options = TrainOptions {
                 quiet,
                 stop: Some(stop_flag()?),
-                overrides: set.set,
+                overrides: set.overrides(),
             };
             report(super::resume(registry, &run_dir, &options)?)
         }
         Command::Plan { config, set } => {
-            let parsed = read(&config, &set.set)?;
+            let parsed = read(&config, &set.overrides())?;
             let planned = super::plan(registry, &parsed)?;
             println!("{}", planned.plan);
             match (&planned.refused, planned.limit) {

@@ -15,7 +15,7 @@ use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{Policy, ValuePolicy};
 use rl_core::{MemoryBudget, MemoryPlan, Schema};
-use rl_nn::Checkpoint;
+use rl_nn::{Checkpoint, Pool};
 use rl_storage::Batch;
 use rl_storage::rollout::RolloutBuffer;
 use serde::Serialize;
@@ -44,6 +44,13 @@ pub trait Learner: Debug {
 
     /// Gradient updates done.
     fn updates(&self) -> u64;
+
+    /// Runs the learner's large matrix products on `pool`'s threads (`None`, the default:
+    /// on the calling thread). Every product is split into fixed blocks of output rows,
+    /// each computed by one thread in the order of summation one thread uses, so updates
+    /// and checkpoints are bit-identical whatever the pool's size. Allocates nothing
+    /// per update; the pool's threads are started once, by [`Pool::new`].
+    fn set_pool(&mut self, pool: Option<Arc<Pool>>);
 
     /// Everything the learner holds, constant for its life.
     fn memory_plan(&self) -> MemoryPlan;

@@ -538,6 +538,13 @@ impl<P: ActorCritic + Predict + Clone> crate::learner::Learner for Ppo<P> {
         self.updates
     }
 
+    fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
+        if let Some(ws) = &mut self.eval_ws {
+            ws.set_pool(pool.clone());
+        }
+        self.learner.ws.set_pool(pool);
+    }
+
     /// What the learner holds: the policy's weights, Adam's moments, gradients and
     /// workspaces, the minibatch, the advantages and scratch rows, and the recomputed old
     /// log-probs and values when configured ([`Ppo::blueprint`]).

@@ -13,6 +13,8 @@ mod discrete;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
+
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{Element, Field, Flag, Location, MemoryPlan};
@@ -20,7 +22,7 @@ use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
 use rl_nn::{
-    Activation, Adam, AdamConfig, Architecture, Checkpoint, Init, Mlp, MlpSpec, MlpWorkspace,
+    Activation, Adam, AdamConfig, Architecture, Checkpoint, Init, Mlp, MlpSpec, MlpWorkspace, Pool,
     Module, NetworkState, Parameters, Weights,
 };
 
@@ -450,6 +452,11 @@ impl Core {
         self.updates
     }
 
+    /// The critics' passes run on `pool`; the actor's batch passes are the trainers'.
+    fn set_pool(&mut self, pool: Option<&Arc<Pool>>) {
+        self.critics.set_pool(pool);
+    }
+
     /// Applies and clears the actor's gradients, then the entropy coefficient's step.
     fn step_actor(&mut self, mean_entropy: f32) -> Result<()> {
         self.actor_adam
@@ -585,6 +592,13 @@ impl ActorPasses {
             act: actor.workspace(ACT_ROWS),
         }
     }
+
+    /// The batch passes run on `pool` (acting, a few rows, stays on the caller).
+    fn set_pool(&mut self, pool: Option<&Arc<Pool>>) {
+        for ws in [&mut self.batch, &mut self.next] {
+            ws.set_pool(pool.cloned());
+        }
+    }
 }
 
 /// The columns of a sampled batch, checked against a trainer's widths.
@@ -673,6 +687,13 @@ impl TwinCritics {
             ws,
             target_ws,
         })
+    }
+
+    /// Every critic pass runs on `pool`.
+    fn set_pool(&mut self, pool: Option<&Arc<Pool>>) {
+        for ws in self.ws.iter_mut().chain(&mut self.target_ws) {
+            ws.set_pool(pool.cloned());
+        }
     }
 
     /// Applies and clears the gradients of both critics.

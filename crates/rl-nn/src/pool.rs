@@ -163,6 +163,12 @@ impl Pool {
         self.workers.len() + 1
     }
 
+    /// Calls split across more than one thread so far (products large enough to share;
+    /// smaller ones run on the caller and do not count).
+    pub fn splits(&self) -> u64 {
+        self.shared.generation.load(Ordering::Relaxed)
+    }
+
     /// Runs `task(i)` for every `i < tasks`: task 0 on the calling thread, task `i` on
     /// worker `i`, and returns when all are done.
     ///

@@ -33,6 +33,8 @@ mod resume_tests;
 mod run;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod threads_tests;
 
 pub use off_policy::{
     ChunkActor, ChunkCollector, ChunkConfig, ChunkSink, ChunkSource, CollectorChoice, Episode,

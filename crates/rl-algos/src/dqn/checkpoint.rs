@@ -51,6 +51,12 @@ impl Learner for Dqn {
         self.updates
     }
 
+    fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
+        for ws in [&mut self.ws, &mut self.target_ws, &mut self.act_ws] {
+            ws.set_pool(pool.clone());
+        }
+    }
+
     /// Everything the learner holds: the Q network, its gradients and Adam moments, the
     /// target, the workspaces of an update and of acting, and the per-update buffers.
     /// Constant for the learner's life; the replay buffer is the caller's.

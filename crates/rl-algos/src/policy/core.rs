@@ -385,6 +385,13 @@ pub struct PolicyWorkspace {
 }
 
 impl PolicyWorkspace {
+    /// The actor's and critic's passes run on `pool` (`None`: on the calling thread);
+    /// results are bit-identical whatever its size.
+    pub fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
+        self.actor.set_pool(pool.clone());
+        self.critic.set_pool(pool);
+    }
+
     /// Largest batch.
     pub fn max_rows(&self) -> usize {
         self.max_rows

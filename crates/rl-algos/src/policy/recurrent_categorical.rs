@@ -675,6 +675,12 @@ pub struct RecurrentWorkspace {
 }
 
 impl RecurrentWorkspace {
+    /// The actor and critic heads run on `pool` (`None`: on the calling thread); the
+    /// history's steps stay on the caller.
+    pub fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
+        self.heads.set_pool(pool);
+    }
+
     /// Rows (steps x chunks) of the last pass.
     pub fn rows(&self) -> usize {
         self.heads.rows()

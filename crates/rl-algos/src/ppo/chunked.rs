@@ -525,6 +525,12 @@ impl Learner for RecurrentPpo {
         self.updates
     }
 
+    /// The actor and critic heads run on `pool`; the LSTM's steps stay on the caller
+    /// (each is a product of a few rows).
+    fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
+        self.ws.set_pool(pool);
+    }
+
     /// What the learner holds ([`RecurrentPpo::blueprint`] of its own policy and
     /// configuration).
     fn memory_plan(&self) -> MemoryPlan {

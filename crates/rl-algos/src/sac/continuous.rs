@@ -693,6 +693,11 @@ impl crate::learner::Learner for Sac {
         self.core.updates()
     }
 
+    fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
+        self.core.set_pool(pool.as_ref());
+        self.passes.set_pool(pool.as_ref());
+    }
+
     /// Everything the trainer holds: networks, targets, gradients, Adam moments,
     /// workspaces and per-update buffers ([`Sac::blueprint`]). Constant for the
     /// trainer's life; the replay buffer is the caller's (plan it with

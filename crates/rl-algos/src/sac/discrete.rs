@@ -1003,6 +1003,11 @@ impl crate::learner::Learner for DiscreteSac {
         self.core.updates()
     }
 
+    fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
+        self.core.set_pool(pool.as_ref());
+        self.passes.set_pool(pool.as_ref());
+    }
+
     /// Everything the trainer holds, constant for its life: networks, gradients,
     /// moments, workspaces, the scorer's chunk scratch (and the shared table, counted
     /// once) and per-update buffers.

@@ -277,6 +277,12 @@ impl<L: SequenceLearner> Learner for Recurrent<L> {
         self.inner.updates()
     }
 
+    /// The inner learner's products run on `pool`; the summarizer's steps stay on the
+    /// caller (each is a product of a few rows).
+    fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
+        self.inner.set_pool(pool);
+    }
+
     /// Everything the learner holds: the inner learner's plan, the summarizer and its
     /// target (an LSTM's parameters, gradients and Adam moments), the update's states,
     /// replay workspace and buffers ([`Recurrent::blueprint`]). Acting states come on

@@ -255,12 +255,13 @@ pub(crate) fn finish(
 
 /// The settings a resumed run may change: a key, and every key below it.
 /// Everything else is fixed by the checkpoint (the networks, the buffers, the seed).
-const RESUMABLE: [&str; 12] = [
+const RESUMABLE: [&str; 13] = [
     "run.total_steps",
     "run.eval",
     "run.goal",
     "run.stop_at_goal",
     "run.checkpoint",
+    "run.threads",
     "log",
     "ppo.adam.lr",
     "ppo.learning_rate_end",

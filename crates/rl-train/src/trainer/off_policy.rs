@@ -263,6 +263,8 @@ where
     last_eval_steps: u64,
     best_eval: Option<f64>,
     last_stats: Option<L::Stats>,
+    /// The threads the learner's products are split across (`run.threads` above 1).
+    pool: Option<std::sync::Arc<rl_nn::Pool>>,
 }
 
 /// The plan of everything but the collector: replay buffer, sampler, batch, learner.
@@ -411,7 +413,7 @@ where
 
     fn build(
         mut make_env: impl FnMut(u64) -> E,
-        learner: L,
+        mut learner: L,
         config: OffPolicyConfig,
         run: RunConfig,
         resume: Option<(&Path, RunCounters)>,
@@ -432,6 +434,7 @@ where
         if let Some(budget) = &run.budget {
             checked.check(budget)?;
         }
+        let pool = run::start_pool(&mut learner, run.threads)?;
         let created = resume.is_none();
         let resume_dir = resume.as_ref().map(|(dir, _)| dir.to_path_buf());
         let (replay, steps_before, wall_s, last_eval_steps, best_eval) = match resume {
@@ -512,6 +515,7 @@ where
             last_eval_steps,
             best_eval,
             last_stats: None,
+            pool,
         })
     }
 }
@@ -551,6 +555,12 @@ where
     /// The run's settings.
     pub fn run_config(&self) -> &RunConfig {
         &self.run
+    }
+
+    /// The pool of `run.threads` threads the learner's large products are split across
+    /// (`None` for one thread), started once when the trainer was built.
+    pub fn pool(&self) -> Option<&std::sync::Arc<rl_nn::Pool>> {
+        self.pool.as_ref()
     }
 
     /// The version of the weights the asynchronous collector's workers were last given

@@ -71,6 +71,8 @@ where
     last_eval_steps: u64,
     best_eval: Option<f64>,
     last_stats: Option<L::Stats>,
+    /// The threads the learner's products are split across (`run.threads` above 1).
+    pool: Option<std::sync::Arc<rl_nn::Pool>>,
 }
 
 impl<E, L> OnPolicyTrainer<E, L>
@@ -176,6 +178,7 @@ where
         if let Some(budget) = &run.budget {
             plan.check(budget)?;
         }
+        let pool = run::start_pool(&mut ppo, run.threads)?;
         let rollout = ppo.rollout_buffer(None)?;
         let mut collector = SyncCollector::new(
             envs,
@@ -213,6 +216,7 @@ where
             last_eval_steps,
             best_eval,
             last_stats: None,
+            pool,
         })
     }
 
@@ -240,6 +244,12 @@ where
     /// The loop settings.
     pub fn run_config(&self) -> &RunConfig {
         &self.run
+    }
+
+    /// The pool of `run.threads` threads the learner's large products are split across
+    /// (`None` for one thread), started once when the trainer was built.
+    pub fn pool(&self) -> Option<&std::sync::Arc<rl_nn::Pool>> {
+        self.pool.as_ref()
     }
 
     /// Runs `episodes` deterministic episodes on the evaluation environment: the

@@ -2,10 +2,12 @@
 //! directory's counters, and the bookkeeping of goals, evaluations and checkpoints.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rl_collect::EpisodeStats;
 use rl_core::{Env, MemoryBudget, ProcessMemory};
+use rl_nn::Pool;
 use serde::{Deserialize, Serialize};
 
 use crate::eval::{EvalConfig, EvalReport, evaluate};
@@ -109,6 +111,11 @@ pub struct RunConfig {
     /// Environments stepped together. Default 1.
     #[serde(default = "default_n_envs")]
     pub n_envs: usize,
+    /// Threads the learner's large matrix products are split across (an
+    /// [`rl_nn::Pool`] started once by the trainer). Results are bit-identical for any
+    /// number, so it may change on resume. Default 1: the calling thread only.
+    #[serde(default = "default_threads")]
+    pub threads: usize,
     /// When the run is solved (`None`: never, run the whole budget).
     #[serde(default = "default_none")]
     pub goal: Option<Goal>,
@@ -138,6 +145,10 @@ fn default_n_envs() -> usize {
     RunConfig::new(1).n_envs
 }
 
+fn default_threads() -> usize {
+    RunConfig::new(1).threads
+}
+
 fn default_none<T>() -> Option<T> {
     None
 }
@@ -158,6 +169,7 @@ impl RunConfig {
             total_steps,
             seed: 0,
             n_envs: 1,
+            threads: 1,
             goal: None,
             stop_at_goal: true,
             stats_window: 100,
@@ -177,6 +189,16 @@ impl RunConfig {
         }
         if self.n_envs == 0 {
             return Err(Error::config("run.n_envs", "is 0: use at least 1"));
+        }
+        if !(1..=rl_nn::MAX_THREADS).contains(&self.threads) {
+            return Err(Error::config(
+                "run.threads",
+                format!(
+                    "is {}: use 1 to {} (1 runs the learner on the calling thread only)",
+                    self.threads,
+                    rl_nn::MAX_THREADS
+                ),
+            ));
         }
         if self.stats_window == 0 {
             return Err(Error::config("run.stats_window", "is 0: use at least 1"));
@@ -592,6 +614,20 @@ fn sibling(dir: &Path, suffix: &str) -> PathBuf {
 /// learner gives its state).
 pub(crate) fn save_learner<L: Learner>(learner: &L, path: &Path) -> Result<()> {
     Ok(learner.checkpoint().save(path)?)
+}
+
+/// Starts the pool of `threads` threads the learner's products are split across, once
+/// per trainer (none for one thread: the calling thread does every product).
+pub(crate) fn start_pool<L: Learner>(
+    learner: &mut L,
+    threads: usize,
+) -> Result<Option<Arc<Pool>>> {
+    if threads < 2 {
+        return Ok(None);
+    }
+    let pool = Arc::new(Pool::new(threads)?);
+    learner.set_pool(Some(Arc::clone(&pool)));
+    Ok(Some(pool))
 }
 
 /// Restores `learner` from the checkpoint file at `path`; on error nothing changes.

@@ -1,0 +1,94 @@
+//! `run.threads`: the learner's products split across a pool change nothing a run
+//! learns. The same run with one thread and with two ends with the same learner, bit for
+//! bit, and the two-thread run did split its products.
+
+use rl_algos::dqn::{Dqn, DqnConfig};
+use rl_algos::sac::Sac;
+use rl_envs::{CartPole, Pendulum};
+
+use super::*;
+use crate::config::Config;
+
+/// The shipped `configs/sac_pendulum_sb3.toml` (256-256 networks, batch 256: every
+/// critic and actor product is large enough to split) for 2,000 env steps, learning from
+/// step 1,000 on.
+fn sac_sb3(threads: usize) -> OffPolicyTrainer<Pendulum, Sac> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../configs/sac_pendulum_sb3.toml"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let overrides = [
+        "run.total_steps=2000".to_owned(),
+        "off_policy.buffer_capacity=2000".to_owned(),
+        "off_policy.learning_starts=1000".to_owned(),
+        format!("run.threads={threads}"),
+    ];
+    let config = Config::from_toml(&text, &overrides).unwrap();
+    let sac = Sac::for_env(&Pendulum::new(0), config.sac.clone().unwrap(), 0).unwrap();
+    let off = config.off_policy.clone().unwrap();
+    // The run layer names the checkpoint folder; this run saves nothing.
+    let run = RunConfig {
+        checkpoint: None,
+        ..config.run
+    };
+    OffPolicyTrainer::new(Pendulum::new, sac, off, run).unwrap()
+}
+
+#[test]
+fn sac_sb3_learns_the_same_bytes_on_one_and_two_threads_after_2000_steps() {
+    let mut one = sac_sb3(1);
+    assert!(one.pool().is_none(), "one thread starts no pool");
+    let mut two = sac_sb3(2);
+    assert_eq!(two.pool().map(|p| p.threads()), Some(2));
+    let ones = one.train(&mut ()).unwrap();
+    let twos = two.train(&mut ()).unwrap();
+    assert_eq!(ones.total_env_steps, 2000);
+    assert_eq!(twos.total_env_steps, 2000);
+    assert_eq!(one.learner().updates(), 1000);
+    let splits = two.pool().unwrap().splits();
+    // Each update runs a dozen products of 256 rows; most of them split.
+    assert!(splits > 10_000, "only {splits} products split");
+    let bytes = |t: &OffPolicyTrainer<Pendulum, Sac>| t.learner().checkpoint().to_bytes().unwrap();
+    assert!(bytes(&one) == bytes(&two), "two threads learned other weights");
+    assert_eq!(ones.mean_return, twos.mean_return);
+}
+
+fn dqn(threads: usize) -> OffPolicyTrainer<CartPole, Dqn> {
+    // 256-256 networks at batch 64: the hidden products split.
+    let config = DqnConfig::default();
+    let learner = Dqn::for_env(&CartPole::new(0), config, 5).unwrap();
+    let off = OffPolicyConfig {
+        buffer_capacity: 1_000,
+        learning_starts: 200,
+        ..OffPolicyConfig::new()
+    };
+    let run = RunConfig {
+        threads,
+        seed: 5,
+        ..RunConfig::new(600)
+    };
+    OffPolicyTrainer::new(CartPole::new, learner, off, run).unwrap()
+}
+
+#[test]
+fn dqn_learns_the_same_bytes_on_one_and_three_threads() {
+    let mut one = dqn(1);
+    let mut three = dqn(3);
+    one.train(&mut ()).unwrap();
+    three.train(&mut ()).unwrap();
+    assert!(one.learner().updates() > 100);
+    assert!(three.pool().unwrap().splits() > 100);
+    let bytes = |t: &OffPolicyTrainer<CartPole, Dqn>| t.learner().checkpoint().to_bytes().unwrap();
+    assert!(bytes(&one) == bytes(&three), "three threads learned other weights");
+}
+
+#[test]
+fn zero_threads_is_refused_before_anything_is_built() {
+    let run = RunConfig {
+        threads: 0,
+        ..RunConfig::new(10)
+    };
+    let err = run.validate().unwrap_err().to_string();
+    assert!(err.contains("run.threads") && err.contains("use 1 to"), "{err}");
+}
