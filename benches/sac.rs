@@ -1,11 +1,17 @@
-//! `cargo xtask bench sac`: one SAC gradient step (`update(&batch)`), one thread.
+//! `cargo xtask bench sac`: one SAC gradient step (`update(&batch)`).
 //!
-//! Prints one JSON line per configuration:
+//! Prints one JSON line per configuration and thread count:
 //!
-//! `{"bench":"sac","config":C,"batch":B,"median_ms":X,"updates_per_s":Y}`
+//! `{"bench":"sac","config":C,"batch":B,"threads":T,"median_ms":X,"updates_per_s":Y}`
 //!
 //! - `"sb3"`: continuous [`Sac`] with `SacConfig::sb3()` (actor and critics 256-256,
-//!   batch 256) on Pendulum's spaces (3 observations, 1 action);
+//!   batch 256) on Pendulum's spaces (3 observations, 1 action), on one thread and on
+//!   a pool of two (`Learner::set_pool`), timed alternately on the same batches. Its
+//!   lines add `"products_gflop"` (the multiply-adds of the update's matrix products,
+//!   counted from the layer shapes: see [`sac_products`]), `"peak_gflops"` (this
+//!   core's FMA peak, `rl_nn::fma_peak`), `"products_ms_at_peak"` (the time those
+//!   products need at that peak, per thread) and `"ratio_to_peak"` (`median_ms` over
+//!   it: 1.0 would be an update that is nothing but products at the peak);
 //! - `"tuned"`: the same with 64-64 networks (`sac_pendulum`'s default preset), batch 256;
 //! - `"large_actions_b64"`, `"large_actions_b256"`: [`DiscreteSac`] over `LargeDiscrete`'s
 //!   100 000 x 8 action-feature table (two-tower networks 16-64-64-8, chunks of 2048
@@ -22,13 +28,18 @@
 //! region. Each figure is the median over 21 timed repetitions after 5 warm-up ones.
 
 use std::hint::black_box;
-use std::time::Instant;
+use std::ops::Div;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use rl::algos::learner::Learner;
 use rl::algos::sac::{DiscreteSac, Sac, SacConfig, SacTrainer};
 use rl::collect::{ActOutput, Policy};
+use rl::core::simd::Isa;
 use rl::core::{Env, Field, Flag};
 use rl::envs::{LargeDiscrete, Pendulum};
+use rl::nn::{Pool, fma_peak};
 use rl::storage::{Batch, ColumnSlice, ram::RamStorage, replay::ReplayBuffer, sampler::Uniform};
 
 mod common;
@@ -57,25 +68,48 @@ fn main() -> anyhow::Result<()> {
     let mut rng = SplitMix(0x5AC);
 
     let pendulum = Pendulum::new(0);
+    let peak = if wanted("sb3") {
+        fma_peak(Isa::detect(), 201, Duration::from_millis(1)).gflops
+    } else {
+        0.0
+    };
     for (name, hidden) in [("sb3", vec![256, 256]), ("tuned", vec![64, 64])] {
         if !wanted(name) {
             continue;
         }
         let config = SacConfig {
-            hidden,
+            hidden: hidden.clone(),
             batch_size: 256,
             ..SacConfig::sb3()
         };
-        let mut sac = Sac::for_env(&pendulum, config, 0)?;
+        let mut one = Sac::for_env(&pendulum, config.clone(), 0)?;
+        let mut trainers = vec![&mut one];
+        let mut two = Sac::for_env(&pendulum, config, 0)?;
+        if name == "sb3" {
+            two.set_pool(Some(Arc::new(Pool::new(2)?)));
+            trainers.push(&mut two);
+        }
         // Pendulum's torque bounds are [-2, 2]; its episodes never terminate (only
         // truncate), and the continuous update evaluates the target for every row anyway.
         let ms = time_updates(
-            &mut sac,
+            &mut trainers,
             &mut rng,
             |rng, len| ActionValues::F32((0..len).map(|_| rng.uniform(-2.0, 2.0)).collect()),
             false,
         )?;
-        report(name, 256, ms);
+        let (obs, act) = (3, 1);
+        let gflop = 2.0 * sac_products(obs, act, &hidden, 256) as f64 / 1e9;
+        for (threads, &ms) in (1..).zip(&ms) {
+            let mut line = line(name, 256, threads, ms);
+            if name == "sb3" {
+                let at_peak = gflop / peak * 1e3 / threads as f64;
+                line["products_gflop"] = (gflop * 1e3).round().div(1e3).into();
+                line["peak_gflops"] = (peak * 10.0).round().div(10.0).into();
+                line["products_ms_at_peak"] = (at_peak * 1e3).round().div(1e3).into();
+                line["ratio_to_peak"] = (ms / at_peak * 100.0).round().div(100.0).into();
+            }
+            println!("{line}");
+        }
     }
 
     let env = LargeDiscrete::new(0);
@@ -90,12 +124,12 @@ fn main() -> anyhow::Result<()> {
         }
         let mut sac = large_actions(&env, batch)?;
         let ms = time_updates(
-            &mut sac,
+            &mut [&mut sac],
             &mut rng,
             |rng, _| ActionValues::U32(vec![rng.below(n)]),
             terminated,
         )?;
-        report(name, batch, ms);
+        report(name, batch, ms[0]);
     }
 
     if wanted("act_large_actions_b1") {
@@ -149,16 +183,17 @@ enum ActionValues {
     U32(Vec<u32>),
 }
 
-/// Fills a replay buffer of `trainer`'s schema with random transitions (actions from
-/// `action(rng, action_len)`, every row terminated or none), then times `update` on
-/// freshly sampled batches of the configured size.
+/// Fills a replay buffer of the trainers' schema (that of the first; all are built
+/// alike) with random transitions (actions from `action(rng, action_len)`, every row
+/// terminated or none), then times `update` on freshly sampled batches of the configured
+/// size, each batch given to every trainer in turn; the median of each.
 fn time_updates<T: SacTrainer>(
-    trainer: &mut T,
+    trainers: &mut [&mut T],
     rng: &mut SplitMix,
     mut action: impl FnMut(&mut SplitMix, usize) -> ActionValues,
     terminated: bool,
-) -> anyhow::Result<f64> {
-    let schema = trainer.replay_schema()?;
+) -> anyhow::Result<Vec<f64>> {
+    let schema = trainers[0].replay_schema()?;
     let obs_len = schema
         .column(Field::Obs.name())
         .with_context(|| format!("the replay schema has no {} column", Field::Obs))?
@@ -167,7 +202,7 @@ fn time_updates<T: SacTrainer>(
         .column(Field::Action.name())
         .with_context(|| format!("the replay schema has no {} column", Field::Action))?
         .numel();
-    let batch_size = trainer.config().batch_size;
+    let batch_size = trainers[0].config().batch_size;
     let mut replay = ReplayBuffer::new(
         RamStorage::new(schema.clone(), REPLAY_ROWS, None)?,
         Uniform::new(0),
@@ -193,20 +228,22 @@ fn time_updates<T: SacTrainer>(
         ])?;
     }
     let mut batch = Batch::new(&schema, batch_size)?;
-    let mut times = Vec::with_capacity(REPS);
+    let mut times = vec![Vec::with_capacity(REPS); trainers.len()];
     for rep in 0..WARMUP + REPS {
         replay.sample(&mut batch)?;
-        let start = Instant::now();
-        let stats = trainer.update(black_box(&batch))?;
-        let elapsed = start.elapsed().as_secs_f64() * 1e3;
-        if !stats.critic_loss.is_finite() {
-            bail!("non-finite critic loss {}", stats.critic_loss);
-        }
-        if rep >= WARMUP {
-            times.push(elapsed);
+        for (trainer, times) in trainers.iter_mut().zip(&mut times) {
+            let start = Instant::now();
+            let stats = trainer.update(black_box(&batch))?;
+            let elapsed = start.elapsed().as_secs_f64() * 1e3;
+            if !stats.critic_loss.is_finite() {
+                bail!("non-finite critic loss {}", stats.critic_loss);
+            }
+            if rep >= WARMUP {
+                times.push(elapsed);
+            }
         }
     }
-    Ok(common::median(&mut times))
+    Ok(times.iter_mut().map(|t| common::median(t)).collect())
 }
 
 /// Median milliseconds of `REPS` runs of `f`, after `WARMUP` runs.
@@ -214,13 +251,43 @@ fn median_ms(f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
     common::median_ms(WARMUP, REPS, f)
 }
 
-fn report(config: &str, batch: usize, ms: f64) {
-    let line = serde_json::json!({
+/// The multiply-adds of one continuous SAC update's matrix products per batch of
+/// `batch` rows, for an actor `obs -> hidden -> 2 act` and critics `obs + act -> hidden
+/// -> 1`: the actor's forward passes on the observations and the next observations, six
+/// critic forwards (two targets, two for the critic loss, two for the actor loss), the
+/// critics' backward passes for their parameters (weights, and the inputs of every layer
+/// but the first), their backward passes for the actions' gradient (inputs of every
+/// layer), and the actor's backward pass for its parameters.
+fn sac_products(obs: usize, act: usize, hidden: &[usize], batch: usize) -> usize {
+    let sizes = |input: usize, output: usize| {
+        let mut s = vec![input];
+        s.extend(hidden);
+        s.push(output);
+        s
+    };
+    let (actor, critic) = (sizes(obs, 2 * act), sizes(obs + act, 1));
+    let forward = |s: &[usize]| s.windows(2).map(|w| w[0] * w[1]).sum::<usize>();
+    let inputs_but_first = |s: &[usize]| s.windows(2).skip(1).map(|w| w[0] * w[1]).sum::<usize>();
+    let per_row = 2 * forward(&actor)
+        + 6 * forward(&critic)
+        + 2 * (forward(&critic) + inputs_but_first(&critic))
+        + 2 * forward(&critic)
+        + forward(&actor)
+        + inputs_but_first(&actor);
+    per_row * batch
+}
+
+fn line(config: &str, batch: usize, threads: usize, ms: f64) -> serde_json::Value {
+    serde_json::json!({
         "bench": "sac",
         "config": config,
         "batch": batch,
+        "threads": threads,
         "median_ms": (ms * 1e4).round() / 1e4,
         "updates_per_s": (1e3 / ms * 10.0).round() / 10.0,
-    });
-    println!("{line}");
+    })
+}
+
+fn report(config: &str, batch: usize, ms: f64) {
+    println!("{}", line(config, batch, 1, ms));
 }

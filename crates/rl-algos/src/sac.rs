@@ -22,8 +22,8 @@ use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
 use rl_nn::{
-    Activation, Adam, AdamConfig, Architecture, Checkpoint, Init, Mlp, MlpSpec, MlpWorkspace, Pool,
-    Module, NetworkState, Parameters, Weights,
+    Activation, Adam, AdamConfig, Architecture, Checkpoint, Init, Mlp, MlpSpec, MlpWorkspace,
+    Module, NetworkState, Parameters, Pool, Weights,
 };
 
 use crate::error::{Error, Result, adam_difference, first_difference};
@@ -655,6 +655,19 @@ struct TwinCritics {
     grads: [Vec<f32>; 2],
     ws: [MlpWorkspace; 2],
     target_ws: [MlpWorkspace; 2],
+    /// With a pool: the two critics' passes run side by side ([`TwinCritics::both`]).
+    pool: Option<Arc<Pool>>,
+}
+
+/// One critic's network, target, optimiser, gradients and workspaces, borrowed apart
+/// from the other's so that the two can run on two threads.
+pub(crate) struct Critic<'a> {
+    pub(crate) online: &'a mut Mlp,
+    pub(crate) target: &'a Mlp,
+    pub(crate) adam: &'a mut Adam,
+    pub(crate) grads: &'a mut [f32],
+    pub(crate) ws: &'a mut MlpWorkspace,
+    pub(crate) target_ws: &'a mut MlpWorkspace,
 }
 
 impl TwinCritics {
@@ -686,22 +699,83 @@ impl TwinCritics {
             grads,
             ws,
             target_ws,
+            pool: None,
         })
     }
 
-    /// Every critic pass runs on `pool`.
+    /// Each critic's parts, borrowed apart, with `extra[i]` (its rows of the scratch).
+    fn sides<T>(&mut self, extra: [T; 2]) -> [(Critic<'_>, T); 2] {
+        let [o0, o1] = &mut self.online;
+        let [t0, t1] = &self.target;
+        let [a0, a1] = &mut self.adam;
+        let [g0, g1] = &mut self.grads;
+        let [w0, w1] = &mut self.ws;
+        let [v0, v1] = &mut self.target_ws;
+        let [e0, e1] = extra;
+        [
+            (
+                Critic {
+                    online: o0,
+                    target: t0,
+                    adam: a0,
+                    grads: g0,
+                    ws: w0,
+                    target_ws: v0,
+                },
+                e0,
+            ),
+            (
+                Critic {
+                    online: o1,
+                    target: t1,
+                    adam: a1,
+                    grads: g1,
+                    ws: w1,
+                    target_ws: v1,
+                },
+                e1,
+            ),
+        ]
+    }
+
+    /// Runs `f` on each critic (with its `extra`): side by side on two threads of the
+    /// pool when there is one, one after the other otherwise. Each critic's work is done
+    /// by one thread in the same order either way, so the results are bit-identical.
+    ///
+    /// # Errors
+    /// The first critic's error, else the second's.
+    fn both<T: Send, R: Send>(
+        &mut self,
+        extra: [T; 2],
+        f: impl Fn(Critic<'_>, T) -> Result<R> + Sync,
+    ) -> Result<[R; 2]> {
+        let pool = self.pool.clone();
+        let [(c0, e0), (c1, e1)] = self.sides(extra);
+        let (r0, r1) = match pool.as_deref() {
+            Some(pool) => pool.join(|| f(c0, e0), || f(c1, e1)),
+            None => (f(c0, e0), f(c1, e1)),
+        };
+        Ok([r0?, r1?])
+    }
+
+    /// The two critics run side by side on `pool`, and every critic pass outside
+    /// [`TwinCritics::both`] splits its products across it.
     fn set_pool(&mut self, pool: Option<&Arc<Pool>>) {
         for ws in self.ws.iter_mut().chain(&mut self.target_ws) {
             ws.set_pool(pool.cloned());
         }
+        self.pool = pool.cloned();
     }
 
     /// Applies and clears the gradients of both critics.
     fn step(&mut self) -> Result<()> {
-        for i in 0..2 {
-            self.adam[i].update(self.online[i].params_mut(), &self.grads[i])?;
-            self.grads[i].fill(0.0);
-        }
+        self.both([(), ()], |critic, ()| {
+            critic
+                .adam
+                .update(critic.online.params_mut(), critic.grads)?;
+            critic.grads.fill(0.0);
+            Ok(())
+        })?;
         Ok(())
     }
 

@@ -21,8 +21,8 @@
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::{Error, Result};
 
@@ -163,8 +163,61 @@ impl Pool {
         self.workers.len() + 1
     }
 
-    /// Calls split across more than one thread so far (products large enough to share;
-    /// smaller ones run on the caller and do not count).
+    /// Runs `a` on the calling thread and `b` on the first worker at the same time and
+    /// returns both results (on a pool of one thread, `a` then `b`). Products inside
+    /// either half that would be split run on that half's thread alone, so each half
+    /// computes exactly what it computes on its own: results are bit-identical whatever
+    /// the pool's size. Allocates nothing.
+    ///
+    /// # Panics
+    /// If either half panicked (after both have finished).
+    pub fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
+    where
+        A: FnOnce() -> RA + Send,
+        B: FnOnce() -> RB + Send,
+        RA: Send,
+        RB: Send,
+    {
+        let halves = (Mutex::new(Some(a)), Mutex::new(Some(b)));
+        let results = (Mutex::new(None), Mutex::new(None));
+        self.run(self.threads().min(2), &|index| {
+            let run_a = || {
+                if let Some(a) = lock(&halves.0).take() {
+                    *lock(&results.0) = Some(a());
+                }
+            };
+            let run_b = || {
+                if let Some(b) = lock(&halves.1).take() {
+                    *lock(&results.1) = Some(b());
+                }
+            };
+            if index == 0 {
+                run_a();
+                // One thread in all: the second half follows on the caller.
+                if self.threads() == 1 {
+                    run_b();
+                }
+            } else {
+                run_b();
+            }
+        });
+        let ra = results
+            .0
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        let rb = results
+            .1
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        match (ra, rb) {
+            (Some(ra), Some(rb)) => (ra, rb),
+            _ => unreachable!("Pool::run returns after both halves ran"),
+        }
+    }
+
+    /// Calls that ran on more than one thread so far: split products and
+    /// [`Pool::join`]s (products too small to share, and those inside a join, run on
+    /// one thread and do not count).
     pub fn splits(&self) -> u64 {
         self.shared.generation.load(Ordering::Relaxed)
     }
@@ -181,8 +234,13 @@ impl Pool {
             "{tasks} tasks on a pool of {} threads",
             self.threads()
         );
-        if tasks == 1 {
-            task(0);
+        if tasks == 1 || IN_TASK.get() {
+            // A call from inside a task (a product in one of `join`'s halves) runs its
+            // tasks here in order: the pool's threads are already busy with the outer
+            // call, and each task still writes only its own part.
+            for index in 0..tasks {
+                task(index);
+            }
             return;
         }
         let _turn = self.caller.lock().unwrap_or_else(PoisonError::into_inner);
@@ -208,7 +266,7 @@ impl Pool {
         if sleepers > 0 {
             shared.wake.notify_all();
         }
-        let mine = catch_unwind(AssertUnwindSafe(|| task(0)));
+        let mine = catch_unwind(AssertUnwindSafe(|| in_task(|| task(0))));
         // Acquire: the workers' writes to `dst` happen before their `pending` decrement.
         if !spin_until(|| shared.pending.load(Ordering::Acquire) == 0) {
             let mut state = shared.lock();
@@ -233,6 +291,28 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// A slot of [`Pool::join`], whatever a panicking half left it as.
+fn lock<T>(slot: &Mutex<T>) -> MutexGuard<'_, T> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+std::thread_local! {
+    /// Whether this thread is running a pool task now (nested calls run inline).
+    static IN_TASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` marked as a pool task, restoring the mark afterwards (also on unwinding).
+fn in_task<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IN_TASK.set(self.0);
+        }
+    }
+    let _restore = Restore(IN_TASK.replace(true));
+    f()
 }
 
 /// A worker's loop: wait (spinning, then asleep) for a new generation, run its task if
@@ -263,7 +343,9 @@ fn work(shared: &Shared, index: usize) {
         // SAFETY:
         // - `Pool::run` keeps the closure alive until `pending` is 0, which needs this
         //   worker's report below; the closure is `Sync`.
-        let result = catch_unwind(AssertUnwindSafe(|| unsafe { (*job.task)(index) }));
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            in_task(|| unsafe { (*job.task)(index) })
+        }));
         if result.is_err() {
             shared.panicked.store(true, Ordering::Relaxed);
         }

@@ -102,8 +102,8 @@ pub(super) struct Scratch {
     target: Vec<f32>,
     /// `Q_i` of each row, per critic.
     q: [Vec<f32>; 2],
-    /// Gradient of the loss with respect to each critic's output.
-    dq: Vec<f32>,
+    /// Gradient of the loss with respect to each critic's output, per critic.
+    dq: [Vec<f32>; 2],
     /// Gradient with respect to each critic's input (`rows x (obs + act)`).
     d_in: [Vec<f32>; 2],
     /// Gradient with respect to the actor's output (`rows x 2 act`).
@@ -127,7 +127,7 @@ impl Scratch {
             stored_actions: z(rows * act),
             target: z(rows),
             q: [z(rows), z(rows)],
-            dq: z(rows),
+            dq: [z(rows), z(rows)],
             d_in: [z(rows * (obs + act)), z(rows * (obs + act))],
             d_actor: z(rows * 2 * act),
             act_noise: z(ACT_ROWS * act),
@@ -146,7 +146,7 @@ impl Scratch {
         let per_row = sizes.add(&[
             sizes.count(&[3, sizes.add(&[obs, act])?])?,
             sizes.count(&[7, act])?,
-            6,
+            7,
         ])?;
         let acting = sizes.count(&[ACT_ROWS, sizes.add(&[2 * act, 1])?])?;
         sizes.f32s(&[sizes.add(&[sizes.count(&[rows, per_row])?, acting])?])
@@ -477,14 +477,13 @@ impl Sac {
         );
         let critic_in = &mut s.critic_in[..rows * (obs_dim + act_dim)];
         join(critic_in, next_obs, &s.next_actions, obs_dim, act_dim);
-        for i in 0..2 {
-            let q = self.core.critics.target[i].forward(
-                critic_in,
-                rows,
-                &mut self.core.critics.target_ws[i],
-            )?;
-            s.q[i][..rows].copy_from_slice(q);
-        }
+        let input = &*critic_in;
+        let [q0, q1] = &mut s.q;
+        self.core.critics.both([q0, q1], |critic, q| {
+            let out = critic.target.forward(input, rows, critic.target_ws)?;
+            q[..rows].copy_from_slice(out);
+            Ok(())
+        })?;
         for b in 0..rows {
             let next = s.q[0][b].min(s.q[1][b]) - alpha * s.next_logp[b];
             let live = if terminated[b].0 == 0 { 1.0 } else { 0.0 };
@@ -500,24 +499,32 @@ impl Sac {
             *stored = (a - self.offset[j]) / self.scale[j];
         }
         join(critic_in, obs, &s.stored_actions, obs_dim, act_dim);
-        let mut critic_loss = 0.0;
-        for i in 0..2 {
-            let critic = &self.core.critics.online[i];
-            let q = critic.forward(critic_in, rows, &mut self.core.critics.ws[i])?;
-            critic_loss += half_squared_error(q, &s.target[..rows], &mut s.dq[..rows]);
-            let width = obs_dim + act_dim;
-            let d_in = &mut s.d_in[i][..rows * width];
-            critic.backward(
-                &mut self.core.critics.ws[i],
-                &s.dq[..rows],
-                Some(&mut self.core.critics.grads[i]),
-                obs_grads.is_some().then_some(&mut *d_in),
-            )?;
-            // The observation part of each critic's input gradient, summed.
-            if let Some(grads) = &mut obs_grads {
+        let (input, target) = (&*critic_in, &s.target[..rows]);
+        let width = obs_dim + act_dim;
+        let want_input_grads = obs_grads.is_some();
+        let [dq0, dq1] = &mut s.dq;
+        let [d0, d1] = &mut s.d_in;
+        let losses = self
+            .core
+            .critics
+            .both([(dq0, d0), (dq1, d1)], |critic, (dq, d_in)| {
+                let q = critic.online.forward(input, rows, critic.ws)?;
+                let loss = half_squared_error(q, target, &mut dq[..rows]);
+                critic.online.backward(
+                    critic.ws,
+                    &dq[..rows],
+                    Some(critic.grads),
+                    want_input_grads.then_some(&mut d_in[..rows * width]),
+                )?;
+                Ok(loss)
+            })?;
+        let critic_loss = losses[0] + losses[1];
+        // The observation part of the critics' input gradients, summed.
+        if let Some(grads) = &mut obs_grads {
+            for (i, d_in) in s.d_in.iter().enumerate() {
                 for (g, d) in grads
                     .chunks_exact_mut(obs_dim)
-                    .zip(d_in.chunks_exact(width))
+                    .zip(d_in[..rows * width].chunks_exact(width))
                 {
                     for (g, &d) in g.iter_mut().zip(&d[..obs_dim]) {
                         *g = if i == 0 { d } else { *g + d };
@@ -578,28 +585,34 @@ impl Sac {
         let n = rows as f32;
         let critic_in = &mut s.critic_in[..rows * (obs_dim + act_dim)];
         join(critic_in, obs, &s.pi_actions, obs_dim, act_dim);
-        for i in 0..2 {
-            let q = self.core.critics.online[i].forward(
-                critic_in,
-                rows,
-                &mut self.core.critics.ws[i],
-            )?;
-            s.q[i][..rows].copy_from_slice(q);
-        }
+        let input = &*critic_in;
+        let [q0, q1] = &mut s.q;
+        self.core.critics.both([q0, q1], |critic, q| {
+            let out = critic.online.forward(input, rows, critic.ws)?;
+            q[..rows].copy_from_slice(out);
+            Ok(())
+        })?;
         let mut actor_loss = 0.0;
-        for i in 0..2 {
-            for b in 0..rows {
+        for (i, dq) in s.dq.iter_mut().enumerate() {
+            for (b, d) in dq[..rows].iter_mut().enumerate() {
                 let chosen = if s.q[0][b] <= s.q[1][b] { 0 } else { 1 };
-                s.dq[b] = if chosen == i { -1.0 / n } else { 0.0 };
+                *d = if chosen == i { -1.0 / n } else { 0.0 };
             }
-            let d_in = &mut s.d_in[i][..rows * (obs_dim + act_dim)];
-            self.core.critics.online[i].backward(
-                &mut self.core.critics.ws[i],
-                &s.dq[..rows],
-                None,
-                Some(d_in),
-            )?;
         }
+        let width = obs_dim + act_dim;
+        let [dq0, dq1] = &s.dq;
+        let [d0, d1] = &mut s.d_in;
+        self.core
+            .critics
+            .both([(dq0, d0), (dq1, d1)], |critic, (dq, d_in)| {
+                critic.online.backward(
+                    critic.ws,
+                    &dq[..rows],
+                    None,
+                    Some(&mut d_in[..rows * width]),
+                )?;
+                Ok(())
+            })?;
         let out = self.passes.batch.output();
         for b in 0..rows {
             actor_loss += (alpha * s.pi_logp[b] - s.q[0][b].min(s.q[1][b])) / n;

@@ -176,3 +176,65 @@ fn split_products_allocate_nothing_on_the_caller_after_warm_up() {
         rl_testkit::measure(|| matmul_on(&pool, &mut dst, lhs, rhs, Accumulate::Overwrite));
     assert_eq!(stats.allocations, 0, "{stats:?}");
 }
+
+#[test]
+fn join_runs_the_halves_on_two_threads_and_returns_both_results() {
+    let pool = Pool::new(2).unwrap();
+    let caller = std::thread::current().id();
+    for _ in 0..100 {
+        let (a, b) = pool.join(
+            || (std::thread::current().id(), 1u8),
+            || (std::thread::current().id(), "b"),
+        );
+        assert_eq!(a, (caller, 1));
+        assert_ne!(b.0, caller, "the second half runs on the worker");
+        assert_eq!(b.1, "b");
+    }
+    // One thread: both halves on the caller, in order.
+    let order = Mutex::new(Vec::new());
+    let one = Pool::new(1).unwrap();
+    one.join(
+        || order.lock().unwrap().push('a'),
+        || order.lock().unwrap().push('b'),
+    );
+    assert_eq!(*order.lock().unwrap(), ['a', 'b']);
+}
+
+/// Products that would be split, run inside both halves of a `join` on the same pool
+/// (as SAC's twin critics do), neither deadlock nor change a bit: each half computes
+/// them alone.
+#[test]
+fn products_inside_join_run_alone_and_bit_identical() {
+    let pool = Pool::new(2).unwrap();
+    let (m, k, n) = (256, 256, 256);
+    let (a, b) = (values(5, m * k), values(6, k * n));
+    let (lhs, rhs) = (MatRef::row_major(&a, m, k), MatRef::row_major(&b, k, n));
+    let mut want = vec![0.0; m * n];
+    matmul(&mut want, lhs, rhs, Accumulate::Overwrite);
+    let splits = pool.splits();
+    let (mut left, mut right) = (vec![0.0; m * n], vec![0.0; m * n]);
+    pool.join(
+        || matmul_on(&pool, &mut left, lhs, rhs, Accumulate::Overwrite),
+        || matmul_on(&pool, &mut right, lhs, rhs, Accumulate::Overwrite),
+    );
+    assert_eq!(
+        pool.splits(),
+        splits + 1,
+        "only the join itself used the workers"
+    );
+    assert_eq!(bits(&left), bits(&want));
+    assert_eq!(bits(&right), bits(&want));
+    // The pool splits products again once the join is over.
+    matmul_on(&pool, &mut left, lhs, rhs, Accumulate::Overwrite);
+    assert_eq!(pool.splits(), splits + 2);
+}
+
+#[test]
+fn a_panicking_half_reaches_the_caller_and_the_pool_survives() {
+    let pool = Pool::new(2).unwrap();
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        pool.join(|| 1, || -> u8 { panic!("the second half fails") })
+    }));
+    assert!(result.is_err());
+    assert_eq!(pool.join(|| 2, || 3), (2, 3));
+}

@@ -618,10 +618,7 @@ pub(crate) fn save_learner<L: Learner>(learner: &L, path: &Path) -> Result<()> {
 
 /// Starts the pool of `threads` threads the learner's products are split across, once
 /// per trainer (none for one thread: the calling thread does every product).
-pub(crate) fn start_pool<L: Learner>(
-    learner: &mut L,
-    threads: usize,
-) -> Result<Option<Arc<Pool>>> {
+pub(crate) fn start_pool<L: Learner>(learner: &mut L, threads: usize) -> Result<Option<Arc<Pool>>> {
     if threads < 2 {
         return Ok(None);
     }
