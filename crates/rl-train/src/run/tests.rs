@@ -929,3 +929,31 @@ fn resume_changes_an_off_policy_learning_rate() {
         "{e}"
     );
 }
+
+/// `run.threads` is a run setting like any other: written into the run's config, and a
+/// resume may change it (the learner is the same on any number of threads). The DQN
+/// below uses 256-256 networks at batch 64, whose products split.
+#[test]
+fn threads_come_from_the_config_and_may_change_on_resume() {
+    let registry = Registry::builtin();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let dqn = config(
+        "dqn",
+        "cartpole",
+        300,
+        &["run.threads=2", "off_policy.learning_starts=100"],
+    );
+    train(&registry, &dqn, &dir, &TrainOptions::quiet()).unwrap();
+    assert_eq!(rundir::read_config(&dir, &[]).unwrap().run.threads, 2);
+    let one = TrainOptions {
+        overrides: vec!["run.threads=1".into(), "run.total_steps=400".into()],
+        ..TrainOptions::quiet()
+    };
+    let resumed = resume(&registry, &dir, &one).unwrap();
+    assert_eq!(resumed.result.total_env_steps, 400);
+    assert_eq!(rundir::read_config(&dir, &[]).unwrap().run.threads, 1);
+    let text = "algo = \"dqn\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 300\n";
+    let e = Config::from_toml(text, &["run.threads=0".to_owned()]).unwrap_err();
+    assert!(e.to_string().contains("run.threads is 0: use 1 to"), "{e}");
+}
