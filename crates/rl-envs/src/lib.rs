@@ -3,6 +3,8 @@
 //! - [`CartPole`]: Gymnasium's `CartPole-v1`, bit for bit (dynamics in `f64`).
 //! - [`Pendulum`]: Gymnasium's `Pendulum-v1`, bit for bit.
 //! - [`MaskedCartPole`]: CartPole with both velocities hidden; needs memory.
+//! - [`Catch`]: bsuite's Catch as `u8` frames (`[1, 10, 5]`, or larger with
+//!   [`Catch::with_scale`]): the small pixel task for convolutional policies.
 //! - [`LargeDiscrete`]: a contextual task with 100 000 actions described by a shared
 //!   feature table; the large-action case that runs other frameworks out of memory.
 //!
@@ -34,11 +36,13 @@
 //! ```
 
 mod cartpole;
+mod catch;
 mod large_discrete;
 mod partial_large_discrete;
 mod pendulum;
 
 pub use cartpole::{CartPole, MaskedCartPole};
+pub use catch::Catch;
 pub use large_discrete::{CONTEXT_DIM, Estimate, FEATURE_DIM, LargeDiscrete};
 pub use partial_large_discrete::PartialLargeDiscrete;
 pub use pendulum::Pendulum;
