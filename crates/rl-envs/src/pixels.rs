@@ -2,27 +2,31 @@
 //! area resizing and a frame stack, as the pure functions and buffers
 //! [`AtariPreprocess`](crate::AtariPreprocess) is made of.
 //!
-//! The arithmetic matches OpenCV's portable (non-IPP) code paths bit for bit, as
+//! The arithmetic reproduces OpenCV's code bit for bit, as
 //! Stable-Baselines3's `WarpFrame` and Gymnasium's `AtariPreprocessing` call them:
 //! [`rgb_to_gray`] is `cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY)` and [`AreaResize`] is
 //! `cv2.resize(frame, (w, h), interpolation=cv2.INTER_AREA)` for a one-channel `u8`
-//! image. Each function says which rounding it reproduces.
+//! image. Each function says which rounding it reproduces; `tests/opencv.rs` compares
+//! them with OpenCV 5.0.0 (4.14.0 gives the same bytes) pixel for pixel.
 
 use rl_core::env::check_len;
 use rl_core::{Error, Result};
 
-/// Bits of the fixed-point luma weights of OpenCV's 8-bit `RGB2GRAY` (`yuv_shift`).
-const GRAY_SHIFT: u32 = 14;
-/// BT.601 weights 0.299, 0.587, 0.114 in units of 2^-14, as OpenCV rounds them
-/// (`R2Y = 4899`, `G2Y = 9617`, `B2Y = 1868`; they sum to 2^14, so white stays 255).
-const GRAY_WEIGHTS: [u32; 3] = [4899, 9617, 1868];
+/// Bits of the fixed-point luma weights of OpenCV's 8-bit `RGB2GRAY` (`gray_shift`).
+const GRAY_SHIFT: u32 = 15;
+/// BT.601 weights 0.299, 0.587, 0.114 in units of 2^-15, rounded to nearest as OpenCV
+/// does (`RY15 = 9798`, `GY15 = 19235`, `BY15 = 3735`; they sum to 2^15, so grays stay
+/// exactly gray and white stays 255).
+const GRAY_WEIGHTS: [u32; 3] = [9798, 19235, 3735];
 
 /// Converts an interleaved RGB image (`[h, w, 3]`, row-major) to grayscale (`[h, w]`) with
-/// the ITU-R BT.601 luma weights, exactly as OpenCV's `cvtColor(RGB2GRAY)` does for `u8`:
-/// `gray = (4899 r + 9617 g + 1868 b + 2^13) >> 14`, fixed point with the weights rounded
-/// to 14 bits and the result rounded half up. (OpenCV builds that hand the conversion to
-/// Intel IPP can differ by one level on a few pixels; Gymnasium's `AtariPreprocessing`
-/// reads gray screens from ALE's palette instead, which differ too.)
+/// the ITU-R BT.601 luma weights, bit for bit as OpenCV's `cvtColor(RGB2GRAY)` does for
+/// `u8`: `gray = (9798 r + 19235 g + 3735 b + 2^14) >> 15`, fixed point with the weights
+/// rounded to 15 bits and the result rounded half up. Checked against
+/// opencv-python-headless 4.14.0 and 5.0.0, IPP on and off (`tests/opencv.rs`). Older OpenCV releases
+/// used 14-bit weights (4899, 9617, 1868), which differ by one level on about 0.25% of
+/// pixels; Gymnasium's `AtariPreprocessing` reads gray screens from ALE's palette
+/// instead, which differ too.
 ///
 /// # Errors
 /// [`Error::ShapeMismatch`] unless `rgb.len() == 3 * gray.len()`.
@@ -38,7 +42,7 @@ pub fn rgb_to_gray(rgb: &[u8], gray: &mut [u8]) -> Result<()> {
     let [wr, wg, wb] = GRAY_WEIGHTS;
     for (g, p) in gray.iter_mut().zip(rgb.chunks_exact(3)) {
         let sum = wr * u32::from(p[0]) + wg * u32::from(p[1]) + wb * u32::from(p[2]);
-        // At most 255 * 2^14 + 2^13 before the shift: the result fits a u8.
+        // At most 255 * 2^15 + 2^14 before the shift: the result fits a u8.
         *g = ((sum + (1 << (GRAY_SHIFT - 1))) >> GRAY_SHIFT) as u8;
     }
     Ok(())
