@@ -3,6 +3,14 @@
 //! - [`CartPole`]: Gymnasium's `CartPole-v1`, bit for bit (dynamics in `f64`).
 //! - [`Pendulum`]: Gymnasium's `Pendulum-v1`, bit for bit.
 //! - [`MaskedCartPole`]: CartPole with both velocities hidden; needs memory.
+//! - [`Catch`]: bsuite's Catch as `u8` frames (`[1, 10, 5]`, or larger with
+//!   [`Catch::with_scale`]): the small pixel task for convolutional policies.
+//!
+//! Pixel preprocessing, with no OpenCV: [`AtariPreprocess`] wraps an environment of raw
+//! RGB frames with DQN's Atari pipeline (no-op starts, frame skip with max-pooling,
+//! grayscale, 84 × 84 area resize, a stack of 4 frames, reward clipping); its parts are
+//! [`rgb_to_gray`], [`max_frames`], [`AreaResize`] and [`FrameStack`], which match
+//! OpenCV's `cvtColor` and `INTER_AREA` resize bit for bit.
 //! - [`LargeDiscrete`]: a contextual task with 100 000 actions described by a shared
 //!   feature table; the large-action case that runs other frameworks out of memory.
 //!
@@ -33,15 +41,21 @@
 //! # Ok::<(), rl_core::Error>(())
 //! ```
 
+mod atari;
 mod cartpole;
+mod catch;
 mod large_discrete;
 mod partial_large_discrete;
 mod pendulum;
+mod pixels;
 
+pub use atari::{AtariConfig, AtariPreprocess, LifeLoss, Lives, Rewards};
 pub use cartpole::{CartPole, MaskedCartPole};
+pub use catch::Catch;
 pub use large_discrete::{CONTEXT_DIM, Estimate, FEATURE_DIM, LargeDiscrete};
 pub use partial_large_discrete::PartialLargeDiscrete;
 pub use pendulum::Pendulum;
+pub use pixels::{AreaResize, FrameStack, StackPadding, max_frames, resize_area, rgb_to_gray};
 
 use rl_core::{Error, Result};
 

@@ -9,7 +9,7 @@
 
 use proptest::prelude::*;
 use rl_core::{Env, Step};
-use rl_envs::{CartPole, LargeDiscrete, MaskedCartPole, Pendulum};
+use rl_envs::{CartPole, Catch, LargeDiscrete, MaskedCartPole, Pendulum};
 
 /// Runs `actions` from `reset(Some(seed))`, resetting at episode ends, and records every
 /// observation and step.
@@ -81,6 +81,27 @@ proptest! {
     #[test]
     fn large_discrete_is_deterministic_and_in_space(seed: u64, actions in discrete_actions(500, 0..50)) {
         check_env(|| LargeDiscrete::with_actions(500, 11).unwrap(), seed, &actions)?;
+    }
+
+    #[test]
+    fn catch_is_deterministic_and_in_space(seed: u64, actions in discrete_actions(3, 0..100), scale in 1usize..4) {
+        check_env(|| Catch::new(0).with_scale(scale).unwrap(), seed, &actions)?;
+    }
+
+    /// Every Catch episode lasts exactly 9 steps, terminates (never truncates) and pays
+    /// only on its last step, +1 or -1.
+    #[test]
+    fn catch_pays_once_at_the_ninth_step(seed: u64, actions in discrete_actions(3, 9..10)) {
+        let mut env = Catch::new(seed);
+        let mut obs = [0u8; 50];
+        env.reset(None, &mut obs).unwrap();
+        for (t, action) in (1..=9).zip(&actions) {
+            let step = env.step(action, &mut obs).unwrap();
+            prop_assert!(!step.truncated);
+            prop_assert_eq!(step.terminated, t == 9);
+            let pays = if t == 9 { step.reward.abs() == 1.0 } else { step.reward == 0.0 };
+            prop_assert!(pays, "reward {} at step {}", step.reward, t);
+        }
     }
 
     #[test]

@@ -7,25 +7,26 @@
 )]
 
 use proptest::prelude::*;
-use rl_core::{Env, Error};
-use rl_envs::{CartPole, LargeDiscrete, MaskedCartPole, PartialLargeDiscrete, Pendulum};
+use rl_core::{Element, Env, Error};
+use rl_envs::{CartPole, Catch, LargeDiscrete, MaskedCartPole, PartialLargeDiscrete, Pendulum};
 
 /// `steps` steps of `env` with actions from `action(i)`, resetting (unseeded) after each
-/// episode: every observation and reward, bit for bit.
-fn trajectory<E: Env<Obs = f32>>(
+/// episode: every observation and reward, bit for bit (`f32` and `u8` observations are
+/// exact as `f64`).
+fn trajectory<E: Env>(
     env: &mut E,
     steps: usize,
     action: impl Fn(usize) -> Vec<E::Act>,
-) -> Vec<u32> {
-    let mut obs = vec![0.0f32; env.observation_space().flat_len()];
+) -> Vec<u64> {
+    let mut obs = vec![E::Obs::default(); env.observation_space().flat_len()];
     let mut out = Vec::new();
     for i in 0..steps {
         let step = env.step(&action(i), &mut obs).unwrap();
-        out.push(step.reward.to_bits());
-        out.extend(obs.iter().map(|o| o.to_bits()));
+        out.push(f64::from(step.reward).to_bits());
+        out.extend(obs.iter().map(|o| o.to_f64().to_bits()));
         if step.ends_episode() {
             env.reset(None, &mut obs).unwrap();
-            out.extend(obs.iter().map(|o| o.to_bits()));
+            out.extend(obs.iter().map(|o| o.to_f64().to_bits()));
         }
     }
     out
@@ -34,7 +35,7 @@ fn trajectory<E: Env<Obs = f32>>(
 /// Runs `before` steps of `make(seed)`, saves, runs `after` more; restores the state
 /// into another `make(seed)` reset with another seed, and checks it runs the same
 /// `after` steps.
-fn check_resumes<E: Env<Obs = f32>>(
+fn check_resumes<E: Env>(
     make: impl Fn(u64) -> E,
     seed: u64,
     before: usize,
@@ -42,7 +43,7 @@ fn check_resumes<E: Env<Obs = f32>>(
     action: impl Fn(usize) -> Vec<E::Act> + Copy,
 ) {
     let mut env = make(seed);
-    let mut obs = vec![0.0f32; env.observation_space().flat_len()];
+    let mut obs = vec![E::Obs::default(); env.observation_space().flat_len()];
     env.reset(Some(seed), &mut obs).unwrap();
     trajectory(&mut env, before, action);
     let state = env
@@ -70,6 +71,8 @@ proptest! {
         check_resumes(Pendulum::new, seed, before, after, |i| vec![((i % 5) as f32 - 2.0) * 0.9]);
         let large = |s| LargeDiscrete::with_actions(50, s).unwrap();
         check_resumes(large, seed, before, after, |i| vec![(i % 50) as u32]);
+        let catch = |s| Catch::new(s).with_scale(2).unwrap();
+        check_resumes(catch, seed, before, after, |i| vec![(i * 5 % 3) as u32]);
         check_resumes(PartialLargeDiscrete::new, seed, before % 40, after % 40 + 1, |i| vec![(i % 100) as u32]);
     }
 }
