@@ -83,7 +83,12 @@ struct State {
 /// (activations, losses, Adam), short enough that an idle pool costs nothing measurable.
 const SPIN: Duration = Duration::from_micros(200);
 
-/// Spins until `ready()` or [`SPIN`] has passed; whether `ready()` held.
+/// How long [`spin_until`] spins before it also yields the core between checks.
+const SPIN_HOT: Duration = Duration::from_micros(20);
+
+/// Spins until `ready()` or [`SPIN`] has passed; whether `ready()` held. After
+/// [`SPIN_HOT`] it yields the core between checks, so that on a machine with more
+/// runnable threads than cores the thread it waits for (or another process) gets to run.
 fn spin_until(ready: impl Fn() -> bool) -> bool {
     let start = Instant::now();
     loop {
@@ -93,8 +98,12 @@ fn spin_until(ready: impl Fn() -> bool) -> bool {
             }
             std::hint::spin_loop();
         }
-        if start.elapsed() >= SPIN {
+        let waited = start.elapsed();
+        if waited >= SPIN {
             return ready();
+        }
+        if waited >= SPIN_HOT {
+            std::thread::yield_now();
         }
     }
 }
