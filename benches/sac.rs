@@ -6,7 +6,8 @@
 //!
 //! - `"sb3"`: continuous [`Sac`] with `SacConfig::sb3()` (actor and critics 256-256,
 //!   batch 256) on Pendulum's spaces (3 observations, 1 action), on one thread and on
-//!   a pool of two (`Learner::set_pool`), timed alternately on the same batches. Its
+//!   a pool of two (`Learner::set_pool`), timed alternately on the same batches (the
+//!   `large_actions` configurations too). Its
 //!   lines add `"products_gflop"` (the multiply-adds of the update's matrix products,
 //!   counted from the layer shapes: see [`sac_products`]), `"peak_gflops"` (this
 //!   core's FMA peak, `rl_nn::fma_peak`), `"products_ms_at_peak"` (the time those
@@ -122,14 +123,18 @@ fn main() -> anyhow::Result<()> {
         if !wanted(name) {
             continue;
         }
-        let mut sac = large_actions(&env, batch)?;
+        let mut one = large_actions(&env, batch)?;
+        let mut two = large_actions(&env, batch)?;
+        two.set_pool(Some(Arc::new(Pool::new(2)?)));
         let ms = time_updates(
-            &mut [&mut sac],
+            &mut [&mut one, &mut two],
             &mut rng,
             |rng, _| ActionValues::U32(vec![rng.below(n)]),
             terminated,
         )?;
-        report(name, batch, ms[0]);
+        for (threads, &ms) in (1..).zip(&ms) {
+            println!("{}", line(name, batch, threads, ms));
+        }
     }
 
     if wanted("act_large_actions_b1") {

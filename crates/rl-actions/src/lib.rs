@@ -114,7 +114,7 @@ mod scorer;
 
 pub use encoding::{ActionEncoding, Binary, Embedding, Index, OneHot};
 pub use mask::{ActionMask, Masks};
-pub use scorer::{ChunkValues, ChunkedScorer, Sampling, ScorerShape, dot_scores};
+pub use scorer::{ChunkValues, ChunkedScorer, Join, Sampling, ScorerShape, dot_scores};
 
 /// The `rand` version [`ChunkedScorer::sample`] takes generators of (re-exported so
 /// that callers can name the exact traits).

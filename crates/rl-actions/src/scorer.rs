@@ -303,6 +303,17 @@ pub struct ChunkedScorer {
     /// Per row and feature, `sum w f` and `sum w (alpha s - Q) f` (table scoring only).
     grad_w: Vec<f64>,
     grad_c: Vec<f64>,
+    /// With a join, the soft passes split their rows over two threads.
+    join: Option<Arc<dyn Join>>,
+}
+
+/// Runs two closures, possibly at the same time: how a [`ChunkedScorer`] uses threads
+/// it does not own ([`ChunkedScorer::set_join`]; `rl-algos` hands it an `rl_nn::Pool`).
+/// Each closure writes its own rows, so the results are the same whether they run side
+/// by side or one after the other.
+pub trait Join: Send + Sync + fmt::Debug {
+    /// Runs `a` and `b` and returns when both have finished.
+    fn join(&self, a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send));
 }
 
 impl fmt::Debug for ChunkedScorer {
@@ -319,6 +330,7 @@ impl fmt::Debug for ChunkedScorer {
             .field("chunk", &self.chunk)
             .field("tile", &self.tile)
             .field("max_batch", &self.max_batch)
+            .field("join", &self.join)
             .finish_non_exhaustive()
     }
 }
@@ -448,7 +460,17 @@ impl ChunkedScorer {
             heap_len: vec![0; max_batch],
             grad_w: vec![0.0; grad],
             grad_c: vec![0.0; grad],
+            join: None,
         })
+    }
+
+    /// Splits the rows of the batched soft passes ([`ChunkedScorer::soft_policy_loss`],
+    /// [`ChunkedScorer::soft_value`]) into two halves run through `join` (`None`, the
+    /// default: one thread). Each row is computed by one thread in the same order either
+    /// way, so results are bit-identical; the halves use scratch the scorer already
+    /// holds, so nothing is allocated.
+    pub fn set_join(&mut self, join: Option<Arc<dyn Join>>) {
+        self.join = join;
     }
 
     /// The same scorer running the given kernels (tests compare every compiled copy).

@@ -9,7 +9,7 @@ use rl_core::env::check_len;
 use rl_core::{Error, Result};
 
 use super::{Acc, ChunkedScorer, Scores, row_mask};
-use crate::kernels;
+use crate::kernels::{self, Isa};
 use crate::mask::Masks;
 
 fn check_alpha(alpha: f32) -> Result<()> {
@@ -170,17 +170,9 @@ impl ChunkedScorer {
     /// `v = Q` (so `E[Q]` and the entropy), and with `with_grad` (table scoring) the
     /// per-feature sums `sum w f` and `sum w (alpha s - Q) f` of the gradient.
     ///
-    /// Tiles of actions on the outside, batch rows on the inside: a tile of the
-    /// transposed table ([`ChunkedScorer::tile`] actions, sized for the L1 cache) is read
-    /// by every row while it is cached. Per row and tile, the kernels write the scores
-    /// and `min(Q_1, Q_2)` into a tile-sized scratch, take its max, the weights and their
-    /// sums, and (with the gradient) the centred feature sums; [`Acc::merge`] folds the
-    /// tile into the row's running (online) log-sum-exp, rescaling the gradient's sums by
-    /// the same factors.
-    #[allow(
-        clippy::needless_range_loop,
-        reason = "b indexes rows of q, critics and accumulators"
-    )]
+    /// With a [`Join`](super::Join) ([`ChunkedScorer::set_join`]) and at least two rows,
+    /// the first and second half of the rows run side by side, each with its own
+    /// tile-sized scratch; every row is computed the same way either way.
     fn soft_pass(
         &mut self,
         q: &[f32],
@@ -191,8 +183,6 @@ impl ChunkedScorer {
         with_grad: bool,
     ) {
         let d = self.dim();
-        let n = self.n();
-        let tiles = self.tiles(0..n);
         let Self {
             scores,
             isa,
@@ -202,83 +192,49 @@ impl ChunkedScorer {
             grad_w,
             grad_c,
             tile,
+            join,
             ..
         } = self;
-        let isa = *isa;
-        acc[..batch].fill(Acc::EMPTY);
-        if with_grad {
-            grad_w[..batch * d].fill(0.0);
-            grad_c[..batch * d].fill(0.0);
-        }
-        let (srow_all, vrow_all) = (&mut scratch[..*tile], &mut values[..*tile]);
-        for range in tiles {
-            let len = range.len();
-            let (s, v) = (&mut srow_all[..len], &mut vrow_all[..len]);
-            for b in 0..batch {
-                let rows = b * d..(b + 1) * d;
-                let (qb, g1, g2) = (
-                    &q[rows.clone()],
-                    &critics[0][rows.clone()],
-                    &critics[1][rows],
-                );
-                let top = match scores {
-                    Scores::Table { cols, .. } => {
-                        Some(kernels::dots3(isa, qb, g1, g2, cols, n, range.start, s, v))
-                    }
-                    Scores::Identity { .. } => {
-                        s.copy_from_slice(&qb[range.clone()]);
-                        super::min_into(&g1[range.clone()], &g2[range.clone()], v);
-                        None
-                    }
-                };
-                let mask = row_mask(masks, b);
-                super::apply_mask(mask, range.clone(), s);
-                // The kernel's max holds while no score was masked.
-                let mc = match (top, mask) {
-                    (Some(top), None) => top,
-                    _ => kernels::max_of(isa, s),
-                };
-                if !with_grad {
-                    let (s0, st, sv) = kernels::exp_sums(isa, s, mc, v);
-                    acc[b].merge(mc, s0, st, sv);
-                    continue;
-                }
-                let (s0, st, sv) = kernels::soft_weights(isa, s, v, mc, alpha);
-                let (old, new) = acc[b].merge(mc, s0, st, sv);
-                if s0.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
-                    continue;
-                }
-                let mean = (alpha * st - sv) / s0;
-                // c here is alpha (s - mc) - Q; the row sums use c_hat = alpha s - Q.
-                let shift = f64::from(mean) + f64::from(alpha) * f64::from(mc);
-                if let Scores::Table { cols, .. } = scores {
-                    let mut add = |k: usize, fw: f32, fc: f32| {
-                        let (fw, fc) = (f64::from(fw), f64::from(fc));
-                        let i = b * d + k;
-                        grad_w[i] = old * grad_w[i] + new * fw;
-                        grad_c[i] = old * grad_c[i] + new * (fc + shift * fw);
-                    };
-                    let col = |k: usize| &cols[k * n + range.start..k * n + range.end];
-                    let mut k = 0;
-                    while k + 4 <= d {
-                        let (fw, fc) = kernels::grad4(
-                            isa,
-                            s,
-                            v,
-                            mean,
-                            [col(k), col(k + 1), col(k + 2), col(k + 3)],
-                        );
-                        for i in 0..4 {
-                            add(k + i, fw[i], fc[i]);
-                        }
-                        k += 4;
-                    }
-                    for k in k..d {
-                        let (fw, fc) = kernels::grad1(isa, s, v, mean, col(k));
-                        add(k, fw, fc);
-                    }
-                }
+        let tile = *tile;
+        let pass = SoftRows {
+            scores,
+            isa: *isa,
+            d,
+            tile,
+            q,
+            critics,
+            alpha,
+            masks,
+            with_grad,
+        };
+        let grads = if with_grad { batch * d } else { 0 };
+        let (acc, grad_w, grad_c) = (
+            &mut acc[..batch],
+            &mut grad_w[..grads],
+            &mut grad_c[..grads],
+        );
+        match join.as_deref() {
+            Some(join) if batch >= 2 && scratch.len() >= 2 * tile => {
+                let half = batch.div_ceil(2);
+                let split = if with_grad { half * d } else { 0 };
+                let (s0, s1) = scratch[..2 * tile].split_at_mut(tile);
+                let (v0, v1) = values[..2 * tile].split_at_mut(tile);
+                let (a0, a1) = acc.split_at_mut(half);
+                let (w0, w1) = grad_w.split_at_mut(split);
+                let (c0, c1) = grad_c.split_at_mut(split);
+                let pass = &pass;
+                join.join(&mut || pass.rows(0, s0, v0, a0, w0, c0), &mut || {
+                    pass.rows(half, s1, v1, a1, w1, c1)
+                });
             }
+            _ => pass.rows(
+                0,
+                &mut scratch[..tile],
+                &mut values[..tile],
+                acc,
+                grad_w,
+                grad_c,
+            ),
         }
     }
 
@@ -327,6 +283,130 @@ impl ChunkedScorer {
                     } else {
                         0.0
                     };
+                }
+            }
+        }
+    }
+}
+
+/// What every row of [`ChunkedScorer::soft_pass`] reads, shared by the threads of a
+/// split pass.
+struct SoftRows<'a> {
+    scores: &'a Scores,
+    isa: Isa,
+    d: usize,
+    tile: usize,
+    q: &'a [f32],
+    critics: [&'a [f32]; 2],
+    alpha: f32,
+    masks: Masks<'a>,
+    with_grad: bool,
+}
+
+impl SoftRows<'_> {
+    /// The rows `first..first + acc.len()`: their accumulators in `acc`, their gradient
+    /// sums in `grad_w` and `grad_c` (`d` per row, empty without the gradient), with
+    /// `s_tile` and `v_tile` (a tile each) as scratch.
+    ///
+    /// Tiles of actions on the outside, rows on the inside: a tile of the transposed
+    /// table ([`ChunkedScorer::tile`] actions, sized for the L1 cache) is read by every
+    /// row while it is cached. Per row and tile, the kernels write the scores and
+    /// `min(Q_1, Q_2)` into the tile scratch, take its max, the weights and their sums,
+    /// and (with the gradient) the centred feature sums; [`Acc::merge`] folds the tile
+    /// into the row's running (online) log-sum-exp, rescaling the gradient's sums by the
+    /// same factors.
+    fn rows(
+        &self,
+        first: usize,
+        s_tile: &mut [f32],
+        v_tile: &mut [f32],
+        acc: &mut [Acc],
+        grad_w: &mut [f64],
+        grad_c: &mut [f64],
+    ) {
+        let Self {
+            scores,
+            isa,
+            d,
+            tile,
+            q,
+            critics,
+            alpha,
+            masks,
+            with_grad,
+        } = *self;
+        let n = scores.n();
+        acc.fill(Acc::EMPTY);
+        grad_w.fill(0.0);
+        grad_c.fill(0.0);
+        for start in (0..n).step_by(tile) {
+            let range = start..(start + tile).min(n);
+            let len = range.len();
+            let (s, v) = (&mut s_tile[..len], &mut v_tile[..len]);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let b = first + r;
+                let rows = b * d..(b + 1) * d;
+                let (qb, g1, g2) = (
+                    &q[rows.clone()],
+                    &critics[0][rows.clone()],
+                    &critics[1][rows],
+                );
+                let top = match scores {
+                    Scores::Table { cols, .. } => {
+                        Some(kernels::dots3(isa, qb, g1, g2, cols, n, range.start, s, v))
+                    }
+                    Scores::Identity { .. } => {
+                        s.copy_from_slice(&qb[range.clone()]);
+                        super::min_into(&g1[range.clone()], &g2[range.clone()], v);
+                        None
+                    }
+                };
+                let mask = row_mask(masks, b);
+                super::apply_mask(mask, range.clone(), s);
+                // The kernel's max holds while no score was masked.
+                let mc = match (top, mask) {
+                    (Some(top), None) => top,
+                    _ => kernels::max_of(isa, s),
+                };
+                if !with_grad {
+                    let (s0, st, sv) = kernels::exp_sums(isa, s, mc, v);
+                    acc.merge(mc, s0, st, sv);
+                    continue;
+                }
+                let (s0, st, sv) = kernels::soft_weights(isa, s, v, mc, alpha);
+                let (old, new) = acc.merge(mc, s0, st, sv);
+                if s0.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+                    continue;
+                }
+                let mean = (alpha * st - sv) / s0;
+                // c here is alpha (s - mc) - Q; the row sums use c_hat = alpha s - Q.
+                let shift = f64::from(mean) + f64::from(alpha) * f64::from(mc);
+                if let Scores::Table { cols, .. } = scores {
+                    let mut add = |k: usize, fw: f32, fc: f32| {
+                        let (fw, fc) = (f64::from(fw), f64::from(fc));
+                        let i = r * d + k;
+                        grad_w[i] = old * grad_w[i] + new * fw;
+                        grad_c[i] = old * grad_c[i] + new * (fc + shift * fw);
+                    };
+                    let col = |k: usize| &cols[k * n + range.start..k * n + range.end];
+                    let mut k = 0;
+                    while k + 4 <= d {
+                        let (fw, fc) = kernels::grad4(
+                            isa,
+                            s,
+                            v,
+                            mean,
+                            [col(k), col(k + 1), col(k + 2), col(k + 3)],
+                        );
+                        for i in 0..4 {
+                            add(k + i, fw[i], fc[i]);
+                        }
+                        k += 4;
+                    }
+                    for k in k..d {
+                        let (fw, fc) = kernels::grad1(isa, s, v, mean, col(k));
+                        add(k, fw, fc);
+                    }
                 }
             }
         }
@@ -582,6 +662,81 @@ mod tests {
                     check_soft(&sc, &Naive::table(&t), &vecs, batch, masks, &actions, alpha)?;
                     let sc = ChunkedScorer::identity(n as u32, chunk, batch).unwrap();
                     check_soft(&sc, &Naive::identity(n), &vecs, batch, masks, &actions, alpha)?;
+                }
+            }
+        }
+    }
+
+    /// Runs the halves on two threads of its own.
+    #[derive(Debug)]
+    struct Threads;
+
+    impl crate::Join for Threads {
+        fn join(&self, a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
+            std::thread::scope(|scope| {
+                scope.spawn(|| b());
+                a();
+            });
+        }
+    }
+
+    /// Runs the second half first, on the calling thread.
+    #[derive(Debug)]
+    struct Reversed;
+
+    impl crate::Join for Reversed {
+        fn join(&self, a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
+            b();
+            a();
+        }
+    }
+
+    /// Bits of every soft output of `sc` on the case.
+    fn soft_bits(
+        sc: &mut ChunkedScorer,
+        vecs: &[f32],
+        batch: usize,
+        masks: Masks<'_>,
+        alpha: f32,
+    ) -> Vec<u32> {
+        let d = sc.dim();
+        let (q, rest) = vecs[..3 * batch * d].split_at(batch * d);
+        let (g1, g2) = rest.split_at(batch * d);
+        let (mut loss, mut h, mut v) = (vec![0.0; batch], vec![0.0; batch], vec![0.0; batch]);
+        let mut grad = vec![0.0; batch * d];
+        sc.soft_policy_loss(q, [g1, g2], alpha, masks, &mut loss, &mut h, &mut grad)
+            .unwrap();
+        sc.soft_value(q, [g1, g2], alpha, masks, &mut v).unwrap();
+        [loss, h, v, grad]
+            .concat()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        /// Rows split over a `Join` (two threads, or the halves in reverse order) give
+        /// the same bits as one pass over all rows.
+        #[test]
+        fn split_soft_passes_are_bit_identical(
+            (n, d, batch, f, vecs, bits, _actions, alpha) in case()
+        ) {
+            let t = FeatureTable::new(n, d, f).unwrap();
+            let masks_rows = row_masks(&bits, n);
+            for masks in [Masks::None, Masks::PerRow(&masks_rows)] {
+                for chunk in [1, 3, n + 5] {
+                    for mut sc in [
+                        ChunkedScorer::new(t.clone(), chunk, batch).unwrap(),
+                        ChunkedScorer::identity(n as u32, chunk, batch).unwrap(),
+                    ] {
+                        let want = soft_bits(&mut sc, &vecs, batch, masks, alpha);
+                        for join in [std::sync::Arc::new(Threads) as std::sync::Arc<dyn crate::Join>, std::sync::Arc::new(Reversed)] {
+                            let mut split = sc.clone();
+                            split.set_join(Some(join));
+                            prop_assert_eq!(soft_bits(&mut split, &vecs, batch, masks, alpha), want.clone());
+                        }
+                    }
                 }
             }
         }

@@ -659,6 +659,16 @@ struct TwinCritics {
     pool: Option<Arc<Pool>>,
 }
 
+/// An `rl_nn::Pool` as the `rl_actions::Join` a scorer splits its rows with.
+#[derive(Debug)]
+pub(crate) struct PoolJoin(pub(crate) Arc<Pool>);
+
+impl rl_actions::Join for PoolJoin {
+    fn join(&self, a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
+        self.0.join(|| a(), || b());
+    }
+}
+
 /// One critic's network, target, optimiser, gradients and workspaces, borrowed apart
 /// from the other's so that the two can run on two threads.
 pub(crate) struct Critic<'a> {

@@ -1003,9 +1003,13 @@ impl crate::learner::Learner for DiscreteSac {
         self.core.updates()
     }
 
+    /// Also the scoring over all actions: its soft passes split the batch rows in two.
     fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
         self.core.set_pool(pool.as_ref());
         self.passes.set_pool(pool.as_ref());
+        self.scorer.set_join(pool.map(|pool| {
+            std::sync::Arc::new(super::PoolJoin(pool)) as std::sync::Arc<dyn rl_actions::Join>
+        }));
     }
 
     /// Everything the trainer holds, constant for its life: networks, gradients,

@@ -3,8 +3,8 @@
 //! bit, and the two-thread run did split its products.
 
 use rl_algos::dqn::{Dqn, DqnConfig};
-use rl_algos::sac::Sac;
-use rl_envs::{CartPole, Pendulum};
+use rl_algos::sac::{DiscreteSac, Sac, SacConfig};
+use rl_envs::{CartPole, LargeDiscrete, Pendulum};
 
 use super::*;
 use crate::config::Config;
@@ -100,5 +100,56 @@ fn zero_threads_is_refused_before_anything_is_built() {
     assert!(
         err.contains("run.threads") && err.contains("use 1 to"),
         "{err}"
+    );
+}
+
+fn discrete_sac(threads: usize) -> OffPolicyTrainer<LargeDiscrete, DiscreteSac> {
+    let env = LargeDiscrete::with_actions(5_000, 0).unwrap();
+    let config = SacConfig {
+        hidden: vec![32, 32],
+        batch_size: 32,
+        chunk: 512,
+        ..SacConfig::sb3()
+    };
+    let sac =
+        DiscreteSac::for_env_with_table(&env, env.action_features().clone(), config, 2).unwrap();
+    let off = OffPolicyConfig {
+        buffer_capacity: 1_000,
+        learning_starts: 100,
+        ..OffPolicyConfig::new()
+    };
+    let run = RunConfig {
+        threads,
+        seed: 2,
+        ..RunConfig::new(300)
+    };
+    OffPolicyTrainer::new(
+        move |seed| LargeDiscrete::with_actions(5_000, seed).unwrap(),
+        sac,
+        off,
+        run,
+    )
+    .unwrap()
+}
+
+/// Discrete SAC over 5,000 actions: the scorer's soft passes split their rows over
+/// the pool, and the learner is the same.
+#[test]
+fn discrete_sac_learns_the_same_bytes_on_one_and_two_threads() {
+    let mut one = discrete_sac(1);
+    let mut two = discrete_sac(2);
+    one.train(&mut ()).unwrap();
+    two.train(&mut ()).unwrap();
+    assert_eq!(one.learner().updates(), 200);
+    // Per update: the critics' Adam steps side by side and the actor's soft pass split
+    // (every LargeDiscrete transition terminates, so the target needs no soft value).
+    let splits = two.pool().unwrap().splits();
+    assert_eq!(splits, 400, "calls on both threads");
+    let bytes = |t: &OffPolicyTrainer<LargeDiscrete, DiscreteSac>| {
+        t.learner().checkpoint().to_bytes().unwrap()
+    };
+    assert!(
+        bytes(&one) == bytes(&two),
+        "two threads learned other weights"
     );
 }
