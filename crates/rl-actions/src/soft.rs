@@ -674,7 +674,7 @@ mod tests {
     impl crate::Join for Threads {
         fn join(&self, a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
             std::thread::scope(|scope| {
-                scope.spawn(|| b());
+                scope.spawn(b);
                 a();
             });
         }

@@ -665,7 +665,7 @@ pub(crate) struct PoolJoin(pub(crate) Arc<Pool>);
 
 impl rl_actions::Join for PoolJoin {
     fn join(&self, a: &mut (dyn FnMut() + Send), b: &mut (dyn FnMut() + Send)) {
-        self.0.join(|| a(), || b());
+        self.0.join(a, b);
     }
 }
 

@@ -349,11 +349,13 @@ fn work(shared: &Shared, index: usize) {
         let Some(job) = job.filter(|job| index < job.tasks) else {
             continue;
         };
-        // SAFETY:
-        // - `Pool::run` keeps the closure alive until `pending` is 0, which needs this
-        //   worker's report below; the closure is `Sync`.
         let result = catch_unwind(AssertUnwindSafe(|| {
-            in_task(|| unsafe { (*job.task)(index) })
+            in_task(|| {
+                // SAFETY:
+                // - `Pool::run` keeps the closure alive until `pending` is 0, which needs
+                //   this worker's report below; the closure is `Sync`.
+                unsafe { (*job.task)(index) }
+            })
         }));
         if result.is_err() {
             shared.panicked.store(true, Ordering::Relaxed);
