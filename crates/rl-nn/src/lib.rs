@@ -61,6 +61,8 @@
 mod activation;
 mod adam;
 mod checkpoint;
+mod cnn;
+mod conv;
 mod error;
 mod init;
 mod linalg;
@@ -76,6 +78,8 @@ pub use checkpoint::{
     Checkpoint, FORMAT as CHECKPOINT_FORMAT, NetworkState, VERSION as CHECKPOINT_VERSION,
     load_weights, save_weights,
 };
+pub use cnn::{CnnOutput, CnnSpec, CnnWorkspace, ConvLayer, ConvNet};
+pub use conv::{Conv2d, Conv2dSpec, Conv2dWorkspace, InputScale};
 pub use error::{Error, Result};
 pub use init::Init;
 pub use linalg::{Accumulate, FmaPeak, MatRef, fma_peak, matmul, matmul_on};

@@ -21,8 +21,8 @@
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::{Error, Result};
 
