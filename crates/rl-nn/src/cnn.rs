@@ -401,7 +401,7 @@ impl ConvNet {
             return Err(Error::ArchitectureMismatch {
                 what: "workspace".to_owned(),
                 expected: self.architecture(),
-                found: Architecture::Cnn(ws.spec.clone()),
+                found: Architecture::Cnn(Box::new(ws.spec.clone())),
             });
         }
         if rows > ws.max_rows {
@@ -445,7 +445,7 @@ impl ConvNet {
 
 impl Weights for ConvNet {
     fn architecture(&self) -> Architecture {
-        Architecture::Cnn(self.spec.clone())
+        Architecture::Cnn(Box::new(self.spec.clone()))
     }
 
     fn params(&self) -> &[f32] {
@@ -582,6 +582,13 @@ impl Module for ConvNet {
         } = ws;
         let pool = pool.as_deref();
         delta[..output_grads.len()].copy_from_slice(output_grads);
+        // An activated last linear layer (a convolution applies its own derivative).
+        if let Some(y) = linear.last()
+            && self.spec.output == CnnOutput::Activated
+        {
+            let n = output_grads.len();
+            self.spec.activation.backward(&y[..n], &mut delta[..n]);
+        }
         for (j, layer) in self.linears.iter().enumerate().rev() {
             let dy = &delta[..rows * layer.outputs()];
             let x = if j == 0 {

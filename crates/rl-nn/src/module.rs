@@ -31,8 +31,9 @@ pub enum Architecture {
         /// Elements of the hidden and cell states.
         hidden: usize,
     },
-    /// A convolutional network ([`ConvNet`](crate::ConvNet)), by its spec.
-    Cnn(CnnSpec),
+    /// A convolutional network ([`ConvNet`](crate::ConvNet)), by its spec (boxed: the
+    /// spec is larger than the other variants).
+    Cnn(Box<CnnSpec>),
     /// One free trainable tensor (a Gaussian policy's log standard deviations, a
     /// temperature), a [`Parameters`](crate::Parameters).
     Tensor {
