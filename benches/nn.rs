@@ -430,7 +430,7 @@ fn conv(peak: f64, rng: &mut SplitMix) -> anyhow::Result<()> {
                 Ok(())
             })?;
             conv.forward(&params, &x, batch, &mut ws)?;
-            let backward_ms = common::median_ms(2, reps / 2 | 1, || {
+            let backward_ms = common::median_ms(2, (reps / 2) | 1, || {
                 conv.backward(&params, &mut ws, &dy, Some(&mut grads), Some(&mut dx))?;
                 Ok(())
             })?;
