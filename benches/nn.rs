@@ -24,8 +24,16 @@
 //!   "forward_ms":X,"forward_backward_ms":Y}` and the same for 4-64-64-2 at batch 64 with
 //!   ReLU and with tanh.
 //!
+//! - part `conv`: `{"bench":"nn","op":"fma_peak","gflops":X}`, then
+//!   `{"bench":"nn","op":"conv2d","layer":"nature1|nature2|nature3","direction":
+//!   "forward|backward","batch":B,"gflops":X,"peak_gflops":P,"peak_fraction":F}` for the
+//!   three Nature DQN convolutions (4->32 8x8 stride 4 on 84x84, 32->64 4x4 stride 2 on
+//!   20x20, 64->64 3x3 stride 1 on 9x9, ReLU fused) at batch 32 and 256, one thread:
+//!   forward is im2col, the product and the NCHW outputs; backward is the weight, bias
+//!   and input gradients (twice the forward's multiply-adds), timed after one forward.
+//!
 //! Medians of many timed repetitions after warm-up. `cargo xtask bench nn -- matmul`,
-//! `-- peers`, `-- threads` or `-- mlp` runs one part.
+//! `-- peers`, `-- threads`, `-- mlp` or `-- conv` runs one part.
 
 mod common;
 
@@ -37,8 +45,8 @@ use common::SplitMix;
 use rand::SeedableRng;
 use rl::core::simd::Isa;
 use rl_nn::{
-    Accumulate, Activation, Init, MatRef, Mlp, MlpSpec, Module, Pool, Weights, fma_peak, matmul,
-    matmul_on,
+    Accumulate, Activation, Conv2d, Conv2dSpec, Init, MatRef, Mlp, MlpSpec, Module, Pool, Weights,
+    fma_peak, matmul, matmul_on,
 };
 
 /// `dst (m x n) = lhs (m x k) * rhs (k x n)`; `layout` names which operand is a
@@ -394,11 +402,62 @@ fn mlp(
     Ok(())
 }
 
+/// The Nature DQN convolutions, forward and backward, at batch 32 and 256.
+fn conv(peak: f64, rng: &mut SplitMix) -> anyhow::Result<()> {
+    println!(
+        "{}",
+        serde_json::json!({"bench": "nn", "op": "fma_peak", "gflops": round1(peak)})
+    );
+    let layers = [
+        ("nature1", Conv2dSpec::square(4, 32, 8, 4, 0), [84, 84]),
+        ("nature2", Conv2dSpec::square(32, 64, 4, 2, 0), [20, 20]),
+        ("nature3", Conv2dSpec::square(64, 64, 3, 1, 0), [9, 9]),
+    ];
+    for (name, spec, input) in layers {
+        let conv = Conv2d::new(spec, input, 0)?.with_activation(Some(Activation::Relu));
+        let params = rng.floats(conv.num_params(), 0.1);
+        let mut grads = vec![0.0f32; conv.num_params()];
+        for batch in [32, 256] {
+            let x = rng.floats(batch * conv.input_len(), 1.0);
+            let dy = rng.floats(batch * conv.output_len(), 1.0);
+            let mut dx = vec![0.0f32; x.len()];
+            let mut ws = conv.workspace(batch);
+            let forward_flops = 2.0 * (batch * conv.macs_per_image()) as f64;
+            // About 2 s per line at 30 GFLOP/s, at least 7 repetitions.
+            let reps = ((6e10 / forward_flops) as usize).clamp(7, 201) | 1;
+            let forward_ms = common::median_ms(2, reps, || {
+                black_box(conv.forward(&params, &x, batch, &mut ws)?);
+                Ok(())
+            })?;
+            conv.forward(&params, &x, batch, &mut ws)?;
+            let backward_ms = common::median_ms(2, (reps / 2) | 1, || {
+                conv.backward(&params, &mut ws, &dy, Some(&mut grads), Some(&mut dx))?;
+                Ok(())
+            })?;
+            for (direction, flops, ms) in [
+                ("forward", forward_flops, forward_ms),
+                ("backward", 2.0 * forward_flops, backward_ms),
+            ] {
+                let rate = flops / (ms * 1e-3) / 1e9;
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "bench": "nn", "op": "conv2d", "layer": name, "direction": direction,
+                        "batch": batch, "gflops": round1(rate),
+                        "peak_gflops": round1(peak), "peak_fraction": round3(rate / peak),
+                    })
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let only = common::args();
     let wants = |part: &str| only.is_empty() || only.iter().any(|a| a == part);
     let mut rng = SplitMix(7);
-    let kernels = ["matmul", "peers", "threads"];
+    let kernels = ["matmul", "peers", "threads", "conv"];
     let peak = if kernels.iter().any(|part| wants(part)) {
         fma_peak(Isa::detect(), 201, Duration::from_millis(1)).gflops
     } else {
@@ -412,6 +471,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wants("threads") {
         threads(peak, &mut rng)?;
+    }
+    if wants("conv") {
+        conv(peak, &mut rng)?;
     }
     if wants("mlp") {
         mlp(&[4, 256, 256, 1], 256, Activation::Relu, &mut rng)?;

@@ -689,6 +689,7 @@ fn torch_description(architecture: &Architecture) -> Option<String> {
             ))
         }
         Architecture::Lstm { input, hidden } => Some(format!("nn.LSTMCell({input}, {hidden})")),
+        Architecture::Cnn(spec) => crate::cnn::torch_description(spec),
         Architecture::Tensor { shape } => Some(format!("nn.Parameter(torch.zeros({shape:?}))")),
     }
 }

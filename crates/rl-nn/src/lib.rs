@@ -14,6 +14,12 @@
 //! - [`Linear`] and [`Mlp`] ([`MlpSpec`]: sizes and [`Activation`]), initialised by
 //!   [`Init`] (PyTorch's uniform default, or orthogonal with gains as PPO uses);
 //!   [`Parameters`] for a free trainable tensor.
+//! - [`Conv2d`] ([`Conv2dSpec`]: NCHW, kernel, stride and padding chosen at run time,
+//!   PyTorch's `[out, in, kh, kw]` weight) on the same product through an im2col
+//!   [`Conv2dWorkspace`], and [`ConvNet`] ([`CnnSpec`]: convolutions, a flatten, linear
+//!   layers; [`CnnSpec::nature_cnn`] and [`CnnSpec::small_cnn`]) with
+//!   [`ConvNet::forward_u8`] for frames of bytes scaled by 1/255 inside the first
+//!   layer ([`InputScale`]).
 //! - [`Lstm`]: a long short-term memory cell in PyTorch's `nn.LSTMCell` layout, with
 //!   [`Lstm::step`] for acting (one step for a batch of environments on an [`LstmState`],
 //!   cost independent of the episode's length) and [`Lstm::forward_sequence`] /
@@ -61,6 +67,8 @@
 mod activation;
 mod adam;
 mod checkpoint;
+mod cnn;
+mod conv;
 mod error;
 mod init;
 mod linalg;
@@ -76,6 +84,8 @@ pub use checkpoint::{
     Checkpoint, FORMAT as CHECKPOINT_FORMAT, NetworkState, VERSION as CHECKPOINT_VERSION,
     load_weights, save_weights,
 };
+pub use cnn::{CnnOutput, CnnSpec, CnnWorkspace, ConvLayer, ConvNet};
+pub use conv::{Conv2d, Conv2dSpec, Conv2dWorkspace, InputScale};
 pub use error::{Error, Result};
 pub use init::Init;
 pub use linalg::{Accumulate, FmaPeak, MatRef, fma_peak, matmul, matmul_on};

@@ -187,7 +187,7 @@ impl Linear {
 }
 
 /// [`matmul_on`] on `pool`, or [`matmul`] on the calling thread.
-fn product(
+pub(crate) fn product(
     pool: Option<&Pool>,
     dst: &mut [f32],
     lhs: MatRef<'_>,

@@ -8,7 +8,7 @@ use rl_core::{Location, MemoryPlan};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::{Activation, MlpSpec};
+use crate::{Activation, CnnSpec, MlpSpec};
 
 /// What a network is, as a typed, comparable value: checkpoints and weight files record
 /// it, and loading weights of another architecture is refused even where tensor shapes
@@ -31,6 +31,9 @@ pub enum Architecture {
         /// Elements of the hidden and cell states.
         hidden: usize,
     },
+    /// A convolutional network ([`ConvNet`](crate::ConvNet)), by its spec (boxed: the
+    /// spec is larger than the other variants).
+    Cnn(Box<CnnSpec>),
     /// One free trainable tensor (a Gaussian policy's log standard deviations, a
     /// temperature), a [`Parameters`](crate::Parameters).
     Tensor {
@@ -63,6 +66,7 @@ impl fmt::Display for Architecture {
                 write!(f, " {activation}")
             }
             Self::Lstm { input, hidden } => write!(f, "lstm {input}-{hidden}"),
+            Self::Cnn(spec) => write!(f, "cnn {spec}"),
             Self::Tensor { shape } => write!(f, "tensor {shape:?}"),
         }
     }

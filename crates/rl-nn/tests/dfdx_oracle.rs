@@ -1,5 +1,6 @@
 //! dfdx as an independent oracle: its tape-based autodiff and its Adam against rl-nn's
-//! hand-written backward passes (MLPs, and the LSTM cell through a window with resets)
+//! hand-written backward passes (MLPs, the LSTM cell through a window with resets, and
+//! convolutions: one layer and a small convolutional network)
 //! and flat Adam, on the same parameters and inputs.
 //!
 //! dfdx is a dev-dependency only. It earns its place here because its gradients come
@@ -334,5 +335,232 @@ mod lstm {
         for seed in 0..3 {
             check(seed);
         }
+    }
+}
+
+/// Convolutions against dfdx's tape. dfdx 0.13's own `conv2d` (`TryConv2D`) cannot be
+/// used: its module is compiled only with dfdx's `nightly` feature
+/// (`#[cfg(feature = "nightly")] mod conv2d;` in `src/tensor_ops/mod.rs`), which turns on
+/// `#![feature(generic_const_exprs)]` and so does not build on a stable toolchain. The
+/// convolution is therefore written out of dfdx operations that do build: the patches as
+/// a product with a constant 0/1 gather matrix built by direct loops (zero rows for the
+/// padding), then the patches times the weight's transpose plus the bias, permuted to
+/// NCHW. The gradients come from dfdx's tape through those products, a mechanism
+/// independent of rl-nn's im2col, col2im and backward products; any geometry
+/// (non-square kernels, unequal strides and paddings) can be checked.
+mod conv {
+    use dfdx::prelude::*;
+    use rand::{Rng, SeedableRng};
+    use rand_xoshiro::Xoshiro256PlusPlus;
+    use rl_nn::{
+        Activation, CnnOutput, CnnSpec, Conv2d, Conv2dSpec, ConvLayer, ConvNet, Init, InputScale,
+        Module, Weights,
+    };
+
+    type Tape = OwnedTape<f32, Cpu>;
+    type Matrix<T = NoneTape> = Tensor<(usize, usize), f32, Cpu, T>;
+
+    fn random(rng: &mut Xoshiro256PlusPlus, n: usize) -> Vec<f32> {
+        (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
+    }
+
+    /// Within 1e-4 relative (of the larger of the value and 1% of the largest).
+    fn assert_close(what: &str, ours: &[f32], theirs: &[f32]) {
+        assert_eq!(ours.len(), theirs.len(), "{what}");
+        let scale = theirs.iter().fold(0.0f32, |m, g| m.max(g.abs()));
+        for (e, (a, b)) in ours.iter().zip(theirs).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-4 * b.abs().max(1e-2 * scale).max(1e-3),
+                "{what} {e}: rl-nn {a} vs dfdx {b}"
+            );
+        }
+    }
+
+    /// The gather matrix of `conv` as `in_len x (positions * fan_in)` (transposed):
+    /// column `(p, k)` picks the input element patch `p` holds at `k`, or none.
+    fn gather(conv: &Conv2d) -> Vec<f32> {
+        let s = conv.spec();
+        let [h, w] = conv.input_size();
+        let [oh, ow] = conv.output_size();
+        let [kh, kw] = s.kernel;
+        let fan_in = s.fan_in();
+        let cols = oh * ow * fan_in;
+        let mut g = vec![0.0; conv.input_len() * cols];
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for c in 0..s.in_channels {
+                    for ky in 0..kh {
+                        for kx in 0..kw {
+                            let iy = (oy * s.stride[0] + ky) as isize - s.padding[0] as isize;
+                            let ix = (ox * s.stride[1] + kx) as isize - s.padding[1] as isize;
+                            if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                continue;
+                            }
+                            let input = (c * h + iy as usize) * w + ix as usize;
+                            let col = (oy * ow + ox) * fan_in + (c * kh + ky) * kw + kx;
+                            g[input * cols + col] = 1.0;
+                        }
+                    }
+                }
+            }
+        }
+        g
+    }
+
+    /// One convolution on dfdx's tape: `x` is `batch x in_len`, the result
+    /// `batch x out_len` (NCHW per row), before any activation.
+    fn dfdx_conv(
+        dev: &Cpu,
+        conv: &Conv2d,
+        x: Matrix<Tape>,
+        weight: &Matrix,
+        bias: &Tensor<(usize,), f32, Cpu>,
+        batch: usize,
+    ) -> Matrix<Tape> {
+        let s = conv.spec();
+        let positions = conv.output_size()[0] * conv.output_size()[1];
+        let gt: Matrix =
+            dev.tensor_from_vec(gather(conv), (conv.input_len(), positions * s.fan_in()));
+        let cols = x.matmul(gt).reshape_like(&(batch * positions, s.fan_in()));
+        let y = cols.matmul(weight.clone().permute::<_, Axes2<1, 0>>());
+        let y = y + bias
+            .clone()
+            .broadcast_like::<_, Axis<0>>(&(batch * positions, s.out_channels));
+        y.reshape_like(&(batch, positions, s.out_channels))
+            .permute::<_, Axes3<0, 2, 1>>()
+            .reshape_like(&(batch, conv.output_len()))
+    }
+
+    /// One layer `y = conv(x, W) + b` and `sum(y * w)`.
+    fn check_layer(spec: Conv2dSpec, hw: [usize; 2], batch: usize, seed: u64) {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        let conv = Conv2d::new(spec, hw, 0).unwrap();
+        let params = random(&mut rng, conv.num_params());
+        let x = random(&mut rng, batch * conv.input_len());
+        let w = random(&mut rng, batch * conv.output_len());
+        let mut ws = conv.workspace(batch);
+        let ours_y = conv.forward(&params, &x, batch, &mut ws).unwrap().to_vec();
+        let mut dp = vec![0.0; conv.num_params()];
+        let mut dx = vec![0.0; x.len()];
+        conv.backward(&params, &mut ws, &w, Some(&mut dp), Some(&mut dx))
+            .unwrap();
+
+        let dev = Cpu::default();
+        let xt: Matrix = dev.tensor_from_vec(x.clone(), (batch, conv.input_len()));
+        let wt: Matrix = dev.tensor_from_vec(
+            params[conv.weight()].to_vec(),
+            (spec.out_channels, spec.fan_in()),
+        );
+        let bt = dev.tensor_from_vec(params[conv.bias()].to_vec(), (spec.out_channels,));
+        let y = dfdx_conv(&dev, &conv, xt.leaky_trace(), &wt, &bt, batch);
+        let theirs_y = y.as_vec();
+        let loss = (y * dev.tensor_from_vec(w.clone(), (batch, conv.output_len()))).sum::<(), _>();
+        let g = loss.backward();
+        let theirs_p = [g.get(&wt).as_vec(), g.get(&bt).as_vec()].concat();
+
+        assert_close("output", &ours_y, &theirs_y);
+        assert_close("parameter gradient", &dp, &theirs_p);
+        assert_close("input gradient", &dx, &g.get(&xt).as_vec());
+    }
+
+    #[test]
+    fn conv2d_layer_matches_dfdx() {
+        check_layer(Conv2dSpec::square(3, 4, 3, 1, 0), [6, 5], 2, 0);
+        check_layer(Conv2dSpec::square(3, 4, 3, 2, 1), [9, 7], 3, 1);
+        check_layer(Conv2dSpec::square(2, 5, 4, 3, 2), [11, 8], 2, 2);
+        check_layer(Conv2dSpec::square(4, 2, 1, 1, 0), [3, 4], 1, 3);
+        let odd = Conv2dSpec {
+            in_channels: 2,
+            out_channels: 3,
+            kernel: [3, 2],
+            stride: [2, 1],
+            padding: [1, 2],
+        };
+        check_layer(odd, [7, 5], 3, 4);
+        // Nature's second layer on a small batch.
+        check_layer(Conv2dSpec::square(32, 64, 4, 2, 0), [20, 20], 2, 5);
+    }
+
+    #[test]
+    fn conv_net_matches_dfdx() {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
+        let (batch, cin, h, wd) = (3, 2, 11, 9);
+        let spec = CnnSpec {
+            input: [cin, h, wd],
+            input_scale: InputScale::Div255,
+            convs: vec![
+                ConvLayer::square(4, 3, 2, 1),
+                ConvLayer {
+                    out_channels: 5,
+                    kernel: [2, 3],
+                    stride: [1, 1],
+                    padding: [0, 1],
+                },
+            ],
+            linear: vec![6],
+            activation: Activation::Relu,
+            output: CnnOutput::Activated,
+        };
+        let mut net = ConvNet::new(spec, Init::Uniform, &mut rng).unwrap();
+        // Biases away from 0, so that ReLU's kink and the bias gradients both count.
+        for p in net.params_mut() {
+            *p += rng.random_range(-0.1..0.1);
+        }
+        let bytes: Vec<u8> = (0..batch * net.input_dim()).map(|_| rng.random()).collect();
+        let w = random(&mut rng, batch * 6);
+        let mut ws = net.workspace(batch);
+        let ours_out = net.forward_u8(&bytes, batch, &mut ws).unwrap().to_vec();
+        let mut dp = vec![0.0; net.num_params()];
+        let mut dx = vec![0.0; bytes.len()];
+        net.backward(&mut ws, &w, Some(&mut dp), Some(&mut dx))
+            .unwrap();
+
+        let dev = Cpu::default();
+        let p = net.params();
+        let t = net.tensors();
+        assert_eq!(t[4].name, "5.weight");
+        let (c0, c1) = (net.convs()[0], net.convs()[1]);
+        let flat = c1.output_len();
+        let x: Vec<f32> = bytes.iter().map(|&b| f32::from(b) / 255.0).collect();
+        let xt: Matrix = dev.tensor_from_vec(x, (batch, net.input_dim()));
+        let matrix = |i: usize, rows: usize| -> Matrix {
+            let range = t[i].range();
+            let cols = range.len() / rows;
+            dev.tensor_from_vec(p[range].to_vec(), (rows, cols))
+        };
+        let vector = |i: usize| dev.tensor_from_vec(p[t[i].range()].to_vec(), (t[i].len(),));
+        let (w0, b0, w1, b1, w2, b2) = (
+            matrix(0, 4),
+            vector(1),
+            matrix(2, 5),
+            vector(3),
+            matrix(4, 6),
+            vector(5),
+        );
+        let y = dfdx_conv(&dev, &c0, xt.leaky_trace(), &w0, &b0, batch).relu();
+        let y = dfdx_conv(&dev, &c1, y, &w1, &b1, batch).relu();
+        let y = y.matmul(w2.clone().permute::<_, Axes2<1, 0>>());
+        let y = (y + b2.clone().broadcast_like::<_, Axis<0>>(&(batch, 6usize))).relu();
+        let theirs_out = y.as_vec();
+        let loss = (y * dev.tensor_from_vec(w.clone(), (batch, 6usize))).sum::<(), _>();
+        let g = loss.backward();
+        let theirs_p: Vec<f32> = g
+            .get(&w0)
+            .as_vec()
+            .into_iter()
+            .chain(g.get(&b0).as_vec())
+            .chain(g.get(&w1).as_vec())
+            .chain(g.get(&b1).as_vec())
+            .chain(g.get(&w2).as_vec())
+            .chain(g.get(&b2).as_vec())
+            .collect();
+        // dfdx's input is x / 255: its gradient is 255 times ours (ours is per byte).
+        let theirs_x: Vec<f32> = g.get(&xt).as_vec().iter().map(|v| v / 255.0).collect();
+        assert_eq!(flat, 5 * 5 * 5);
+
+        assert_close("output", &ours_out, &theirs_out);
+        assert_close("parameter gradient", &dp, &theirs_p);
+        assert_close("input gradient", &dx, &theirs_x);
+        assert!(dp.iter().any(|&v| v != 0.0));
     }
 }

@@ -1,0 +1,811 @@
+//! Two-dimensional convolutions over NCHW `f32` images, on the crate's matrix product.
+//!
+//! A [`Conv2d`] copies the patches its kernel sees into the rows of a matrix (im2col:
+//! one row per image and output position, one column per input channel and kernel
+//! offset, the order of PyTorch's `[out, in, kh, kw]` weight) and multiplies it by the
+//! weight's transpose, as a [`Linear`](crate::Linear) layer multiplies its rows: one
+//! product for the whole batch, split across a [`Pool`] when the workspace has one. The
+//! product's rows are then turned back into NCHW outputs, adding the bias and applying the
+//! activation in the same sweep. The backward pass runs the two products of a linear
+//! layer (weight gradient `dY^T cols`, patch gradient `dY W`) and scatters the patch
+//! gradients back onto the input (col2im). Every buffer is sized once, in a
+//! [`Conv2dWorkspace`], from the spec, the input size and the largest batch.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Activation;
+use crate::error::{Error, Result, check_len};
+use crate::linalg::{Accumulate, MatRef};
+use crate::mlp::product;
+use crate::pool::Pool;
+
+/// What a [`Conv2d`] is, as PyTorch's `nn.Conv2d(in_channels, out_channels,
+/// kernel_size, stride, padding)` (no dilation, no groups). Pairs are `[height, width]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Conv2dSpec {
+    /// Channels of the input image; at least 1.
+    pub in_channels: usize,
+    /// Channels of the output image (the number of kernels); at least 1.
+    pub out_channels: usize,
+    /// Kernel height and width; each at least 1.
+    pub kernel: [usize; 2],
+    /// Step between kernel positions, vertically and horizontally; each at least 1.
+    pub stride: [usize; 2],
+    /// Zeros added on each side of the input, vertically and horizontally.
+    pub padding: [usize; 2],
+}
+
+impl Conv2dSpec {
+    /// A convolution `in_channels -> out_channels` with a square `kernel`, a `stride` and
+    /// a `padding` equal in both directions.
+    pub const fn square(
+        in_channels: usize,
+        out_channels: usize,
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    ) -> Self {
+        Self {
+            in_channels,
+            out_channels,
+            kernel: [kernel, kernel],
+            stride: [stride, stride],
+            padding: [padding, padding],
+        }
+    }
+
+    /// Checks the spec on its own (no input size).
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the field: a zero channel count, kernel size or stride,
+    /// or a weight whose size overflows.
+    pub fn validate(&self) -> Result<()> {
+        self.validate_as("conv2d")
+    }
+
+    /// [`Conv2dSpec::validate`], naming fields under `name` (`"cnn.convs[1]"`).
+    pub(crate) fn validate_as(&self, name: &str) -> Result<()> {
+        for (field, value) in [
+            ("in_channels", self.in_channels),
+            ("out_channels", self.out_channels),
+        ] {
+            if value == 0 {
+                return Err(Error::config(
+                    format!("{name}.{field}"),
+                    "is 0: give at least 1 channel",
+                ));
+            }
+        }
+        for (field, pair) in [("kernel", self.kernel), ("stride", self.stride)] {
+            if pair.contains(&0) {
+                return Err(Error::config(
+                    format!("{name}.{field}"),
+                    format!("is {pair:?}: give a height and a width of at least 1"),
+                ));
+            }
+        }
+        if self.checked_num_params().is_none() {
+            return Err(Error::config(
+                format!("{name}.kernel"),
+                format!(
+                    "is {:?} with {} -> {} channels: the weight's size overflows; use fewer channels or a smaller kernel",
+                    self.kernel, self.in_channels, self.out_channels
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Output height and width for an input of `input = [height, width]`:
+    /// `(input + 2 padding - kernel) / stride + 1` in each direction.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid spec, a zero input size, or a kernel larger than
+    /// the padded input.
+    pub fn output_size(&self, input: [usize; 2]) -> Result<[usize; 2]> {
+        self.output_size_as("conv2d", input)
+    }
+
+    /// [`Conv2dSpec::output_size`], naming fields under `name`.
+    pub(crate) fn output_size_as(&self, name: &str, input: [usize; 2]) -> Result<[usize; 2]> {
+        self.validate_as(name)?;
+        if input.contains(&0) {
+            return Err(Error::config(
+                format!("{name} input size"),
+                format!("is {input:?}: give a height and a width of at least 1"),
+            ));
+        }
+        let mut output = [0; 2];
+        for d in 0..2 {
+            let padded = self.padding[d]
+                .checked_mul(2)
+                .and_then(|p| p.checked_add(input[d]))
+                .ok_or_else(|| {
+                    Error::config(
+                        format!("{name}.padding"),
+                        format!("is {:?}: the padded input overflows", self.padding),
+                    )
+                })?;
+            if self.kernel[d] > padded {
+                return Err(Error::config(
+                    format!("{name}.kernel"),
+                    format!(
+                        "is {:?} but the padded input is only {} x {}: use a smaller kernel, more padding or a larger input ({:?} here)",
+                        self.kernel,
+                        input[0] + 2 * self.padding[0],
+                        input[1] + 2 * self.padding[1],
+                        input
+                    ),
+                ));
+            }
+            output[d] = (padded - self.kernel[d]) / self.stride[d] + 1;
+        }
+        Ok(output)
+    }
+
+    /// Elements of one patch, the weight's fan-in: `in_channels * kh * kw`.
+    pub const fn fan_in(&self) -> usize {
+        self.in_channels * self.kernel[0] * self.kernel[1]
+    }
+
+    /// Parameters: the weight `[out, in, kh, kw]` and the bias `[out]`.
+    pub const fn num_params(&self) -> usize {
+        (self.fan_in() + 1) * self.out_channels
+    }
+
+    /// [`Conv2dSpec::num_params`], `None` if it or its bytes overflow.
+    pub fn checked_num_params(&self) -> Option<usize> {
+        self.in_channels
+            .checked_mul(self.kernel[0])?
+            .checked_mul(self.kernel[1])?
+            .checked_add(1)?
+            .checked_mul(self.out_channels)
+            .filter(|n| n.checked_mul(size_of::<f32>()).is_some())
+    }
+}
+
+/// How a convolution reads its input: as given, or divided by 255 on the way into its
+/// patches (images of bytes, read through [`Conv2d::forward_u8`] or
+/// [`ConvNet::forward_u8`](crate::ConvNet::forward_u8), are never stored as `f32`
+/// images).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputScale {
+    /// The input as it is. The default.
+    #[default]
+    Identity,
+    /// Every input value divided by 255 (`x / 255.0` in `f32`): pixel bytes to `[0, 1]`.
+    Div255,
+}
+
+impl InputScale {
+    /// The value a patch holds for input `x`.
+    #[inline]
+    fn apply(self, x: f32) -> f32 {
+        match self {
+            Self::Identity => x,
+            Self::Div255 => x / 255.0,
+        }
+    }
+}
+
+/// One 2-D convolution over NCHW images of a fixed size, inside a flat parameter vector:
+/// its [`Conv2dSpec`], the input and output sizes, where its weight (`[out, in, kh, kw]`
+/// row-major, PyTorch's layout) and bias (`[out]`) sit, the activation applied to its
+/// outputs and the scaling of its inputs.
+///
+/// Like [`Linear`](crate::Linear) it holds no parameters: the passes take the parameter
+/// slice, so a [`ConvNet`](crate::ConvNet) keeps all of its layers' in one vector.
+///
+/// ```
+/// use rl_nn::{Conv2d, Conv2dSpec};
+///
+/// # fn main() -> rl_nn::Result<()> {
+/// // 2 -> 3 channels, 3x3 kernel, stride 2, padding 1, on 5x5 images.
+/// let conv = Conv2d::new(Conv2dSpec::square(2, 3, 3, 2, 1), [5, 5], 0)?;
+/// assert_eq!(conv.output_size(), [3, 3]);
+/// let params = vec![0.1; conv.num_params()];
+/// let mut ws = conv.workspace(4);
+/// let y = conv.forward(&params, &[1.0; 4 * 2 * 5 * 5], 4, &mut ws)?;
+/// assert_eq!(y.len(), 4 * 3 * 3 * 3);
+/// let mut grads = vec![0.0; conv.num_params()];
+/// let mut dx = vec![0.0; 4 * 2 * 5 * 5];
+/// conv.backward(&params, &mut ws, &[1.0; 4 * 27], Some(&mut grads), Some(&mut dx))?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2d {
+    spec: Conv2dSpec,
+    input: [usize; 2],
+    output: [usize; 2],
+    offset: usize,
+    activation: Option<Activation>,
+    input_scale: InputScale,
+}
+
+impl Conv2d {
+    /// A convolution of `spec` over `input = [height, width]` images whose weight starts
+    /// at `offset` in the parameters; no activation, inputs as given.
+    ///
+    /// # Errors
+    /// [`Error::Config`] as [`Conv2dSpec::output_size`].
+    pub fn new(spec: Conv2dSpec, input: [usize; 2], offset: usize) -> Result<Self> {
+        Self::new_as("conv2d", spec, input, offset)
+    }
+
+    /// [`Conv2d::new`], naming fields under `name`.
+    pub(crate) fn new_as(
+        name: &str,
+        spec: Conv2dSpec,
+        input: [usize; 2],
+        offset: usize,
+    ) -> Result<Self> {
+        let output = spec.output_size_as(name, input)?;
+        let conv = Self {
+            spec,
+            input,
+            output,
+            offset,
+            activation: None,
+            input_scale: InputScale::Identity,
+        };
+        // Sizes of one image and of the parameters' end must be representable.
+        let fits = spec
+            .in_channels
+            .checked_mul(input[0])
+            .and_then(|n| n.checked_mul(input[1]))
+            .zip(
+                spec.out_channels
+                    .checked_mul(output[0])
+                    .and_then(|n| n.checked_mul(output[1])),
+            )
+            .and_then(|_| output[0].checked_mul(output[1])?.checked_mul(spec.fan_in()))
+            .and_then(|_| offset.checked_add(spec.num_params()));
+        if fits.is_none() {
+            return Err(Error::config(
+                format!("{name} input size"),
+                format!("is {input:?}: the image sizes overflow; use smaller images"),
+            ));
+        }
+        Ok(conv)
+    }
+
+    /// The same layer with `activation` applied to its outputs (`None`: linear).
+    pub const fn with_activation(mut self, activation: Option<Activation>) -> Self {
+        self.activation = activation;
+        self
+    }
+
+    /// The same layer reading its input through `scale`.
+    pub const fn with_input_scale(mut self, scale: InputScale) -> Self {
+        self.input_scale = scale;
+        self
+    }
+
+    /// Its spec.
+    pub const fn spec(&self) -> &Conv2dSpec {
+        &self.spec
+    }
+
+    /// Input height and width.
+    pub const fn input_size(&self) -> [usize; 2] {
+        self.input
+    }
+
+    /// Output height and width.
+    pub const fn output_size(&self) -> [usize; 2] {
+        self.output
+    }
+
+    /// The activation applied to its outputs, if any.
+    pub const fn activation(&self) -> Option<Activation> {
+        self.activation
+    }
+
+    /// How it reads its input.
+    pub const fn input_scale(&self) -> InputScale {
+        self.input_scale
+    }
+
+    /// Elements of one input image: `in_channels * height * width`.
+    pub const fn input_len(&self) -> usize {
+        self.spec.in_channels * self.input[0] * self.input[1]
+    }
+
+    /// Elements of one output image: `out_channels * out_height * out_width`.
+    pub const fn output_len(&self) -> usize {
+        self.spec.out_channels * self.positions()
+    }
+
+    /// Output positions per image: `out_height * out_width`.
+    const fn positions(&self) -> usize {
+        self.output[0] * self.output[1]
+    }
+
+    /// Parameters: [`Conv2dSpec::num_params`].
+    pub const fn num_params(&self) -> usize {
+        self.spec.num_params()
+    }
+
+    /// The weight's range in the parameters.
+    pub const fn weight(&self) -> std::ops::Range<usize> {
+        self.offset..self.offset + self.spec.fan_in() * self.spec.out_channels
+    }
+
+    /// The bias's range in the parameters.
+    pub const fn bias(&self) -> std::ops::Range<usize> {
+        let start = self.offset + self.spec.fan_in() * self.spec.out_channels;
+        start..start + self.spec.out_channels
+    }
+
+    /// Multiply-adds of one forward pass over one image (`positions * fan_in * out`):
+    /// the backward pass costs twice that (weight and input gradients).
+    pub const fn macs_per_image(&self) -> usize {
+        self.positions() * self.spec.fan_in() * self.spec.out_channels
+    }
+
+    /// Images of patch gradients scattered back per product in the backward pass: enough
+    /// rows for an efficient product, few enough that the buffer stays small.
+    fn chunk_images(&self, max_batch: usize) -> usize {
+        (4096 / self.positions().max(1)).clamp(1, max_batch.max(1))
+    }
+
+    /// Floats of a workspace for `max_batch` images; `None` on overflow.
+    fn workspace_floats(&self, max_batch: usize) -> Option<[usize; 4]> {
+        let rows = self.positions().checked_mul(max_batch)?;
+        let cols = rows.checked_mul(self.spec.fan_in())?;
+        let products = rows.checked_mul(self.spec.out_channels)?;
+        let dcols = self.chunk_images(max_batch) * self.positions() * self.spec.fan_in();
+        let total = cols
+            .checked_add(products)?
+            .checked_add(products)?
+            .checked_add(dcols)?;
+        total.checked_mul(size_of::<f32>())?;
+        Some([cols, products, products, dcols])
+    }
+
+    /// Bytes of a workspace for `max_batch` images ([`Conv2d::workspace`]); `None` on
+    /// overflow.
+    pub fn workspace_bytes(&self, max_batch: usize) -> Option<u64> {
+        let floats: usize = self.workspace_floats(max_batch)?.iter().sum();
+        u64::try_from(floats * size_of::<f32>()).ok()
+    }
+
+    /// A workspace for batches of up to `max_batch` images: the patches, the product's
+    /// rows, the outputs and the backward pass's patch gradients, allocated once.
+    ///
+    /// # Panics
+    /// If its size overflows ([`Conv2d::workspace_bytes`] is `None`).
+    pub fn workspace(&self, max_batch: usize) -> Conv2dWorkspace {
+        let [cols, rows, output, dcols] = self
+            .workspace_floats(max_batch)
+            .unwrap_or_else(|| panic!("a conv2d workspace of {max_batch} images overflows"));
+        Conv2dWorkspace {
+            layer: *self,
+            max_batch,
+            batch: 0,
+            cols: vec![0.0; cols],
+            rows: vec![0.0; rows],
+            output: vec![0.0; output],
+            dcols: vec![0.0; dcols],
+            pool: None,
+        }
+    }
+
+    fn check_workspace(&self, ws: &Conv2dWorkspace, batch: usize) -> Result<()> {
+        if ws.layer != *self {
+            return Err(Error::config(
+                "conv2d workspace",
+                "was made for another layer: make it with this layer's workspace()",
+            ));
+        }
+        if batch > ws.max_batch {
+            return Err(Error::shape(
+                "conv2d batch (at most the workspace's max_batch)",
+                ws.max_batch,
+                batch,
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_params(&self, what: &'static str, len: usize) -> Result<()> {
+        if len < self.bias().end {
+            return Err(Error::shape(what, self.bias().end, len));
+        }
+        Ok(())
+    }
+
+    /// The forward pass over `batch` images `x` (`batch x in_channels x height x width`,
+    /// NCHW); the outputs (`batch x out_channels x out_height x out_width`) live in `ws`
+    /// until its next forward pass.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] for an input or parameters of the wrong length, or more
+    /// images than the workspace holds; [`Error::Config`] for a workspace of another
+    /// layer.
+    pub fn forward<'w>(
+        &self,
+        params: &[f32],
+        x: &[f32],
+        batch: usize,
+        ws: &'w mut Conv2dWorkspace,
+    ) -> Result<&'w [f32]> {
+        self.check_forward(params, x.len(), batch, ws)?;
+        self.forward_unchecked(params, x, batch, ws);
+        Ok(&ws.output[..batch * self.output_len()])
+    }
+
+    /// [`Conv2d::forward`] over images of bytes, each read as `f32::from(byte)` and then
+    /// through the layer's [`InputScale`] straight into the patches.
+    ///
+    /// # Errors
+    /// As [`Conv2d::forward`].
+    pub fn forward_u8<'w>(
+        &self,
+        params: &[f32],
+        x: &[u8],
+        batch: usize,
+        ws: &'w mut Conv2dWorkspace,
+    ) -> Result<&'w [f32]> {
+        self.check_forward(params, x.len(), batch, ws)?;
+        self.forward_u8_unchecked(params, x, batch, ws);
+        Ok(&ws.output[..batch * self.output_len()])
+    }
+
+    fn check_forward(
+        &self,
+        params: &[f32],
+        x_len: usize,
+        batch: usize,
+        ws: &Conv2dWorkspace,
+    ) -> Result<()> {
+        self.check_workspace(ws, batch)?;
+        self.check_params("conv2d parameters", params.len())?;
+        check_len(
+            "conv2d input (batch x channels x height x width)",
+            batch * self.input_len(),
+            x_len,
+        )
+    }
+
+    /// The forward pass on lengths the caller checked.
+    pub(crate) fn forward_unchecked(
+        &self,
+        params: &[f32],
+        x: &[f32],
+        batch: usize,
+        ws: &mut Conv2dWorkspace,
+    ) {
+        let scale = self.input_scale;
+        self.im2col(x, batch, &mut ws.cols, |v| scale.apply(v));
+        self.multiply(params, batch, ws);
+    }
+
+    /// The forward pass over bytes on lengths the caller checked.
+    pub(crate) fn forward_u8_unchecked(
+        &self,
+        params: &[f32],
+        x: &[u8],
+        batch: usize,
+        ws: &mut Conv2dWorkspace,
+    ) {
+        let scale = self.input_scale;
+        self.im2col(x, batch, &mut ws.cols, |v| scale.apply(f32::from(v)));
+        self.multiply(params, batch, ws);
+    }
+
+    /// Copies the patches of `batch` images into the rows of `cols` (row `(b, oy, ox)`,
+    /// column `(c, ky, kx)`), zeros where the kernel reaches into the padding.
+    fn im2col<T: Copy>(&self, x: &[T], batch: usize, cols: &mut [f32], load: impl Fn(T) -> f32) {
+        let [height, width] = self.input;
+        let [kh, kw] = self.spec.kernel;
+        let [sh, sw] = self.spec.stride;
+        let [ph, pw] = self.spec.padding;
+        let [oh, ow] = self.output;
+        let plane = height * width;
+        let fan_in = self.spec.fan_in();
+        let mut rows = cols[..batch * oh * ow * fan_in].chunks_exact_mut(fan_in);
+        for image in x.chunks_exact(self.input_len()).take(batch) {
+            for oy in 0..oh {
+                let y0 = oy * sh;
+                for ox in 0..ow {
+                    let Some(row) = rows.next() else { return };
+                    let x0 = ox * sw;
+                    // Kernel columns that land inside the image.
+                    let lo = pw.saturating_sub(x0).min(kw);
+                    let hi = (width + pw).saturating_sub(x0).clamp(lo, kw);
+                    for (c, channel) in row.chunks_exact_mut(kh * kw).enumerate() {
+                        for (ky, seg) in channel.chunks_exact_mut(kw).enumerate() {
+                            let iy = y0 + ky;
+                            if iy < ph || iy - ph >= height {
+                                seg.fill(0.0);
+                                continue;
+                            }
+                            let src = &image[c * plane + (iy - ph) * width..][..width];
+                            seg[..lo].fill(0.0);
+                            seg[hi..].fill(0.0);
+                            if lo == hi {
+                                // The kernel row lies in the padding.
+                                continue;
+                            }
+                            let src = &src[x0 + lo - pw..x0 + hi - pw];
+                            for (d, &s) in seg[lo..hi].iter_mut().zip(src) {
+                                *d = load(s);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds the patch gradients of `images` images (`dcols`, laid out as the patches)
+    /// onto their input gradients `dx` (col2im).
+    fn col2im(&self, dcols: &[f32], images: usize, dx: &mut [f32]) {
+        let [height, width] = self.input;
+        let [kh, kw] = self.spec.kernel;
+        let [sh, sw] = self.spec.stride;
+        let [ph, pw] = self.spec.padding;
+        let [oh, ow] = self.output;
+        let plane = height * width;
+        let fan_in = self.spec.fan_in();
+        let mut rows = dcols[..images * oh * ow * fan_in].chunks_exact(fan_in);
+        for image in dx.chunks_exact_mut(self.input_len()).take(images) {
+            for oy in 0..oh {
+                let y0 = oy * sh;
+                for ox in 0..ow {
+                    let Some(row) = rows.next() else { return };
+                    let x0 = ox * sw;
+                    let lo = pw.saturating_sub(x0).min(kw);
+                    let hi = (width + pw).saturating_sub(x0).clamp(lo, kw);
+                    for (c, channel) in row.chunks_exact(kh * kw).enumerate() {
+                        for (ky, seg) in channel.chunks_exact(kw).enumerate() {
+                            let iy = y0 + ky;
+                            if iy < ph || iy - ph >= height || lo == hi {
+                                continue;
+                            }
+                            let start = c * plane + (iy - ph) * width + x0 + lo - pw;
+                            let dst = &mut image[start..start + (hi - lo)];
+                            for (d, &g) in dst.iter_mut().zip(&seg[lo..hi]) {
+                                *d += g;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The product of the patches with the weight, then NCHW outputs with the bias and
+    /// the activation.
+    fn multiply(&self, params: &[f32], batch: usize, ws: &mut Conv2dWorkspace) {
+        let (positions, fan_in, out) =
+            (self.positions(), self.spec.fan_in(), self.spec.out_channels);
+        let rows = batch * positions;
+        let Conv2dWorkspace {
+            cols,
+            rows: products,
+            output,
+            pool,
+            ..
+        } = ws;
+        let products = &mut products[..rows * out];
+        product(
+            pool.as_deref(),
+            products,
+            MatRef::row_major(&cols[..rows * fan_in], rows, fan_in),
+            MatRef::transposed(&params[self.weight()], fan_in, out),
+            Accumulate::Overwrite,
+        );
+        let bias = &params[self.bias()];
+        let output = &mut output[..batch * self.output_len()];
+        for (image, block) in output
+            .chunks_exact_mut(self.output_len())
+            .zip(products.chunks_exact(positions * out))
+        {
+            for (o, channel) in image.chunks_exact_mut(positions).enumerate() {
+                let b = bias[o];
+                for (p, v) in channel.iter_mut().enumerate() {
+                    *v = block[p * out + o] + b;
+                }
+                if let Some(activation) = self.activation {
+                    activation.apply(channel);
+                }
+            }
+        }
+        ws.batch = batch;
+    }
+
+    /// The backward pass of the last forward pass through `ws`, given the gradients of a
+    /// loss with respect to its outputs (`dy`, NCHW as the outputs). Adds the weight and
+    /// bias gradients into `param_grads` (laid out as the parameters, at least
+    /// [`Conv2d::bias`]`.end` long) and writes the input gradients into `input_grads`
+    /// (`batch x in_channels x height x width`), each if given.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] for buffers of the wrong length; [`Error::Config`] for a
+    /// workspace of another layer.
+    pub fn backward(
+        &self,
+        params: &[f32],
+        ws: &mut Conv2dWorkspace,
+        dy: &[f32],
+        param_grads: Option<&mut [f32]>,
+        input_grads: Option<&mut [f32]>,
+    ) -> Result<()> {
+        let batch = ws.batch;
+        self.check_workspace(ws, batch)?;
+        self.check_params("conv2d parameters", params.len())?;
+        check_len(
+            "conv2d output gradients (batch x channels x out height x out width)",
+            batch * self.output_len(),
+            dy.len(),
+        )?;
+        if let Some(g) = &param_grads {
+            self.check_params("conv2d parameter gradients", g.len())?;
+        }
+        if let Some(g) = &input_grads {
+            check_len(
+                "conv2d input gradients (batch x channels x height x width)",
+                batch * self.input_len(),
+                g.len(),
+            )?;
+        }
+        self.backward_unchecked(params, ws, dy, param_grads, input_grads);
+        Ok(())
+    }
+
+    /// The backward pass on lengths the caller checked.
+    pub(crate) fn backward_unchecked(
+        &self,
+        params: &[f32],
+        ws: &mut Conv2dWorkspace,
+        dy: &[f32],
+        param_grads: Option<&mut [f32]>,
+        input_grads: Option<&mut [f32]>,
+    ) {
+        let (positions, fan_in, out) =
+            (self.positions(), self.spec.fan_in(), self.spec.out_channels);
+        let batch = ws.batch;
+        let rows = batch * positions;
+        let Conv2dWorkspace {
+            cols,
+            rows: products,
+            output,
+            dcols,
+            pool,
+            max_batch,
+            ..
+        } = ws;
+        let pool = pool.as_deref();
+        // dY in the product's layout (row (b, p), column o), through the activation.
+        let products = &mut products[..rows * out];
+        for ((block, grads), outputs) in products
+            .chunks_exact_mut(positions * out)
+            .zip(dy.chunks_exact(self.output_len()))
+            .zip(output.chunks_exact(self.output_len()))
+        {
+            for (o, (g, y)) in grads
+                .chunks_exact(positions)
+                .zip(outputs.chunks_exact(positions))
+                .enumerate()
+            {
+                for (p, (&g, &y)) in g.iter().zip(y).enumerate() {
+                    block[p * out + o] = match self.activation {
+                        None => g,
+                        Some(Activation::Relu) => {
+                            if y > 0.0 {
+                                g
+                            } else {
+                                0.0
+                            }
+                        }
+                        Some(Activation::Tanh) => g * (1.0 - y * y),
+                    };
+                }
+            }
+        }
+        let products = &*products;
+        if let Some(grads) = param_grads {
+            product(
+                pool,
+                &mut grads[self.weight()],
+                MatRef::transposed(products, out, rows),
+                MatRef::row_major(&cols[..rows * fan_in], rows, fan_in),
+                Accumulate::Add,
+            );
+            let db = &mut grads[self.bias()];
+            for row in products.chunks_exact(out) {
+                for (b, &g) in db.iter_mut().zip(row) {
+                    *b += g;
+                }
+            }
+        }
+        if let Some(dx) = input_grads {
+            let dx = &mut dx[..batch * self.input_len()];
+            dx.fill(0.0);
+            let chunk = self.chunk_images(*max_batch);
+            let weight = MatRef::row_major(&params[self.weight()], out, fan_in);
+            for (dy_rows, dx_images) in products
+                .chunks(chunk * positions * out)
+                .zip(dx.chunks_mut(chunk * self.input_len()))
+            {
+                let images = dx_images.len() / self.input_len();
+                let n = images * positions;
+                let dcols = &mut dcols[..n * fan_in];
+                product(
+                    pool,
+                    dcols,
+                    MatRef::row_major(dy_rows, n, out),
+                    weight,
+                    Accumulate::Overwrite,
+                );
+                self.col2im(dcols, images, dx_images);
+            }
+            if self.input_scale == InputScale::Div255 {
+                dx.iter_mut().for_each(|g| *g /= 255.0);
+            }
+        }
+    }
+}
+
+/// The buffers of one [`Conv2d`] for batches of up to `max_batch` images, allocated once
+/// ([`Conv2d::workspace`]): after that, its passes allocate nothing.
+#[derive(Clone, Debug)]
+pub struct Conv2dWorkspace {
+    layer: Conv2d,
+    max_batch: usize,
+    batch: usize,
+    /// The patches of the last forward pass: `batch * positions x fan_in`.
+    cols: Vec<f32>,
+    /// The forward product (`batch * positions x out`), then the backward pass's
+    /// output gradients in the same layout.
+    rows: Vec<f32>,
+    /// The outputs, NCHW.
+    output: Vec<f32>,
+    /// Patch gradients of a chunk of images.
+    dcols: Vec<f32>,
+    /// Threads the products run on (`None`: the calling thread only).
+    pool: Option<Arc<Pool>>,
+}
+
+impl Conv2dWorkspace {
+    /// The outputs of the last forward pass (`batch x out_channels x out_height x
+    /// out_width`).
+    pub fn output(&self) -> &[f32] {
+        &self.output[..self.batch * self.layer.output_len()]
+    }
+
+    /// Images of the last forward pass.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Largest batch.
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// Runs the products on `pool`'s threads (`None`: on the calling thread, the
+    /// default); results are bit-identical whatever the pool's size.
+    pub fn set_pool(&mut self, pool: Option<Arc<Pool>>) {
+        self.pool = pool;
+    }
+
+    /// The pool the products run on, if any.
+    pub fn pool(&self) -> Option<&Arc<Pool>> {
+        self.pool.as_ref()
+    }
+
+    /// Bytes held by its buffers ([`Conv2d::workspace_bytes`]).
+    pub fn memory_bytes(&self) -> u64 {
+        let floats = self.cols.len() + self.rows.len() + self.output.len() + self.dcols.len();
+        (floats * size_of::<f32>()) as u64
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
