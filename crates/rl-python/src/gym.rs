@@ -123,6 +123,29 @@ fn space_of(space: &Bound<'_, PyAny>, what: &str) -> PyResult<Space> {
     )))
 }
 
+/// Refuses image observations (a `uint8` `Box` of two or more dimensions): the bridge
+/// carries `f32` observations to multilayer perceptrons, and silently turning 84 x 84 x 3
+/// pixels into 21 168 floats for an MLP trains at a crawl on four times the memory.
+fn refuse_pixels(space: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = space.py();
+    let spaces = py.import("gymnasium.spaces")?;
+    if !space.is_instance(&spaces.getattr("Box")?)? {
+        return Ok(());
+    }
+    let dtype: String = space.getattr("dtype")?.str()?.extract()?;
+    let shape: Vec<usize> = space.getattr("shape")?.extract()?;
+    if dtype != "uint8" || shape.len() < 2 {
+        return Ok(());
+    }
+    Err(value_error(format!(
+        "the observation space is a uint8 Box of shape {shape:?}: pixel observations need a \
+         convolutional encoder, which the trainers do not take yet (rl_nn::ConvNet exists; \
+         its policies and the u8 path are in progress), so they are not flattened into an \
+         MLP's input; to train an MLP on the pixels anyway, convert them explicitly with \
+         gymnasium.wrappers.DtypeObservation(env, numpy.float32)"
+    )))
+}
+
 impl<A: GymAction> GymEnv<A> {
     /// Wraps `env`, reading its spaces. Its exceptions go to `errors`.
     ///
@@ -130,6 +153,7 @@ impl<A: GymAction> GymEnv<A> {
     /// `ValueError` for an observation space that is not a `Box`, or an action space
     /// whose elements are not `A` (`Discrete` for `u32`, `Box` for `f32`).
     pub fn new(env: &Bound<'_, PyAny>, errors: ErrorSlot) -> PyResult<Self> {
+        refuse_pixels(&env.getattr("observation_space")?)?;
         let observation_space = space_of(&env.getattr("observation_space")?, "observation")?;
         if !matches!(observation_space, Space::Box(_)) {
             return Err(value_error(

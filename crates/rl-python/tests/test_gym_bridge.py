@@ -108,6 +108,25 @@ def test_unsupported_envs_and_schemas():
 
     with pytest.raises(ValueError, match="Box observation space"):
         flatrl.RandomCollector([DiscreteObs(0)], frames_per_batch=1)
+
+    class Pixels(Exploding):
+        observation_space = gymnasium.spaces.Box(0, 255, (84, 84, 3), np.uint8)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return np.zeros((84, 84, 3), np.uint8), {}
+
+        def step(self, action):
+            return np.full((84, 84, 3), 7, np.uint8), 0.0, False, False, {}
+
+    with pytest.raises(ValueError, match="uint8 Box of shape \\[84, 84, 3\\].*convolutional encoder.*DtypeObservation"):
+        flatrl.RandomCollector([Pixels(0)], frames_per_batch=1)
+    # Converted explicitly, the same frames are accepted as floats.
+    floats = gymnasium.wrappers.DtypeObservation(Pixels(0), np.float32)
+    collector = flatrl.RandomCollector([floats], frames_per_batch=2)
+    rb = flatrl.ReplayBuffer(collector_schema(84 * 84 * 3, ("uint32", ())), 4)
+    collector.collect(rb)
+    assert len(rb) == 2
     with pytest.raises(ValueError, match="empty"):
         flatrl.RandomCollector([], frames_per_batch=1)
     with pytest.raises(ValueError, match="multiple"):
