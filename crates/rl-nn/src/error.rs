@@ -163,6 +163,37 @@ impl Error {
 }
 
 /// `Ok` if `actual == expected`, else [`Error::ShapeMismatch`].
+/// Checks the buffers of a network's backward pass over `rows` rows: `output_grads`
+/// (`rows x output width`), the optional parameter gradients (`params` floats) and the
+/// optional input gradients (`rows x input width`, described as `input_what`).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "each buffer with its expected length"
+)]
+pub(crate) fn check_backward(
+    rows: usize,
+    output_dim: usize,
+    output_grads: usize,
+    params: usize,
+    param_grads: Option<usize>,
+    input_dim: usize,
+    input_grads: Option<usize>,
+    input_what: &'static str,
+) -> Result<()> {
+    check_len(
+        "output gradients (rows x output width)",
+        rows * output_dim,
+        output_grads,
+    )?;
+    if let Some(len) = param_grads {
+        check_len("parameter gradients", params, len)?;
+    }
+    if let Some(len) = input_grads {
+        check_len(input_what, rows * input_dim, len)?;
+    }
+    Ok(())
+}
+
 pub(crate) fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<()> {
     if expected == actual {
         Ok(())

@@ -487,21 +487,16 @@ impl Module for Mlp {
     ) -> Result<()> {
         self.check_workspace(ws, ws.rows)?;
         let rows = ws.rows;
-        check_len(
-            "output gradients (rows x output width)",
-            rows * self.output_dim(),
+        crate::error::check_backward(
+            rows,
+            self.output_dim(),
             output_grads.len(),
+            self.params.len(),
+            param_grads.as_ref().map(|g| g.len()),
+            self.input_dim(),
+            input_grads.as_ref().map(|g| g.len()),
+            "input gradients (rows x input width)",
         )?;
-        if let Some(g) = &param_grads {
-            check_len("parameter gradients", self.params.len(), g.len())?;
-        }
-        if let Some(g) = &input_grads {
-            check_len(
-                "input gradients (rows x input width)",
-                rows * self.input_dim(),
-                g.len(),
-            )?;
-        }
         let MlpWorkspace {
             activations,
             delta,
