@@ -14,6 +14,9 @@ Prints one JSON line per figure on stdout:
   TorchRL into the new arrays their `sample` returns.
 - vec_env_step: CartPole-v1 environment steps/s with 64 environments (one call steps all
   64), fixed actions.
+- conv2d (when torch imports): torch's CPU convolution on the three Nature DQN layers,
+  forward and backward, batch 32 and 256, on `--threads` threads (default 1, as
+  `cargo xtask bench nn -- conv` runs rl-nn's), in GFLOP/s.
 
 impl "ours" is flatrl; "cpprb", "torchrl" and "envpool" are measured in the same process
 when the interpreter can import them. The implementations take turns within each repeat
@@ -208,10 +211,65 @@ def bench_vec_env(repeats: int, envs: int = 64, steps: int = 2000) -> None:
         emit("vec_env_step", 4, name, statistics.median(values))
 
 
+# The Nature DQN convolutions (`cargo xtask bench nn -- conv` times rl-nn's on the same
+# shapes): name, in, out, kernel, stride, input side.
+NATURE = (("nature1", 4, 32, 8, 4, 84), ("nature2", 32, 64, 4, 2, 20), ("nature3", 64, 64, 3, 1, 9))
+
+
+def bench_conv(repeats: int, threads: int) -> None:
+    """torch's CPU Conv2d with a fused ReLU on the Nature layers, when torch imports:
+    forward, and backward (weight, bias and input gradients) counted as twice the
+    forward's work, as the nn bench counts rl-nn's. One line each:
+    {"bench": "python", "op": "conv2d", "impl": "torch", "layer": L, "direction": D,
+    "batch": B, "threads": T, "gflops": X}."""
+    try:
+        import torch
+    except ImportError:
+        log("conv2d: torch not importable, skipped")
+        return
+    torch.set_num_threads(threads)
+    for name, cin, cout, k, s, side in NATURE:
+        out = (side - k) // s + 1
+        for batch in (32, 256):
+            conv = torch.nn.Conv2d(cin, cout, k, stride=s)
+            x = torch.randn(batch, cin, side, side, requires_grad=True)
+            dy = torch.randn(batch, cout, out, out)
+            flop = 2.0 * batch * out * out * cout * cin * k * k
+            times = {"forward": [], "backward": []}
+            for _ in range(repeats + 2):
+                start = time.perf_counter()
+                y = torch.relu(conv(x))
+                mid = time.perf_counter()
+                y.backward(dy)
+                end = time.perf_counter()
+                conv.zero_grad()
+                x.grad = None
+                times["forward"].append(mid - start)
+                times["backward"].append(end - mid)
+            for direction, ts in times.items():
+                work = flop if direction == "forward" else 2 * flop
+                print(
+                    json.dumps(
+                        {
+                            "bench": "python",
+                            "op": "conv2d",
+                            "impl": "torch",
+                            "layer": name,
+                            "direction": direction,
+                            "batch": batch,
+                            "threads": threads,
+                            "gflops": round(work / statistics.median(ts[2:]) / 1e9, 1),
+                        }
+                    ),
+                    flush=True,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--only", choices=["storage", "vec_env"], default=None)
+    parser.add_argument("--only", choices=["storage", "vec_env", "conv"], default=None)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for conv2d")
     parser.add_argument("--chunk", type=int, default=CHUNK, help="rows per extend")
     args = parser.parse_args()
     globals()["CHUNK"] = args.chunk
@@ -219,6 +277,8 @@ def main() -> None:
         bench_storage([Ours, Cpprb, TorchRL], args.repeats)
     if args.only in (None, "vec_env"):
         bench_vec_env(args.repeats)
+    if args.only in (None, "conv"):
+        bench_conv(max(args.repeats, 10), args.threads)
 
 
 if __name__ == "__main__":
