@@ -9,6 +9,8 @@
 mod cli;
 mod envs_through_facade;
 mod errors;
+#[cfg(feature = "cli")]
+mod pixels;
 #[cfg(all(
     feature = "algos",
     feature = "collect",

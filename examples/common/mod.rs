@@ -151,9 +151,9 @@ pub(crate) fn off_policy<E, L>(
     run: RunConfig,
 ) -> anyhow::Result<()>
 where
-    E: Env<Obs = f32> + Send + 'static,
+    E: Env + Send + 'static,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Act = E::Act>,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     eprintln!("{name}: seed {}", run.seed);
     let mut trainer = match resume {
@@ -177,9 +177,9 @@ pub(crate) fn on_policy<E, L>(
     run: RunConfig,
 ) -> anyhow::Result<()>
 where
-    E: Env<Obs = f32>,
+    E: Env,
     E::Act: RandomAction,
-    L: OnPolicyLearner<Policy: ValuePolicy<Act = E::Act>>,
+    L: OnPolicyLearner<Policy: ValuePolicy<Obs = E::Obs, Act = E::Act>>,
 {
     eprintln!("{name}: seed {}", run.seed);
     let mut trainer = match resume {

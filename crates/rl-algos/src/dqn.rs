@@ -22,11 +22,16 @@ pub use checkpoint::{DqnArchitecture, DqnState};
 pub use config::{DqnConfig, EpsilonSchedule, TargetUpdate};
 pub(crate) use loss::Transitions;
 
+use std::marker::PhantomData;
+
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, Policy, PolicyError};
 use rl_core::{DType, Env, Location, MemoryPlan, Schema, Space, TransitionSchema};
-use rl_nn::{Adam, Init, Mlp, MlpSpec, MlpWorkspace, Module, Weights, clip_grad_norm};
+use rl_nn::{
+    Adam, Init, Module, Network, NetworkSpec, NetworkWorkspace, Observation, Weights,
+    clip_grad_norm,
+};
 use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
@@ -110,8 +115,8 @@ pub struct DqnStats {
 /// assert_eq!(dqn.priorities().len(), 8); // new priorities of the sampled rows
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
-pub struct Dqn {
+#[derive(Debug)]
+pub struct Dqn<O = f32> {
     config: DqnConfig,
     /// What it holds, planned before it was built ([`Dqn::blueprint`]).
     blueprint: OffPolicyBlueprint,
@@ -119,31 +124,66 @@ pub struct Dqn {
     seed: u64,
     obs_dim: usize,
     n_actions: u32,
-    q: Mlp,
-    target: Mlp,
+    q: Network,
+    target: Network,
     adam: Adam,
     grads: Vec<f32>,
     /// The online network's passes over a batch (next observations, then observations,
     /// kept for the backward pass).
-    ws: MlpWorkspace,
-    target_ws: MlpWorkspace,
-    act_ws: MlpWorkspace,
+    ws: NetworkWorkspace,
+    target_ws: NetworkWorkspace,
+    act_ws: NetworkWorkspace,
     scratch: Scratch,
     rng: Xoshiro256PlusPlus,
     mode: Mode,
     updates: u64,
     env_steps: u64,
+    _obs: PhantomData<fn() -> O>,
 }
 
-/// The observation length (an `f32` box, flattened) and the number of actions (a
-/// discrete space) of DQN's spaces.
-fn spaces(observation_space: &Space, action_space: &Space) -> Result<(usize, u32)> {
-    let obs_dim = match observation_space {
-        Space::Box(b) if b.dtype() == DType::F32 && b.flat_len() > 0 => b.flat_len(),
+impl<O> Clone for Dqn<O> {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            blueprint: self.blueprint.clone(),
+            seed: self.seed,
+            obs_dim: self.obs_dim,
+            n_actions: self.n_actions,
+            q: self.q.clone(),
+            target: self.target.clone(),
+            adam: self.adam.clone(),
+            grads: self.grads.clone(),
+            ws: self.ws.clone(),
+            target_ws: self.target_ws.clone(),
+            act_ws: self.act_ws.clone(),
+            scratch: self.scratch.clone(),
+            rng: self.rng.clone(),
+            mode: self.mode,
+            updates: self.updates,
+            env_steps: self.env_steps,
+            _obs: PhantomData,
+        }
+    }
+}
+
+/// The setting that names DQN's encoder.
+const ENCODER_KEY: &str = "dqn.encoder";
+
+/// The Q network's spec (through `config`'s encoder, for observations of element type
+/// `O`) and the number of actions (a discrete space) of DQN's spaces.
+fn spaces<O: Observation>(
+    observation_space: &Space,
+    action_space: &Space,
+    config: &DqnConfig,
+) -> Result<(NetworkSpec, u32)> {
+    let shape = match observation_space {
+        Space::Box(b) if b.dtype() == O::DTYPE && b.flat_len() > 0 => {
+            crate::policy::obs_shape(observation_space, config.encoder, ENCODER_KEY)?
+        }
         other => {
             return Err(Error::SpaceMismatch {
                 what: "observation space",
-                expected: "a box of f32 elements (flattened into one vector)".to_owned(),
+                expected: format!("a box of {} elements", O::DTYPE),
                 actual: describe(other),
             });
         }
@@ -159,7 +199,15 @@ fn spaces(observation_space: &Space, action_space: &Space) -> Result<(usize, u32
             });
         }
     };
-    Ok((obs_dim, n_actions))
+    let spec = config.encoder.network(
+        ENCODER_KEY,
+        &shape,
+        O::DTYPE == DType::U8,
+        &config.hidden,
+        n_actions as usize,
+        config.activation,
+    )?;
+    Ok((spec, n_actions))
 }
 
 /// The index of the largest value; ties go to the lowest index (NaNs never win).
@@ -173,8 +221,36 @@ fn argmax(row: &[f32]) -> usize {
     best
 }
 
-impl Dqn {
-    /// A learner for observations in `observation_space` (an `f32` box, flattened) and
+impl Dqn<f32> {
+    /// [`Dqn::for_spaces`] for vector observations (`f32`).
+    ///
+    /// # Errors
+    /// As [`Dqn::for_spaces`].
+    pub fn new(
+        observation_space: &Space,
+        action_space: &Space,
+        config: DqnConfig,
+        seed: u64,
+    ) -> Result<Self> {
+        Self::for_spaces(observation_space, action_space, config, seed)
+    }
+
+    /// [`Dqn::blueprint_for`] for vector observations (`f32`).
+    ///
+    /// # Errors
+    /// As [`Dqn::blueprint_for`].
+    pub fn blueprint(
+        observation_space: &Space,
+        action_space: &Space,
+        config: &DqnConfig,
+    ) -> Result<OffPolicyBlueprint> {
+        Self::blueprint_for(observation_space, action_space, config)
+    }
+}
+
+impl<O: Observation> Dqn<O> {
+    /// A learner for observations in `observation_space` (a box of `O`: `f32` vectors
+    /// or images, `u8` frames through a convolutional [`DqnConfig::encoder`]) and
     /// actions in `action_space` (discrete); `seed` seeds the network initialisation
     /// and the exploration draws (a run passes its `RunConfig::seed`).
     ///
@@ -182,18 +258,18 @@ impl Dqn {
     /// [`Error::Config`] for an invalid configuration; [`Error::SpaceMismatch`] for an
     /// observation space that is not an `f32` box or an action space that is not
     /// discrete.
-    pub fn new(
+    pub fn for_spaces(
         observation_space: &Space,
         action_space: &Space,
         config: DqnConfig,
         seed: u64,
     ) -> Result<Self> {
-        let blueprint = Self::blueprint(observation_space, action_space, &config)?;
-        let (obs_dim, n_actions) = spaces(observation_space, action_space)?;
+        let blueprint = Self::blueprint_for(observation_space, action_space, &config)?;
+        let (spec, n_actions) = spaces::<O>(observation_space, action_space, &config)?;
+        let obs_dim = spec.input_len();
         let n = n_actions as usize;
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-        let spec = MlpSpec::new(obs_dim, &config.hidden, n, config.activation);
-        let q = Mlp::new(spec, Init::Uniform, &mut rng)?;
+        let q = Network::new(spec, Init::Uniform, &mut rng)?;
         let rows = config.batch_size;
         Ok(Self {
             obs_dim,
@@ -213,6 +289,7 @@ impl Dqn {
             config,
             blueprint,
             seed,
+            _obs: PhantomData,
         })
     }
 
@@ -224,19 +301,14 @@ impl Dqn {
     ///
     /// # Errors
     /// As [`Dqn::new`]; [`Error::Config`] for sizes whose bytes overflow.
-    pub fn blueprint(
+    pub fn blueprint_for(
         observation_space: &Space,
         action_space: &Space,
         config: &DqnConfig,
     ) -> Result<OffPolicyBlueprint> {
         config.validate()?;
-        let (obs_dim, n_actions) = spaces(observation_space, action_space)?;
-        let spec = MlpSpec::new(
-            obs_dim,
-            &config.hidden,
-            n_actions as usize,
-            config.activation,
-        );
+        let (spec, n_actions) = spaces::<O>(observation_space, action_space, config)?;
+        let obs_dim = spec.input_len();
         let sizes = Sizes::of("dqn.hidden");
         let params = sizes.f32s(&[sizes.checked(spec.checked_num_params())?])?;
         let rows = config.batch_size;
@@ -266,7 +338,7 @@ impl Dqn {
             Location::Ram,
             Scratch::bytes_for(rows, n_actions as usize, batch)?,
         );
-        let schema = TransitionSchema::new(DType::F32, &[obs_dim], DType::U32, &[])
+        let schema = TransitionSchema::new(O::DTYPE, &[obs_dim], DType::U32, &[])
             .with_next_obs()
             .build()?;
         let mut blueprint = OffPolicyBlueprint::new(plan, schema, rows);
@@ -281,12 +353,12 @@ impl Dqn {
     ///
     /// # Errors
     /// As [`Dqn::new`].
-    pub fn for_env<E: Env<Obs = f32, Act = u32>>(
+    pub fn for_env<E: Env<Obs = O, Act = u32>>(
         env: &E,
         config: DqnConfig,
         seed: u64,
     ) -> Result<Self> {
-        Self::new(env.observation_space(), env.action_space(), config, seed)
+        Self::for_spaces(env.observation_space(), env.action_space(), config, seed)
     }
 
     /// The configuration.
@@ -300,12 +372,12 @@ impl Dqn {
     }
 
     /// The online Q network.
-    pub fn q_network(&self) -> &Mlp {
+    pub fn q_network(&self) -> &Network {
         &self.q
     }
 
     /// The target Q network.
-    pub fn target_network(&self) -> &Mlp {
+    pub fn target_network(&self) -> &Network {
         &self.target
     }
 
@@ -364,7 +436,7 @@ impl Dqn {
     /// when given: what a history summarizer in front of the Q network trains on.
     pub(crate) fn update_transitions(
         &mut self,
-        transitions: Transitions<'_>,
+        transitions: Transitions<'_, O>,
         obs_grads: Option<&mut [f32]>,
     ) -> Result<DqnStats> {
         if let Some(grads) = &obs_grads
@@ -424,7 +496,7 @@ impl Dqn {
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] for buffers of the wrong length.
-    pub fn q_values(&mut self, obs: &[f32], out: &mut [f32]) -> Result<()> {
+    pub fn q_values(&mut self, obs: &[O], out: &mut [f32]) -> Result<()> {
         let (obs_dim, n) = (self.obs_dim, self.n_actions as usize);
         let rows = obs.len() / obs_dim;
         for (what, expected, actual) in [
@@ -439,7 +511,7 @@ impl Dqn {
             .chunks(ACT_ROWS * obs_dim)
             .zip(out.chunks_mut(ACT_ROWS * n))
         {
-            let q = self.q.forward(o, dst.len() / n, &mut self.act_ws)?;
+            let q = self.q.forward_obs(o, dst.len() / n, &mut self.act_ws)?;
             dst.copy_from_slice(q);
         }
         Ok(())
@@ -451,7 +523,7 @@ impl Dqn {
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] for buffers of the wrong length.
-    pub fn act_rows(&mut self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
+    pub fn act_rows(&mut self, obs: &[O], actions: &mut [u32]) -> Result<()> {
         let epsilon = self.epsilon();
         EpsilonGreedy {
             q: &self.q,
@@ -465,7 +537,7 @@ impl Dqn {
     }
 }
 
-impl crate::predict::Predict for Dqn {
+impl<O: Observation> crate::predict::Predict for Dqn<O> {
     fn mode(&self) -> Mode {
         self.mode
     }
@@ -475,15 +547,15 @@ impl crate::predict::Predict for Dqn {
     }
 }
 
-impl crate::learner::OffPolicyLearner for Dqn {
+impl<O: Observation> crate::learner::OffPolicyLearner for Dqn<O> {
     type Stats = DqnStats;
-    type Actor = DqnActor;
+    type Actor = DqnActor<O>;
 
-    fn actor(&self) -> Result<DqnActor> {
+    fn actor(&self) -> Result<DqnActor<O>> {
         Ok(DqnActor::new(self))
     }
 
-    fn refresh_actor(&self, actor: &mut DqnActor) -> Result<()> {
+    fn refresh_actor(&self, actor: &mut DqnActor<O>) -> Result<()> {
         actor.refresh(self)
     }
 
@@ -504,15 +576,15 @@ impl crate::learner::OffPolicyLearner for Dqn {
     }
 }
 
-impl Policy for Dqn {
-    type Obs = f32;
+impl<O: Observation> Policy for Dqn<O> {
+    type Obs = O;
     type Act = u32;
     type State = ();
 
     /// Writes actions only (no log-probabilities or values: DQN's replay needs none).
     fn act(
         &mut self,
-        obs: &[f32],
+        obs: &[O],
         states: &mut [()],
         out: ActOutput<'_, u32>,
     ) -> Result<(), PolicyError> {

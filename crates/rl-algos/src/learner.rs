@@ -90,7 +90,7 @@ pub trait Learner: Debug {
 /// without a copy), gives an [`OffPolicyLearner::Actor`] for collectors that act in
 /// worker threads, and reads batches of the replay columns it names. What every learner
 /// does (checkpoints, plan, update count) is its [`Learner`] side.
-pub trait OffPolicyLearner: Learner + Predict<Obs = f32, State: Debug> {
+pub trait OffPolicyLearner: Learner + Predict<Obs: rl_nn::Observation, State: Debug> {
     /// What one gradient step measured.
     type Stats: Copy + Default + Debug + Serialize;
     /// The acting part of the learner (actor or Q network, action mapping, exploration
@@ -99,7 +99,10 @@ pub trait OffPolicyLearner: Learner + Predict<Obs = f32, State: Debug> {
     /// workers that start as clones of one actor explore independently; `clone_from`
     /// takes the source's weights and exploration state in place, without allocating,
     /// and keeps the destination's random stream (the way workers take new weights).
-    type Actor: Policy<Obs = f32, Act = Self::Act, State = Self::State> + Clone + Debug + 'static;
+    type Actor: Policy<Obs = <Self as Policy>::Obs, Act = Self::Act, State = Self::State>
+        + Clone
+        + Debug
+        + 'static;
 
     /// What the learner holds and asks of a run, the same as its configuration and spaces
     /// gave before it was built (each learner's `blueprint` function): its
@@ -186,7 +189,10 @@ pub trait OffPolicyLearner: Learner + Predict<Obs = f32, State: Debug> {
 /// buffer, one update on a full rollout, and its weights handed to the collector's copy.
 pub trait OnPolicyLearner: Learner {
     /// The policy it trains; the collector acts with a clone of it.
-    type Policy: ValuePolicy<Obs = f32, State: Debug> + Predict + PolicyNetworks + Clone;
+    type Policy: ValuePolicy<Obs: rl_nn::Observation, State: Debug>
+        + Predict
+        + PolicyNetworks
+        + Clone;
     /// What one update measured.
     type Stats: Copy + Debug + Serialize;
 

@@ -43,6 +43,7 @@ pub use recurrent_categorical::{
 pub(crate) use recurrent_categorical::{
     ReplayWorkspace, Summary, SummaryShape, SummaryState, Window,
 };
+pub use rl_nn::Observation;
 
 /// How a policy chooses actions when a collector calls it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -71,6 +72,100 @@ pub enum PolicyInit {
     Orthogonal,
 }
 
+/// What reads the observations before the policy's heads: a multilayer perceptron over
+/// vectors, or a convolution stack over images (`[channels, height, width]`, or
+/// `[height, width]` as one channel; `u8` frames or `f32` images). With a convolutional
+/// encoder, [`PolicyConfig::hidden`] gives the widths of the linear layers between the
+/// flatten and the output (`[512]` for the Nature network).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoder {
+    /// Vectors through the hidden layers. The default.
+    #[default]
+    Mlp,
+    /// The Nature DQN convolutions (Mnih et al. 2015; Stable-Baselines3's `NatureCNN`,
+    /// CleanRL's Atari agents): 32 8x8 stride 4, 64 4x4 stride 2, 64 3x3 stride 1 over
+    /// 84x84 frames, inputs divided by 255.
+    NatureCnn,
+    /// Two 3x3 convolutions (16 and 32 channels, stride 1) for small grids (at least
+    /// 5x5), inputs as given.
+    SmallCnn,
+}
+
+impl Encoder {
+    /// The name in configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Mlp => "mlp",
+            Self::NatureCnn => "nature_cnn",
+            Self::SmallCnn => "small_cnn",
+        }
+    }
+
+    /// The network `input -> hidden -> out` of this encoder for observations of
+    /// `shape`; frames of `bytes` are divided by 255 as the first convolution reads
+    /// them.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a shape the encoder cannot read (a convolution needs an
+    /// image of 2 or 3 dimensions, the Nature network 84x84 frames).
+    pub(crate) fn network(
+        self,
+        key: &'static str,
+        shape: &[usize],
+        bytes: bool,
+        hidden: &[usize],
+        out: usize,
+        activation: Activation,
+    ) -> Result<rl_nn::NetworkSpec> {
+        let len = shape.iter().product::<usize>();
+        let image = match (self, shape) {
+            (Self::Mlp, _) => {
+                return Ok(rl_nn::NetworkSpec::Mlp(rl_nn::MlpSpec::new(
+                    len, hidden, out, activation,
+                )));
+            }
+            (_, &[c, h, w]) => [c, h, w],
+            (_, &[h, w]) => [1, h, w],
+            (encoder, other) => {
+                return Err(Error::config(
+                    key,
+                    format!(
+                        "is \"{}\" but observations have shape {other:?}: a convolutional encoder reads images of [channels, height, width] or [height, width]; use \"mlp\" for vectors",
+                        encoder.name()
+                    ),
+                ));
+            }
+        };
+        let mut spec = match self {
+            Self::NatureCnn => {
+                if image[1..] != [84, 84] {
+                    return Err(Error::config(
+                        key,
+                        format!(
+                            "is \"nature_cnn\" but frames are {}x{}: it reads 84x84 frames (Atari preprocessing); use \"small_cnn\" for small grids",
+                            image[1], image[2]
+                        ),
+                    ));
+                }
+                rl_nn::CnnSpec::nature_cnn(image[0], 1)
+            }
+            _ => rl_nn::CnnSpec::small_cnn(image, 1),
+        };
+        spec.input_scale = if bytes {
+            rl_nn::InputScale::Div255
+        } else {
+            rl_nn::InputScale::Identity
+        };
+        spec.linear = hidden.iter().copied().chain([out]).collect();
+        spec.activation = activation;
+        spec.output = rl_nn::CnnOutput::Linear;
+        spec.validate()
+            .map_err(|e| Error::config(key, format!("cannot read these observations: {e}")))?;
+        Ok(rl_nn::NetworkSpec::Cnn(spec))
+    }
+}
+
 /// Construction settings shared by both policies. Start from [`PolicyConfig::new`] and
 /// change fields with struct update syntax.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -95,6 +190,9 @@ pub struct PolicyConfig {
     /// Gaussian policies only: the initial log standard deviation of every action
     /// dimension (default 0.0, a standard deviation of 1). Finite.
     pub log_std_init: f32,
+    /// What reads the observations (default [`Encoder::Mlp`]); a convolutional encoder
+    /// is needed for frames of bytes.
+    pub encoder: Encoder,
 }
 
 impl PolicyConfig {
@@ -109,6 +207,7 @@ impl PolicyConfig {
             actor_head_scale: 0.01,
             critic_head_scale: 1.0,
             log_std_init: 0.0,
+            encoder: Encoder::Mlp,
         }
     }
 
@@ -276,6 +375,35 @@ fn box_len(what: &'static str, space: &Space) -> Result<usize> {
     }
 }
 
+/// The shape of an observation box of `f32` or `u8` elements; frames of bytes need a
+/// convolutional `encoder`.
+///
+/// # Errors
+/// [`Error::SpaceMismatch`] for another space; [`Error::Config`] for `u8` frames with an
+/// [`Encoder::Mlp`].
+pub(crate) fn obs_shape(space: &Space, encoder: Encoder, key: &'static str) -> Result<Vec<usize>> {
+    match space {
+        Space::Box(b) if b.dtype() == rl_core::DType::F32 => Ok(b.shape().to_vec()),
+        Space::Box(b) if b.dtype() == rl_core::DType::U8 => {
+            if encoder == Encoder::Mlp {
+                return Err(Error::config(
+                    key,
+                    format!(
+                        "is \"mlp\" but observations are frames of bytes (u8, shape {:?}): pick a convolutional encoder, {key} = \"nature_cnn\" for 84x84 Atari frames or \"small_cnn\" for small grids",
+                        b.shape()
+                    ),
+                ));
+            }
+            Ok(b.shape().to_vec())
+        }
+        other => Err(Error::SpaceMismatch {
+            what: "observation space",
+            expected: "a box of f32 or u8 elements".to_owned(),
+            actual: describe(other),
+        }),
+    }
+}
+
 /// A discrete space's actions, or [`Error::SpaceMismatch`].
 fn discrete_len(space: &Space) -> Result<usize> {
     match space {
@@ -332,7 +460,7 @@ pub trait PolicyNetworks {
 ///
 /// Observations are `f32` rows of [`ActorCritic::obs_len`] elements; actions rows of
 /// [`ActorCritic::act_len`] elements (one `u32` index for a categorical policy).
-pub trait ActorCritic: ValuePolicy<Obs = f32, State = ()> + PolicyNetworks {
+pub trait ActorCritic: ValuePolicy<Obs: rl_nn::Observation, State = ()> + PolicyNetworks {
     /// What a policy of this type for `observation_space`, `action_space` and `config`
     /// is by size alone, before any network exists (what plans read).
     ///
@@ -372,7 +500,7 @@ pub trait ActorCritic: ValuePolicy<Obs = f32, State = ()> + PolicyNetworks {
     /// [`Error::Config`] for a workspace of another policy.
     fn evaluate_minibatched(
         &self,
-        obs: &[f32],
+        obs: &[Self::Obs],
         actions: &[Self::Act],
         log_probs: &mut [f32],
         values: &mut [f32],
@@ -386,7 +514,7 @@ pub trait ActorCritic: ValuePolicy<Obs = f32, State = ()> + PolicyNetworks {
     /// As [`ActorCritic::evaluate_minibatched`].
     fn log_probs_and_values(
         &self,
-        obs: &[f32],
+        obs: &[Self::Obs],
         actions: &[Self::Act],
         log_probs: &mut [f32],
         values: &mut [f32],
@@ -403,7 +531,12 @@ pub trait ActorCritic: ValuePolicy<Obs = f32, State = ()> + PolicyNetworks {
     /// # Errors
     /// As [`ActorCritic::evaluate_minibatched`], and [`Error::ShapeMismatch`] for more
     /// rows than the workspace holds.
-    fn evaluate(&self, obs: &[f32], actions: &[Self::Act], ws: &mut PolicyWorkspace) -> Result<()>;
+    fn evaluate(
+        &self,
+        obs: &[Self::Obs],
+        actions: &[Self::Act],
+        ws: &mut PolicyWorkspace,
+    ) -> Result<()>;
 
     /// The backward pass of the last [`ActorCritic::evaluate`] through `ws`, given the
     /// gradient of a loss with respect to each row's log-prob, entropy and value: adds
@@ -425,11 +558,11 @@ pub trait ActorCritic: ValuePolicy<Obs = f32, State = ()> + PolicyNetworks {
 }
 
 /// Checks that `obs`, `actions` and the per-row output hold `rows` rows.
-fn check_rows<A>(
+fn check_rows<O, A>(
     rows: usize,
     obs_len: usize,
     act_len: usize,
-    obs: &[f32],
+    obs: &[O],
     actions: &[A],
     per_row: &[f32],
 ) -> Result<()> {
@@ -452,7 +585,7 @@ pub(crate) fn check_len(what: &'static str, expected: usize, actual: usize) -> R
 }
 
 /// Rows in `obs`, which must be a whole number of `obs_len` rows.
-fn rows_of(obs: &[f32], obs_len: usize) -> Result<usize> {
+fn rows_of<O>(obs: &[O], obs_len: usize) -> Result<usize> {
     let rows = obs.len() / obs_len;
     check_len("observations", rows * obs_len, obs.len())?;
     Ok(rows)
@@ -471,13 +604,17 @@ pub(crate) fn describe(space: &rl_core::Space) -> String {
     }
 }
 
-/// Checks that `space` is an `f32` box of `len` elements.
-fn check_box(what: &'static str, space: &rl_core::Space, len: usize) -> Result<()> {
+/// Checks that `space` is a box of `len` elements of type `O`.
+fn check_box<O: rl_core::Element>(
+    what: &'static str,
+    space: &rl_core::Space,
+    len: usize,
+) -> Result<()> {
     match space {
-        rl_core::Space::Box(b) if b.dtype() == rl_core::DType::F32 && b.flat_len() == len => Ok(()),
+        rl_core::Space::Box(b) if b.dtype() == O::DTYPE && b.flat_len() == len => Ok(()),
         _ => Err(Error::SpaceMismatch {
             what,
-            expected: format!("a box of {len} f32 elements"),
+            expected: format!("a box of {len} {} elements", O::DTYPE),
             actual: describe(space),
         }),
     }

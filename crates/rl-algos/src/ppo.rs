@@ -165,7 +165,8 @@ impl<P: ActorCritic> Learner<P> {
             shared::normalize(&mut scratch.advantages[..rows]);
         }
         let actions = batch.field::<P::Act>(Field::Action)?;
-        self.policy.evaluate(batch.obs()?, actions, &mut self.ws)?;
+        self.policy
+            .evaluate(batch.field::<P::Obs>(Field::Obs)?, actions, &mut self.ws)?;
         let old_values = match config.clip_range_vf {
             Some(_) => Some(batch.field::<f32>(Field::Value)?),
             None => None,
@@ -313,7 +314,7 @@ impl<P: ActorCritic> Ppo<P> {
         {
             policy.set_obs_normalizer(Some(ObsNormalizer::new(policy.obs_len(), obs.clip)?))?;
         }
-        let schema = shared::rollout_schema::<P::Act>(policy.obs_len(), policy.act_len())?;
+        let schema = shared::rollout_schema::<P::Obs, P::Act>(policy.obs_len(), policy.act_len())?;
         let mb = config.batch_size;
         let batch = Batch::new(&schema, mb)?;
         let adams = (0..policy.network_names().len())
@@ -378,7 +379,7 @@ impl<P: ActorCritic> Ppo<P> {
         envs: usize,
     ) -> Result<OnPolicyBlueprint> {
         config.validate(envs)?;
-        let schema = shared::rollout_schema::<P::Act>(policy.obs_len(), policy.act_len())?;
+        let schema = shared::rollout_schema::<P::Obs, P::Act>(policy.obs_len(), policy.act_len())?;
         let rows = shared::rollout_rows(config, envs)?;
         let rollout = RolloutBuffer::plan(&schema, config.n_steps, envs)?;
         let (mut plan, params) = shared::network_lines(policy.networks())?;
@@ -478,7 +479,7 @@ impl<P: ActorCritic> Ppo<P> {
         if let Some(ws) = &mut self.eval_ws {
             let actions = rollout.field::<P::Act>(Field::Action)?;
             self.learner.policy.evaluate_minibatched(
-                rollout.field(Field::Obs)?,
+                rollout.field::<P::Obs>(Field::Obs)?,
                 actions,
                 &mut self.recomputed_log_probs,
                 &mut self.recomputed_values,
@@ -518,7 +519,7 @@ impl<P: ActorCritic> Ppo<P> {
         if self.config.normalize_obs.is_some()
             && let Some(normalizer) = self.learner.policy.obs_normalizer_mut()
         {
-            normalizer.update(rollout.field(Field::Obs)?)?;
+            normalizer.update(rollout.field::<f32>(Field::Obs)?)?;
         }
         self.env_steps = prepared.env_steps;
         self.updates += 1;

@@ -49,12 +49,12 @@ pub trait Predict: Policy {
 /// # Errors
 /// [`Error::ShapeMismatch`] when `obs` is not whole rows or `actions` holds another
 /// number of rows.
-pub(crate) fn action_chunks<'a>(
-    obs: &'a [f32],
+pub(crate) fn action_chunks<'a, O>(
+    obs: &'a [O],
     obs_dim: usize,
     actions: &'a mut [u32],
     chunk: usize,
-) -> Result<impl Iterator<Item = (&'a [f32], &'a mut [u32])>> {
+) -> Result<impl Iterator<Item = (&'a [O], &'a mut [u32])>> {
     let rows = obs.len() / obs_dim;
     for (what, expected, actual) in [
         ("observations", rows * obs_dim, obs.len()),

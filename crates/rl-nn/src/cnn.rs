@@ -345,6 +345,20 @@ impl ConvNet {
         Ok(net)
     }
 
+    /// Multiplies the last layer's weights by `scale` and zeroes its bias (a small
+    /// policy head starts close to uniform), as [`Mlp::scale_output_layer`](crate::Mlp::scale_output_layer).
+    pub fn scale_output_layer(&mut self, scale: f32) {
+        let (weight, bias) = match self.linears.last() {
+            Some(l) => (l.weight(), l.bias()),
+            None => {
+                let c = &self.convs[self.convs.len() - 1];
+                (c.weight(), c.bias())
+            }
+        };
+        self.params[weight].iter_mut().for_each(|w| *w *= scale);
+        self.params[bias].fill(0.0);
+    }
+
     /// A network of `spec` with every parameter 0 (to load weights into).
     ///
     /// # Errors
@@ -640,6 +654,15 @@ pub struct CnnWorkspace {
 }
 
 impl CnnWorkspace {
+    /// Outputs of the last forward pass (`rows x output_dim`).
+    pub fn output(&self) -> &[f32] {
+        let rows = self.rows;
+        match self.linear.last() {
+            Some(y) => &y[..rows * y.len() / self.max_rows.max(1)],
+            None => self.convs[self.convs.len() - 1].output(),
+        }
+    }
+
     /// Images of the last forward pass.
     pub fn rows(&self) -> usize {
         self.rows

@@ -75,6 +75,7 @@ mod linalg;
 mod lstm;
 mod mlp;
 mod module;
+mod network;
 mod ops;
 mod pool;
 
@@ -92,6 +93,7 @@ pub use linalg::{Accumulate, FmaPeak, MatRef, fma_peak, matmul, matmul_on};
 pub use lstm::{Lstm, LstmState, LstmWorkspace, Sequence, SequenceGrads};
 pub use mlp::{Linear, Mlp, MlpSpec, MlpWorkspace, Parameters};
 pub use module::{Architecture, Module, TensorSpec, Usage, Weights};
+pub use network::{Network, NetworkSpec, NetworkWorkspace, Observation};
 pub use ops::{clip_grad_norm, polyak};
 pub use pool::{MAX_THREADS, Pool};
 

@@ -59,20 +59,60 @@ impl GymAction for f32 {
     }
 }
 
+/// Observation element types the bridge carries: `f32` for every `Box`, and `u8` for
+/// images (a `uint8` `Box` of two or more dimensions), kept as bytes end to end.
+pub trait GymObs: rl_core::Element + numpy::Element {
+    /// numpy's name of the dtype.
+    const NUMPY: &'static str;
+}
+
+impl GymObs for f32 {
+    const NUMPY: &'static str = "float32";
+}
+
+impl GymObs for u8 {
+    const NUMPY: &'static str = "uint8";
+}
+
+/// Whether a Gymnasium space is an image: a `uint8` `Box` of two or more dimensions.
+fn is_image(space: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let spaces = space.py().import("gymnasium.spaces")?;
+    if !space.is_instance(&spaces.getattr("Box")?)? {
+        return Ok(false);
+    }
+    let dtype: String = space.getattr("dtype")?.str()?.extract()?;
+    let shape: Vec<usize> = space.getattr("shape")?.extract()?;
+    Ok(dtype == "uint8" && shape.len() >= 2)
+}
+
+/// How an image's axes reach the Rust side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// As the environment gives them.
+    AsIs,
+    /// `[height, width, channels]` frames transposed to `[channels, height, width]` (the
+    /// layout of the convolutions; SB3's `VecTransposeImage`), `[height, width]` read as
+    /// one channel.
+    ChannelsFirst,
+}
+
 /// A Gymnasium environment (`gymnasium.Env` with a `Box` observation space) as an
-/// [`rl_core::Env`]: observations as `f32`, actions `u32` (`Discrete`) or `f32` (`Box`).
-pub struct GymEnv<A> {
+/// [`rl_core::Env`]: observations as `O` (`f32`, or `u8` for images), actions `u32`
+/// (`Discrete`) or `f32` (`Box`).
+pub struct GymEnv<A, O = f32> {
     /// `None` for an environment whose factory failed ([`GymFactory::make`]): its
     /// `reset` fails, the factory's exception waits in `errors`.
     env: Option<Py<PyAny>>,
     observation_space: Space,
     action_space: Space,
     action_shape: Vec<usize>,
+    /// `[height, width, channels]` of the frames to transpose ([`Layout::ChannelsFirst`]).
+    transpose: Option<[usize; 3]>,
     errors: ErrorSlot,
-    _action: PhantomData<fn(A)>,
+    _action: PhantomData<fn(A, O)>,
 }
 
-impl<A> std::fmt::Debug for GymEnv<A> {
+impl<A, O> std::fmt::Debug for GymEnv<A, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GymEnv")
             .field("observation_space", &self.observation_space)
@@ -89,7 +129,8 @@ fn action_shape(space: &Space) -> Vec<usize> {
     }
 }
 
-/// A Gymnasium space as an `rl_core::Space`: `Discrete` (start 0) or a `Box`.
+/// A Gymnasium space as an `rl_core::Space`: `Discrete` (start 0) or a `Box` (of `u8`
+/// for an image, else `f32`).
 fn space_of(space: &Bound<'_, PyAny>, what: &str) -> PyResult<Space> {
     let py = space.py();
     let spaces = py.import("gymnasium.spaces")?;
@@ -113,7 +154,12 @@ fn space_of(space: &Bound<'_, PyAny>, what: &str) -> PyResult<Space> {
                 .extract()
         };
         let shape: Vec<usize> = space.getattr("shape")?.extract()?;
-        return BoxSpace::new(flat("low")?, flat("high")?, &shape, DType::F32)
+        let dtype = if is_image(space)? {
+            DType::U8
+        } else {
+            DType::F32
+        };
+        return BoxSpace::new(flat("low")?, flat("high")?, &shape, dtype)
             .map(Space::Box)
             .map_err(crate::error::core_error);
     }
@@ -123,42 +169,48 @@ fn space_of(space: &Bound<'_, PyAny>, what: &str) -> PyResult<Space> {
     )))
 }
 
-/// Refuses image observations (a `uint8` `Box` of two or more dimensions): the bridge
-/// carries `f32` observations to multilayer perceptrons, and silently turning 84 x 84 x 3
-/// pixels into 21 168 floats for an MLP trains at a crawl on four times the memory.
-fn refuse_pixels(space: &Bound<'_, PyAny>) -> PyResult<()> {
-    let py = space.py();
-    let spaces = py.import("gymnasium.spaces")?;
-    if !space.is_instance(&spaces.getattr("Box")?)? {
-        return Ok(());
-    }
-    let dtype: String = space.getattr("dtype")?.str()?.extract()?;
-    let shape: Vec<usize> = space.getattr("shape")?.extract()?;
-    if dtype != "uint8" || shape.len() < 2 {
-        return Ok(());
-    }
-    Err(value_error(format!(
-        "the observation space is a uint8 Box of shape {shape:?}: pixel observations need a \
-         convolutional encoder, which the trainers do not take yet (rl_nn::ConvNet exists; \
-         its policies and the u8 path are in progress), so they are not flattened into an \
-         MLP's input; to train an MLP on the pixels anyway, convert them explicitly with \
-         gymnasium.wrappers.DtypeObservation(env, numpy.float32)"
-    )))
-}
-
-impl<A: GymAction> GymEnv<A> {
-    /// Wraps `env`, reading its spaces. Its exceptions go to `errors`.
+impl<A: GymAction, O: GymObs> GymEnv<A, O> {
+    /// Wraps `env`, reading its spaces, its images laid out as `layout` says. Its
+    /// exceptions go to `errors`.
     ///
     /// # Errors
-    /// `ValueError` for an observation space that is not a `Box`, or an action space
-    /// whose elements are not `A` (`Discrete` for `u32`, `Box` for `f32`).
-    pub fn new(env: &Bound<'_, PyAny>, errors: ErrorSlot) -> PyResult<Self> {
-        refuse_pixels(&env.getattr("observation_space")?)?;
-        let observation_space = space_of(&env.getattr("observation_space")?, "observation")?;
-        if !matches!(observation_space, Space::Box(_)) {
+    /// `ValueError` for an observation space that is not a `Box` of `O` (images are
+    /// `u8`, every other box `f32`), or an action space whose elements are not `A`
+    /// (`Discrete` for `u32`, `Box` for `f32`).
+    pub fn new(env: &Bound<'_, PyAny>, layout: Layout, errors: ErrorSlot) -> PyResult<Self> {
+        let mut observation_space = space_of(&env.getattr("observation_space")?, "observation")?;
+        let Space::Box(boxed) = &observation_space else {
             return Err(value_error(
                 "the observation space is Discrete: GymEnv needs a Box observation space",
             ));
+        };
+        if boxed.dtype() == DType::U8 && O::DTYPE == DType::F32 {
+            return Err(value_error(format!(
+                "the observation space is a uint8 image of shape {:?}: this path takes f32 \
+                 observations; train on the frames with a convolutional encoder (flatrl.train \
+                 with policy.encoder or dqn.encoder = \"nature_cnn\" or \"small_cnn\"), or \
+                 convert them explicitly with \
+                 gymnasium.wrappers.DtypeObservation(env, numpy.float32)",
+                boxed.shape()
+            )));
+        }
+        if boxed.dtype() != O::DTYPE {
+            return Err(value_error(format!(
+                "the observation space {observation_space} holds {} observations, not {}",
+                boxed.dtype(),
+                O::DTYPE
+            )));
+        }
+        let transpose = match (layout, boxed.shape()) {
+            (Layout::ChannelsFirst, &[h, w, c]) if c <= 4 => Some([h, w, c]),
+            (Layout::ChannelsFirst, &[h, w]) => Some([h, w, 1]),
+            _ => None,
+        };
+        if let Some([h, w, c]) = transpose {
+            observation_space = Space::Box(
+                BoxSpace::uniform(0.0, 255.0, &[c, h, w], DType::U8)
+                    .map_err(crate::error::core_error)?,
+            );
         }
         let action_space = space_of(&env.getattr("action_space")?, "action")?;
         if action_space.dtype() != A::DTYPE {
@@ -174,6 +226,7 @@ impl<A: GymAction> GymEnv<A> {
             observation_space,
             action_space,
             action_shape,
+            transpose,
             errors,
             _action: PhantomData,
         })
@@ -202,15 +255,16 @@ impl<A: GymAction> GymEnv<A> {
         }
     }
 
-    /// Copies a Python observation into `obs` as `f32`.
-    fn read_obs(&self, value: &Bound<'_, PyAny>, obs: &mut [f32]) -> PyResult<()> {
+    /// Copies a Python observation into `obs` as `O` (frames transposed to channels
+    /// first when asked).
+    fn read_obs(&self, value: &Bound<'_, PyAny>, obs: &mut [O]) -> PyResult<()> {
         let py = value.py();
-        let array = match value.cast::<PyArrayDyn<f32>>() {
+        let array = match value.cast::<PyArrayDyn<O>>() {
             Ok(a) if a.is_contiguous() => a.clone(),
             _ => py
                 .import("numpy")?
-                .call_method1("ascontiguousarray", (value, "float32"))?
-                .cast_into::<PyArrayDyn<f32>>()
+                .call_method1("ascontiguousarray", (value, O::NUMPY))?
+                .cast_into::<PyArrayDyn<O>>()
                 .map_err(PyErr::from)?,
         };
         let data = array.readonly();
@@ -222,13 +276,21 @@ impl<A: GymAction> GymEnv<A> {
                 obs.len()
             )));
         }
-        obs.copy_from_slice(slice);
+        match self.transpose {
+            None => obs.copy_from_slice(slice),
+            Some([h, w, c]) => {
+                for (i, &value) in slice.iter().enumerate() {
+                    let (pixel, channel) = (i / c, i % c);
+                    obs[channel * h * w + pixel] = value;
+                }
+            }
+        }
         Ok(())
     }
 }
 
-impl<A: GymAction> Env for GymEnv<A> {
-    type Obs = f32;
+impl<A: GymAction, O: GymObs> Env for GymEnv<A, O> {
+    type Obs = O;
     type Act = A;
 
     fn observation_space(&self) -> &Space {
@@ -239,7 +301,7 @@ impl<A: GymAction> Env for GymEnv<A> {
         &self.action_space
     }
 
-    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> rl_core::Result<()> {
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [O]) -> rl_core::Result<()> {
         Python::attach(|py| {
             let result = (|| {
                 let kwargs = pyo3::types::PyDict::new(py);
@@ -251,7 +313,7 @@ impl<A: GymAction> Env for GymEnv<A> {
         })
     }
 
-    fn step(&mut self, action: &[A], obs: &mut [f32]) -> rl_core::Result<Step> {
+    fn step(&mut self, action: &[A], obs: &mut [O]) -> rl_core::Result<Step> {
         Python::attach(|py| {
             let result = (|| {
                 let action = A::to_python(py, action, &self.action_shape)?;
@@ -281,6 +343,9 @@ pub struct GymFactory {
     factory: Arc<Py<PyAny>>,
     observation_space: Space,
     action_space: Space,
+    /// Whether the observations are images (`GymEnv<_, u8>`).
+    image: bool,
+    layout: Layout,
     errors: ErrorSlot,
 }
 
@@ -294,12 +359,13 @@ impl std::fmt::Debug for GymFactory {
 }
 
 impl GymFactory {
-    /// Calls `factory` once to read and check the spaces.
+    /// Calls `factory` once to read and check the spaces; images are laid out as
+    /// `layout` says.
     ///
     /// # Errors
     /// The factory's exception, a `TypeError` if it is not callable, and the
     /// `ValueError`s of [`GymEnv::new`] for spaces `GymEnv` cannot take.
-    pub fn new(factory: &Bound<'_, PyAny>, errors: ErrorSlot) -> PyResult<Self> {
+    pub fn new(factory: &Bound<'_, PyAny>, layout: Layout, errors: ErrorSlot) -> PyResult<Self> {
         if !factory.is_callable() {
             return Err(pyo3::exceptions::PyTypeError::new_err(format!(
                 "env is a {}: give a Gymnasium id (str) or a callable returning a gymnasium.Env",
@@ -308,19 +374,35 @@ impl GymFactory {
         }
         let probe = factory.call0()?;
         let action_space = space_of(&probe.getattr("action_space")?, "action")?;
-        let checked = match action_space {
-            Space::Discrete { .. } => {
-                GymEnv::<u32>::new(&probe, errors.clone()).map(|e| e.observation_space)
+        let image = is_image(&probe.getattr("observation_space")?)?;
+        let e = errors.clone();
+        let checked = match (&action_space, image) {
+            (Space::Discrete { .. }, false) => {
+                GymEnv::<u32>::new(&probe, layout, e).map(|e| e.observation_space)
             }
-            _ => GymEnv::<f32>::new(&probe, errors.clone()).map(|e| e.observation_space),
+            (Space::Discrete { .. }, true) => {
+                GymEnv::<u32, u8>::new(&probe, layout, e).map(|e| e.observation_space)
+            }
+            (_, false) => GymEnv::<f32>::new(&probe, layout, e).map(|e| e.observation_space),
+            (_, true) => Err(value_error(
+                "the observation space is an image (uint8) and the action space a Box: \
+                 convolutional encoders train discrete actions (PPO, DQN) for now",
+            )),
         };
         let _ = probe.call_method0("close");
         Ok(Self {
             factory: Arc::new(factory.clone().unbind()),
             observation_space: checked?,
             action_space,
+            image,
+            layout,
             errors,
         })
+    }
+
+    /// Whether the observations are images, carried as bytes (`GymEnv<_, u8>`).
+    pub fn image(&self) -> bool {
+        self.image
     }
 
     /// Whether the environments take discrete actions (`GymEnv<u32>`), else a box
@@ -330,13 +412,13 @@ impl GymFactory {
     }
 
     /// A new environment (see the type's documentation for a factory that raises).
-    pub fn make<A: GymAction>(&self) -> GymEnv<A> {
+    pub fn make<A: GymAction, O: GymObs>(&self) -> GymEnv<A, O> {
         Python::attach(|py| {
             let built = self
                 .factory
                 .bind(py)
                 .call0()
-                .and_then(|env| GymEnv::new(&env, self.errors.clone()));
+                .and_then(|env| GymEnv::new(&env, self.layout, self.errors.clone()));
             built.unwrap_or_else(|err| {
                 *self.errors.lock().unwrap_or_else(PoisonError::into_inner) = Some(err);
                 GymEnv {
@@ -344,6 +426,7 @@ impl GymFactory {
                     observation_space: self.observation_space.clone(),
                     action_space: self.action_space.clone(),
                     action_shape: action_shape(&self.action_space),
+                    transpose: None,
                     errors: self.errors.clone(),
                     _action: PhantomData,
                 }
@@ -402,7 +485,7 @@ impl RandomCollector {
             ($a:ty, $variant:ident) => {{
                 let wrapped = envs
                     .iter()
-                    .map(|env| GymEnv::<$a>::new(&env, errors.clone()))
+                    .map(|env| GymEnv::<$a>::new(&env, Layout::AsIs, errors.clone()))
                     .collect::<PyResult<Vec<_>>>()?;
                 let space = wrapped[0].action_space().clone();
                 let policy = RandomPolicy::new(&space, seed).map_err(collect_error)?;

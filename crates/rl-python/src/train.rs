@@ -25,8 +25,9 @@ use rl_train::run::{self as cli, Registry, TrainOptions, Which};
 use toml::{Table, Value};
 
 use crate::error::{budget_exception, value_error};
-use crate::gym::{ErrorSlot, GymFactory};
+use crate::gym::{ErrorSlot, GymFactory, Layout};
 use crate::plan::MemoryPlan;
+use rl_envs::{AtariConfig, AtariPreprocess};
 
 pyo3::create_exception!(
     flatrl,
@@ -155,10 +156,22 @@ fn registry(
         Some(env) => Some(env.clone()),
         None => None,
     };
+    let atari = factory.is_none() && config.env.starts_with("ALE/");
     let factory = match factory {
         Some(factory) => factory,
         None if registry.actions(&config.env).is_some() => return Ok(registry),
         None => {
+            if atari {
+                // Gymnasium knows the ALE ids once ale_py registered them.
+                let ale = py.import("ale_py").map_err(|e| {
+                    ConfigError::new_err(format!(
+                        "env: {:?} is an Atari game, and ale_py cannot be imported ({e}): pip install ale-py (its wheels include the ROMs)",
+                        config.env
+                    ))
+                })?;
+                py.import("gymnasium")?
+                    .call_method1("register_envs", (ale,))?;
+            }
             let gymnasium = py.import("gymnasium").map_err(|e| {
                 ConfigError::new_err(format!(
                     "env: {:?} is not a built-in environment ({}), and gymnasium cannot be imported to make it ({e})",
@@ -166,10 +179,17 @@ fn registry(
                     registry.names().collect::<Vec<_>>().join(", ")
                 ))
             })?;
-            let partial = py
-                .import("functools")?
-                .getattr("partial")?
-                .call1((gymnasium.getattr("make")?, config.env.as_str()))?;
+            // An Atari game steps one raw frame at a time: the frame skip, the max over
+            // the last two frames, the grayscale, the resize and the stack happen in Rust
+            // (rl_envs::AtariPreprocess).
+            let kwargs = PyDict::new(py);
+            if atari {
+                kwargs.set_item("frameskip", 1)?;
+            }
+            let partial = py.import("functools")?.getattr("partial")?.call(
+                (gymnasium.getattr("make")?, config.env.as_str()),
+                Some(&kwargs),
+            )?;
             // An id Gymnasium does not know: say which names work.
             if let Err(err) = gymnasium.getattr("spec")?.call1((config.env.as_str(),)) {
                 return Err(ConfigError::new_err(format!(
@@ -181,12 +201,28 @@ fn registry(
             partial
         }
     };
-    let made = GymFactory::new(&factory, errors.clone())?;
-    let name = config.env.clone();
-    if made.discrete() {
-        registry.register_discrete(&name, move |_seed| made.make::<u32>());
+    let layout = if atari {
+        Layout::AsIs
     } else {
-        registry.register_continuous(&name, move |_seed| made.make::<f32>());
+        Layout::ChannelsFirst
+    };
+    let made = GymFactory::new(&factory, layout, errors.clone())?;
+    let name = config.env.clone();
+    if atari {
+        let preprocess = AtariConfig::default();
+        // The raw frames and actions are checked once here, so every later wrap succeeds.
+        AtariPreprocess::new(made.make::<u32, u8>(), preprocess.clone(), 0)
+            .map_err(crate::error::core_error)?;
+        registry.register_pixels(&name, move |seed| {
+            AtariPreprocess::new(made.make::<u32, u8>(), preprocess.clone(), seed)
+                .expect("the raw frames and actions were checked when the env was registered")
+        });
+    } else if made.image() {
+        registry.register_pixels(&name, move |_seed| made.make::<u32, u8>());
+    } else if made.discrete() {
+        registry.register_discrete(&name, move |_seed| made.make::<u32, f32>());
+    } else {
+        registry.register_continuous(&name, move |_seed| made.make::<f32, f32>());
     }
     Ok(registry)
 }

@@ -119,7 +119,7 @@ def test_unsupported_envs_and_schemas():
         def step(self, action):
             return np.full((84, 84, 3), 7, np.uint8), 0.0, False, False, {}
 
-    with pytest.raises(ValueError, match="uint8 Box of shape \\[84, 84, 3\\].*convolutional encoder.*DtypeObservation"):
+    with pytest.raises(ValueError, match="uint8 image of shape \\[84, 84, 3\\].*convolutional encoder.*DtypeObservation"):
         flatrl.RandomCollector([Pixels(0)], frames_per_batch=1)
     # Converted explicitly, the same frames are accepted as floats.
     floats = gymnasium.wrappers.DtypeObservation(Pixels(0), np.float32)

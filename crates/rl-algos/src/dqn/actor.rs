@@ -4,7 +4,9 @@
 use rand::Rng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_collect::{ActOutput, Policy, PolicyError};
-use rl_nn::{Mlp, MlpWorkspace, Module, Weights};
+use std::marker::PhantomData;
+
+use rl_nn::{Module, Network, NetworkWorkspace, Observation, Weights};
 
 use super::{ACT_ROWS, Dqn, argmax};
 use crate::error::{Error, Result};
@@ -22,28 +24,30 @@ const ACTOR_SEED: u64 = 0xD0AC_7000_D0AC_7000;
 /// [`OffPolicyLearner::Actor`](crate::learner::OffPolicyLearner::Actor)); `clone_from` copies
 /// the weights and epsilon in place and allocates nothing.
 #[derive(Debug)]
-pub struct DqnActor {
-    q: Mlp,
-    ws: MlpWorkspace,
+pub struct DqnActor<O = f32> {
+    q: Network,
+    ws: NetworkWorkspace,
     epsilon: f32,
     n_actions: u32,
     rng: ActorRng,
+    _obs: PhantomData<fn() -> O>,
 }
 
-impl DqnActor {
-    pub(super) fn new(dqn: &Dqn) -> Self {
+impl<O: Observation> DqnActor<O> {
+    pub(super) fn new(dqn: &Dqn<O>) -> Self {
         Self {
             ws: dqn.q.workspace(ACT_ROWS),
             q: dqn.q.clone(),
             epsilon: dqn.epsilon(),
             n_actions: dqn.n_actions,
             rng: ActorRng::new(dqn.seed ^ ACTOR_SEED),
+            _obs: PhantomData,
         }
     }
 
     /// Takes `dqn`'s current weights and epsilon.
-    pub(super) fn refresh(&mut self, dqn: &Dqn) -> Result<()> {
-        if self.q.spec() != dqn.q.spec() || self.n_actions != dqn.n_actions {
+    pub(super) fn refresh(&mut self, dqn: &Dqn<O>) -> Result<()> {
+        if !self.q.same_spec(&dqn.q) || self.n_actions != dqn.n_actions {
             return Err(Error::CheckpointMismatch {
                 what: "Q network architecture".to_owned(),
                 expected: dqn.q.architecture().to_string(),
@@ -61,12 +65,12 @@ impl DqnActor {
     }
 
     /// The Q network.
-    pub fn network(&self) -> &Mlp {
+    pub fn network(&self) -> &Network {
         &self.q
     }
 }
 
-impl Clone for DqnActor {
+impl<O> Clone for DqnActor<O> {
     fn clone(&self) -> Self {
         Self {
             q: self.q.clone(),
@@ -74,12 +78,13 @@ impl Clone for DqnActor {
             epsilon: self.epsilon,
             n_actions: self.n_actions,
             rng: self.rng.clone(),
+            _obs: PhantomData,
         }
     }
 
     /// Copies the weights and epsilon in place (no allocation); keeps this copy's draws.
     fn clone_from(&mut self, source: &Self) {
-        if self.q.spec() != source.q.spec() {
+        if !self.q.same_spec(&source.q) {
             *self = source.clone();
             return;
         }
@@ -89,14 +94,14 @@ impl Clone for DqnActor {
     }
 }
 
-impl Policy for DqnActor {
-    type Obs = f32;
+impl<O: Observation> Policy for DqnActor<O> {
+    type Obs = O;
     type Act = u32;
     type State = ();
 
     fn act(
         &mut self,
-        obs: &[f32],
+        obs: &[O],
         _states: &mut [()],
         out: ActOutput<'_, u32>,
     ) -> Result<(), PolicyError> {
@@ -117,8 +122,8 @@ impl Policy for DqnActor {
 /// probability `epsilon` a uniformly random action, else the greedy one; greedy only
 /// when not `sample`. Shared by [`Dqn`] and [`DqnActor`], so both act alike.
 pub(super) struct EpsilonGreedy<'a> {
-    pub(super) q: &'a Mlp,
-    pub(super) ws: &'a mut MlpWorkspace,
+    pub(super) q: &'a Network,
+    pub(super) ws: &'a mut NetworkWorkspace,
     pub(super) rng: &'a mut Xoshiro256PlusPlus,
     pub(super) epsilon: f32,
     pub(super) sample: bool,
@@ -126,10 +131,10 @@ pub(super) struct EpsilonGreedy<'a> {
 }
 
 impl EpsilonGreedy<'_> {
-    pub(super) fn act(self, obs: &[f32], actions: &mut [u32]) -> Result<()> {
+    pub(super) fn act<O: Observation>(self, obs: &[O], actions: &mut [u32]) -> Result<()> {
         let obs_dim = self.q.input_dim();
         for (o, a) in crate::predict::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
-            let q = self.q.forward(o, a.len(), self.ws)?;
+            let q = self.q.forward_obs(o, a.len(), self.ws)?;
             for (action, row) in a.iter_mut().zip(q.chunks_exact(self.n_actions as usize)) {
                 *action = if self.sample && self.rng.random::<f32>() < self.epsilon {
                     self.rng.random_range(0..self.n_actions)

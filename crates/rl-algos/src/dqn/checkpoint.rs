@@ -39,7 +39,7 @@ pub struct DqnState {
     pub rng: Xoshiro256PlusPlus,
 }
 
-impl Learner for Dqn {
+impl<O: rl_nn::Observation> Learner for Dqn<O> {
     type Saved = DqnState;
 
     fn kind(&self) -> &'static str {
@@ -110,6 +110,7 @@ impl Learner for Dqn {
             [
                 hidden,
                 activation,
+                encoder,
                 batch_size,
                 gamma,
                 target_update,

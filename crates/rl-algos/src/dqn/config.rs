@@ -93,6 +93,11 @@ pub struct DqnConfig {
     pub hidden: Vec<usize>,
     /// The nonlinearity between layers. Default ReLU (SB3's).
     pub activation: Activation,
+    /// What reads the observations (default `mlp`): `nature_cnn` for 84x84 Atari
+    /// frames, `small_cnn` for small grids; frames of bytes need one of them. With a
+    /// convolutional encoder, `hidden` gives the linear layers after the flatten
+    /// (`[512]` for the Nature network).
+    pub encoder: crate::policy::Encoder,
     /// Transitions per gradient step (the most rows
     /// [`Dqn::update`](super::Dqn::update) accepts). Default 64.
     pub batch_size: usize,
@@ -125,6 +130,7 @@ impl Default for DqnConfig {
         Self {
             hidden: vec![256, 256],
             activation: Activation::Relu,
+            encoder: crate::policy::Encoder::Mlp,
             batch_size: 64,
             adam: AdamConfig {
                 lr: 1e-4,

@@ -2,7 +2,7 @@
 //! [`Dqn`] before clipping and Adam.
 
 use rl_core::{Field, Flag};
-use rl_nn::Module;
+use rl_nn::{Module, Observation};
 use rl_storage::Batch;
 
 use super::{Dqn, argmax};
@@ -48,17 +48,17 @@ impl Scratch {
 }
 
 /// The columns of a sampled batch, checked against a learner's widths and actions.
-pub(crate) struct Transitions<'b> {
+pub(crate) struct Transitions<'b, O = f32> {
     pub(crate) rows: usize,
-    pub(crate) obs: &'b [f32],
+    pub(crate) obs: &'b [O],
     pub(crate) actions: &'b [u32],
     pub(crate) rewards: &'b [f32],
     pub(crate) terminated: &'b [Flag],
-    pub(crate) next_obs: &'b [f32],
+    pub(crate) next_obs: &'b [O],
     pub(crate) weights: &'b [f32],
 }
 
-impl<'b> Transitions<'b> {
+impl<'b, O: Observation> Transitions<'b, O> {
     /// Reads the columns of `batch`: 1 to `max_rows` rows of `obs_dim` observations and
     /// one action index below `n_actions` each.
     pub(super) fn read(
@@ -73,11 +73,11 @@ impl<'b> Transitions<'b> {
         }
         Self {
             rows,
-            obs: batch.obs()?,
+            obs: batch.field::<O>(Field::Obs)?,
             actions: batch.field::<u32>(Field::Action)?,
             rewards: batch.rewards()?,
             terminated: batch.terminated()?,
-            next_obs: batch.next_obs()?,
+            next_obs: batch.field::<O>(Field::NextObs)?,
             weights: batch.weights(),
         }
         .check(obs_dim, n_actions)
@@ -140,13 +140,13 @@ fn huber(x: f32, delta: f32) -> (f32, f32) {
     }
 }
 
-impl Dqn {
+impl<O: Observation> Dqn<O> {
     /// The loss of `batch` and its gradient, added into `self.grads` (which must be
     /// zero); nothing else of the learner's state changes. On error the gradients stay
     /// zero.
     pub(super) fn gradients(
         &mut self,
-        transitions: Transitions<'_>,
+        transitions: Transitions<'_, O>,
         obs_grads: Option<&mut [f32]>,
     ) -> Result<Pass> {
         let n = self.n_actions as usize;
@@ -164,12 +164,14 @@ impl Dqn {
 
         // Targets: the next action by the online network (double) or the target's max.
         if self.config.double {
-            let q_next = self.q.forward(next_obs, rows, &mut self.ws)?;
+            let q_next = self.q.forward_obs(next_obs, rows, &mut self.ws)?;
             for (a, row) in s.next_actions.iter_mut().zip(q_next.chunks_exact(n)) {
                 *a = argmax(row) as u32;
             }
         }
-        let q_target = self.target.forward(next_obs, rows, &mut self.target_ws)?;
+        let q_target = self
+            .target
+            .forward_obs(next_obs, rows, &mut self.target_ws)?;
         for (b, row) in q_target.chunks_exact(n).enumerate() {
             s.targets[b] = if terminated[b].get() {
                 rewards[b]
@@ -184,7 +186,7 @@ impl Dqn {
         }
 
         // Weighted Huber loss on Q(s, a) - y; the gradient reaches only Q(s, a).
-        let q = self.q.forward(obs, rows, &mut self.ws)?;
+        let q = self.q.forward_obs(obs, rows, &mut self.ws)?;
         let d_out = &mut s.d_out[..rows * n];
         d_out.fill(0.0);
         let inv_rows = 1.0 / rows as f32;

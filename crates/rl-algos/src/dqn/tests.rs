@@ -3,7 +3,7 @@
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{BoxSpace, Column, DType, Env, Field, Flag, Space, Step};
-use rl_nn::{Activation, AdamConfig};
+use rl_nn::{Activation, AdamConfig, MlpSpec, Network, NetworkSpec};
 use rl_storage::{
     Batch, ColumnSlice,
     ram::RamStorage,
@@ -119,6 +119,14 @@ fn snapshot(dqn: &Dqn) -> Checkpoint<DqnState> {
 // The loss's gradient against finite differences of an f64 reference.
 
 /// One row through an MLP in f64: `(outputs, hidden pre-activations)`.
+/// The spec of a Q network that is an mlp.
+fn mlp_spec(dqn: &Dqn) -> MlpSpec {
+    match dqn.q.spec() {
+        NetworkSpec::Mlp(spec) => spec,
+        other => panic!("not an mlp: {other}"),
+    }
+}
+
 pub(crate) fn mlp64(spec: &MlpSpec, params: &[f64], x: &[f64]) -> (Vec<f64>, Vec<f64>) {
     let (mut x, mut pre, mut offset) = (x.to_vec(), Vec::new(), 0);
     for (l, pair) in spec.sizes.windows(2).enumerate() {
@@ -161,7 +169,7 @@ fn argmax64(row: &[f64]) -> usize {
 /// The TD targets in f64: the next action by the online network (double) or the
 /// target's max, valued by the target network; terminated rows do not bootstrap.
 fn targets64(dqn: &Dqn, batch: &Batch) -> Vec<f64> {
-    let (spec, d) = (dqn.q.spec(), dqn.obs_dim);
+    let (spec, d) = (&mlp_spec(dqn), dqn.obs_dim);
     let (online, target) = (to64(dqn.q.params()), to64(dqn.target.params()));
     let next_obs = batch.next_obs().unwrap();
     let rewards = batch.rewards().unwrap();
@@ -201,7 +209,7 @@ fn loss64_at(
     let weights = batch.weights();
     let (mut loss, mut tds, mut pre) = (0.0, Vec::new(), Vec::new());
     for b in 0..batch.len() {
-        let (q, p) = mlp64(dqn.q.spec(), params, &obs[b * d..(b + 1) * d]);
+        let (q, p) = mlp64(&mlp_spec(dqn), params, &obs[b * d..(b + 1) * d]);
         pre.extend(p);
         let td = q[actions[b] as usize] - targets[b];
         let huber = if td.abs() <= delta {
@@ -311,7 +319,7 @@ fn td_loss_gradients_match_finite_differences_inside_and_outside_the_huber_regio
 // Targets, target networks, exploration.
 
 /// A `1 -> 3` linear network whose weights are `w` and biases `b`.
-fn set_linear(net: &mut Mlp, w: [f32; 3], b: [f32; 3]) {
+fn set_linear(net: &mut Network, w: [f32; 3], b: [f32; 3]) {
     let params = net.params_mut();
     params[..3].copy_from_slice(&w);
     params[3..].copy_from_slice(&b);

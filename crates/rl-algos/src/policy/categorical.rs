@@ -1,21 +1,23 @@
 //! The categorical actor-critic for discrete action spaces.
 
 use std::fmt;
+use std::marker::PhantomData;
 
 use rand::Rng;
 use rl_collect::{ActOutput, Policy, PolicyError, ValuePolicy};
 use rl_core::{Env, Space};
-use rl_nn::Weights;
+use rl_nn::{Observation, Weights};
 
 use super::core::{PolicyCore, PolicyGradients, PolicyWorkspace, policy_networks};
 use super::{
-    ActorCritic, CoreShape, Mode, PolicyConfig, PolicyKind, PolicyShape, box_len, check_len,
-    describe, discrete_len, rows_of,
+    ActorCritic, CoreShape, Mode, PolicyConfig, PolicyKind, PolicyShape, check_len, describe,
+    discrete_len, obs_shape, rows_of,
 };
 use crate::error::{Error, Result};
 
 /// A categorical policy over `actions` discrete actions with a value function, for
-/// observations of `obs_len` `f32` elements; sizes are chosen at run time.
+/// observations of `obs_len` elements of type `O` (`f32` vectors, or `u8` frames through
+/// a convolutional [`Encoder`](super::Encoder)); sizes are chosen at run time.
 ///
 /// - Actor `obs_len -> hidden -> actions` (logits) and critic `obs_len -> hidden -> 1`,
 ///   separate `rl_nn::Mlp`s (no shared trunk) with the configured activation and
@@ -40,40 +42,76 @@ use crate::error::{Error, Result};
 /// assert!(log_probs.iter().all(|lp| (lp - 0.5f32.ln()).abs() < 0.05)); // near uniform
 /// # Ok::<(), rl_algos::Error>(())
 /// ```
-#[derive(Clone)]
-pub struct CategoricalPolicy {
+pub struct CategoricalPolicy<O = f32> {
     core: PolicyCore,
+    _obs: PhantomData<fn() -> O>,
 }
 
-impl fmt::Debug for CategoricalPolicy {
+impl<O> Clone for CategoricalPolicy<O> {
+    fn clone(&self) -> Self {
+        Self {
+            core: self.core.clone(),
+            _obs: PhantomData,
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        self.core.clone_from(&source.core);
+    }
+}
+
+impl<O> fmt::Debug for CategoricalPolicy<O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.core.debug_as("CategoricalPolicy", f)
     }
 }
 
-impl CategoricalPolicy {
-    /// A policy over `actions` actions for observations of `obs_len` elements, its
-    /// weights drawn from `seed`.
+impl CategoricalPolicy<f32> {
+    /// A policy over `actions` actions for vector observations of `obs_len` elements,
+    /// its weights drawn from `seed`.
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid `config` or a size of 0.
     pub fn new(obs_len: usize, actions: usize, config: PolicyConfig, seed: u64) -> Result<Self> {
+        Self::with_obs_shape(&[obs_len], actions, config, seed)
+    }
+}
+
+impl<O: Observation> CategoricalPolicy<O> {
+    /// A policy over `actions` actions for observations of shape `obs_shape` (an image
+    /// for a convolutional encoder), its weights drawn from `seed`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid `config`, a size of 0 or a shape the encoder
+    /// cannot read.
+    pub fn with_obs_shape(
+        obs_shape: &[usize],
+        actions: usize,
+        config: PolicyConfig,
+        seed: u64,
+    ) -> Result<Self> {
         Ok(Self {
-            core: PolicyCore::new(obs_len, actions, config, seed, false)?,
+            core: PolicyCore::new(obs_shape, is_bytes::<O>(), actions, config, seed, false)?,
+            _obs: PhantomData,
         })
     }
 
-    /// A policy for `env`'s spaces (an `f32` box of observations, discrete actions).
+    /// A policy for `env`'s spaces (a box of observations, discrete actions).
     ///
     /// # Errors
-    /// [`Error::SpaceMismatch`] for other spaces, or as [`Self::new`].
-    pub fn for_env<E: Env<Obs = f32, Act = u32>>(
+    /// [`Error::SpaceMismatch`] for other spaces, or as [`Self::with_obs_shape`].
+    pub fn for_env<E: Env<Obs = O, Act = u32>>(
         env: &E,
         config: PolicyConfig,
         seed: u64,
     ) -> Result<Self> {
-        let shape = Self::shape_for(env.observation_space(), env.action_space(), &config)?;
-        Self::new(shape.obs_len(), shape.core.out, config, seed)
+        let obs = obs_shape(
+            env.observation_space(),
+            config.encoder,
+            super::core::ENCODER_KEY,
+        )?;
+        let actions = discrete_len(env.action_space())?;
+        Self::with_obs_shape(&obs, actions, config, seed)
     }
 
     /// Checks that an environment's action space is discrete with this policy's number
@@ -92,13 +130,13 @@ impl CategoricalPolicy {
         }
     }
 
-    /// Checks that an environment's observation space is an `f32` box of this policy's
-    /// observation length.
+    /// Checks that an environment's observation space is a box of `O` elements of this
+    /// policy's observation length.
     ///
     /// # Errors
     /// [`Error::SpaceMismatch`] otherwise.
     pub fn check_observation_space(&self, space: &Space) -> Result<()> {
-        super::check_box("observation space", space, self.core.obs_len)
+        super::check_box::<O>("observation space", space, self.core.obs_len)
     }
 
     /// Number of actions.
@@ -130,7 +168,7 @@ impl CategoricalPolicy {
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] for slices of different row counts.
-    pub fn all_log_probs(&self, obs: &[f32], log_probs: &mut [f32]) -> Result<()> {
+    pub fn all_log_probs(&self, obs: &[O], log_probs: &mut [f32]) -> Result<()> {
         let rows = rows_of(obs, self.core.obs_len)?;
         let n = self.actions();
         check_len("log-prob output", rows * n, log_probs.len())?;
@@ -157,7 +195,7 @@ impl CategoricalPolicy {
         head(self.actions(), actions, ws, entropies);
     }
 
-    fn act_rows(&mut self, obs: &[f32], rows: usize, out: ActOutput<'_, u32>) -> Result<()> {
+    fn act_rows(&mut self, obs: &[O], rows: usize, out: ActOutput<'_, u32>) -> Result<()> {
         check_len("action output", rows, out.actions.len())?;
         check_len("log-prob output", rows, out.log_probs.len())?;
         check_len("value output", rows, out.values.len())?;
@@ -291,6 +329,11 @@ pub(super) fn copy_weights(to: &mut PolicyCore, from: &PolicyCore) -> Result<()>
     Ok(())
 }
 
+/// Whether observations of `O` are frames of bytes (read divided by 255).
+fn is_bytes<O: Observation>() -> bool {
+    O::DTYPE == rl_core::DType::U8
+}
+
 /// `out = logits - logsumexp(logits)`, in `f32` with the maximum subtracted first.
 fn log_softmax(logits: &[f32], out: &mut [f32]) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -330,14 +373,14 @@ fn argmax(values: &[f32]) -> usize {
     best
 }
 
-impl Policy for CategoricalPolicy {
-    type Obs = f32;
+impl<O: Observation> Policy for CategoricalPolicy<O> {
+    type Obs = O;
     type Act = u32;
     type State = ();
 
     fn act(
         &mut self,
-        obs: &[f32],
+        obs: &[O],
         states: &mut [()],
         out: ActOutput<'_, u32>,
     ) -> Result<(), PolicyError> {
@@ -345,13 +388,8 @@ impl Policy for CategoricalPolicy {
     }
 }
 
-impl ValuePolicy for CategoricalPolicy {
-    fn values(
-        &mut self,
-        obs: &[f32],
-        states: &[()],
-        values: &mut [f32],
-    ) -> Result<(), PolicyError> {
+impl<O: Observation> ValuePolicy for CategoricalPolicy<O> {
+    fn values(&mut self, obs: &[O], states: &[()], values: &mut [f32]) -> Result<(), PolicyError> {
         Ok(self.core.write_values(obs, states.len(), values)?)
     }
 }
@@ -359,9 +397,9 @@ impl ValuePolicy for CategoricalPolicy {
 /// The networks of a categorical policy.
 const NETWORKS: &[&str] = &["actor", "critic"];
 
-policy_networks!(CategoricalPolicy, NETWORKS, PolicyKind::Categorical);
+policy_networks!([O] CategoricalPolicy<O>, NETWORKS, PolicyKind::Categorical);
 
-impl crate::predict::Predict for CategoricalPolicy {
+impl<O: Observation> crate::predict::Predict for CategoricalPolicy<O> {
     fn mode(&self) -> Mode {
         self.core.config.mode
     }
@@ -371,15 +409,15 @@ impl crate::predict::Predict for CategoricalPolicy {
     }
 }
 
-impl ActorCritic for CategoricalPolicy {
+impl<O: Observation> ActorCritic for CategoricalPolicy<O> {
     fn shape_for(
         observation_space: &Space,
         action_space: &Space,
         config: &PolicyConfig,
     ) -> Result<PolicyShape> {
-        let obs_len = box_len("observation space", observation_space)?;
+        let obs = obs_shape(observation_space, config.encoder, super::core::ENCODER_KEY)?;
         let actions = discrete_len(action_space)?;
-        let core = CoreShape::new(obs_len, actions, config, false)?;
+        let core = CoreShape::new(&obs, is_bytes::<O>(), actions, config, false)?;
         Ok(PolicyShape::new(core, 1, NETWORKS))
     }
 
@@ -401,7 +439,7 @@ impl ActorCritic for CategoricalPolicy {
 
     fn evaluate_minibatched(
         &self,
-        obs: &[f32],
+        obs: &[O],
         actions: &[u32],
         log_probs: &mut [f32],
         values: &mut [f32],
@@ -414,7 +452,7 @@ impl ActorCritic for CategoricalPolicy {
             })
     }
 
-    fn evaluate(&self, obs: &[f32], actions: &[u32], ws: &mut PolicyWorkspace) -> Result<()> {
+    fn evaluate(&self, obs: &[O], actions: &[u32], ws: &mut PolicyWorkspace) -> Result<()> {
         check_len("observations", actions.len() * self.core.obs_len, obs.len())?;
         self.check_actions(actions)?;
         self.core.forward(obs, actions.len(), ws)?;

@@ -8,11 +8,14 @@ use std::fmt;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{Location, MemoryPlan};
-use rl_nn::{Mlp, MlpSpec, MlpWorkspace, Module, Parameters, Weights};
+use rl_nn::{Module, Network, NetworkSpec, NetworkWorkspace, Observation, Parameters, Weights};
 
 use super::{ObsNormalizer, PolicyConfig, PolicyInit, PolicyNetworks, check_len};
 use crate::error::{Error, Result};
 use crate::learner::Sizes;
+
+/// The setting that names a policy's encoder.
+pub(crate) const ENCODER_KEY: &str = "policy.encoder";
 
 /// Offsets the sampling generator's seed from the initialisation's, keeping the two
 /// streams apart.
@@ -27,26 +30,29 @@ pub(crate) struct CoreShape {
     pub(crate) input: usize,
     /// Actor outputs per row.
     pub(crate) out: usize,
-    pub(crate) actor: MlpSpec,
-    pub(crate) critic: MlpSpec,
+    pub(crate) actor: NetworkSpec,
+    pub(crate) critic: NetworkSpec,
     /// Parameters of the actor, the critic and the log standard deviations (0 without).
     params: [usize; 3],
 }
 
 impl CoreShape {
-    /// The shape of a core with `input` elements per row and `out` actor outputs, shaped
-    /// by `config`, with `out` log standard deviations when `log_std`.
+    /// The shape of a core reading rows of shape `shape` (`[len]` for vectors, an image
+    /// for a convolutional encoder) with `out` actor outputs, shaped by `config`, with
+    /// `out` log standard deviations when `log_std`.
     ///
     /// # Errors
-    /// [`Error::Config`] for an invalid `config`, a size of 0, or sizes whose parameters
-    /// overflow.
+    /// [`Error::Config`] for an invalid `config`, a size of 0, a shape the encoder cannot
+    /// read, or sizes whose parameters overflow.
     pub(crate) fn new(
-        input: usize,
+        shape: &[usize],
+        bytes: bool,
         out: usize,
         config: &PolicyConfig,
         log_std: bool,
     ) -> Result<Self> {
         config.validate()?;
+        let input = shape.iter().product::<usize>();
         if input == 0 || out == 0 {
             return Err(Error::config(
                 "policy sizes",
@@ -55,8 +61,23 @@ impl CoreShape {
                 ),
             ));
         }
-        let actor = MlpSpec::new(input, &config.hidden, out, config.activation);
-        let critic = MlpSpec::new(input, &config.hidden, 1, config.activation);
+        let encoder = config.encoder;
+        let actor = encoder.network(
+            ENCODER_KEY,
+            shape,
+            bytes,
+            &config.hidden,
+            out,
+            config.activation,
+        )?;
+        let critic = encoder.network(
+            ENCODER_KEY,
+            shape,
+            bytes,
+            &config.hidden,
+            1,
+            config.activation,
+        )?;
         let sizes = Sizes::of("policy.hidden");
         let params = [
             sizes.checked(actor.checked_num_params())?,
@@ -73,6 +94,16 @@ impl CoreShape {
         })
     }
 
+    /// Elements per row of the workspace's normalised observations: the input of an
+    /// mlp (which may normalise), none for a convolutional encoder (which reads the
+    /// observations in place).
+    pub(crate) fn normalized_input(&self) -> usize {
+        match self.actor {
+            NetworkSpec::Mlp(_) => self.input,
+            NetworkSpec::Cnn(_) => 0,
+        }
+    }
+
     /// Parameters of the networks in order (actor, critic and, with log standard
     /// deviations, `log_std`).
     pub(crate) fn params(&self) -> &[usize] {
@@ -87,7 +118,7 @@ impl CoreShape {
     /// is `sizes`' error (the setting the rows come from).
     pub(crate) fn workspace_bytes(&self, max_rows: usize, sizes: Sizes) -> Result<u64> {
         let rows = max_rows.max(1);
-        let per_row = sizes.add(&[self.input, 2 * self.out, 4])?;
+        let per_row = sizes.add(&[self.normalized_input(), 2 * self.out, 4])?;
         sizes.sum(&[
             sizes.f32s(&[rows, per_row])?,
             sizes.checked(self.actor.workspace_bytes(rows))?,
@@ -101,8 +132,8 @@ impl CoreShape {
 pub(super) struct PolicyCore {
     pub(super) shape: CoreShape,
     pub(super) obs_len: usize,
-    pub(super) actor: Mlp,
-    pub(super) critic: Mlp,
+    pub(super) actor: Network,
+    pub(super) critic: Network,
     /// A Gaussian policy's log standard deviations.
     pub(super) log_std: Option<Parameters>,
     pub(super) rng: Xoshiro256PlusPlus,
@@ -113,19 +144,22 @@ pub(super) struct PolicyCore {
 }
 
 impl PolicyCore {
-    /// Networks `obs_len -> hidden -> out` and `obs_len -> hidden -> 1`, initialised from
-    /// `seed`, with a separate sampling generator.
+    /// Networks `obs -> hidden -> out` and `obs -> hidden -> 1` for observations of
+    /// `obs_shape` (through `config`'s encoder), initialised from `seed`, with a separate
+    /// sampling generator.
     pub(super) fn new(
-        obs_len: usize,
+        obs_shape: &[usize],
+        bytes: bool,
         out: usize,
         config: PolicyConfig,
         seed: u64,
         log_std: bool,
     ) -> Result<Self> {
-        let shape = CoreShape::new(obs_len, out, &config, log_std)?;
+        let shape = CoreShape::new(obs_shape, bytes, out, &config, log_std)?;
+        let obs_len = shape.input;
         let mut init_rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-        let mut build = |spec: &MlpSpec, head: f32| -> Result<Mlp> {
-            let mut net = Mlp::new(spec.clone(), config.init_of(head), &mut init_rng)?;
+        let mut build = |spec: &NetworkSpec, head: f32| -> Result<Network> {
+            let mut net = Network::new(spec.clone(), config.init_of(head), &mut init_rng)?;
             if config.init == PolicyInit::ScaledUniform {
                 net.scale_output_layer(head);
             }
@@ -170,6 +204,12 @@ impl PolicyCore {
 
     pub(super) fn set_obs_normalizer(&mut self, normalizer: Option<ObsNormalizer>) -> Result<()> {
         if let Some(n) = &normalizer {
+            if self.shape.normalized_input() == 0 {
+                return Err(Error::config(
+                    "observation normalisation",
+                    "applies to vector observations (policy.encoder = \"mlp\"): a convolutional encoder reads frames as they are",
+                ));
+            }
             n.check(self.obs_len)?;
         }
         self.obs_norm = normalizer;
@@ -184,7 +224,7 @@ impl PolicyCore {
             out,
             max_rows,
             rows: 0,
-            input: vec![0.0; max_rows * self.obs_len],
+            input: vec![0.0; max_rows * self.shape.normalized_input()],
             actor: self.actor.workspace(max_rows),
             critic: self.critic.workspace(max_rows),
             head: vec![0.0; max_rows * out],
@@ -199,7 +239,12 @@ impl PolicyCore {
     /// Takes `rows` observations into `ws` (normalised if the policy normalises) and runs
     /// the actor and the critic on them: the actor's outputs are then
     /// `ws.actor.output()`, the values `ws.values`.
-    pub(super) fn forward(&self, obs: &[f32], rows: usize, ws: &mut PolicyWorkspace) -> Result<()> {
+    pub(super) fn forward<O: Observation>(
+        &self,
+        obs: &[O],
+        rows: usize,
+        ws: &mut PolicyWorkspace,
+    ) -> Result<()> {
         if ws.obs_len != self.obs_len || ws.out != self.out() {
             return Err(Error::config(
                 "policy workspace",
@@ -221,13 +266,18 @@ impl PolicyCore {
         }
         check_len("observations", rows * self.obs_len, obs.len())?;
         ws.rows = rows;
-        let input = &mut ws.input[..obs.len()];
-        match &self.obs_norm {
-            None => input.copy_from_slice(obs),
-            Some(normalizer) => normalizer.normalize_to(obs, input),
-        }
-        self.actor.forward(input, rows, &mut ws.actor)?;
-        let values = self.critic.forward(input, rows, &mut ws.critic)?;
+        let values = match (&self.obs_norm, O::as_f32(obs)) {
+            (Some(normalizer), Some(obs)) => {
+                let input = &mut ws.input[..obs.len()];
+                normalizer.normalize_to(obs, input);
+                self.actor.forward(input, rows, &mut ws.actor)?;
+                self.critic.forward(input, rows, &mut ws.critic)?
+            }
+            _ => {
+                self.actor.forward_obs(obs, rows, &mut ws.actor)?;
+                self.critic.forward_obs(obs, rows, &mut ws.critic)?
+            }
+        };
         ws.values[..rows].copy_from_slice(values);
         Ok(())
     }
@@ -235,9 +285,9 @@ impl PolicyCore {
     /// Log-probs and values (the two outputs) of `rows = log_probs.len()` stored actions
     /// (`act_len` elements each), `ws.max_rows()` rows at a time: a forward pass, then `head` writes
     /// each chunk's log-probs into `ws` (the caller has checked the actions' values).
-    pub(super) fn evaluate_chunks<A>(
+    pub(super) fn evaluate_chunks<O: Observation, A>(
         &self,
-        obs: &[f32],
+        obs: &[O],
         actions: &[A],
         act_len: usize,
         (log_probs, values): (&mut [f32], &mut [f32]),
@@ -268,9 +318,9 @@ impl PolicyCore {
     }
 
     /// `V(s)` of `rows` observations (`ValuePolicy::values`).
-    pub(super) fn write_values(
+    pub(super) fn write_values<O: Observation>(
         &mut self,
-        obs: &[f32],
+        obs: &[O],
         rows: usize,
         values: &mut [f32],
     ) -> Result<()> {
@@ -372,8 +422,8 @@ pub struct PolicyWorkspace {
     max_rows: usize,
     pub(super) rows: usize,
     input: Vec<f32>,
-    pub(super) actor: MlpWorkspace,
-    critic: MlpWorkspace,
+    pub(super) actor: NetworkWorkspace,
+    critic: NetworkWorkspace,
     /// Per actor output: the log-softmax (categorical).
     pub(super) head: Vec<f32>,
     pub(super) log_probs: Vec<f32>,
@@ -519,8 +569,11 @@ impl PolicyGradients {
 /// Implements [`PolicyNetworks`] for a policy type whose `core` field is a
 /// [`PolicyCore`], with its network names and kind.
 macro_rules! policy_networks {
-    ($policy:ty, $names:expr, $kind:expr) => {
-        impl $crate::policy::PolicyNetworks for $policy {
+    ($policy:ident, $names:expr, $kind:expr) => {
+        policy_networks!([] $policy, $names, $kind);
+    };
+    ([$($generics:tt)*] $policy:ty, $names:expr, $kind:expr) => {
+        impl<$($generics)*> $crate::policy::PolicyNetworks for $policy {
             fn network_names(&self) -> &'static [&'static str] {
                 $names
             }

@@ -65,7 +65,7 @@ impl GaussianPolicy {
     /// [`Error::Config`](crate::Error::Config) for an invalid `config` or a size of 0.
     pub fn new(obs_len: usize, act_len: usize, config: PolicyConfig, seed: u64) -> Result<Self> {
         Ok(Self {
-            core: PolicyCore::new(obs_len, act_len, config, seed, true)?,
+            core: PolicyCore::new(&[obs_len], false, act_len, config, seed, true)?,
         })
     }
 
@@ -88,7 +88,7 @@ impl GaussianPolicy {
     /// # Errors
     /// [`Error::SpaceMismatch`](crate::Error::SpaceMismatch) otherwise.
     pub fn check_space(&self, space: &Space) -> Result<()> {
-        check_box("action space", space, self.core.out())
+        check_box::<f32>("action space", space, self.core.out())
     }
 
     /// Checks that an environment's observation space is an `f32` box of this policy's
@@ -97,7 +97,7 @@ impl GaussianPolicy {
     /// # Errors
     /// [`Error::SpaceMismatch`](crate::Error::SpaceMismatch) otherwise.
     pub fn check_observation_space(&self, space: &Space) -> Result<()> {
-        check_box("observation space", space, self.core.obs_len)
+        check_box::<f32>("observation space", space, self.core.obs_len)
     }
 
     /// The configuration it was built with (with the current mode).
@@ -266,7 +266,7 @@ impl ActorCritic for GaussianPolicy {
     ) -> Result<PolicyShape> {
         let obs_len = box_len("observation space", observation_space)?;
         let act_len = box_len("action space", action_space)?;
-        let core = CoreShape::new(obs_len, act_len, config, true)?;
+        let core = CoreShape::new(&[obs_len], false, act_len, config, true)?;
         Ok(PolicyShape::new(core, act_len, NETWORKS))
     }
 

@@ -70,7 +70,7 @@ impl RecurrentPolicyShape {
         config: &PolicyConfig,
     ) -> Result<Self> {
         let summary = SummaryShape::new(history, obs_len)?;
-        let core = CoreShape::new(summary.output_len, actions, config, false)?;
+        let core = CoreShape::new(&[summary.output_len], false, actions, config, false)?;
         Ok(Self { summary, core })
     }
 
@@ -271,7 +271,7 @@ impl RecurrentCategoricalPolicy {
     ) -> Result<Self> {
         RecurrentPolicyShape::new(obs_len, actions, history, &config)?;
         let summary = Summary::new(history, obs_len, seed)?;
-        let core = PolicyCore::new(summary.output_len(), actions, config, seed, false)?;
+        let core = PolicyCore::new(&[summary.output_len()], false, actions, config, seed, false)?;
         Ok(Self {
             summary,
             core,

@@ -53,7 +53,11 @@ fn act<P: Policy<Obs = f32, State = ()>>(
     (actions, log_probs, values)
 }
 
-fn evaluate<P: ActorCritic>(policy: &P, obs: &[f32], actions: &[P::Act]) -> (Vec<f32>, Vec<f32>) {
+fn evaluate<P: ActorCritic<Obs = f32>>(
+    policy: &P,
+    obs: &[f32],
+    actions: &[P::Act],
+) -> (Vec<f32>, Vec<f32>) {
     let rows = obs.len() / policy.obs_len();
     let (mut log_probs, mut values) = (vec![f32::NAN; rows], vec![f32::NAN; rows]);
     policy
@@ -326,7 +330,7 @@ fn sampling_state_carries_the_generator_exactly() {
 
 /// Checks the minibatched pass against the full pass for several minibatch sizes,
 /// including 1, sizes that leave a partial last minibatch, and more than the rows.
-fn check_minibatched<P: ActorCritic>(policy: &P, obs: &[f32], actions: &[P::Act]) {
+fn check_minibatched<P: ActorCritic<Obs = f32>>(policy: &P, obs: &[f32], actions: &[P::Act]) {
     let rows = obs.len() / policy.obs_len();
     let (full_log_probs, full_values) = evaluate(policy, obs, actions);
     for minibatch in [1, 7, 64, 100, 333, rows, rows + 5] {
@@ -633,7 +637,7 @@ impl<A> GradCase<A> {
 /// The loss in f64 from parameters `params` (one vector per network), with the head's
 /// closed form `head(actor outputs, row) -> (log_prob, entropy)`. Also returns every
 /// pre-activation (to skip ReLU kinks).
-fn reference_loss<P: ActorCritic>(
+fn reference_loss<P: ActorCritic<Obs = f32>>(
     policy: &P,
     params: &[Vec<f64>],
     case: &GradCase<P::Act>,
@@ -665,7 +669,11 @@ fn reference_loss<P: ActorCritic>(
 
 /// The policy's gradients of the case's loss against central finite differences of the
 /// f64 reference, for every parameter of every network.
-fn check_policy_gradients<P: ActorCritic>(policy: &P, case: &GradCase<P::Act>, head: &Head<'_>) {
+fn check_policy_gradients<P: ActorCritic<Obs = f32>>(
+    policy: &P,
+    case: &GradCase<P::Act>,
+    head: &Head<'_>,
+) {
     let rows = case.w_lp.len();
     let mut ws = policy.workspace(rows);
     policy.evaluate(&case.obs, &case.actions, &mut ws).unwrap();
@@ -996,7 +1004,11 @@ fn replay_schema(obs: usize, action: DType, act_len: usize) -> Schema {
 
 /// After a rollout, evaluates the stored actions in minibatches and compares with the
 /// log-probs and values recorded during collection.
-fn check_recorded<P: ActorCritic>(policy: &P, rollout: &RolloutBuffer, actions: &[P::Act]) {
+fn check_recorded<P: ActorCritic<Obs = f32>>(
+    policy: &P,
+    rollout: &RolloutBuffer,
+    actions: &[P::Act],
+) {
     let rows = rollout.rows();
     let (mut log_probs, mut values) = (vec![0.0; rows], vec![0.0; rows]);
     let mut ws = policy.workspace(10);

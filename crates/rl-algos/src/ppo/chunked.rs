@@ -208,7 +208,7 @@ impl RecurrentPpo {
     ) -> Result<Self> {
         let blueprint = Self::blueprint(&policy.shape(), &config, envs)?;
         let ppo = config.ppo;
-        let schema = shared::rollout_schema::<u32>(policy.obs_len(), 1)?;
+        let schema = shared::rollout_schema::<f32, u32>(policy.obs_len(), 1)?;
         let adams = (0..policy.network_names().len())
             .filter_map(|i| {
                 policy
@@ -268,7 +268,7 @@ impl RecurrentPpo {
     ) -> Result<OnPolicyBlueprint> {
         config.validate(envs)?;
         let (ppo, l) = (&config.ppo, config.chunk_len);
-        let schema = shared::rollout_schema::<u32>(policy.obs_len(), 1)?;
+        let schema = shared::rollout_schema::<f32, u32>(policy.obs_len(), 1)?;
         let rows = shared::rollout_rows(ppo, envs)?;
         let rollout = RolloutBuffer::plan(&schema, ppo.n_steps, envs)?;
         let chunks = config.chunks_per_minibatch();

@@ -398,14 +398,17 @@ pub(super) fn explained_variance(values: &[f32], returns: &[f32]) -> f32 {
 
 /// The rollout layout of observations of `obs_len` `f32`s and actions of `A` (`act_len`
 /// elements; a `u32` index is a scalar).
-pub(super) fn rollout_schema<A: Element>(obs_len: usize, act_len: usize) -> Result<Schema> {
+pub(super) fn rollout_schema<O: Element, A: Element>(
+    obs_len: usize,
+    act_len: usize,
+) -> Result<Schema> {
     let action_shape: &[usize] = if A::DTYPE == rl_core::DType::U32 {
         &[]
     } else {
         &[act_len]
     };
     Ok(
-        TransitionSchema::new(rl_core::DType::F32, &[obs_len], A::DTYPE, action_shape)
+        TransitionSchema::new(O::DTYPE, &[obs_len], A::DTYPE, action_shape)
             .for_rollout()
             .build()?,
     )

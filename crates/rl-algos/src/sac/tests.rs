@@ -540,7 +540,7 @@ fn train<E, T>(env: E, trainer: T, steps: u64) -> (rl_collect::SyncCollector<E, 
 where
     E: Env<Obs = f32>,
     E::Act: rl_collect::RandomAction,
-    T: SacTrainer<Act = E::Act>,
+    T: SacTrainer<Obs = f32, Act = E::Act>,
 {
     let config = trainer.config().clone();
     let schema = trainer.replay_schema().unwrap();

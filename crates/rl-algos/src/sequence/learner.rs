@@ -41,13 +41,15 @@ mod seal {
 
 impl seal::Sealed for DiscreteSac {}
 impl seal::Sealed for Sac {}
-impl seal::Sealed for Dqn {}
+impl seal::Sealed for Dqn<f32> {}
 
 /// An off-policy learner that can sit behind a summarizer in a [`Recurrent`]
 /// learner: [`Sac`], [`DiscreteSac`] and [`Dqn`] (sealed). It learns from [`Features`] and gives
 /// the gradient of the loss that trains the summarizer (critics' for SAC, TD for DQN)
 /// with respect to the summaries.
-pub trait SequenceLearner: OffPolicyLearner<State = ()> + seal::Sealed + std::fmt::Debug {
+pub trait SequenceLearner:
+    OffPolicyLearner<State = (), Obs = f32> + seal::Sealed + std::fmt::Debug
+{
     /// The checkpoint kind of the recurrent form (`recurrent_` and the inner kind).
     const RECURRENT_KIND: &'static str;
 
@@ -207,7 +209,7 @@ impl SequenceLearner for Sac {
     }
 }
 
-impl SequenceLearner for Dqn {
+impl SequenceLearner for Dqn<f32> {
     const RECURRENT_KIND: &'static str = "recurrent_dqn";
 
     fn action_len(&self) -> usize {

@@ -104,9 +104,9 @@ pub(crate) fn on_policy_plan<E, L>(
     config: &Config,
 ) -> Result<MemoryPlan>
 where
-    E: Env<Obs = f32>,
+    E: Env,
     E::Act: RandomAction,
-    L: OnPolicyLearner<Policy: ValuePolicy<Act = E::Act>>,
+    L: OnPolicyLearner<Policy: ValuePolicy<Obs = E::Obs, Act = E::Act>>,
 {
     Ok(OnPolicyTrainer::<E, L>::plan(
         env,
@@ -124,9 +124,9 @@ pub(crate) fn off_policy_plan<E, L>(
     config: &Config,
 ) -> Result<MemoryPlan>
 where
-    E: Env<Obs = f32> + Send + 'static,
+    E: Env + Send + 'static,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Act = E::Act>,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     let off = config
         .off_policy
@@ -150,9 +150,9 @@ pub(crate) fn on_policy<E, L, F>(
     job: Job<'_>,
 ) -> Result<Outcome>
 where
-    E: Env<Obs = f32>,
+    E: Env,
     E::Act: RandomAction,
-    L: OnPolicyLearner<Policy: ValuePolicy<Act = E::Act>>,
+    L: OnPolicyLearner<Policy: ValuePolicy<Obs = E::Obs, Act = E::Act>>,
     F: Fn(u64) -> E,
 {
     match job {
@@ -220,9 +220,9 @@ pub(crate) fn off_policy<E, L, F>(
     job: Job<'_>,
 ) -> Result<Outcome>
 where
-    E: Env<Obs = f32> + Send + 'static,
+    E: Env + Send + 'static,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Act = E::Act> + Send + 'static,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act> + Send + 'static,
     L::Actor: Send,
     F: Fn(u64) -> E,
 {
@@ -281,9 +281,9 @@ fn train_off_policy<E, L>(
     config: &Config,
 ) -> Result<Outcome>
 where
-    E: Env<Obs = f32> + Send + 'static,
+    E: Env + Send + 'static,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Act = E::Act>,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     let plan = trainer.memory_plan().clone();
     let mut monitor = Monitor::start(dir, config, options, &plan, trainer.env_steps())?;
@@ -305,9 +305,9 @@ fn one_hot_plan<E, L>(
     run: &RunConfig,
 ) -> Result<MemoryPlan>
 where
-    E: Env<Obs = f32> + Send + 'static,
+    E: Env + Send + 'static,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Act = E::Act>,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     let Space::Discrete { n } = *env.action_space() else {
         return Err(ConfigError::new(

@@ -13,7 +13,7 @@ use rl_algos::policy::{
 use rl_algos::ppo::{Ppo, RecurrentPpo, RecurrentPpoConfig};
 use rl_algos::sac::{ActionScoring, DiscreteSac, Sac};
 use rl_core::{Env, FeatureTable, MemoryPlan, Space};
-use rl_envs::{CartPole, LargeDiscrete, MaskedCartPole, PartialLargeDiscrete, Pendulum};
+use rl_envs::{CartPole, Catch, LargeDiscrete, MaskedCartPole, PartialLargeDiscrete, Pendulum};
 
 use super::job::{self, Job, Outcome};
 use super::{Error, Result};
@@ -66,6 +66,11 @@ pub(crate) trait Entry: Send + Sync {
 
     /// Builds what `config` asks for on this environment and runs `job`.
     fn run(&self, config: &Config, job: Job<'_>) -> Result<Outcome>;
+
+    /// Whether `algo` can train on this environment.
+    fn fits(&self, algo: Algo) -> bool {
+        self.actions().fits(algo)
+    }
 }
 
 /// Environments by name, each with a constructor from a seed: what a config's `env`
@@ -107,9 +112,11 @@ impl Registry {
     /// The reference environments: `cartpole`, `masked_cartpole`, `pendulum`,
     /// `large_discrete` (100 000 actions, task 0; discrete SAC scores them against its
     /// action feature table) and `partial_large_discrete` (the same task revealed a
-    /// block per step).
+    /// block per step), and `catch` (bsuite's Catch as 10x5 frames of bytes, for
+    /// convolutional encoders).
     pub fn builtin() -> Self {
         let mut registry = Self::empty();
+        registry.register_pixels("catch", Catch::new);
         registry.register_discrete("cartpole", CartPole::new);
         registry.register_discrete("masked_cartpole", MaskedCartPole::new);
         registry.register_continuous("pendulum", Pendulum::new);
@@ -154,6 +161,24 @@ impl Registry {
         self.insert(name, Discrete::new(make, Some(Box::new(table))))
     }
 
+    /// Registers an environment whose observations are frames of bytes (`Env::Obs =
+    /// u8`) and whose actions are discrete, under `name`: PPO and DQN train on it with
+    /// a convolutional encoder (`policy.encoder` or `dqn.encoder`).
+    pub fn register_pixels<E, F>(&mut self, name: &str, make: F) -> &mut Self
+    where
+        E: Env<Obs = u8, Act = u32> + Send + 'static,
+        F: Fn(u64) -> E + Clone + Send + Sync + 'static,
+    {
+        self.insert(
+            name,
+            Pixels {
+                make,
+                actions: OnceLock::new(),
+                _env: PhantomData,
+            },
+        )
+    }
+
     /// Registers an environment with continuous (box) actions under `name`.
     pub fn register_continuous<E, F>(&mut self, name: &str, make: F) -> &mut Self
     where
@@ -188,20 +213,29 @@ impl Registry {
     /// The entry of `config.env`, checked against `config.algo`.
     pub(crate) fn entry(&self, config: &Config) -> Result<&dyn Entry> {
         let entry = self.entries.get(&config.env).ok_or_else(|| {
+            // A Gymnasium id (`CartPole-v1`, `ALE/Pong-v5`) needs a Python host.
+            let gymnasium = if config.env.contains('/') || config.env.contains("-v") {
+                format!(
+                    "; it looks like a Gymnasium id, which the Python package runs: flatrl.train(config, run_dir, env={:?})",
+                    config.env
+                )
+            } else {
+                String::new()
+            };
             ConfigError::new(
                 "env",
                 format!(
-                    "is {:?}, which is not registered: use one of {}",
+                    "is {:?}, which is not registered: use one of {}{gymnasium}",
                     config.env,
                     self.names().collect::<Vec<_>>().join(", ")
                 ),
             )
         })?;
         let actions = entry.actions();
-        if !actions.fits(config.algo) {
+        if !entry.fits(config.algo) {
             let fitting: Vec<&str> = Algo::ALL
                 .into_iter()
-                .filter(|a| actions.fits(*a))
+                .filter(|a| entry.fits(*a))
                 .map(Algo::name)
                 .collect();
             return Err(ConfigError::new(
@@ -299,7 +333,7 @@ where
         let n_envs = config.run.n_envs;
         match config.algo {
             Algo::Ppo => {
-                let shape = CategoricalPolicy::shape_for(obs, act, policy_of(config)?)
+                let shape = <CategoricalPolicy>::shape_for(obs, act, policy_of(config)?)
                     .map_err(plan_error)?;
                 let ppo = config.ppo.ok_or_else(|| incomplete(config))?;
                 let learner = Ppo::<CategoricalPolicy>::blueprint(&shape, &ppo, n_envs)
@@ -469,6 +503,94 @@ where
                 config.env,
                 self.actions()
             ))),
+        }
+    }
+}
+
+/// An environment of frames of bytes with discrete actions: PPO and DQN, each with a
+/// convolutional encoder.
+struct Pixels<E, F> {
+    make: F,
+    /// Read from `make(0)` when first asked.
+    actions: OnceLock<ActionSpace>,
+    _env: PhantomData<fn() -> E>,
+}
+
+impl<E, F> Pixels<E, F>
+where
+    E: Env<Obs = u8, Act = u32> + Send + 'static,
+    F: Fn(u64) -> E + Clone + Send + Sync + 'static,
+{
+    fn refuse(&self, config: &Config) -> Error {
+        ConfigError::new(
+            "algo",
+            format!(
+                "is {:?}, which cannot train env {:?} (frames of bytes, {}): use ppo or dqn",
+                config.algo.name(),
+                config.env,
+                self.actions()
+            ),
+        )
+        .into()
+    }
+}
+
+impl<E, F> Entry for Pixels<E, F>
+where
+    E: Env<Obs = u8, Act = u32> + Send + 'static,
+    F: Fn(u64) -> E + Clone + Send + Sync + 'static,
+{
+    fn actions(&self) -> ActionSpace {
+        *self
+            .actions
+            .get_or_init(|| ActionSpace::of((self.make)(0).action_space()))
+    }
+
+    fn fits(&self, algo: Algo) -> bool {
+        matches!(algo, Algo::Ppo | Algo::Dqn)
+    }
+
+    fn plan(&self, config: &Config) -> Result<MemoryPlan> {
+        let env = (self.make)(0);
+        let (obs, act) = (env.observation_space(), env.action_space());
+        match config.algo {
+            Algo::Ppo => {
+                let shape = CategoricalPolicy::<u8>::shape_for(obs, act, policy_of(config)?)
+                    .map_err(plan_error)?;
+                let ppo = config.ppo.ok_or_else(|| incomplete(config))?;
+                let learner =
+                    Ppo::<CategoricalPolicy<u8>>::blueprint(&shape, &ppo, config.run.n_envs)
+                        .map_err(plan_error)?;
+                job::on_policy_plan::<E, Ppo<CategoricalPolicy<u8>>>(&env, &learner, config)
+            }
+            Algo::Dqn => {
+                let dqn = config.dqn.as_ref().ok_or_else(|| incomplete(config))?;
+                let learner = Dqn::<u8>::blueprint_for(obs, act, dqn).map_err(plan_error)?;
+                job::off_policy_plan::<E, Dqn<u8>>(&env, &learner, config)
+            }
+            _ => Err(self.refuse(config)),
+        }
+    }
+
+    fn run(&self, config: &Config, job: Job<'_>) -> Result<Outcome> {
+        let env = (self.make)(0);
+        let seed = config.run.seed;
+        match config.algo {
+            Algo::Ppo => {
+                let policy_config = policy_of(config)?.clone();
+                let policy = CategoricalPolicy::<u8>::for_env(&env, policy_config, seed)
+                    .map_err(build_error)?;
+                let ppo = config.ppo.ok_or_else(|| incomplete(config))?;
+                let learner =
+                    Ppo::new(policy, ppo, config.run.n_envs, seed).map_err(build_error)?;
+                job::on_policy(self.make.clone(), learner, config, job)
+            }
+            Algo::Dqn => {
+                let dqn = config.dqn.clone().ok_or_else(|| incomplete(config))?;
+                let learner = Dqn::<u8>::for_env(&env, dqn, seed).map_err(build_error)?;
+                job::off_policy(self.make.clone(), learner, config, job)
+            }
+            _ => Err(self.refuse(config)),
         }
     }
 }

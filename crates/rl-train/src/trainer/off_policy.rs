@@ -243,8 +243,8 @@ pub(super) fn phases_due(before: u64, after: u64, learning_starts: u64, phase_st
 #[derive(Debug)]
 pub struct OffPolicyTrainer<E, L>
 where
-    E: Env<Obs = f32>,
-    L: OffPolicyLearner<Act = E::Act>,
+    E: Env,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     config: OffPolicyConfig,
     run: RunConfig,
@@ -288,9 +288,9 @@ fn base_plan(
 
 impl<E, L> OffPolicyTrainer<E, L>
 where
-    E: Env<Obs = f32> + Send + 'static,
+    E: Env + Send + 'static,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Act = E::Act>,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     /// The whole run's memory plan for a learner of `learner` (its blueprint, from its
     /// configuration and spaces: `Dqn::blueprint` ..., or a built learner's
@@ -522,9 +522,9 @@ where
 
 impl<E, L> OffPolicyTrainer<E, L>
 where
-    E: Env<Obs = f32>,
+    E: Env,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Act = E::Act>,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     /// The whole run's memory plan (replay, sampler, batch, learner, collector with,
     /// when asynchronous, its actor copies).

@@ -53,8 +53,8 @@ const TRAINER: &str = "on_policy";
 #[derive(Debug)]
 pub struct OnPolicyTrainer<E, L>
 where
-    E: Env<Obs = f32>,
-    L: OnPolicyLearner<Policy: ValuePolicy<Act = E::Act>>,
+    E: Env,
+    L: OnPolicyLearner<Policy: ValuePolicy<Obs = E::Obs, Act = E::Act>>,
 {
     run: RunConfig,
     ppo: L,
@@ -77,9 +77,9 @@ where
 
 impl<E, L> OnPolicyTrainer<E, L>
 where
-    E: Env<Obs = f32>,
+    E: Env,
     E::Act: RandomAction,
-    L: OnPolicyLearner<Policy: ValuePolicy<Act = E::Act>>,
+    L: OnPolicyLearner<Policy: ValuePolicy<Obs = E::Obs, Act = E::Act>>,
 {
     /// A new run: `make_env(seed)` builds each training environment and the evaluation
     /// environment; `policy` is trained with `ppo`. The plan (rollout, learner,

@@ -30,7 +30,7 @@ pub(super) fn new_trainer<E, L>(
 where
     E: Env<Obs = f32> + Send + 'static,
     E::Act: rl_collect::RandomAction,
-    L: rl_algos::learner::OffPolicyLearner<Act = E::Act>,
+    L: rl_algos::learner::OffPolicyLearner<Obs = f32, Act = E::Act>,
 {
     OffPolicyTrainer::new(make_env, learner, setup.off, setup.run)
 }
@@ -45,7 +45,7 @@ pub(super) fn resume_trainer<E, L>(
 where
     E: Env<Obs = f32> + Send + 'static,
     E::Act: rl_collect::RandomAction,
-    L: rl_algos::learner::OffPolicyLearner<Act = E::Act>,
+    L: rl_algos::learner::OffPolicyLearner<Obs = f32, Act = E::Act>,
 {
     OffPolicyTrainer::resume(dir, make_env, learner, setup.off, setup.run)
 }
@@ -58,7 +58,7 @@ pub(super) fn plan_trainer<E, L>(
 where
     E: Env<Obs = f32> + Send + 'static,
     E::Act: rl_collect::RandomAction,
-    L: rl_algos::learner::OffPolicyLearner<Act = E::Act>,
+    L: rl_algos::learner::OffPolicyLearner<Obs = f32, Act = E::Act>,
 {
     OffPolicyTrainer::<E, L>::plan(learner.blueprint(), &setup.off, &setup.run)
 }

@@ -102,7 +102,7 @@ proptest! {
             assert_on_policy(&planned, &Ppo::new(built, config, envs, 0).unwrap());
         } else {
             let (o, a) = (boxed(obs), discrete(actions));
-            let shape = CategoricalPolicy::shape_for(&o, &a, &policy).unwrap();
+            let shape = <CategoricalPolicy>::shape_for(&o, &a, &policy).unwrap();
             let planned = Ppo::<CategoricalPolicy>::blueprint(&shape, &config, envs).unwrap();
             let built = CategoricalPolicy::new(obs, actions as usize, policy, 0).unwrap();
             prop_assert_eq!(&shape, &built.shape());
@@ -266,7 +266,7 @@ fn ppo_construction_allocates_what_the_blueprint_plans() {
         eval_minibatch: 64,
         ..PpoConfig::new()
     };
-    let shape = CategoricalPolicy::shape_for(&boxed(8), &discrete(4), &policy).unwrap();
+    let shape = <CategoricalPolicy>::shape_for(&boxed(8), &discrete(4), &policy).unwrap();
     let planned = Ppo::<CategoricalPolicy>::blueprint(&shape, &config, 4).unwrap();
     let (_ppo, stats) = rl_testkit::measure(|| {
         let built = CategoricalPolicy::new(8, 4, policy, 0).unwrap();
@@ -340,7 +340,7 @@ fn sizes_that_overflow_are_config_errors_not_panics() {
         assert!(message.contains(key), "{message}");
         assert!(message.contains("lower"), "{message}");
     };
-    let cat = CategoricalPolicy::shape_for(&boxed(4), &discrete(2), &policy).unwrap_err();
+    let cat = <CategoricalPolicy>::shape_for(&boxed(4), &discrete(2), &policy).unwrap_err();
     refused(cat, "policy.hidden");
     let built = CategoricalPolicy::new(4, 2, policy.clone(), 0).unwrap_err();
     refused(built, "policy.hidden");
@@ -386,7 +386,7 @@ fn sizes_that_overflow_are_config_errors_not_panics() {
         ..PpoConfig::new()
     };
     let shape =
-        CategoricalPolicy::shape_for(&boxed(4), &discrete(2), &PolicyConfig::new()).unwrap();
+        <CategoricalPolicy>::shape_for(&boxed(4), &discrete(2), &PolicyConfig::new()).unwrap();
     assert!(Ppo::<CategoricalPolicy>::blueprint(&shape, &ppo, 8).is_err());
 }
 

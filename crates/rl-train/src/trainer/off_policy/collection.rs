@@ -96,8 +96,8 @@ impl CollectorChoice {
 )]
 pub(super) enum Collection<E, L>
 where
-    E: Env<Obs = f32>,
-    L: OffPolicyLearner<Act = E::Act>,
+    E: Env,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     /// The learner is the collector's policy.
     Sync(SyncCollector<E, L>),
@@ -111,8 +111,8 @@ where
 #[derive(Debug)]
 pub(super) struct Workers<E, L>
 where
-    E: Env<Obs = f32>,
-    L: OffPolicyLearner<Act = E::Act>,
+    E: Env,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     collector: AsyncCollector<E, L::Actor>,
     learner: L,
@@ -166,9 +166,9 @@ fn collector_configs(
 /// [`SyncCollector::memory_plan`], from the replay columns alone).
 pub(super) fn sync_plan<E, L>(schema: &Schema, run: &RunConfig) -> MemoryPlan
 where
-    E: Env<Obs = f32>,
+    E: Env,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Act = E::Act>,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     SyncCollector::<E, L>::plan(
         run.n_envs,
@@ -192,9 +192,9 @@ pub(super) fn async_plan<E, L>(
     steps_per_chunk: usize,
 ) -> Result<MemoryPlan>
 where
-    E: Env<Obs = f32> + Send + 'static,
+    E: Env + Send + 'static,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Act = E::Act>,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     let numel = |field: Field| numel(&learner.replay_schema, field);
     let (_, async_config) = collector_configs(config, run, 0, workers, steps_per_chunk);
@@ -213,9 +213,9 @@ where
 
 impl<E, L> Collection<E, L>
 where
-    E: Env<Obs = f32> + Send + 'static,
+    E: Env + Send + 'static,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Act = E::Act>,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     /// The collector `config` chooses over `envs` for `run`, acting at random for the
     /// `learning_starts` steps not yet taken in `steps_before`.
@@ -252,9 +252,9 @@ where
 
 impl<E, L> Collection<E, L>
 where
-    E: Env<Obs = f32>,
+    E: Env,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Act = E::Act>,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     pub(super) fn learner(&self) -> &L {
         match self {

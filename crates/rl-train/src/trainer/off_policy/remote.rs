@@ -219,8 +219,8 @@ pub trait ChunkActor: Send + Debug {
 /// (a [`ChunkActor`]).
 pub struct ChunkCollector<E, L>
 where
-    E: Env<Obs = f32>,
-    L: OffPolicyLearner<Act = E::Act>,
+    E: Env,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     /// Restored from published weights, then copied into the collector's actor.
     learner: L,
@@ -235,8 +235,8 @@ where
 
 impl<E, L> Debug for ChunkCollector<E, L>
 where
-    E: Env<Obs = f32>,
-    L: OffPolicyLearner<Act = E::Act>,
+    E: Env,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChunkCollector")
@@ -250,9 +250,9 @@ where
 
 impl<E, L> ChunkCollector<E, L>
 where
-    E: Env<Obs = f32>,
+    E: Env,
     E::Act: rl_collect::RandomAction,
-    L: OffPolicyLearner<Act = E::Act>,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
     /// A collector over `envs` acting like `learner`.
     ///
@@ -292,9 +292,9 @@ where
 
 impl<E, L> ChunkActor for ChunkCollector<E, L>
 where
-    E: Env<Obs = f32> + Send,
+    E: Env + Send,
     E::Act: rl_collect::RandomAction,
-    L: OffPolicyLearner<Act = E::Act> + Send,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act> + Send,
     L::Actor: Send,
 {
     fn schema(&self) -> &Schema {
