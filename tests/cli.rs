@@ -94,6 +94,56 @@ fn every_shipped_config_trains_for_a_few_hundred_steps() {
     }
 }
 
+/// `rl list` names every built-in environment with its spaces and the algorithms that
+/// fit it; `rl plan` shows the warnings `rl train` prints.
+#[test]
+fn list_names_the_envs_and_plan_shows_warnings() {
+    let out = rl(&["list"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} missing: {text}"))
+            .to_owned()
+    };
+    assert!(
+        line("catch").contains("u8") && line("catch").ends_with("ppo, dqn"),
+        "{text}"
+    );
+    assert!(line("pendulum").ends_with("ppo, sac"), "{text}");
+    assert!(line("cartpole").contains("Discrete(2)"), "{text}");
+    assert!(text.contains("flatrl.train"), "{text}");
+    let out = rl(&[
+        "plan",
+        "configs/dqn_cartpole.toml",
+        "--set",
+        "run.total_steps=500",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("warning: off_policy.learning_starts is 1000"),
+        "{text}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let out = rl(&[
+        "train",
+        "configs/ppo_cartpole.toml",
+        "--quiet",
+        "--out",
+        run.to_str().unwrap(),
+        "--set",
+        "run.total_steps=100",
+    ]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: run.total_steps is 100, below one rollout"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn plan_accepts_the_shipped_configs_and_refuses_a_one_hot_replay_of_100k_actions() {
     for path in configs() {

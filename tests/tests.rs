@@ -10,6 +10,8 @@ mod cli;
 mod envs_through_facade;
 mod errors;
 #[cfg(feature = "cli")]
+mod own_env;
+#[cfg(feature = "cli")]
 mod pixels;
 #[cfg(all(
     feature = "algos",

@@ -1,4 +1,4 @@
-//! The command line: `rl train | plan | eval | resume | plot | export`, on any
+//! The command line: `rl train | plan | eval | resume | plot | list | export`, on any
 //! [`Registry`] (the `rl` binary passes [`Registry::builtin`]).
 
 use std::path::{Path, PathBuf};
@@ -84,6 +84,9 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// List the environments a config's `env` can name, their observation and action
+    /// spaces, and the algorithms (`algo`) that can train on each.
+    List,
     /// Write a run's policy weights for other tools (names and shapes as PyTorch's).
     Export {
         /// The run directory.
@@ -192,10 +195,35 @@ fn dispatch(registry: &Registry, command: Command) -> Result<u8, Error> {
             };
             report(super::resume(registry, &run_dir, &options)?)
         }
+        Command::List => {
+            let envs = registry.list();
+            let width = envs.iter().map(|e| e.name.len()).max().unwrap_or(3).max(3);
+            println!(
+                "{:width$}  {:28}  {:14}  algorithms",
+                "env", "observations", "actions"
+            );
+            for env in envs {
+                let algos: Vec<&str> = env.algos.iter().map(|a| a.name()).collect();
+                println!(
+                    "{:width$}  {:28}  {:14}  {}",
+                    env.name,
+                    env.observation_space.to_string(),
+                    env.action_space.to_string(),
+                    algos.join(", ")
+                );
+            }
+            println!(
+                "Gymnasium ids (CartPole-v1, ALE/Pong-v5, ...) run from Python: flatrl.train(config, run_dir, env=...)"
+            );
+            Ok(0)
+        }
         Command::Plan { config, set } => {
             let parsed = read(&config, &set.overrides())?;
             let planned = super::plan(registry, &parsed)?;
             println!("{}", planned.plan);
+            for warning in &planned.warnings {
+                println!("warning: {warning}");
+            }
             match (&planned.refused, planned.limit) {
                 (Some(why), Limit::Budget(_)) => {
                     println!("does not fit run.budget: {why}");

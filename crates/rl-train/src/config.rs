@@ -258,6 +258,34 @@ impl ConfigError {
 const SEEDED: [&str; 3] = ["ppo", "sac", "dqn"];
 
 impl Config {
+    /// What a run of this config would do that its author probably did not mean, one
+    /// line each (`rl train` prints them before it starts, `rl plan` after the plan):
+    /// an off-policy warm-up (`off_policy.learning_starts`) that reaches the step budget,
+    /// so the run never updates; a step budget below one on-policy rollout
+    /// (`ppo.n_steps x run.n_envs`), which the run collects whole anyway.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let total = self.run.total_steps;
+        if let Some(off) = &self.off_policy
+            && off.learning_starts >= total
+        {
+            warnings.push(format!(
+                "off_policy.learning_starts is {} and run.total_steps {total}: the run takes random actions only and never updates the learner; lower learning_starts or raise total_steps",
+                off.learning_starts
+            ));
+        }
+        if let Some(ppo) = &self.ppo {
+            let rollout = (ppo.n_steps as u64).saturating_mul(self.run.n_envs as u64);
+            if total < rollout {
+                warnings.push(format!(
+                    "run.total_steps is {total}, below one rollout (ppo.n_steps {} x run.n_envs {} = {rollout}): the run collects and trains on {rollout} env steps; lower ppo.n_steps or raise total_steps",
+                    ppo.n_steps, self.run.n_envs
+                ));
+            }
+        }
+        warnings
+    }
+
     /// A config of `algo` on `env` for `total_steps` env steps, every other value at
     /// its default.
     ///

@@ -49,7 +49,7 @@ use crate::config::{Config, ConfigError};
 pub use export::{Exported, export};
 pub use monitor::METRICS_KEYS;
 pub use plot::plot;
-pub use registry::{ActionSpace, Registry};
+pub use registry::{ActionSpace, EnvInfo, Registry};
 pub use rundir::{
     BEST_DIR, CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, DISCARDED_METRICS_FILE,
     METRICS_FILE, RESULT_FILE, RunResult,
@@ -162,6 +162,9 @@ pub struct Planned {
     /// Why the plan does not fit [`Planned::limit`] (`None`: it fits, or nothing was
     /// checked), with what to change.
     pub refused: Option<String>,
+    /// What the run would do that its author probably did not mean
+    /// ([`Config::warnings`](crate::config::Config::warnings)).
+    pub warnings: Vec<String>,
 }
 
 /// What a run's plan is checked against before anything is built.
@@ -260,6 +263,10 @@ pub fn train(
 ) -> Result<Trained> {
     let entry = registry.check(config)?;
     check_plan(config, &entry.plan(config)?)?;
+    // Printed even when quiet: a run that will not do what its config suggests.
+    for warning in config.warnings() {
+        eprintln!("warning: {warning}");
+    }
     let dir = rundir::create(out)?;
     rundir::write_config(&dir, config)?;
     entry
@@ -370,6 +377,7 @@ pub fn plan(registry: &Registry, config: &Config) -> Result<Planned> {
         plan,
         limit,
         refused,
+        warnings: config.warnings(),
     })
 }
 

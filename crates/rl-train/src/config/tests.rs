@@ -192,3 +192,32 @@ fn errors_name_the_key_the_value_and_what_is_allowed_on_one_line() {
         "off_policy.train_freq"
     );
 }
+
+#[test]
+fn configs_that_would_not_do_what_they_say_get_warnings() {
+    let config = |text: &str, overrides: &[&str]| {
+        let overrides: Vec<String> = overrides.iter().map(|s| (*s).to_owned()).collect();
+        Config::from_toml(text, &overrides).unwrap()
+    };
+    let dqn = "algo = \"dqn\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 5000\n";
+    assert!(
+        config(dqn, &["off_policy.learning_starts=4999"])
+            .warnings()
+            .is_empty()
+    );
+    for starts in ["5000", "9000"] {
+        let warnings = config(dqn, &[&format!("off_policy.learning_starts={starts}")]).warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("off_policy.learning_starts")
+                && warnings[0].contains("never updates")
+        );
+    }
+    let ppo = "algo = \"ppo\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 512\nn_envs = 4\n";
+    assert!(config(ppo, &["ppo.n_steps=128"]).warnings().is_empty());
+    let warnings = config(ppo, &["ppo.n_steps=2048"]).warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("8192"), "{}", warnings[0]);
+    let recurrent = "algo = \"recurrent_ppo\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 10\n";
+    assert_eq!(config(recurrent, &[]).warnings().len(), 1);
+}

@@ -71,6 +71,28 @@ pub(crate) trait Entry: Send + Sync {
     fn fits(&self, algo: Algo) -> bool {
         self.actions().fits(algo)
     }
+
+    /// The observation and action spaces (an environment is built to read them).
+    fn spaces(&self) -> (Space, Space);
+}
+
+/// What [`Registry::list`] says of one environment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EnvInfo {
+    /// The name a config's `env` gives.
+    pub name: String,
+    /// Its observations.
+    pub observation_space: Space,
+    /// Its actions.
+    pub action_space: Space,
+    /// The algorithms that can train on it.
+    pub algos: Vec<Algo>,
+}
+
+/// The spaces of `make(0)`.
+fn spaces_of<E: Env>(make: impl Fn(u64) -> E) -> (Space, Space) {
+    let env = make(0);
+    (env.observation_space().clone(), env.action_space().clone())
 }
 
 /// Environments by name, each with a constructor from a seed: what a config's `env`
@@ -205,6 +227,23 @@ impl Registry {
         self.entries.keys().map(String::as_str)
     }
 
+    /// Every registered environment with its spaces and the algorithms that fit it, by
+    /// name (each is built once to read its spaces).
+    pub fn list(&self) -> Vec<EnvInfo> {
+        self.entries
+            .iter()
+            .map(|(name, entry)| {
+                let (observation_space, action_space) = entry.spaces();
+                EnvInfo {
+                    name: name.clone(),
+                    observation_space,
+                    action_space,
+                    algos: Algo::ALL.into_iter().filter(|a| entry.fits(*a)).collect(),
+                }
+            })
+            .collect()
+    }
+
     /// The actions of environment `name`.
     pub fn actions(&self, name: &str) -> Option<ActionSpace> {
         self.entries.get(name).map(|e| e.actions())
@@ -325,6 +364,10 @@ where
         *self
             .actions
             .get_or_init(|| ActionSpace::of((self.make)(0).action_space()))
+    }
+
+    fn spaces(&self) -> (Space, Space) {
+        spaces_of(&self.make)
     }
 
     fn plan(&self, config: &Config) -> Result<MemoryPlan> {
@@ -454,6 +497,10 @@ where
             .get_or_init(|| ActionSpace::of((self.make)(0).action_space()))
     }
 
+    fn spaces(&self) -> (Space, Space) {
+        spaces_of(&self.make)
+    }
+
     fn plan(&self, config: &Config) -> Result<MemoryPlan> {
         let env = (self.make)(0);
         let (obs, act) = (env.observation_space(), env.action_space());
@@ -544,6 +591,10 @@ where
         *self
             .actions
             .get_or_init(|| ActionSpace::of((self.make)(0).action_space()))
+    }
+
+    fn spaces(&self) -> (Space, Space) {
+        spaces_of(&self.make)
     }
 
     fn fits(&self, algo: Algo) -> bool {
