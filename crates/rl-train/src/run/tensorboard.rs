@@ -245,7 +245,8 @@ pub(crate) struct Event {
 
 fn masked_crc(bytes: &[u8]) -> u32 {
     let crc = crc32c::crc32c(bytes);
-    ((crc >> 15) | (crc << 17)).wrapping_add(0xa282_ead8)
+    // ((crc >> 15) | (crc << 17)) + 0xa282ead8, as TensorFlow masks it.
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
 /// `data` as one TFRecord.
@@ -524,7 +525,7 @@ mod tests {
         bytes[last] ^= 1;
         assert_eq!(records(&bytes), (vec![&data[..]], false));
         bytes.truncate(bytes.len() - 3);
-        assert_eq!(records(&bytes).1, false);
+        assert!(!records(&bytes).1);
     }
 
     #[test]
