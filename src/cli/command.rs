@@ -74,15 +74,27 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
-    /// Draw the learning curves (mean training return against env steps) of one or
-    /// more runs into a PNG.
+    /// Draw the learning curves of one or more runs into a PNG: runs of one config
+    /// (but for run.seed) as a mean line with a min-max band over their seeds, the
+    /// goal as a dashed line.
     Plot {
-        /// Run directories, one line each.
+        /// Run directories.
         #[arg(required = true)]
         run_dirs: Vec<PathBuf>,
         /// The PNG. Default: RUN_DIR/curve.png for one run, curves.png for several.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// The metric on the y axis: a key of metrics.jsonl (return_mean,
+        /// eval_return_mean, value_loss ...). Default: the one the first run's goal is
+        /// judged on (return_mean without a goal).
+        #[arg(long)]
+        y: Option<String>,
+        /// The x axis.
+        #[arg(long, value_enum, default_value_t = XFlag::EnvSteps)]
+        x: XFlag,
+        /// A trailing moving average over this many points of each run (1: none).
+        #[arg(long, default_value_t = 1)]
+        smooth: usize,
     },
     /// List the environments a config's `env` can name, their observation and action
     /// spaces, and the algorithms (`algo`) that can train on each.
@@ -139,6 +151,16 @@ impl From<CheckpointFlag> for Which {
             CheckpointFlag::Best => Which::Best,
         }
     }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum XFlag {
+    /// Env steps over the run's life.
+    #[value(name = "env_steps")]
+    EnvSteps,
+    /// Seconds of training over the run's life.
+    #[value(name = "wall_s")]
+    WallS,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -262,13 +284,27 @@ fn dispatch(registry: &Registry, command: Command) -> Result<u8, Error> {
             println!("{}", json(&evaluated)?);
             Ok(0)
         }
-        Command::Plot { run_dirs, out } => {
+        Command::Plot {
+            run_dirs,
+            out,
+            y,
+            x,
+            smooth,
+        } => {
             let out = match (out, run_dirs.as_slice()) {
                 (Some(out), _) => out,
                 (None, [one]) => one.join(super::CURVE_FILE),
                 (None, _) => PathBuf::from("curves.png"),
             };
-            super::plot(&run_dirs, &out)?;
+            let options = super::PlotOptions {
+                y,
+                x: match x {
+                    XFlag::EnvSteps => super::XAxis::EnvSteps,
+                    XFlag::WallS => super::XAxis::WallSeconds,
+                },
+                smooth,
+            };
+            super::plot_with(&run_dirs, &out, &options)?;
             eprintln!("wrote {}", out.display());
             Ok(0)
         }

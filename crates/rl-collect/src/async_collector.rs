@@ -721,6 +721,13 @@ where
         &self.stats
     }
 
+    /// The statistics, mutably: to keep and drain finished episodes
+    /// ([`EpisodeStats::keep_ended`]; a chunk adds only the episodes of its window, and
+    /// not when they ended).
+    pub fn stats_mut(&mut self) -> &mut EpisodeStats {
+        &mut self.stats
+    }
+
     /// Continues saved episode statistics (a resumed run's): the counts and window go
     /// on from them. The workers' environments start new episodes.
     ///

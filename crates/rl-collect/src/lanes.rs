@@ -166,7 +166,13 @@ impl<E: Env> Lanes<E> {
             self.lengths[i] += 1;
             let (terminated, truncated) = (self.terminated[i].get(), self.truncated[i].get());
             if terminated || truncated {
-                stats.record(self.returns[i] as f32, self.lengths[i], terminated);
+                let frames = (step + 1) * self.len() as u64;
+                stats.record_at(
+                    self.returns[i] as f32,
+                    self.lengths[i],
+                    terminated,
+                    Some(frames),
+                );
                 self.returns[i] = 0.0;
                 self.lengths[i] = 0;
                 let obs = &mut self.obs[i * self.obs_len..(i + 1) * self.obs_len];

@@ -37,7 +37,7 @@ pub use policy::{
     ActOutput, ActionSampler, ConstantPolicy, Policy, RandomAction, RandomPolicy, ValuePolicy,
 };
 pub use saved::{SavedCollector, SavedLanes, SavedStats};
-pub use stats::EpisodeStats;
+pub use stats::{EndedEpisode, EpisodeStats};
 pub use sync::{BatchReport, CollectorConfig, SyncCollector};
 
 #[cfg(test)]

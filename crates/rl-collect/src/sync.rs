@@ -203,6 +203,12 @@ where
         &self.stats
     }
 
+    /// Episode statistics, mutably: to keep and drain finished episodes
+    /// ([`EpisodeStats::keep_ended`]).
+    pub fn stats_mut(&mut self) -> &mut EpisodeStats {
+        &mut self.stats
+    }
+
     /// Environment steps so far.
     pub fn frames(&self) -> u64 {
         self.frames

@@ -146,8 +146,9 @@ impl Default for Recurrent {
     }
 }
 
-/// What a run writes besides checkpoints: the metrics file's cadence and the plain
-/// progress lines' (the terminal progress bar redraws on its own).
+/// What a run writes besides checkpoints: the metrics file's cadence, whether the
+/// metrics also go to TensorBoard event files (`tb/`), and the plain progress lines'
+/// cadence (the terminal progress bar redraws on its own).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
@@ -157,6 +158,9 @@ pub struct LogConfig {
     /// A progress line on stderr at most every this many seconds when stderr is not a
     /// terminal. Positive. Default 5.
     pub progress_every_s: f64,
+    /// Every metrics line also goes to a TensorBoard event file in the run's `tb/`
+    /// folder (`tensorboard --logdir runs/`). Default true.
+    pub tensorboard: bool,
 }
 
 impl Default for LogConfig {
@@ -164,6 +168,7 @@ impl Default for LogConfig {
         Self {
             metrics_every_steps: 1000,
             progress_every_s: 5.0,
+            tensorboard: true,
         }
     }
 }

@@ -71,6 +71,24 @@ where
     E: Env,
     P: Predict<Obs = E::Obs, Act = E::Act>,
 {
+    evaluate_each(env, policy, config, |_, _| {})
+}
+
+/// [`evaluate`], calling `on_episode(return, length)` as each episode ends (the
+/// trainers hand these to `Callback::on_episode`).
+///
+/// # Errors
+/// As [`evaluate`].
+pub fn evaluate_each<E, P>(
+    env: &mut E,
+    policy: &mut P,
+    config: &EvalConfig,
+    mut on_episode: impl FnMut(f64, u64),
+) -> Result<EvalReport>
+where
+    E: Env,
+    P: Predict<Obs = E::Obs, Act = E::Act>,
+{
     if config.episodes == 0 || config.max_episode_steps == 0 {
         return Err(Error::config(
             "eval",
@@ -92,6 +110,7 @@ where
     policy.set_mode(Mode::Deterministic);
     let result: Result<()> = (0..config.episodes).try_for_each(|episode| {
         let (total, length) = run_episode(env, policy, config, episode, &mut obs, &mut action)?;
+        on_episode(total, length);
         returns.push(total);
         lengths.push(length);
         Ok(())

@@ -12,7 +12,10 @@
 //! | `best/` | the learner at its best scheduled evaluation (with `run.eval`) |
 //! | `result.json` | the outcome, the JSON line `rl train` prints |
 //! | `changes.jsonl` | the settings `rl resume --set` changed: one line per resume, old and new values |
+//! | `tb/` | the metrics lines as TensorBoard event files, SB3's tags where SB3 has one (`log.tensorboard`, on by default; `tensorboard --logdir runs/`) |
+//! | `episodes.csv` | one row per finished episode, training and evaluation: `r,l,t,env_steps,kind` (SB3's `monitor.csv` columns first) |
 //! | `metrics.discarded.jsonl` | metrics lines written after the last checkpoint of a run that was killed, moved there on resume |
+//! | `episodes.discarded.csv` | rows of `episodes.csv` past the last checkpoint of a run that was killed, moved there on resume |
 //! | `curve.png` | the learning curve |
 //!
 //! ```no_run
@@ -26,12 +29,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod episodes;
 mod export;
 mod job;
+#[cfg(test)]
+mod logs_tests;
 mod monitor;
 mod plot;
 mod registry;
 mod rundir;
+mod tensorboard;
 #[cfg(test)]
 mod tests;
 
@@ -46,14 +53,16 @@ use serde::Serialize;
 
 use crate::config::{Config, ConfigError};
 
+pub use episodes::{DISCARDED_EPISODES_FILE, EPISODES_FILE};
 pub use export::{Exported, export};
 pub use monitor::METRICS_KEYS;
-pub use plot::plot;
+pub use plot::{PlotOptions, XAxis, plot, plot_with};
 pub use registry::{ActionSpace, EnvInfo, Registry};
 pub use rundir::{
     BEST_DIR, CHANGES_FILE, CHECKPOINT_DIR, CONFIG_FILE, CURVE_FILE, DISCARDED_METRICS_FILE,
     METRICS_FILE, RESULT_FILE, RunResult,
 };
+pub use tensorboard::TENSORBOARD_DIR;
 
 use job::{Job, Outcome};
 

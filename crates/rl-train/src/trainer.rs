@@ -44,6 +44,7 @@ pub use on_policy::OnPolicyTrainer;
 pub use rl_algos::learner::{Learner, OffPolicyLearner, OnPolicyLearner, SequenceSpec};
 pub(crate) use run::recover_dir;
 pub use run::{
-    COLLECTOR_FILE, Callback, CheckpointSchedule, Continuation, Control, EvalSchedule, Goal,
-    Progress, ProgressLog, RUN_FILE, RunConfig, RunCounters, StopReason, TrainSummary,
+    COLLECTOR_FILE, Callback, CheckpointSchedule, Continuation, Control, EpisodeEnd, EpisodeKind,
+    EvalSchedule, Goal, Progress, ProgressLog, RUN_FILE, RunConfig, RunCounters, StopReason,
+    TrainSummary,
 };

@@ -1,5 +1,6 @@
-//! The callback of a CLI run: `metrics.jsonl`, progress on stderr (a bar on a terminal,
-//! plain lines otherwise, nothing with `--quiet`) and the stop request.
+//! The callback of a CLI run: `metrics.jsonl` (and the same lines as TensorBoard
+//! events in `tb/`), `episodes.csv`, progress on stderr (a bar on a terminal, plain lines otherwise,
+//! nothing with `--quiet`) and the stop request.
 
 use std::fs::{File, OpenOptions};
 use std::io::{IsTerminal, Write};
@@ -9,13 +10,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crate::eval::EvalReport;
-use crate::trainer::{Callback, Control, Progress, TrainSummary};
+use crate::trainer::{Callback, Control, EpisodeEnd, Progress, TrainSummary};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use rl_core::{Bytes, Location, MemoryPlan, ProcessMemory};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use super::episodes::EpisodeLog;
 use super::rundir::METRICS_FILE;
+use super::tensorboard::{EventWriter, TENSORBOARD_DIR};
 use super::{Error, Result, TrainOptions};
 use crate::config::Config;
 
@@ -57,6 +60,10 @@ pub(crate) struct Monitor {
     /// a killed run loses at most the line being written (cut off on resume).
     metrics: File,
     path: PathBuf,
+    /// The same lines as TensorBoard events (`log.tensorboard`).
+    events: Option<EventWriter>,
+    /// `episodes.csv`.
+    episodes: EpisodeLog,
     every: u64,
     next_line_at: u64,
     planned_bytes: u64,
@@ -85,6 +92,11 @@ impl Monitor {
             .append(true)
             .open(&path)
             .map_err(|e| Error::io("opening", &path, e))?;
+        let events = if config.log.tensorboard {
+            Some(EventWriter::create(&dir.join(TENSORBOARD_DIR))?)
+        } else {
+            None
+        };
         let total_steps = config.run.total_steps;
         let display = if options.quiet {
             Display::Quiet
@@ -122,6 +134,8 @@ impl Monitor {
         Ok(Self {
             metrics: file,
             path,
+            events,
+            episodes: EpisodeLog::open(dir)?,
             every: config.log.metrics_every_steps,
             next_line_at: env_steps,
             planned_bytes: plan.total(Location::Ram),
@@ -205,6 +219,9 @@ impl Monitor {
         if let Err(e) = written {
             self.error
                 .get_or_insert(Error::io("writing", &self.path, e));
+        }
+        if let Some(Err(e)) = self.events.as_mut().map(|events| events.write_line(line)) {
+            self.error.get_or_insert(e);
         }
     }
 
@@ -303,6 +320,12 @@ impl<S: Serialize> Callback<S> for Monitor {
             r.mean_return, r.std_return, r.episodes
         ));
         Control::Continue
+    }
+
+    fn on_episode(&mut self, episode: &EpisodeEnd) {
+        if let Err(e) = self.episodes.write(episode) {
+            self.error.get_or_insert(e);
+        }
     }
 
     fn on_checkpoint(&mut self, env_steps: u64, dir: &Path) {

@@ -345,7 +345,9 @@ pub(crate) fn resume_changes(saved: &Config, new: &Config) -> Result<Vec<Change>
 
 /// After the trainer accepted the checkpoint of a resumed run: records the changed
 /// settings in `changes.jsonl`, writes the new `config.toml`, and repairs
-/// `metrics.jsonl` for appending ([`repair_metrics`]).
+/// `metrics.jsonl` for appending ([`repair_metrics`]), `episodes.csv` and the
+/// TensorBoard events likewise (rows and records past `env_steps` set aside or
+/// dropped).
 pub(crate) fn accept_resume(dir: &Path, config: &Config, env_steps: u64) -> Result<()> {
     let saved = read_config(dir, &[])?;
     let changes = resume_changes(&saved, config)?;
@@ -372,7 +374,9 @@ pub(crate) fn accept_resume(dir: &Path, config: &Config, env_steps: u64) -> Resu
         append(&dir.join(CHANGES_FILE), text.as_bytes())?;
         write_config(dir, config)?;
     }
-    repair_metrics(dir, env_steps)
+    repair_metrics(dir, env_steps)?;
+    super::episodes::repair(dir, env_steps)?;
+    super::tensorboard::cut(&dir.join(super::tensorboard::TENSORBOARD_DIR), env_steps)
 }
 
 fn append(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -390,26 +394,45 @@ fn append(path: &Path, bytes: &[u8]) -> Result<()> {
 /// past `env_steps` (written after the checkpoint) are appended to
 /// `metrics.discarded.jsonl`, so `env_steps` never goes back in the file.
 pub(crate) fn repair_metrics(dir: &Path, env_steps: u64) -> Result<()> {
-    let path = dir.join(METRICS_FILE);
+    cut_back(
+        dir,
+        METRICS_FILE,
+        DISCARDED_METRICS_FILE,
+        env_steps,
+        |line| {
+            serde_json::from_str::<serde_json::Value>(line.trim_end())
+                .ok()
+                .map(|v| v.get("env_steps").and_then(serde_json::Value::as_u64))
+        },
+    )
+}
+
+/// Makes the line file `dir/file` fit a run resumed at `env_steps`: a torn last line is
+/// cut off, lines past `env_steps` are appended to `dir/discarded`. `steps` reads a
+/// line: `None` for one that is not whole (torn), else its env steps, if it has any.
+pub(crate) fn cut_back(
+    dir: &Path,
+    file: &str,
+    discarded: &str,
+    env_steps: u64,
+    steps: impl Fn(&str) -> Option<Option<u64>>,
+) -> Result<()> {
+    let path = dir.join(file);
     let text = match fs::read(&path) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(Error::io("reading", &path, e)),
     };
     let mut lines: Vec<&str> = text.split_inclusive('\n').collect();
-    let parse = |l: &str| serde_json::from_str::<serde_json::Value>(l.trim_end()).ok();
     let torn = lines
         .last()
-        .is_some_and(|l| !l.ends_with('\n') || parse(l).is_none());
+        .is_some_and(|l| !l.ends_with('\n') || steps(l).is_none());
     if torn {
         lines.pop();
     }
     let (mut kept, mut moved) = (String::new(), String::new());
     for line in lines {
-        let past = parse(line)
-            .and_then(|v| v.get("env_steps").and_then(serde_json::Value::as_u64))
-            .is_some_and(|steps| steps > env_steps);
-        if past {
+        if steps(line).flatten().is_some_and(|s| s > env_steps) {
             moved.push_str(line);
         } else {
             kept.push_str(line);
@@ -419,7 +442,7 @@ pub(crate) fn repair_metrics(dir: &Path, env_steps: u64) -> Result<()> {
         return Ok(());
     }
     if !moved.is_empty() {
-        append(&dir.join(DISCARDED_METRICS_FILE), moved.as_bytes())?;
+        append(&dir.join(discarded), moved.as_bytes())?;
     }
     write_atomically(&path, kept.as_bytes())
 }

@@ -268,7 +268,7 @@ fn usage_errors_come_before_anything_is_written() {
 }
 
 /// The shipped PPO config on CartPole with `overrides`.
-fn ppo_cartpole(overrides: &[&str]) -> Config {
+pub(super) fn ppo_cartpole(overrides: &[&str]) -> Config {
     let text = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/ppo_cartpole.toml"),
     )
@@ -464,50 +464,6 @@ fn export_writes_every_policy_network_without_optimiser_state() {
     let bytes = std::fs::read(&exported.path).unwrap();
     let text = String::from_utf8_lossy(&bytes[..2000.min(bytes.len())]).into_owned();
     assert!(!text.contains("exp_avg"), "no optimiser state");
-}
-
-#[test]
-fn plot_draws_a_png_that_decodes_with_one_line_per_run() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut dirs = Vec::new();
-    for (run, scale) in [("a", 1.0), ("b", 2.0)] {
-        let dir = tmp.path().join(run);
-        std::fs::create_dir_all(&dir).unwrap();
-        let text: String = (1..=20)
-            .map(|i| {
-                format!(
-                    "{{\"env_steps\":{},\"return_mean\":{}}}\n",
-                    i * 100,
-                    scale * f64::from(i)
-                )
-            })
-            .collect();
-        std::fs::write(
-            dir.join(METRICS_FILE),
-            format!("{{\"env_steps\":0,\"return_mean\":null}}\n{text}"),
-        )
-        .unwrap();
-        dirs.push(dir);
-    }
-    let out = tmp.path().join("curves.png");
-    plot(&dirs, &out).unwrap();
-    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&out).unwrap()));
-    let mut reader = decoder.read_info().unwrap();
-    let mut pixels = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut pixels).unwrap();
-    assert_eq!((info.width, info.height), (1024, 640));
-    let pixel = |i: usize| &pixels[i * 3..i * 3 + 3];
-    let colors: BTreeSet<[u8; 3]> = (0..(1024 * 640))
-        .map(|i| pixel(i).try_into().unwrap())
-        .filter(|p: &[u8; 3]| p[0] != p[1] || p[1] != p[2])
-        .collect();
-    assert!(
-        colors.len() >= 2,
-        "two coloured lines (and text in grey): {}",
-        colors.len()
-    );
-    let missing = plot(&[tmp.path().join("none")], &out).unwrap_err();
-    assert_eq!(missing.exit_code(), 2);
 }
 
 /// Remote actors of the registry, taking turns, each taking the newest weights first.

@@ -283,6 +283,7 @@ fn base_plan(
     // environments' and the evaluation's one.
     plan.nest("learner", &learner.acting_plan(run.n_envs));
     plan.nest("learner", &learner.acting_plan(1));
+    run::plan_kept_episodes(&mut plan);
     Ok(plan)
 }
 
@@ -474,6 +475,7 @@ where
                     Collection::Remote(Remote::new(learner, source, run.window(), steps_before)?)
                 }
             };
+            collection.stats_mut().keep_ended(run::KEPT_EPISODES);
             let continuation = match &resume_dir {
                 None => None,
                 Some(dir) => Some(match run::read_collector(dir)? {
@@ -612,6 +614,8 @@ where
             let before = self.env_steps();
             self.collection.collect(&mut self.replay, before)?;
             let steps = self.env_steps();
+            let stats = self.collection.stats_mut();
+            clock.report_episodes(stats, self.steps_before, steps, callback);
             let stats = self.collection.stats();
             clock.check_training_goal(&run, steps, stats.window_len(), stats.mean_return());
             let phases = phases_due(

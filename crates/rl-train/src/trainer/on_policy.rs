@@ -140,6 +140,7 @@ where
             (learner.policy_params as u64).saturating_mul(size_of::<f32>() as u64),
         );
         plan.nest("collector", &learner.acting);
+        run::plan_kept_episodes(&mut plan);
         plan.nest(
             "collector",
             &SyncCollector::<E, L::Policy>::plan(
@@ -189,6 +190,7 @@ where
                 ..CollectorConfig::new(run.n_envs)
             },
         )?;
+        collector.stats_mut().keep_ended(run::KEPT_EPISODES);
         // The learner's policy may carry state the fresh copy lacks (a normaliser added
         // by `Ppo::new`, restored weights and generator).
         ppo.copy_policy_into(collector.policy_mut())?;
@@ -295,6 +297,8 @@ where
             self.ppo.begin_rollout(self.collector.policy_mut())?;
             self.collector.collect_rollout(&mut self.rollout)?;
             let steps = self.env_steps();
+            let stats = self.collector.stats_mut();
+            clock.report_episodes(stats, self.steps_before, steps, callback);
             let stats = self.collector.stats();
             clock.check_training_goal(&run, steps, stats.window_len(), stats.mean_return());
             if clock.stop.is_some() {

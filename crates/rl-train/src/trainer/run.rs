@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rl_collect::EpisodeStats;
+use rl_collect::{EndedEpisode, EpisodeStats};
 use rl_core::{Env, MemoryBudget, ProcessMemory};
 use rl_nn::Pool;
 use serde::{Deserialize, Serialize};
 
-use crate::eval::{EvalConfig, EvalReport, evaluate};
+use crate::eval::{EvalConfig, EvalReport, evaluate_each};
 use rl_algos::learner::Learner;
 use rl_algos::predict::Predict;
 use rl_algos::{Error, Result};
@@ -335,6 +335,50 @@ pub struct Progress<'a, S> {
     pub stats: Option<&'a S>,
 }
 
+/// Which episodes an [`EpisodeEnd`] is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EpisodeKind {
+    /// A training environment's (the policy sampling).
+    Train,
+    /// A scheduled evaluation's (the policy deterministic).
+    Eval,
+}
+
+/// A finished episode, for [`Callback::on_episode`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpisodeEnd {
+    /// Training or evaluation.
+    pub kind: EpisodeKind,
+    /// Undiscounted return.
+    pub episode_return: f64,
+    /// Steps.
+    pub length: u64,
+    /// Env steps of the run (all training environments) just after the episode's last
+    /// step; for an evaluation episode, the env steps at which the evaluation ran (with
+    /// the asynchronous or remote collector, the env steps when the trainer received
+    /// the episode).
+    pub env_steps: u64,
+    /// Seconds of training over the run's life when the trainer saw the episode end:
+    /// after the collection that finished it, or as the evaluation episode ended.
+    pub wall_s: f64,
+}
+
+/// The finished training episodes a trainer keeps between two collections: the
+/// collector drains them after every collection, so more are lost (and counted by
+/// `EpisodeStats::ended_dropped`) only when one collection ends more episodes than
+/// this (4096 episodes of CartPole's shortest, 8 steps, take 32 768 env steps).
+pub(crate) const KEPT_EPISODES: usize = 4096;
+
+/// Adds the memory of the [`KEPT_EPISODES`] list to a trainer's plan.
+pub(crate) fn plan_kept_episodes(plan: &mut rl_core::MemoryPlan) {
+    plan.add(
+        "collector/finished episodes",
+        rl_core::Location::Ram,
+        (KEPT_EPISODES * size_of::<EndedEpisode>()) as u64,
+    );
+}
+
 /// Hooks a run calls. Every method has a default that does nothing, so a callback
 /// implements only what it needs; `()` is the callback that does nothing at all.
 pub trait Callback<S> {
@@ -350,6 +394,12 @@ pub trait Callback<S> {
 
     /// After the run was saved into `dir`.
     fn on_checkpoint(&mut self, _env_steps: u64, _dir: &Path) {}
+
+    /// For every finished training episode (after the collection that finished it,
+    /// oldest first, before [`Callback::on_progress`]) and every episode of a scheduled
+    /// evaluation (before [`Callback::on_eval`]). Called from the loop: it should not
+    /// allocate.
+    fn on_episode(&mut self, _episode: &EpisodeEnd) {}
 }
 
 impl<S> Callback<S> for () {}
@@ -799,9 +849,41 @@ impl Clock {
         else {
             return Ok(());
         };
-        let report = evaluate(env, policy, &run.eval_config(&schedule))?;
+        let report = evaluate_each(env, policy, &run.eval_config(&schedule), |r, l| {
+            callback.on_episode(&EpisodeEnd {
+                kind: EpisodeKind::Eval,
+                episode_return: r,
+                length: l,
+                env_steps,
+                wall_s: self.elapsed(),
+            });
+        })?;
         self.evaluated(run, env_steps, report, callback);
         Ok(())
+    }
+
+    /// Hands the training episodes `stats` kept to `callback` (and forgets them):
+    /// `steps_before` is the run's env steps when the collector started counting its
+    /// frames, `env_steps` the run's now.
+    pub(crate) fn report_episodes<S>(
+        &self,
+        stats: &mut EpisodeStats,
+        steps_before: u64,
+        env_steps: u64,
+        callback: &mut dyn Callback<S>,
+    ) {
+        let wall_s = self.elapsed();
+        for ended in stats.drain_ended() {
+            callback.on_episode(&EpisodeEnd {
+                kind: EpisodeKind::Train,
+                episode_return: f64::from(ended.episode_return),
+                length: u64::from(ended.length),
+                env_steps: ended
+                    .frames
+                    .map_or(env_steps, |f| steps_before.saturating_add(f)),
+                wall_s,
+            });
+        }
     }
 
     /// Records an evaluation; checks an evaluation goal and the callback's answer.

@@ -290,6 +290,15 @@ where
         }
     }
 
+    /// The statistics, mutably (to keep and drain finished episodes).
+    pub(super) fn stats_mut(&mut self) -> &mut EpisodeStats {
+        match self {
+            Self::Sync(c) => c.stats_mut(),
+            Self::Async(w) => w.collector.stats_mut(),
+            Self::Remote(r) => r.stats_mut(),
+        }
+    }
+
     /// The collector's state for a save: the episode statistics, and with the sync
     /// collector the environments mid-episode where they can be saved.
     pub(super) fn saved(&self) -> SavedCollector {

@@ -155,6 +155,10 @@ impl<L: OffPolicyLearner> Remote<L> {
         &self.stats
     }
 
+    pub(super) fn stats_mut(&mut self) -> &mut EpisodeStats {
+        &mut self.stats
+    }
+
     /// Continues a resumed run's episode statistics.
     pub(super) fn restore_stats(&mut self, saved: &rl_collect::SavedStats) -> Result<()> {
         Ok(self.stats.restore(saved)?)
