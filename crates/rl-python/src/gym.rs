@@ -279,6 +279,7 @@ impl<A: GymAction> Env for GymEnv<A> {
 #[derive(Clone)]
 pub struct GymFactory {
     factory: Arc<Py<PyAny>>,
+    name: String,
     observation_space: Space,
     action_space: Space,
     errors: ErrorSlot,
@@ -314,13 +315,21 @@ impl GymFactory {
             }
             _ => GymEnv::<f32>::new(&probe, errors.clone()).map(|e| e.observation_space),
         };
+        let name = env_name(&probe)?;
         let _ = probe.call_method0("close");
         Ok(Self {
             factory: Arc::new(factory.clone().unbind()),
+            name,
             observation_space: checked?,
             action_space,
             errors,
         })
+    }
+
+    /// The environments' name: their Gymnasium id (`env.spec.id`), or without a spec the
+    /// class name of the unwrapped environment.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Whether the environments take discrete actions (`GymEnv<u32>`), else a box
@@ -350,6 +359,18 @@ impl GymFactory {
             })
         })
     }
+}
+
+/// `env.spec.id`, or the class name of `env.unwrapped` when there is no spec.
+fn env_name(env: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(spec) = env.getattr("spec")
+        && !spec.is_none()
+        && let Ok(id) = spec.getattr("id").and_then(|id| id.extract::<String>())
+    {
+        return Ok(id);
+    }
+    let inner = env.getattr("unwrapped").unwrap_or_else(|_| env.clone());
+    Ok(inner.get_type().name()?.to_string())
 }
 
 /// The collector of one action type.
