@@ -616,35 +616,18 @@ impl Acting for Recurrent {
     }
 }
 
-impl Loadable for CategoricalPolicy {
-    fn into_acting(self) -> Box<dyn Acting> {
-        FeedForward::boxed(self)
-    }
+/// Feed-forward policies and off-policy learners act through [`FeedForward`].
+macro_rules! feed_forward {
+    ($($policy:ty),*) => {$(
+        impl Loadable for $policy {
+            fn into_acting(self) -> Box<dyn Acting> {
+                FeedForward::boxed(self)
+            }
+        }
+    )*};
 }
 
-impl Loadable for GaussianPolicy {
-    fn into_acting(self) -> Box<dyn Acting> {
-        FeedForward::boxed(self)
-    }
-}
-
-impl Loadable for Sac {
-    fn into_acting(self) -> Box<dyn Acting> {
-        FeedForward::boxed(self)
-    }
-}
-
-impl Loadable for DiscreteSac {
-    fn into_acting(self) -> Box<dyn Acting> {
-        FeedForward::boxed(self)
-    }
-}
-
-impl Loadable for Dqn {
-    fn into_acting(self) -> Box<dyn Acting> {
-        FeedForward::boxed(self)
-    }
-}
+feed_forward!(CategoricalPolicy, GaussianPolicy, Sac, DiscreteSac, Dqn);
 
 impl Loadable for RecurrentCategoricalPolicy {
     fn into_acting(self) -> Box<dyn Acting> {

@@ -423,11 +423,8 @@ impl RecurrentCategoricalPolicy {
         out: ActOutput<'_, u32>,
     ) -> Result<()> {
         let rows = starts.len();
-        check_len("observations", rows * self.obs_len, obs.len())?;
         check_len("state", rows * self.state_len(), state.len())?;
-        check_len("action output", rows, out.actions.len())?;
-        check_len("log-prob output", rows, out.log_probs.len())?;
-        check_len("value output", rows, out.values.len())?;
+        self.check_act(rows, obs, &out)?;
         let index = self.acting_index(rows);
         let Self {
             summary,
@@ -584,6 +581,14 @@ impl RecurrentCategoricalPolicy {
         self.summary.replay_backward(replay, d_features, lstm_grads)
     }
 
+    /// The lengths of acting on `rows` rows: observations and every output.
+    fn check_act(&self, rows: usize, obs: &[f32], out: &ActOutput<'_, u32>) -> Result<()> {
+        check_len("observations", rows * self.obs_len, obs.len())?;
+        check_len("action output", rows, out.actions.len())?;
+        check_len("log-prob output", rows, out.log_probs.len())?;
+        check_len("value output", rows, out.values.len())
+    }
+
     /// The index of the acting state for `rows` rows, made on first use.
     fn acting_index(&mut self, rows: usize) -> usize {
         if let Some(i) = self.acting.iter().position(|a| a.rows == rows) {
@@ -609,10 +614,7 @@ impl RecurrentCategoricalPolicy {
         out: ActOutput<'_, u32>,
     ) -> Result<()> {
         let rows = slots.len();
-        check_len("observations", rows * self.obs_len, obs.len())?;
-        check_len("action output", rows, out.actions.len())?;
-        check_len("log-prob output", rows, out.log_probs.len())?;
-        check_len("value output", rows, out.values.len())?;
+        self.check_act(rows, obs, &out)?;
         let index = self.acting_index(rows);
         let Self {
             summary,

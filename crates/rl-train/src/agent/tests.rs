@@ -47,6 +47,17 @@ fn restore<L: Learner>(learner: &mut L, dir: &Path) {
     learner.restore(&checkpoint).unwrap();
 }
 
+/// The PPO learner of `config` around `policy`, restored from the run in `dir`.
+fn restored_ppo<P>(policy: P, config: &Config, dir: &Path) -> Ppo<P>
+where
+    P: rl_algos::policy::ActorCritic + Predict + Clone,
+{
+    let (ppo, run) = (config.ppo.unwrap(), &config.run);
+    let mut learner = Ppo::new(policy, ppo, run.n_envs, run.seed).unwrap();
+    restore(&mut learner, dir);
+    learner
+}
+
 /// 1,000 observations of `env` stepped with `action(t)`, reset at episode ends.
 fn observations<E: Env<Obs = f32>>(mut env: E, action: impl Fn(usize) -> Vec<E::Act>) -> Vec<f32> {
     let n = env.observation_space().flat_len();
@@ -168,14 +179,7 @@ fn ppo_agents_act_as_their_restored_policies() {
         config.run.seed,
     )
     .unwrap();
-    let mut ppo = Ppo::new(
-        policy,
-        config.ppo.unwrap(),
-        config.run.n_envs,
-        config.run.seed,
-    )
-    .unwrap();
-    restore(&mut ppo, &dir);
+    let mut ppo = restored_ppo(policy, &config, &dir);
     let obs = observations(CartPole::new(1), |t| vec![(t % 3 == 0) as u32]);
     let distinct = compare(&mut agent, ppo.policy_mut(), &obs);
     assert_eq!(distinct, 2, "both actions are taken on 1,000 observations");
@@ -201,14 +205,7 @@ fn ppo_agents_act_as_their_restored_policies() {
         config.run.seed,
     )
     .unwrap();
-    let mut ppo = Ppo::new(
-        policy,
-        config.ppo.unwrap(),
-        config.run.n_envs,
-        config.run.seed,
-    )
-    .unwrap();
-    restore(&mut ppo, &dir);
+    let mut ppo = restored_ppo(policy, &config, &dir);
     let obs = observations(Pendulum::new(1), |t| vec![((t as f32) * 0.1).sin() * 2.0]);
     assert!(compare(&mut agent, ppo.policy_mut(), &obs) > 100);
     matches_eval(
