@@ -33,9 +33,9 @@ def runs(tmp_path_factory):
 
 def play(agent, env_id, seed, episodes):
     """Returns of episodes played with predict on the Rust env (one of a vector env),
-    episode i reset with seed + i, as `rl eval` plays them."""
+    episode i reset with seed + i, as `rl eval` plays them, and the steps taken."""
     env = flatrl.make_vec(env_id, 1)
-    returns = []
+    returns, steps = [], 0
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
         state, start, total = None, np.ones(1, dtype=bool), 0.0
@@ -44,19 +44,25 @@ def play(agent, env_id, seed, episodes):
             start = np.zeros(1, dtype=bool)
             obs, reward, terminated, truncated, _ = env.step(np.asarray(action)[None])
             total += float(reward[0])
+            steps += 1
             if terminated[0] or truncated[0]:
                 break
         returns.append(total)
-    return returns
+    return returns, steps
 
 
 @pytest.mark.parametrize("name", list(RUNS))
 def test_predict_plays_the_episodes_evaluate_plays(runs, name):
     agent = flatrl.load(runs / name)
     assert agent.algo == name and agent.recurrent == (name == "recurrent_ppo")
-    evaluated = flatrl.evaluate(runs / name, episodes=3, seed=40)
-    returns = play(agent, RUNS[name][1], 40, 3)
-    assert (np.mean(returns), min(returns), max(returns)) == (
+    # Enough episodes for at least 1,000 observations acted on (the barely trained DQN
+    # and recurrent policies drop the pole within about 10 steps).
+    episodes = {"ppo": 20, "sac": 10}.get(name, 150)
+    evaluated = flatrl.evaluate(runs / name, episodes=episodes, seed=40)
+    returns, steps = play(agent, RUNS[name][1], 40, episodes)
+    assert steps >= 1000
+    assert steps == round(evaluated["mean_length"] * episodes)
+    assert (sum(returns) / episodes, min(returns), max(returns)) == (
         evaluated["mean_return"], evaluated["min_return"], evaluated["max_return"])
 
 
