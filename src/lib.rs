@@ -14,7 +14,7 @@
 //! | `history` | `rl-history` | history summarizers (identity, frame stacks, LSTM) with constant memory per environment |
 //! | `algos` | `rl-algos` | the learners: PPO, SAC (continuous, discrete), DQN, recurrent forms |
 //! | `collect` | `rl-collect` | synchronous and asynchronous collectors |
-//! | `train` | `rl-train` | the run layer: trainers, evaluation, experiment configs, registry, run directories |
+//! | `train` | `rl-train` | the run layer: trainers, evaluation, experiment configs, registry, run directories, [`Agent`] (load a run and act) |
 //!
 //! With the `cli` feature (on by default), [`config`] (`rl-train`'s) reads experiment
 //! files (TOML) into the library's configurations and [`cli`] runs them: train into a
@@ -53,6 +53,10 @@ pub use rl_storage as storage;
 #[cfg(feature = "train")]
 #[cfg_attr(docsrs, doc(cfg(feature = "train")))]
 pub use rl_train as train;
+/// A trained agent loaded from a run directory (`rl_train::agent::Agent`).
+#[cfg(feature = "train")]
+#[cfg_attr(docsrs, doc(cfg(feature = "train")))]
+pub use rl_train::agent::Agent;
 
 #[cfg(feature = "cli")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]

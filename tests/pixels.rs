@@ -7,6 +7,9 @@
 use std::path::Path;
 
 use rl::config::Config;
+use rl::core::Env;
+use rl::envs::Catch;
+use rl::train::agent::{Agent, Which};
 use rl::train::run::{self, Registry, TrainOptions};
 
 fn shipped(name: &str) -> Config {
@@ -44,6 +47,29 @@ fn ppo_and_dqn_solve_catch_from_pixels() {
             result.total_env_steps
         );
         assert!(result.total_env_steps <= config.run.total_steps);
+        // The saved agent acts on frames of bytes and catches the ball.
+        let mut agent = Agent::load(&dir, Which::Latest).unwrap();
+        let mut env = Catch::new(7);
+        let mut frame = vec![0u8; env.observation_space().flat_len()];
+        let (mut total, episodes) = (0.0, 10);
+        for episode in 0..episodes {
+            env.reset(Some(episode), &mut frame).unwrap();
+            loop {
+                let mut action = [0u32];
+                agent.act_frames(&frame, &mut action).unwrap();
+                let step = env.step(&action, &mut frame).unwrap();
+                total += step.reward;
+                if step.terminated || step.truncated {
+                    break;
+                }
+            }
+        }
+        assert!(
+            total / episodes as f32 >= 0.8,
+            "{name}: {total} over {episodes}"
+        );
+        let error = agent.act(&vec![0.0; frame.len()], &mut [0u32]).unwrap_err();
+        assert!(error.to_string().contains("act_frames"), "{error}");
     }
 }
 

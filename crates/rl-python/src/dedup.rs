@@ -11,7 +11,7 @@ use rl_storage::dedup::AnyDedup;
 use rl_storage::replay::with_storage;
 
 use crate::arrays::{InputArray, columns_from_dict};
-use crate::batch::Batch;
+use crate::batch::{Batch, IndexDType};
 use crate::error::{storage_error, value_error};
 use crate::plan::{MemoryBudget, MemoryPlan};
 use crate::replay::{RELEASE_GIL_BYTES, non_finite, stored_column};
@@ -253,9 +253,16 @@ impl DedupReplayBuffer {
         Ok(rows)
     }
 
-    /// A batch with room for `rows` transitions (with `next_obs`, stacked if asked).
-    fn new_batch(&self, py: Python<'_>, rows: usize) -> PyResult<Batch> {
-        Batch::create(py, &self.batch_schema, rows)
+    /// A batch with room for `rows` transitions (with `next_obs`, stacked if asked);
+    /// `uint32` columns come out as `int64` (`index_dtype="uint32"`: as stored).
+    #[pyo3(signature = (rows, index_dtype="int64"))]
+    fn new_batch(&self, py: Python<'_>, rows: usize, index_dtype: &str) -> PyResult<Batch> {
+        Batch::create(
+            py,
+            &self.batch_schema,
+            rows,
+            IndexDType::parse(index_dtype)?,
+        )
     }
 
     /// Samples `batch.room` transitions into `batch` (in place) and returns it.

@@ -53,6 +53,10 @@ pub(crate) fn storage_error(err: rl_storage::Error) -> PyErr {
     let message = err.to_string();
     match err {
         E::Core(core) => core_error(core),
+        // The Rust remedy (`Batch::new(buffer.schema(), rows)`) in Python's words.
+        E::BatchSchema => PyValueError::new_err(
+            "the batch was made by another buffer (another schema): make it with this buffer's new_batch(rows)",
+        ),
         E::UnknownColumn { .. }
         | E::DTypeMismatch { .. }
         | E::ColumnCount { .. }
@@ -60,7 +64,6 @@ pub(crate) fn storage_error(err: rl_storage::Error) -> PyErr {
         | E::NonFinite { .. }
         | E::Empty
         | E::NotEnoughRows { .. }
-        | E::BatchSchema
         | E::FileMismatch { .. }
         | E::SamplerMismatch { .. } => PyValueError::new_err(message),
         E::Truncated { .. }

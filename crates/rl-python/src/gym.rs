@@ -341,6 +341,7 @@ impl<A: GymAction, O: GymObs> Env for GymEnv<A, O> {
 #[derive(Clone)]
 pub struct GymFactory {
     factory: Arc<Py<PyAny>>,
+    name: String,
     observation_space: Space,
     action_space: Space,
     /// Whether the observations are images (`GymEnv<_, u8>`).
@@ -389,9 +390,11 @@ impl GymFactory {
                  convolutional encoders train discrete actions (PPO, DQN) for now",
             )),
         };
+        let name = env_name(&probe)?;
         let _ = probe.call_method0("close");
         Ok(Self {
             factory: Arc::new(factory.clone().unbind()),
+            name,
             observation_space: checked?,
             action_space,
             image,
@@ -403,6 +406,12 @@ impl GymFactory {
     /// Whether the observations are images, carried as bytes (`GymEnv<_, u8>`).
     pub fn image(&self) -> bool {
         self.image
+    }
+
+    /// The environments' name: their Gymnasium id (`env.spec.id`), or without a spec the
+    /// class name of the unwrapped environment.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Whether the environments take discrete actions (`GymEnv<u32>`), else a box
@@ -433,6 +442,18 @@ impl GymFactory {
             })
         })
     }
+}
+
+/// `env.spec.id`, or the class name of `env.unwrapped` when there is no spec.
+fn env_name(env: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(spec) = env.getattr("spec")
+        && !spec.is_none()
+        && let Ok(id) = spec.getattr("id").and_then(|id| id.extract::<String>())
+    {
+        return Ok(id);
+    }
+    let inner = env.getattr("unwrapped").unwrap_or_else(|_| env.clone());
+    Ok(inner.get_type().name()?.to_string())
 }
 
 /// The collector of one action type.

@@ -20,7 +20,8 @@
 //!   trainers) drive it; the GIL is held only while Python runs.
 //! - **Trainers** ([`train`]): `flatrl.train`, `resume`, `evaluate` and `plan` run what
 //!   the `rl` command runs, from the same configs (TOML file or text, or a dict), on the
-//!   built-in environments or any Gymnasium environment, into the same run directories.
+//!   built-in environments or any Gymnasium environment, into the same run directories;
+//!   `flatrl.load` ([`agent`]) restores a run's policy and predicts as SB3's `predict`.
 //!
 //! Heavy Rust work (large writes and gathers, collection) runs with the GIL released.
 //!
@@ -31,6 +32,7 @@
     reason = "numpy arrays are read and exposed through raw data pointers (zero-copy in and out)"
 )]
 
+pub mod agent;
 mod arrays;
 mod batch;
 pub mod dedup;
@@ -72,6 +74,8 @@ fn _flatrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(train::evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(train::plan, m)?)?;
     m.add_function(wrap_pyfunction!(train::load_config, m)?)?;
+    m.add_class::<agent::AgentCore>()?;
+    m.add_function(wrap_pyfunction!(agent::load_agent, m)?)?;
     m.add_class::<remote::RemoteCollector>()?;
     m.add_function(wrap_pyfunction!(remote::train_remote, m)?)?;
     Ok(())

@@ -11,7 +11,7 @@ use rl_storage::replay::{AnyReplay, with_storage};
 use rl_storage::storage::HostStorage;
 
 use crate::arrays::{InputArray, columns_from_dict};
-use crate::batch::Batch;
+use crate::batch::{Batch, IndexDType};
 use crate::error::{storage_error, value_error};
 use crate::plan::{MemoryBudget, MemoryPlan};
 use crate::sampler::{self, SamplerSpec};
@@ -217,9 +217,11 @@ impl ReplayBuffer {
         write(py, self.store()?, &arrays, rows)
     }
 
-    /// A batch with room for `rows` rows, to pass to `sample` again and again.
-    fn new_batch(&self, py: Python<'_>, rows: usize) -> PyResult<Batch> {
-        Batch::create(py, &self.schema, rows)
+    /// A batch with room for `rows` rows, to pass to `sample` again and again;
+    /// `uint32` columns come out as `int64` (`index_dtype="uint32"`: as stored).
+    #[pyo3(signature = (rows, index_dtype="int64"))]
+    fn new_batch(&self, py: Python<'_>, rows: usize, index_dtype: &str) -> PyResult<Batch> {
+        Batch::create(py, &self.schema, rows, IndexDType::parse(index_dtype)?)
     }
 
     /// Samples `batch.room` rows into `batch` (in place) and returns it.

@@ -10,12 +10,15 @@
 //!   else a Gymnasium id (`"CartPole-v1"`), built with `gymnasium.make`;
 //! - `env="CartPole-v1"` (a str): the same, and the config's `env` becomes that name, so
 //!   `config.toml` records it and `resume`/`evaluate` find it again without `env`;
-//! - `env=callable`: a factory taking no argument that returns a `gymnasium.Env`,
-//!   registered under the config's `env` name (give it again to `resume`/`evaluate`).
+//! - `env=callable`: a factory taking no argument that returns a `gymnasium.Env`; the
+//!   config's `env` becomes the environment's name (its `spec.id`, or its class name),
+//!   so `config.toml` and `result.json` say what ran (give the callable again to
+//!   `resume`/`evaluate`/`load`).
 //!
 //! Training runs with the GIL released; each Gymnasium `reset`/`step` takes it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -103,7 +106,48 @@ fn toml_table(dict: &Bound<'_, PyDict>, prefix: &str) -> PyResult<Table> {
 }
 
 fn config_error(err: rl_train::config::ConfigError) -> PyErr {
-    ConfigError::new_err(err.to_string())
+    ConfigError::new_err(python_wording(&err.to_string()))
+}
+
+/// A message of the run layer, which speaks the `rl` command's language (`--set`,
+/// `--out`, `rl resume DIR`), in the words of the Python functions that take the same
+/// things (`overrides=`, `run_dir`, `flatrl.resume(run_dir)`).
+pub(crate) fn python_wording(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    // `rl CMD ARGS` spans between backticks.
+    while let Some(at) = rest.find("`rl ") {
+        out.push_str(&rest[..at]);
+        let span = &rest[at + 1..];
+        let Some(end) = span.find('`') else {
+            out.push_str(&rest[at..]);
+            rest = "";
+            break;
+        };
+        let mut words = span[..end].split_whitespace().skip(1);
+        let command = words.next().unwrap_or("");
+        let args: Vec<String> = words.map(|w| format!("{w:?}")).collect();
+        out.push_str(&format!("flatrl.{command}({})", args.join(", ")));
+        rest = &span[end + 1..];
+    }
+    out.push_str(rest);
+    [
+        (
+            "give the --out folder of flatrl.train()",
+            "give the run_dir of flatrl.train",
+        ),
+        (
+            "(--out DIR saves into DIR/checkpoint)",
+            "(a run saves into run_dir/checkpoint)",
+        ),
+        ("choose another --out", "choose another run_dir"),
+        ("--out ", "run_dir "),
+        ("--set: ", "overrides: "),
+        ("--set ", "the override "),
+        ("--episodes is 0", "episodes is 0"),
+    ]
+    .into_iter()
+    .fold(out, |text, (cli, python)| text.replace(cli, python))
 }
 
 /// A config from a dict, a path to a TOML file, or TOML text, with `overrides`
@@ -157,6 +201,7 @@ fn registry(
         None => None,
     };
     let atari = factory.is_none() && config.env.starts_with("ALE/");
+    let callable = factory.is_some();
     let factory = match factory {
         Some(factory) => factory,
         None if registry.actions(&config.env).is_some() => return Ok(registry),
@@ -206,23 +251,36 @@ fn registry(
     } else {
         Layout::ChannelsFirst
     };
-    let made = GymFactory::new(&factory, layout, errors.clone())?;
-    let name = config.env.clone();
+    let made = Arc::new(GymFactory::new(&factory, layout, errors.clone())?);
+    let preprocess = AtariConfig::default();
     if atari {
-        let preprocess = AtariConfig::default();
         // The raw frames and actions are checked once here, so every later wrap succeeds.
         AtariPreprocess::new(made.make::<u32, u8>(), preprocess.clone(), 0)
             .map_err(crate::error::core_error)?;
-        registry.register_pixels(&name, move |seed| {
-            AtariPreprocess::new(made.make::<u32, u8>(), preprocess.clone(), seed)
-                .expect("the raw frames and actions were checked when the env was registered")
-        });
-    } else if made.image() {
-        registry.register_pixels(&name, move |_seed| made.make::<u32, u8>());
-    } else if made.discrete() {
-        registry.register_discrete(&name, move |_seed| made.make::<u32, f32>());
-    } else {
-        registry.register_continuous(&name, move |_seed| made.make::<f32, f32>());
+    }
+    // A callable's environment goes by its own name (its Gymnasium id), so that
+    // `config.toml` and `result.json` say what ran; it also answers to the config's
+    // name (a run saved under it, resumed or loaded with the callable).
+    let mut names = vec![config.env.clone()];
+    if callable {
+        config.env = made.name().to_owned();
+        names.push(config.env.clone());
+    }
+    for name in names {
+        let made = Arc::clone(&made);
+        if atari {
+            let preprocess = preprocess.clone();
+            registry.register_pixels(&name, move |seed| {
+                AtariPreprocess::new(made.make::<u32, u8>(), preprocess.clone(), seed)
+                    .expect("the raw frames and actions were checked when the env was registered")
+            });
+        } else if made.image() {
+            registry.register_pixels(&name, move |_seed| made.make::<u32, u8>());
+        } else if made.discrete() {
+            registry.register_discrete(&name, move |_seed| made.make::<u32, f32>());
+        } else {
+            registry.register_continuous(&name, move |_seed| made.make::<f32, f32>());
+        }
     }
     Ok(registry)
 }
@@ -252,10 +310,10 @@ pub(crate) fn cli_error(err: cli::Error, errors: &ErrorSlot) -> PyErr {
     {
         return raised;
     }
-    let message = err.to_string();
+    let message = python_wording(&err.to_string());
     match err {
         cli::Error::Config(e) => config_error(e),
-        cli::Error::Usage(_) => value_error(message),
+        cli::Error::Usage(_) | cli::Error::Input { .. } => value_error(message),
         cli::Error::Io { .. } | cli::Error::Nn(_) => PyOSError::new_err(message),
         cli::Error::Algos(rl_algos::Error::Core { source }) => crate::error::core_error(source),
         cli::Error::Algos(
@@ -345,6 +403,19 @@ fn run_config(dir: &Path) -> PyResult<Config> {
     Config::from_toml(&text, &[]).map_err(config_error)
 }
 
+/// The registry of the run saved in `run_dir` (with `env` as [`train`] takes it) and the
+/// slot of its environment's exceptions.
+pub(crate) fn run_registry(
+    py: Python<'_>,
+    run_dir: &Path,
+    env: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(Registry, ErrorSlot)> {
+    let mut config = run_config(run_dir)?;
+    let errors = ErrorSlot::default();
+    let registry = registry(py, &mut config, env, &errors)?;
+    Ok((registry, errors))
+}
+
 /// Continues the run in `run_dir` from its checkpoint; returns the run's result.
 #[pyfunction]
 #[pyo3(signature = (run_dir, *, env=None, overrides=Vec::new(), verbose=false))]
@@ -355,9 +426,7 @@ pub fn resume<'py>(
     overrides: Vec<String>,
     verbose: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let mut config = run_config(&run_dir)?;
-    let errors = ErrorSlot::default();
-    let registry = registry(py, &mut config, env, &errors)?;
+    let (registry, errors) = run_registry(py, &run_dir, env)?;
     let options = options(verbose, overrides);
     let trained = py
         .detach(|| cli::resume(&registry, &run_dir, &options))
@@ -377,9 +446,7 @@ pub fn evaluate<'py>(
     seed: Option<u64>,
     best: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let mut config = run_config(&run_dir)?;
-    let errors = ErrorSlot::default();
-    let registry = registry(py, &mut config, env, &errors)?;
+    let (registry, errors) = run_registry(py, &run_dir, env)?;
     let which = if best { Which::Best } else { Which::Latest };
     let evaluated = py
         .detach(|| cli::eval(&registry, &run_dir, which, episodes, seed))

@@ -113,7 +113,7 @@ impl ActionElement for f32 {
 /// Where one step writes.
 struct StepOut<'a> {
     obs: &'a mut [f32],
-    rewards: &'a mut [f32],
+    rewards: &'a mut [f64],
     terminated: &'a mut [bool],
     truncated: &'a mut [bool],
     final_obs: &'a mut [f32],
@@ -182,7 +182,7 @@ where
             let step = env
                 .step(&self.actions[i * act_len..(i + 1) * act_len], obs)
                 .map_err(core_error)?;
-            out.rewards[i] = step.reward;
+            out.rewards[i] = f64::from(step.reward);
             out.terminated[i] = step.terminated;
             out.truncated[i] = step.truncated;
             let ends = step.ends_episode();
@@ -249,7 +249,7 @@ pub struct VecEnvCore {
     obs_shape: Vec<usize>,
     started: bool,
     obs: Py<PyArrayDyn<f32>>,
-    rewards: Py<PyArray1<f32>>,
+    rewards: Py<PyArray1<f64>>,
     terminated: Py<PyArray1<bool>>,
     truncated: Py<PyArray1<bool>>,
     final_obs: Py<PyArrayDyn<f32>>,

@@ -205,12 +205,34 @@ def test_all_dtypes_round_trip():
         "flag": np.array([True]),
     }
     rb.extend(data)
-    batch = rb.new_batch(3)
+    batch = rb.new_batch(3, index_dtype="uint32")
     rb.sample(batch)
     for name, value in data.items():
         assert batch[name].dtype == value.dtype, name
         np.testing.assert_array_equal(batch[name], np.repeat(value, 3, axis=0))
         np.testing.assert_array_equal(rb.column(name), value)
+    # By default uint32 columns come out as int64 (what torch indexes with), same values.
+    wide = rb.new_batch(3)
+    rb.sample(wide)
+    assert wide["u"].dtype == np.int64
+    assert wide["u"].tolist() == [4_000_000_000] * 3
+    assert wide["f"].dtype == np.float32 and wide["i"].dtype == np.int64
+
+
+def test_discrete_actions_come_out_as_int64_in_the_same_array_every_sample():
+    rb = flatrl.ReplayBuffer({"obs": ("float32", (2,)), "action": ("uint32", ())}, 100)
+    index = np.arange(50)
+    rb.extend({"obs": np.stack([index, -index], axis=1).astype(np.float32), "action": (index % 5).astype(np.uint32)})
+    batch = rb.new_batch(16)
+    actions = batch["action"]
+    assert actions.dtype == np.int64 and actions.shape == (16,)
+    for _ in range(3):
+        rb.sample(batch)
+        assert batch["action"] is actions
+        # Each row's action is the one stored with its observation.
+        np.testing.assert_array_equal(actions, batch["obs"][:, 0].astype(np.int64) % 5)
+    with pytest.raises(ValueError, match="index_dtype"):
+        rb.new_batch(4, index_dtype="int32")
 
 
 def test_non_contiguous_input_is_accepted(schema):

@@ -60,7 +60,10 @@ def test_a_dict_config_and_a_factory_env_and_resume(tmp_path):
     config["env"] = "my_cartpole"
     first = flatrl.train(config, tmp_path / "run", env=factory)
     assert first["total_env_steps"] == 1_024 and first["stopped_by"] == "budget"
-    assert first["env"] == "my_cartpole" and len(made) >= 5  # 4 training envs + eval
+    # The run is named after the environment the callable makes, not the config's name.
+    assert first["env"] == "CartPole-v1" and len(made) >= 5  # 4 training envs + eval
+    saved = tomllib.loads((tmp_path / "run" / "config.toml").read_text())
+    assert saved["env"] == "CartPole-v1"
     assert (tmp_path / "run" / "checkpoint" / "learner.safetensors").is_file()
     # resume continues the same run (the factory given again), appending metrics.
     lines_before = len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
@@ -68,9 +71,35 @@ def test_a_dict_config_and_a_factory_env_and_resume(tmp_path):
     assert second["total_env_steps"] == 2_048
     lines_after = len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
     assert lines_after > lines_before
-    # Without the factory the name is neither built in nor a Gymnasium id.
-    with pytest.raises(flatrl.ConfigError, match="my_cartpole"):
-        flatrl.evaluate(tmp_path / "run")
+    # Without the factory the saved name is a Gymnasium id, which evaluate makes.
+    assert flatrl.evaluate(tmp_path / "run", episodes=2)["episodes"] == 2
+
+
+def test_a_callable_env_without_a_spec_is_named_by_its_class(tmp_path):
+    result = flatrl.train({**small_ppo(), "env": "cartpole"}, tmp_path / "run", env=lambda: Boom(fail_at=-1))
+    assert result["env"] == "Boom"
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["env"] == "Boom"
+
+
+def test_errors_speak_python(tmp_path):
+    flatrl.train(small_ppo(), tmp_path / "run")
+    with pytest.raises(ValueError) as taken:
+        flatrl.train(small_ppo(), tmp_path / "run")
+    message = str(taken.value)
+    assert f'flatrl.resume("{tmp_path / "run"}")' in message and "run_dir" in message, message
+    assert "--out" not in message and "rl resume" not in message
+    with pytest.raises(flatrl.ConfigError) as bad:
+        flatrl.train(small_ppo(), tmp_path / "other", overrides=["run.total_steps"])
+    assert str(bad.value).startswith("overrides: ") and "--set" not in str(bad.value)
+    with pytest.raises(ValueError) as no_run:
+        flatrl.load(tmp_path / "nothing")
+    assert "--out" not in str(no_run.value) and "run_dir" in str(no_run.value)
+    rb = flatrl.ReplayBuffer({"x": ("float32", ())}, 4)
+    other = flatrl.ReplayBuffer({"y": ("float32", ())}, 4)
+    rb.extend({"x": np.zeros(2, np.float32)})
+    with pytest.raises(ValueError, match="new_batch") as foreign:
+        rb.sample(other.new_batch(2))
+    assert "Batch::new" not in str(foreign.value)
 
 
 def test_builtin_envs_and_off_policy_from_text(tmp_path):

@@ -54,7 +54,7 @@ def test_next_step_autoreset_semantics():
     resets = 0
     for t in range(400):
         obs, rewards, terminated, truncated, info = env.step(np.full(6, t % 2))
-        assert info == {} and rewards.dtype == np.float32 and terminated.dtype == np.bool_
+        assert info == {} and rewards.dtype == np.float64 and terminated.dtype == np.bool_
         # Environments that ended on the last step were reset: reward 0, flags false,
         # a fresh observation; the others stepped (reward 1).
         np.testing.assert_array_equal(rewards, np.where(ended_before, 0.0, 1.0))

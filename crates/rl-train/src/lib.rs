@@ -6,6 +6,8 @@
 //!   from remote collectors), buffer, updates, evaluation, checkpoints, callbacks, and
 //!   the whole run's memory plan, checked before anything large is allocated.
 //! - [`eval`]: [`evaluate`](eval::evaluate), deterministic episodes of a trained policy.
+//! - [`agent`]: [`Agent`](agent::Agent), a trained policy loaded from a run directory
+//!   (latest or best checkpoint), acting on batches of observations.
 //! - [`config`]: experiment files (TOML) into typed configurations, `--set key=value`
 //!   overrides, errors that name the key.
 //! - [`run`]: what the `rl` command does, as a library: the environment [`Registry`](run::Registry),
@@ -24,6 +26,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod agent;
 pub mod config;
 pub mod eval;
 pub mod run;

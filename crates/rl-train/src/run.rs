@@ -99,6 +99,16 @@ pub enum Error {
     /// The network layer refused a file (a checkpoint of another format or version).
     #[error("{0}")]
     Nn(#[from] rl_nn::Error),
+    /// An argument of a loaded [`Agent`](crate::agent::Agent) is unusable (observations
+    /// that are not whole rows, an action buffer of another length or type, a state of
+    /// another agent): the message says what to give. Nothing was acted on.
+    #[error("{what} {message}")]
+    Input {
+        /// What was refused (`"observations"`, `"actions"`, `"state"`, `"agent"`).
+        what: &'static str,
+        /// What was wrong with it and what to give instead.
+        message: String,
+    },
 }
 
 impl Error {
@@ -106,7 +116,7 @@ impl Error {
     /// (nothing ran), 1 for everything else.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Config(_) | Error::Usage(_) => 2,
+            Error::Config(_) | Error::Usage(_) | Error::Input { .. } => 2,
             _ => 1,
         }
     }
@@ -441,11 +451,8 @@ pub fn eval(
             "--episodes is 0: evaluate at least 1 episode".into(),
         ));
     }
-    let config = rundir::read_config(dir, &[])?;
-    let entry = registry.entry(&config)?;
-    let counters = rundir::check_checkpoint(dir, which.dir_name(), &config)?;
+    let (config, entry, counters, checkpoint) = saved(registry, dir, which)?;
     let seed = seed.unwrap_or_else(|| config.run.seed.wrapping_mul(1000).wrapping_add(500));
-    let checkpoint = dir.join(which.dir_name());
     let job = Job::Eval {
         dir: &checkpoint,
         episodes,
@@ -458,5 +465,38 @@ pub fn eval(
             report,
         }),
         _ => Err(Error::Usage("eval: the job gave no evaluation".into())),
+    }
+}
+
+/// What [`eval`] and [`Agent::load`](crate::agent::Agent::load) read first: the run's
+/// config, its registry entry, the `which` checkpoint's counters (checked to hold the
+/// config's algorithm) and folder.
+fn saved<'r>(
+    registry: &'r Registry,
+    dir: &Path,
+    which: Which,
+) -> Result<(
+    Config,
+    &'r dyn registry::Entry,
+    crate::trainer::RunCounters,
+    PathBuf,
+)> {
+    let config = rundir::read_config(dir, &[])?;
+    let entry = registry.entry(&config)?;
+    let counters = rundir::check_checkpoint(dir, which.dir_name(), &config)?;
+    Ok((config, entry, counters, dir.join(which.dir_name())))
+}
+
+/// The learner saved in `dir` (the `which` checkpoint), built from the run's config and
+/// restored as [`eval`] restores it, as an agent's acting part.
+pub(crate) fn load(
+    registry: &Registry,
+    dir: &Path,
+    which: Which,
+) -> Result<(Config, crate::trainer::RunCounters, crate::agent::Loaded)> {
+    let (config, entry, counters, checkpoint) = saved(registry, dir, which)?;
+    match entry.run(&config, Job::Load(&checkpoint))? {
+        Outcome::Agent(loaded) => Ok((config, counters, *loaded)),
+        _ => Err(Error::Usage("load: the job gave no agent".into())),
     }
 }

@@ -403,6 +403,50 @@ impl RecurrentCategoricalPolicy {
         self.record.as_ref()
     }
 
+    /// Acts on `starts.len()` rows from an explicit state instead of the one the policy
+    /// keeps: `state` holds each row's state (`rows x state_len`, zeros for a new
+    /// episode), `starts` marks the rows whose episode starts with this observation
+    /// (their state is cleared first). Writes the actions (as [`Policy::act`], in the
+    /// current mode) and each row's state after the step back into `state`, so feeding
+    /// it to the next call continues the episodes: the actions equal those of
+    /// [`Policy::act`] with the kept state, bit for bit. Uses (and disturbs) the kept
+    /// state of that many rows, which then starts fresh; allocates nothing after the
+    /// first call with a given number of rows.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] for buffers of another length than `rows` needs.
+    pub fn act_with_state(
+        &mut self,
+        obs: &[f32],
+        state: &mut [f32],
+        starts: &[bool],
+        out: ActOutput<'_, u32>,
+    ) -> Result<()> {
+        let rows = starts.len();
+        check_len("state", rows * self.state_len(), state.len())?;
+        self.check_act(rows, obs, &out)?;
+        let index = self.acting_index(rows);
+        let Self {
+            summary,
+            core,
+            acting,
+            ..
+        } = self;
+        let a = &mut acting[index];
+        summary.step_from(
+            &mut a.state,
+            &mut a.peek,
+            (obs, starts),
+            state,
+            &mut a.features,
+        )?;
+        // The kept state now holds this call's rows: its next `act` starts afresh.
+        a.fresh = true;
+        core.forward(&a.features, rows, &mut a.heads)?;
+        choose(core, &mut a.heads, out);
+        Ok(())
+    }
+
     /// Scratch for [`RecurrentCategoricalPolicy::evaluate_chunks`] over up to `chunks`
     /// chunks of up to `steps` steps, allocated here and reused by every pass.
     pub fn workspace(&self, steps: usize, chunks: usize) -> RecurrentWorkspace {
@@ -537,6 +581,14 @@ impl RecurrentCategoricalPolicy {
         self.summary.replay_backward(replay, d_features, lstm_grads)
     }
 
+    /// The lengths of acting on `rows` rows: observations and every output.
+    fn check_act(&self, rows: usize, obs: &[f32], out: &ActOutput<'_, u32>) -> Result<()> {
+        check_len("observations", rows * self.obs_len, obs.len())?;
+        check_len("action output", rows, out.actions.len())?;
+        check_len("log-prob output", rows, out.log_probs.len())?;
+        check_len("value output", rows, out.values.len())
+    }
+
     /// The index of the acting state for `rows` rows, made on first use.
     fn acting_index(&mut self, rows: usize) -> usize {
         if let Some(i) = self.acting.iter().position(|a| a.rows == rows) {
@@ -562,10 +614,7 @@ impl RecurrentCategoricalPolicy {
         out: ActOutput<'_, u32>,
     ) -> Result<()> {
         let rows = slots.len();
-        check_len("observations", rows * self.obs_len, obs.len())?;
-        check_len("action output", rows, out.actions.len())?;
-        check_len("log-prob output", rows, out.log_probs.len())?;
-        check_len("value output", rows, out.values.len())?;
+        self.check_act(rows, obs, &out)?;
         let index = self.acting_index(rows);
         let Self {
             summary,

@@ -14,6 +14,10 @@ and flat while it runs. A thin skin over the Rust crates of ``rl`` (numpy in and
   same run directories (``config.toml``, ``metrics.jsonl``, ``checkpoint/``,
   ``result.json``); ``ConfigError`` names the bad key; ``load_config`` gives the
   effective config as a dict.
+- ``load``: a run's trained policy with SB3's ``predict(obs, state, episode_start,
+  deterministic)`` (``Agent``).
+- ``flatrl.sb3`` (needs ``stable-baselines3``): ``VecEnv``, the Rust vector env as an SB3
+  ``VecEnv``.
 - ``flatrl.ray`` (needs ``ray``): collection on Ray actors for the off-policy trainers
   (``flatrl.ray.train``), built on ``RemoteCollector`` and ``train_remote``.
 """
@@ -21,6 +25,7 @@ and flat while it runs. A thin skin over the Rust crates of ``rl`` (numpy in and
 from typing import TYPE_CHECKING
 
 from ._flatrl import (
+    AgentCore,
     Batch,
     ConfigError,
     DedupReplayBuffer,
@@ -41,11 +46,14 @@ from ._flatrl import (
     train,
     train_remote,
 )
+from .agent import Agent, load
 
 if TYPE_CHECKING:
     from .vector import VectorEnv, make_vec
 
 __all__ = [
+    "Agent",
+    "AgentCore",
     "Batch",
     "ConfigError",
     "DedupReplayBuffer",
@@ -62,6 +70,7 @@ __all__ = [
     "make_vec",
     "__version__",
     "evaluate",
+    "load",
     "load_config",
     "plan",
     "resume",

@@ -1,8 +1,12 @@
 """The Rust environments of ``rl`` as a ``gymnasium.vector.VectorEnv``.
 
 ``flatrl.make_vec("CartPole-v1", num_envs=64)`` steps 64 Rust CartPoles in one call.
-CartPole-v1 and Pendulum-v1 equal Gymnasium's own bit for bit (same seeds, same actions,
-same observations). Observations are float32, rewards float32, flags bool.
+CartPole-v1 and Pendulum-v1 step as Gymnasium's own (the Rust environments equal them bit
+for bit from equal states, tested against recorded Gymnasium runs). Resets are seeded by the
+Rust generator (xoshiro256++), not numpy's PCG64: with the same seed the initial states
+differ from Gymnasium's, though they are drawn from the same distribution (CartPole
+``uniform(-0.05, 0.05)``, Pendulum angle in ``[-pi, pi]``, speed in ``[-1, 1]``).
+Observations are float32, rewards float64 (as Gymnasium's), flags bool.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ._flatrl import VecEnvCore
+from ._spaces import _space
 
 __all__ = ["ENV_IDS", "VectorEnv", "make_vec"]
 
@@ -22,19 +27,6 @@ __all__ = ["ENV_IDS", "VectorEnv", "make_vec"]
 ENV_IDS = ("CartPole-v1", "MaskedCartPole-v1", "Pendulum-v1", "LargeDiscrete-v0")
 
 _MODES = {AutoresetMode.NEXT_STEP: "next_step", AutoresetMode.SAME_STEP: "same_step"}
-
-
-def _space(description: tuple) -> gymnasium.Space:
-    """A Gymnasium space from the plain tuple the Rust core describes it with."""
-    if description[0] == "discrete":
-        return gymnasium.spaces.Discrete(description[1])
-    _, low, high, shape, dtype = description
-    return gymnasium.spaces.Box(
-        low=np.asarray(low, dtype=np.float32).reshape(shape),
-        high=np.asarray(high, dtype=np.float32).reshape(shape),
-        shape=tuple(shape),
-        dtype=np.dtype(dtype),
-    )
 
 
 class VectorEnv(gymnasium.vector.VectorEnv):

@@ -17,9 +17,32 @@ use rl_nn::Checkpoint;
 use rl_storage::Batch;
 
 use super::monitor::Monitor;
+use super::registry::action_space;
 use super::rundir::{self, CHECKPOINT_DIR, LEARNER_FILE};
 use super::{Error, Result, TrainOptions, Trained};
+use crate::agent::{Loadable, Loaded};
 use crate::config::{Config, ConfigError, StoredActions};
+
+/// Restores `learner` from the checkpoint folder `dir` (the trainers' layout).
+fn restore<L: rl_algos::learner::Learner>(learner: &mut L, dir: &Path) -> Result<()> {
+    let checkpoint = Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.kind())?;
+    learner.restore(&checkpoint)?;
+    Ok(())
+}
+
+/// What [`Job::Load`] gives for `acting`, with the sizes of `make`'s environment.
+fn loaded<E: Env, F: Fn(u64) -> E>(
+    make: F,
+    config: &Config,
+    acting: Box<dyn crate::agent::Acting>,
+) -> Outcome {
+    let env = make(config.run.seed);
+    Outcome::Agent(Box::new(Loaded {
+        acting,
+        obs_len: env.observation_space().flat_len(),
+        actions: action_space(env.action_space()),
+    }))
+}
 
 /// What to do with the trainer a config describes.
 pub(crate) enum Job<'a> {
@@ -39,6 +62,9 @@ pub(crate) enum Job<'a> {
     /// A collector for a remote run: `run.n_envs` environments, reset from
     /// `ChunkConfig::seed`.
     Actor(ChunkConfig),
+    /// Restore the learner saved in a checkpoint folder (as [`Job::Eval`] does) for an
+    /// [`Agent`](crate::agent::Agent).
+    Load(&'a Path),
 }
 
 /// What a job gave.
@@ -46,6 +72,7 @@ pub(crate) enum Outcome {
     Trained(Box<Trained>),
     Eval(EvalReport),
     Actor(Box<dyn ChunkActor>),
+    Agent(Box<Loaded>),
 }
 
 impl Outcome {
@@ -152,7 +179,7 @@ pub(crate) fn on_policy<E, L, F>(
 where
     E: Env,
     E::Act: RandomAction,
-    L: OnPolicyLearner<Policy: ValuePolicy<Obs = E::Obs, Act = E::Act>>,
+    L: OnPolicyLearner<Policy: ValuePolicy<Obs = E::Obs, Act = E::Act> + Loadable>,
     F: Fn(u64) -> E,
 {
     match job {
@@ -185,8 +212,7 @@ where
             episodes,
             seed,
         } => {
-            let checkpoint = Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.kind())?;
-            learner.restore(&checkpoint)?;
+            restore(&mut learner, dir)?;
             let mut env = make(seed);
             let report = evaluate(
                 &mut env,
@@ -194,6 +220,11 @@ where
                 &eval_config(&config.run, episodes, seed),
             )?;
             Ok(Outcome::Eval(report))
+        }
+        Job::Load(dir) => {
+            restore(&mut learner, dir)?;
+            let acting = learner.policy().clone().into_acting();
+            Ok(loaded(make, config, acting))
         }
     }
 }
@@ -222,7 +253,7 @@ pub(crate) fn off_policy<E, L, F>(
 where
     E: Env + Send + 'static,
     E::Act: RandomAction,
-    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act> + Send + 'static,
+    L: OffPolicyLearner<Obs = E::Obs, Act = E::Act> + Loadable + Send + 'static,
     L::Actor: Send,
     F: Fn(u64) -> E,
 {
@@ -260,8 +291,7 @@ where
             episodes,
             seed,
         } => {
-            let saved = Checkpoint::<L::Saved>::load(dir.join(LEARNER_FILE), learner.kind())?;
-            learner.restore(&saved)?;
+            restore(&mut learner, dir)?;
             let mut env = make(seed);
             let report = evaluate(
                 &mut env,
@@ -269,6 +299,10 @@ where
                 &eval_config(&config.run, episodes, seed),
             )?;
             Ok(Outcome::Eval(report))
+        }
+        Job::Load(dir) => {
+            restore(&mut learner, dir)?;
+            Ok(loaded(make, config, learner.into_acting()))
         }
     }
 }

@@ -28,12 +28,17 @@ pub enum ActionSpace {
     Box(usize),
 }
 
+/// The kind of `space`'s actions.
+pub(crate) fn action_space(space: &Space) -> ActionSpace {
+    match space {
+        Space::Discrete { n } => ActionSpace::Discrete(*n as usize),
+        other => ActionSpace::Box(other.flat_len()),
+    }
+}
+
 impl ActionSpace {
     fn of(space: &Space) -> Self {
-        match space {
-            Space::Discrete { n } => ActionSpace::Discrete(*n as usize),
-            other => ActionSpace::Box(other.flat_len()),
-        }
+        action_space(space)
     }
 
     /// Whether `algo` can train on these actions.

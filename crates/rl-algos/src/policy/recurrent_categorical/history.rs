@@ -337,6 +337,54 @@ impl Summary {
         Ok(())
     }
 
+    /// One step of every row from an explicit state: `state` (`rows x state_len`, as
+    /// [`Summary::snapshot`] writes it) is where each row is, `starts` where a row's
+    /// episode starts (its state is cleared first); the step's output goes to
+    /// `features` and each row's state after it back to `state`. An LSTM loads `h, c`
+    /// into `acting` and steps (the arithmetic of acting, bit for bit); a stack or no
+    /// history replays one step through `peek` (copies only).
+    pub(crate) fn step_from(
+        &self,
+        acting: &mut SummaryState,
+        peek: &mut ReplayWorkspace,
+        window: (&[f32], &[bool]),
+        state: &mut [f32],
+        features: &mut [f32],
+    ) -> Result<()> {
+        let (obs, starts) = window;
+        let rows = starts.len();
+        check_len("state", rows * self.state_len(), state.len())?;
+        match (self, &mut *acting) {
+            (Summary::Lstm(s), SummaryState::Lstm(lstm)) => {
+                let hidden = s.output_len();
+                let (h, c) = lstm.h_c_mut();
+                check_len("acting state", rows * hidden, h.len())?;
+                let per_row = state
+                    .chunks_exact(2 * hidden)
+                    .zip(h.chunks_exact_mut(hidden).zip(c.chunks_exact_mut(hidden)));
+                for (saved, (h, c)) in per_row {
+                    h.copy_from_slice(&saved[..hidden]);
+                    c.copy_from_slice(&saved[hidden..]);
+                }
+                self.step(acting, obs, starts, features)?;
+            }
+            (Summary::Lstm(_), _) => return Err(mismatch()),
+            _ => {
+                let window = Window {
+                    obs,
+                    steps: 1,
+                    rows,
+                    resets: starts,
+                    initial: state,
+                };
+                let out = self.replay(window, peek)?;
+                check_len("features", out.len(), features.len())?;
+                features.copy_from_slice(out);
+            }
+        }
+        self.snapshot(acting, features, state)
+    }
+
     /// Writes every environment's state before its next step into `out` (`envs x
     /// state_len`): an LSTM's `h` then `c`, or the newest `k - 1` rows of the stack it
     /// output last (`last`, `envs x output_len`).

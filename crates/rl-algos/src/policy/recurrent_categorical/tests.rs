@@ -218,6 +218,73 @@ fn a_second_rollout_replays_from_the_state_the_first_left() {
     check_replay(&policy, &second, 1e-6);
 }
 
+#[test]
+fn acting_from_an_explicit_state_equals_acting_with_the_kept_one() {
+    for (history, mode) in [
+        (History::None, Mode::Sample),
+        (History::Stack { k: 3 }, Mode::Deterministic),
+        (History::Lstm { hidden: 8 }, Mode::Sample),
+        (History::Lstm { hidden: 8 }, Mode::Deterministic),
+    ] {
+        let (envs, steps) = (3, 40);
+        let mut kept = RecurrentCategoricalPolicy::new(3, 4, history, heads(), 11).unwrap();
+        kept.set_mode(mode);
+        let mut explicit = kept.clone();
+        let trace = act_trace(&mut kept, envs, steps, 5, 0.1, 4);
+        assert!(
+            trace.starts[envs..].iter().any(|&s| s),
+            "{history}: no restart"
+        );
+        let mut state = vec![0.0; envs * explicit.state_len()];
+        let (mut actions, mut log_probs, mut values) = ([0u32; 3], [0.0f32; 3], [0.0f32; 3]);
+        for t in 0..steps {
+            let span = t * envs..(t + 1) * envs;
+            let obs = &trace.obs[t * envs * 3..(t + 1) * envs * 3];
+            let output = out(&mut actions, &mut log_probs, &mut values);
+            explicit
+                .act_with_state(obs, &mut state, &trace.starts[span.clone()], output)
+                .unwrap();
+            assert_eq!(actions, trace.actions[span.clone()], "{history} step {t}");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&log_probs), bits(&trace.log_probs[span.clone()]));
+            assert_eq!(bits(&values), bits(&trace.values[span]));
+        }
+        if history != History::None {
+            assert!(
+                state.iter().any(|&v| v != 0.0),
+                "{history}: state never written"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_explicit_state_of_the_wrong_length_is_refused() {
+    let mut policy =
+        RecurrentCategoricalPolicy::new(2, 2, History::Lstm { hidden: 4 }, heads(), 5).unwrap();
+    let mut state = vec![0.0; 7];
+    let (mut a, mut l, mut v) = ([0u32; 1], [0.0f32; 1], [0.0f32; 1]);
+    let err = policy
+        .act_with_state(
+            &[0.0, 0.0],
+            &mut state,
+            &[true],
+            out(&mut a, &mut l, &mut v),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ShapeMismatch {
+                what: "state",
+                expected: 8,
+                actual: 7
+            }
+        ),
+        "{err}"
+    );
+}
+
 /// An action output over three arrays.
 fn out<'a>(
     actions: &'a mut [u32],
