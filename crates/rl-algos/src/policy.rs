@@ -76,7 +76,9 @@ pub enum PolicyInit {
 /// vectors, or a convolution stack over images (`[channels, height, width]`, or
 /// `[height, width]` as one channel; `u8` frames or `f32` images). With a convolutional
 /// encoder, [`PolicyConfig::hidden`] gives the widths of the linear layers between the
-/// flatten and the output (`[512]` for the Nature network).
+/// flatten and the output (`[512]` for the Nature network), and a policy's actor and
+/// critic are linear heads on one shared torso (the convolutions and those layers), as
+/// Stable-Baselines3's `CnnPolicy` and CleanRL's Atari agents have them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Encoder {
@@ -103,8 +105,8 @@ impl Encoder {
     }
 
     /// The network `input -> hidden -> out` of this encoder for observations of
-    /// `shape`; frames of `bytes` are divided by 255 as the first convolution reads
-    /// them.
+    /// `shape` (DQN's Q network); frames of `bytes` are divided by 255 as the first
+    /// convolution reads them.
     ///
     /// # Errors
     /// [`Error::Config`] for a shape the encoder cannot read (a convolution needs an
@@ -118,13 +120,57 @@ impl Encoder {
         out: usize,
         activation: Activation,
     ) -> Result<rl_nn::NetworkSpec> {
-        let len = shape.iter().product::<usize>();
+        let Some(mut spec) = self.convolutions(key, shape, bytes, activation)? else {
+            let len = shape.iter().product::<usize>();
+            return Ok(rl_nn::NetworkSpec::Mlp(rl_nn::MlpSpec::new(
+                len, hidden, out, activation,
+            )));
+        };
+        spec.linear = hidden.iter().copied().chain([out]).collect();
+        spec.output = rl_nn::CnnOutput::Linear;
+        Self::checked(key, spec)
+    }
+
+    /// The torso a policy's actor and critic heads share: the convolutions, a flatten
+    /// and the `hidden` layers, every layer activated (Stable-Baselines3's
+    /// `NatureCNN` features, CleanRL's shared network); `None` for [`Encoder::Mlp`],
+    /// whose actor and critic are separate networks.
+    ///
+    /// # Errors
+    /// As [`Encoder::network`].
+    pub(crate) fn torso(
+        self,
+        key: &'static str,
+        shape: &[usize],
+        bytes: bool,
+        hidden: &[usize],
+        activation: Activation,
+    ) -> Result<Option<rl_nn::NetworkSpec>> {
+        let Some(mut spec) = self.convolutions(key, shape, bytes, activation)? else {
+            return Ok(None);
+        };
+        spec.linear = hidden.to_vec();
+        spec.output = rl_nn::CnnOutput::Activated;
+        Self::checked(key, spec).map(Some)
+    }
+
+    fn checked(key: &'static str, spec: rl_nn::CnnSpec) -> Result<rl_nn::NetworkSpec> {
+        spec.validate()
+            .map_err(|e| Error::config(key, format!("cannot read these observations: {e}")))?;
+        Ok(rl_nn::NetworkSpec::Cnn(spec))
+    }
+
+    /// The convolutions of this encoder over images of `shape` (no linear layer yet);
+    /// `None` for [`Encoder::Mlp`].
+    fn convolutions(
+        self,
+        key: &'static str,
+        shape: &[usize],
+        bytes: bool,
+        activation: Activation,
+    ) -> Result<Option<rl_nn::CnnSpec>> {
         let image = match (self, shape) {
-            (Self::Mlp, _) => {
-                return Ok(rl_nn::NetworkSpec::Mlp(rl_nn::MlpSpec::new(
-                    len, hidden, out, activation,
-                )));
-            }
+            (Self::Mlp, _) => return Ok(None),
             (_, &[c, h, w]) => [c, h, w],
             (_, &[h, w]) => [1, h, w],
             (encoder, other) => {
@@ -157,12 +203,8 @@ impl Encoder {
         } else {
             rl_nn::InputScale::Identity
         };
-        spec.linear = hidden.iter().copied().chain([out]).collect();
         spec.activation = activation;
-        spec.output = rl_nn::CnnOutput::Linear;
-        spec.validate()
-            .map_err(|e| Error::config(key, format!("cannot read these observations: {e}")))?;
-        Ok(rl_nn::NetworkSpec::Cnn(spec))
+        Ok(Some(spec))
     }
 }
 
@@ -323,7 +365,7 @@ impl PolicyShape {
         Self {
             obs_len: core.input,
             act_len,
-            names,
+            names: core.names(names),
             core,
         }
     }

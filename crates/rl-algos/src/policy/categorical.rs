@@ -320,8 +320,20 @@ pub(super) fn copy_weights(to: &mut PolicyCore, from: &PolicyCore) -> Result<()>
             "mixes a Gaussian and a categorical policy",
         ));
     }
+    if to.encoder.as_ref().map(Weights::architecture)
+        != from.encoder.as_ref().map(Weights::architecture)
+    {
+        return Err(Error::CheckpointMismatch {
+            what: "policy encoder".to_owned(),
+            expected: format!("{:?}", to.encoder.as_ref().map(Weights::architecture)),
+            actual: format!("{:?}", from.encoder.as_ref().map(Weights::architecture)),
+        });
+    }
     to.actor.params_mut().copy_from_slice(from.actor.params());
     to.critic.params_mut().copy_from_slice(from.critic.params());
+    if let (Some(a), Some(b)) = (&mut to.encoder, &from.encoder) {
+        a.params_mut().copy_from_slice(b.params());
+    }
     if let (Some(a), Some(b)) = (&mut to.log_std, &from.log_std) {
         a.params_mut().copy_from_slice(b.params());
     }

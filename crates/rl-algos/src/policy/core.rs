@@ -8,7 +8,9 @@ use std::fmt;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{Location, MemoryPlan};
-use rl_nn::{Module, Network, NetworkSpec, NetworkWorkspace, Observation, Parameters, Weights};
+use rl_nn::{
+    MlpSpec, Module, Network, NetworkSpec, NetworkWorkspace, Observation, Parameters, Weights,
+};
 
 use super::{ObsNormalizer, PolicyConfig, PolicyInit, PolicyNetworks, check_len};
 use crate::error::{Error, Result};
@@ -32,7 +34,11 @@ pub(crate) struct CoreShape {
     pub(crate) out: usize,
     pub(crate) actor: NetworkSpec,
     pub(crate) critic: NetworkSpec,
-    /// Parameters of the actor, the critic and the log standard deviations (0 without).
+    /// The torso the actor and critic heads share (a convolutional encoder's), whose
+    /// outputs are the heads' inputs.
+    pub(crate) encoder: Option<NetworkSpec>,
+    /// Parameters of the actor, the critic and the log standard deviations or the
+    /// shared encoder (0 without).
     params: [usize; 3],
 }
 
@@ -61,28 +67,33 @@ impl CoreShape {
                 ),
             ));
         }
-        let encoder = config.encoder;
-        let actor = encoder.network(
-            ENCODER_KEY,
-            shape,
-            bytes,
-            &config.hidden,
-            out,
-            config.activation,
-        )?;
-        let critic = encoder.network(
-            ENCODER_KEY,
-            shape,
-            bytes,
-            &config.hidden,
-            1,
-            config.activation,
-        )?;
+        let act = config.activation;
+        let encoder = config
+            .encoder
+            .torso(ENCODER_KEY, shape, bytes, &config.hidden, act)?;
+        let (actor, critic) = match &encoder {
+            None => (
+                NetworkSpec::Mlp(MlpSpec::new(input, &config.hidden, out, act)),
+                NetworkSpec::Mlp(MlpSpec::new(input, &config.hidden, 1, act)),
+            ),
+            // Linear heads on the torso's features (its last hidden layer).
+            Some(_) => {
+                let features = config.hidden.last().copied().unwrap_or(input);
+                (
+                    NetworkSpec::Mlp(MlpSpec::new(features, &[], out, act)),
+                    NetworkSpec::Mlp(MlpSpec::new(features, &[], 1, act)),
+                )
+            }
+        };
         let sizes = Sizes::of("policy.hidden");
         let params = [
             sizes.checked(actor.checked_num_params())?,
             sizes.checked(critic.checked_num_params())?,
-            if log_std { out } else { 0 },
+            match &encoder {
+                Some(spec) => sizes.checked(spec.checked_num_params())?,
+                None if log_std => out,
+                None => 0,
+            },
         ];
         sizes.add(&params)?;
         Ok(Self {
@@ -90,6 +101,7 @@ impl CoreShape {
             out,
             actor,
             critic,
+            encoder,
             params,
         })
     }
@@ -98,9 +110,26 @@ impl CoreShape {
     /// mlp (which may normalise), none for a convolutional encoder (which reads the
     /// observations in place).
     pub(crate) fn normalized_input(&self) -> usize {
-        match self.actor {
-            NetworkSpec::Mlp(_) => self.input,
-            NetworkSpec::Cnn(_) => 0,
+        match (&self.encoder, &self.actor) {
+            (None, NetworkSpec::Mlp(_)) => self.input,
+            _ => 0,
+        }
+    }
+
+    /// Elements of the shared encoder's output row (0 without one).
+    pub(crate) fn features(&self) -> usize {
+        match &self.encoder {
+            Some(_) => self.actor.input_len(),
+            None => 0,
+        }
+    }
+
+    /// The network names of a policy whose own are `names` (actor, critic and maybe
+    /// log-std): with a shared encoder, `actor`, `critic`, `encoder`.
+    pub(crate) fn names(&self, names: &'static [&'static str]) -> &'static [&'static str] {
+        match self.encoder {
+            Some(_) => &["actor", "critic", "encoder"],
+            None => names,
         }
     }
 
@@ -118,11 +147,21 @@ impl CoreShape {
     /// is `sizes`' error (the setting the rows come from).
     pub(crate) fn workspace_bytes(&self, max_rows: usize, sizes: Sizes) -> Result<u64> {
         let rows = max_rows.max(1);
-        let per_row = sizes.add(&[self.normalized_input(), 2 * self.out, 4])?;
+        let per_row = sizes.add(&[
+            self.normalized_input(),
+            2 * self.out,
+            4,
+            2 * self.features(),
+        ])?;
+        let encoder = match &self.encoder {
+            Some(spec) => sizes.checked(spec.workspace_bytes(rows))?,
+            None => 0,
+        };
         sizes.sum(&[
             sizes.f32s(&[rows, per_row])?,
             sizes.checked(self.actor.workspace_bytes(rows))?,
             sizes.checked(self.critic.workspace_bytes(rows))?,
+            encoder,
         ])
     }
 }
@@ -134,6 +173,8 @@ pub(super) struct PolicyCore {
     pub(super) obs_len: usize,
     pub(super) actor: Network,
     pub(super) critic: Network,
+    /// The torso the heads share (a convolutional encoder), read before them.
+    pub(super) encoder: Option<Network>,
     /// A Gaussian policy's log standard deviations.
     pub(super) log_std: Option<Parameters>,
     pub(super) rng: Xoshiro256PlusPlus,
@@ -158,6 +199,15 @@ impl PolicyCore {
         let shape = CoreShape::new(obs_shape, bytes, out, &config, log_std)?;
         let obs_len = shape.input;
         let mut init_rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        // The shared torso first (every layer hidden: gain sqrt(2) when orthogonal).
+        let encoder = match &shape.encoder {
+            Some(spec) => Some(Network::new(
+                spec.clone(),
+                config.init_of(std::f32::consts::SQRT_2),
+                &mut init_rng,
+            )?),
+            None => None,
+        };
         let mut build = |spec: &NetworkSpec, head: f32| -> Result<Network> {
             let mut net = Network::new(spec.clone(), config.init_of(head), &mut init_rng)?;
             if config.init == PolicyInit::ScaledUniform {
@@ -177,6 +227,7 @@ impl PolicyCore {
             obs_len,
             actor,
             critic,
+            encoder,
             log_std,
             rng: sampling_rng(seed),
             config,
@@ -198,6 +249,7 @@ impl PolicyCore {
         f.debug_struct(name)
             .field("actor", &self.actor.architecture())
             .field("critic", &self.critic.architecture())
+            .field("encoder", &self.encoder.as_ref().map(Weights::architecture))
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
@@ -227,6 +279,8 @@ impl PolicyCore {
             input: vec![0.0; max_rows * self.shape.normalized_input()],
             actor: self.actor.workspace(max_rows),
             critic: self.critic.workspace(max_rows),
+            encoder: self.encoder.as_ref().map(|e| e.workspace(max_rows)),
+            d_features: vec![0.0; 2 * max_rows * self.shape.features()],
             head: vec![0.0; max_rows * out],
             log_probs: vec![0.0; max_rows],
             entropies: vec![0.0; max_rows],
@@ -266,8 +320,22 @@ impl PolicyCore {
         }
         check_len("observations", rows * self.obs_len, obs.len())?;
         ws.rows = rows;
-        let values = match (&self.obs_norm, O::as_f32(obs)) {
-            (Some(normalizer), Some(obs)) => {
+        let values = match (&self.encoder, &self.obs_norm, O::as_f32(obs)) {
+            (Some(encoder), _, _) => {
+                let PolicyWorkspace {
+                    encoder: Some(encoder_ws),
+                    actor,
+                    critic,
+                    ..
+                } = ws
+                else {
+                    return Err(foreign_workspace());
+                };
+                let features = encoder.forward_obs(obs, rows, encoder_ws)?;
+                self.actor.forward(features, rows, actor)?;
+                self.critic.forward(features, rows, critic)?
+            }
+            (None, Some(normalizer), Some(obs)) => {
                 let input = &mut ws.input[..obs.len()];
                 normalizer.normalize_to(obs, input);
                 self.actor.forward(input, rows, &mut ws.actor)?;
@@ -355,6 +423,43 @@ impl PolicyCore {
         d_inputs: Option<(&mut [f32], &mut [f32])>,
     ) -> Result<()> {
         let rows = ws.rows;
+        if let Some(encoder) = &self.encoder {
+            if d_inputs.is_some() {
+                return Err(Error::config(
+                    "policy backward",
+                    "a shared encoder gives no input gradients: a history summarizer reads vectors",
+                ));
+            }
+            let f = rows * self.shape.features();
+            let [actor, critic, encoder_grads] = grads.buffers.as_mut_slice() else {
+                return Err(Error::shape(
+                    "gradient buffers (one per network)",
+                    3,
+                    grads.buffers.len(),
+                ));
+            };
+            let half = ws.d_features.len() / 2;
+            let (d_actor, d_critic) = ws.d_features.split_at_mut(half);
+            self.actor.backward(
+                &mut ws.actor,
+                &ws.d_out[..rows * ws.out],
+                Some(actor),
+                Some(&mut d_actor[..f]),
+            )?;
+            self.critic.backward(
+                &mut ws.critic,
+                &ws.d_value[..rows],
+                Some(critic),
+                Some(&mut d_critic[..f]),
+            )?;
+            for (a, c) in d_actor[..f].iter_mut().zip(&d_critic[..f]) {
+                *a += c;
+            }
+            let Some(encoder_ws) = ws.encoder.as_mut() else {
+                return Err(foreign_workspace());
+            };
+            return Ok(encoder.backward(encoder_ws, &d_actor[..f], Some(encoder_grads), None)?);
+        }
         let n = rows * self.obs_len;
         let (d_actor, d_critic) = match d_inputs {
             Some((a, c)) => (Some(&mut a[..n]), Some(&mut c[..n])),
@@ -385,6 +490,9 @@ impl PolicyCore {
         if let Some(log_std) = &self.log_std {
             networks.push(("log_std".to_owned(), log_std.architecture()));
         }
+        if let Some(encoder) = &self.encoder {
+            networks.push(("encoder".to_owned(), encoder.architecture()));
+        }
         super::PolicyArchitecture { kind, networks }
     }
 
@@ -393,7 +501,11 @@ impl PolicyCore {
         match index {
             0 => Some(&self.actor),
             1 => Some(&self.critic),
-            2 => self.log_std.as_ref().map(|p| p as &dyn Weights),
+            2 => match (&self.log_std, &self.encoder) {
+                (Some(p), _) => Some(p as &dyn Weights),
+                (None, Some(e)) => Some(e as &dyn Weights),
+                (None, None) => None,
+            },
             _ => None,
         }
     }
@@ -402,10 +514,22 @@ impl PolicyCore {
         match index {
             0 => Some(&mut self.actor),
             1 => Some(&mut self.critic),
-            2 => self.log_std.as_mut().map(|p| p as &mut dyn Weights),
+            2 => match (&mut self.log_std, &mut self.encoder) {
+                (Some(p), _) => Some(p as &mut dyn Weights),
+                (None, Some(e)) => Some(e as &mut dyn Weights),
+                (None, None) => None,
+            },
             _ => None,
         }
     }
+}
+
+/// A workspace made for a policy without the shared encoder this one has.
+fn foreign_workspace() -> Error {
+    Error::config(
+        "policy workspace",
+        "was made for a policy of another architecture: make it with the policy's workspace()",
+    )
 }
 
 fn sampling_rng(seed: u64) -> Xoshiro256PlusPlus {
@@ -424,6 +548,10 @@ pub struct PolicyWorkspace {
     input: Vec<f32>,
     pub(super) actor: NetworkWorkspace,
     critic: NetworkWorkspace,
+    encoder: Option<NetworkWorkspace>,
+    /// Gradients with respect to the shared encoder's outputs through the actor, then
+    /// through the critic (`2 x max_rows x features`; empty without an encoder).
+    d_features: Vec<f32>,
     /// Per actor output: the log-softmax (categorical).
     pub(super) head: Vec<f32>,
     pub(super) log_probs: Vec<f32>,
@@ -439,6 +567,9 @@ impl PolicyWorkspace {
     /// results are bit-identical whatever its size.
     pub fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
         self.actor.set_pool(pool.clone());
+        if let Some(encoder) = &mut self.encoder {
+            encoder.set_pool(pool.clone());
+        }
         self.critic.set_pool(pool);
     }
 
@@ -475,8 +606,15 @@ impl PolicyWorkspace {
             + self.entropies.len()
             + self.values.len()
             + self.d_out.len()
-            + self.d_value.len();
-        (floats * size_of::<f32>()) as u64 + self.actor.memory_bytes() + self.critic.memory_bytes()
+            + self.d_value.len()
+            + self.d_features.len();
+        (floats * size_of::<f32>()) as u64
+            + self.actor.memory_bytes()
+            + self.critic.memory_bytes()
+            + self
+                .encoder
+                .as_ref()
+                .map_or(0, NetworkWorkspace::memory_bytes)
     }
 }
 
@@ -552,7 +690,7 @@ impl PolicyGradients {
 
     /// Checks that the buffers fit `core`'s networks.
     pub(super) fn check(&self, core: &PolicyCore) -> Result<()> {
-        let networks = 2 + usize::from(core.log_std.is_some());
+        let networks = 2 + usize::from(core.log_std.is_some() || core.encoder.is_some());
         check_len(
             "gradient buffers (one per network)",
             networks,
@@ -575,7 +713,7 @@ macro_rules! policy_networks {
     ([$($generics:tt)*] $policy:ty, $names:expr, $kind:expr) => {
         impl<$($generics)*> $crate::policy::PolicyNetworks for $policy {
             fn network_names(&self) -> &'static [&'static str] {
-                $names
+                self.core.shape.names($names)
             }
 
             fn network(&self, index: usize) -> Option<&dyn rl_nn::Weights> {

@@ -1122,3 +1122,83 @@ fn minibatched_evaluation_peak_memory_does_not_grow_with_the_rollout() {
         "full pass {full} B vs minibatched {large} B"
     );
 }
+
+/// A categorical policy with a convolutional encoder: the actor and critic are linear
+/// heads on one shared torso (three networks, named so in checkpoints), and the
+/// gradients of a weighted loss of log-probs, entropies and values through heads and
+/// torso match central finite differences of the policy's own passes (tanh, so the loss
+/// is smooth; f32 passes, so the tolerance is f32's).
+#[test]
+fn a_cnn_encoder_is_a_torso_shared_by_the_heads_with_true_gradients() {
+    let config = PolicyConfig {
+        hidden: vec![6],
+        activation: Activation::Tanh,
+        encoder: Encoder::SmallCnn,
+        actor_head_scale: 1.0,
+        init: PolicyInit::Orthogonal,
+        ..PolicyConfig::new()
+    };
+    let policy = CategoricalPolicy::<f32>::with_obs_shape(&[2, 5, 6], 3, config, 9).unwrap();
+    assert_eq!(policy.network_names(), &["actor", "critic", "encoder"]);
+    let arch = policy.architecture();
+    assert!(matches!(arch.networks[2].1, Architecture::Cnn(_)), "{arch}");
+    assert_eq!(
+        policy.network(0).unwrap().num_params(),
+        6 * 3 + 3,
+        "a linear head"
+    );
+    assert_eq!(
+        policy.shape().num_params(),
+        (0..3)
+            .map(|i| policy.network(i).unwrap().num_params())
+            .sum::<usize>()
+    );
+    let rows = 4;
+    let case = GradCase::new(rows, 60, discrete_actions(rows, 3, 5), 5);
+    let loss = |p: &CategoricalPolicy<f32>| -> f64 {
+        let mut ws = p.workspace(rows);
+        p.evaluate(&case.obs, &case.actions, &mut ws).unwrap();
+        (0..rows)
+            .map(|r| {
+                f64::from(case.w_lp[r]) * f64::from(ws.log_probs()[r])
+                    + f64::from(case.w_h[r]) * f64::from(ws.entropies()[r])
+                    + f64::from(case.w_v[r]) * f64::from(ws.values()[r])
+            })
+            .sum()
+    };
+    let mut ws = policy.workspace(rows);
+    policy.evaluate(&case.obs, &case.actions, &mut ws).unwrap();
+    let mut grads = PolicyGradients::new(&policy);
+    assert_eq!(grads.len(), 3);
+    policy
+        .backward(
+            &case.actions,
+            &case.w_lp,
+            &case.w_h,
+            &case.w_v,
+            &mut ws,
+            &mut grads,
+        )
+        .unwrap();
+    let eps = 1e-3f32;
+    for net in 0..3 {
+        let n = policy.network(net).unwrap().num_params();
+        let analytic = grads.get(net).unwrap().to_vec();
+        assert!(
+            analytic.iter().any(|&g| g != 0.0),
+            "network {net} got no gradient"
+        );
+        for i in (0..n).step_by((n / 40).max(1)) {
+            let mut plus = policy.clone();
+            plus.network_mut(net).unwrap().params_mut()[i] += eps;
+            let mut minus = policy.clone();
+            minus.network_mut(net).unwrap().params_mut()[i] -= eps;
+            let numeric = (loss(&plus) - loss(&minus)) / (2.0 * f64::from(eps));
+            let a = f64::from(analytic[i]);
+            assert!(
+                (numeric - a).abs() <= 2e-3 + 2e-2 * a.abs(),
+                "network {net} param {i}: analytic {a}, numeric {numeric}"
+            );
+        }
+    }
+}
