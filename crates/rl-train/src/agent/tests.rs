@@ -451,7 +451,7 @@ fn bad_run_directories_and_arguments_are_typed_errors_that_say_what_to_do() {
         ),
         "{short}"
     );
-    assert!(short.to_string().contains("rows x 4 floats"), "{short}");
+    assert!(short.to_string().contains("rows x 4 elements"), "{short}");
     let rows = agent.act(&[0.0; 8], &mut [0u32; 3]).unwrap_err();
     assert!(
         matches!(
