@@ -15,6 +15,7 @@ import flatrl
 SB3 = {
     "return_mean": ("rollout/ep_rew_mean", 1.0),
     "length_mean": ("rollout/ep_len_mean", 1.0),
+    "return_window": ("rollout/return_window", 1.0),
     "env_steps_per_s": ("time/fps", 1.0),
     "wall_s": ("time/time_elapsed", 1.0),
     "episodes": ("time/episodes", 1.0),
@@ -33,7 +34,10 @@ SB3 = {
     "loss": ("train/loss", 1.0),
     "epsilon": ("rollout/exploration_rate", 1.0),
     "eval_return_mean": ("eval/mean_reward", 1.0),
+    "eval_return_std": ("eval/std_reward", 1.0),
+    "eval_episodes": ("eval/episodes", 1.0),
     "rss_bytes": ("memory/rss_bytes", 1.0),
+    "planned_bytes": ("memory/planned_bytes", 1.0),
 }
 
 RUNS = {
