@@ -13,7 +13,5 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod command;
-
-pub use command::run_command;
+pub use rl_train::command::run_command;
 pub use rl_train::run::*;

@@ -73,6 +73,7 @@ fn _flatrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(train::resume, m)?)?;
     m.add_function(wrap_pyfunction!(train::evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(train::plan, m)?)?;
+    m.add_function(wrap_pyfunction!(train::cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(train::load_config, m)?)?;
     m.add_class::<agent::AgentCore>()?;
     m.add_function(wrap_pyfunction!(agent::load_agent, m)?)?;

@@ -200,7 +200,14 @@ fn registry(
         Some(env) => Some(env.clone()),
         None => None,
     };
-    let atari = factory.is_none() && config.env.starts_with("ALE/");
+    // `gymnasium:HalfCheetah-v5` names a Gymnasium id explicitly (the `rl` command's
+    // spelling); a bare id works too.
+    let id = config
+        .env
+        .strip_prefix("gymnasium:")
+        .unwrap_or(&config.env)
+        .to_owned();
+    let atari = factory.is_none() && id.starts_with("ALE/");
     let callable = factory.is_some();
     let factory = match factory {
         Some(factory) => factory,
@@ -231,12 +238,12 @@ fn registry(
             if atari {
                 kwargs.set_item("frameskip", 1)?;
             }
-            let partial = py.import("functools")?.getattr("partial")?.call(
-                (gymnasium.getattr("make")?, config.env.as_str()),
-                Some(&kwargs),
-            )?;
+            let partial = py
+                .import("functools")?
+                .getattr("partial")?
+                .call((gymnasium.getattr("make")?, id.as_str()), Some(&kwargs))?;
             // An id Gymnasium does not know: say which names work.
-            if let Err(err) = gymnasium.getattr("spec")?.call1((config.env.as_str(),)) {
+            if let Err(err) = gymnasium.getattr("spec")?.call1((id.as_str(),)) {
                 return Err(ConfigError::new_err(format!(
                     "env: {:?} is neither a built-in environment ({}) nor a Gymnasium id ({err})",
                     config.env,
@@ -486,4 +493,57 @@ fn checked_plan(
         return Err(budget_exception(why, planned.plan));
     }
     Ok(planned.plan)
+}
+
+/// The environment a command line names, for the registry: the `env` of the config a
+/// `train` or `plan` reads (with its `--set` overrides), or of the run directory a
+/// `resume`, `eval` or `export` reads. `None` when there is none (`list`, `plot`,
+/// `--help`) or it cannot be read (the command then reports that itself).
+fn command_config(args: &[String]) -> Option<Config> {
+    let command = args.get(1)?.as_str();
+    let positional = args[2..].iter().find(|a| !a.starts_with('-'))?;
+    let mut overrides = Vec::new();
+    let mut words = args[2..].iter();
+    while let Some(word) = words.next() {
+        if let Some(value) = word.strip_prefix("--set=") {
+            overrides.push(value.to_owned());
+        } else if word == "--set" {
+            overrides.extend(words.next().cloned());
+        }
+    }
+    let path = match command {
+        "train" | "plan" => PathBuf::from(positional),
+        "resume" | "eval" | "export" => Path::new(positional).join("config.toml"),
+        _ => return None,
+    };
+    let text = std::fs::read_to_string(path).ok()?;
+    Config::from_toml(&text, &overrides).ok()
+}
+
+/// The `rl` command line as the `flatrl` console script (`python -m flatrl`): `argv` as
+/// `sys.argv` gives it; the registry holds the built-in environments and the Gymnasium
+/// one the config names (`env = "gymnasium:HalfCheetah-v5"`, `"CartPole-v1"`,
+/// `"ALE/Pong-v5"`). Returns the exit code. Runs with the GIL released.
+#[pyfunction]
+pub fn cli_main(py: Python<'_>, argv: Vec<String>) -> PyResult<u8> {
+    let errors = ErrorSlot::default();
+    let registry = match command_config(&argv) {
+        Some(mut config) => match registry(py, &mut config, None, &errors) {
+            Ok(registry) => registry,
+            Err(err) => {
+                eprintln!("error: {err}");
+                return Ok(2);
+            }
+        },
+        None => Registry::builtin(),
+    };
+    let code = py.detach(|| rl_train::command::run_args(&registry, "flatrl", &argv));
+    if let Some(raised) = errors
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+    {
+        return Err(raised);
+    }
+    Ok(code)
 }

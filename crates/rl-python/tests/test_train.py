@@ -196,3 +196,36 @@ def test_spaces_the_bridge_cannot_take_raise_value_error(tmp_path):
 
     with pytest.raises(ValueError, match="observation space"):
         flatrl.train({**small_ppo(), "env": "d"}, tmp_path / "a", env=lambda: DiscreteObs(0))
+
+
+def test_the_flatrl_command_runs_gymnasium_ids_like_rl(tmp_path):
+    # The `rl` command line as the console script, on a Gymnasium id named in the config.
+    import subprocess
+    import sys
+
+    config = tmp_path / "ppo.toml"
+    text = (CONFIGS / "ppo_cartpole.toml").read_text().replace('env = "cartpole"', 'env = "gymnasium:CartPole-v1"')
+    config.write_text(text)
+    run = tmp_path / "run"
+
+    def flatrl_cmd(*args):
+        return subprocess.run([sys.executable, "-m", "flatrl", *args], capture_output=True, text=True)
+
+    out = flatrl_cmd("train", str(config), "--out", str(run), "--quiet", "--set", "run.total_steps=2048")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["env"] == "gymnasium:CartPole-v1" and result["total_env_steps"] == 2048
+    out = flatrl_cmd("eval", str(run), "--episodes", "3")
+    assert out.returncode == 0 and json.loads(out.stdout)["episodes"] == 3, out.stderr
+    out = flatrl_cmd("resume", str(run), "--quiet", "--set", "run.total_steps=4096")
+    assert out.returncode == 0 and json.loads(out.stdout)["total_env_steps"] == 4096, out.stderr
+    out = flatrl_cmd("plan", str(config))
+    assert out.returncode == 0 and "total: ram" in out.stdout, out.stderr
+    out = flatrl_cmd("list")
+    assert out.returncode == 0 and "cartpole" in out.stdout
+    # A bad key is a usage error before anything runs; an unknown id says so.
+    out = flatrl_cmd("train", str(config), "--out", str(tmp_path / "x"), "--set", "ppo.n_stepz=3")
+    assert out.returncode == 2 and "n_stepz" in out.stderr
+    config.write_text(text.replace("gymnasium:CartPole-v1", "gymnasium:NoSuchEnv-v0"))
+    out = flatrl_cmd("train", str(config), "--out", str(tmp_path / "y"))
+    assert out.returncode == 2 and "NoSuchEnv-v0" in out.stderr and not (tmp_path / "y").exists()

@@ -27,6 +27,7 @@
 //! ```
 
 pub mod agent;
+pub mod command;
 pub mod config;
 pub mod eval;
 pub mod run;

@@ -257,6 +257,10 @@ def plan(config: ConfigLike, *, env: EnvLike = None, overrides: Sequence[str] = 
     """The run's memory plan, from the config alone; MemoryBudgetError when over run.budget
     (without one, over the available memory)."""
 
+def cli_main(argv: list[str]) -> int:
+    """The ``flatrl`` command line (``rl``'s, with Gymnasium environments); the exit code."""
+    ...
+
 def load_config(
     config: ConfigLike, *, overrides: Sequence[str] = (), env: EnvLike = None
 ) -> dict[str, Any]:

@@ -6,15 +6,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use super::{Error, Limit, Registry, TrainOptions, Trained, Which};
 use crate::config::{Config, ConfigError};
+use crate::run::{Error, Limit, Registry, TrainOptions, Trained, Which};
 
 /// Train, plan, evaluate, resume, plot and export reinforcement-learning runs whose
 /// memory is planned before they start.
 #[derive(Debug, Parser)]
-#[command(name = "rl", version, about, propagate_version = true)]
+#[command(name = "rl", version, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -175,12 +175,35 @@ enum Format {
 /// (nothing ran), 130 for a run ended by Ctrl-C or SIGTERM
 /// (saved, resumable). Results go to stdout as JSON, progress and errors to stderr.
 pub fn run_command(registry: &Registry) -> ExitCode {
-    let cli = Cli::parse();
+    ExitCode::from(run_args(registry, "rl", std::env::args_os()))
+}
+
+/// [`run_command`] over `args` (the first is the program's name, as `std::env::args`
+/// gives it), with `name` in usage and help: what the Python package's `flatrl` console
+/// script runs with its registry (Gymnasium environments included). Returns the exit
+/// code; `--help` and `--version` print and return 0, a usage error prints and returns 2.
+pub fn run_args<I, T>(registry: &Registry, name: &'static str, args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let parsed = Cli::command()
+        .name(name)
+        .bin_name(name)
+        .try_get_matches_from(args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() { 2 } else { 0 };
+        }
+    };
     match dispatch(registry, cli.command) {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error}");
-            ExitCode::from(error.exit_code() as u8)
+            error.exit_code() as u8
         }
     }
 }
@@ -203,7 +226,7 @@ fn dispatch(registry: &Registry, command: Command) -> Result<u8, Error> {
                 stop: Some(stop_flag()?),
                 overrides: Vec::new(),
             };
-            report(super::train(registry, &parsed, &out, &options)?)
+            report(crate::run::train(registry, &parsed, &out, &options)?)
         }
         Command::Resume {
             run_dir,
@@ -215,7 +238,7 @@ fn dispatch(registry: &Registry, command: Command) -> Result<u8, Error> {
                 stop: Some(stop_flag()?),
                 overrides: set.overrides(),
             };
-            report(super::resume(registry, &run_dir, &options)?)
+            report(crate::run::resume(registry, &run_dir, &options)?)
         }
         Command::List => {
             let envs = registry.list();
@@ -241,7 +264,7 @@ fn dispatch(registry: &Registry, command: Command) -> Result<u8, Error> {
         }
         Command::Plan { config, set } => {
             let parsed = read(&config, &set.overrides())?;
-            let planned = super::plan(registry, &parsed)?;
+            let planned = crate::run::plan(registry, &parsed)?;
             println!("{}", planned.plan);
             for warning in &planned.warnings {
                 println!("warning: {warning}");
@@ -280,7 +303,8 @@ fn dispatch(registry: &Registry, command: Command) -> Result<u8, Error> {
             checkpoint,
             seed,
         } => {
-            let evaluated = super::eval(registry, &run_dir, checkpoint.into(), episodes, seed)?;
+            let evaluated =
+                crate::run::eval(registry, &run_dir, checkpoint.into(), episodes, seed)?;
             println!("{}", json(&evaluated)?);
             Ok(0)
         }
@@ -293,18 +317,18 @@ fn dispatch(registry: &Registry, command: Command) -> Result<u8, Error> {
         } => {
             let out = match (out, run_dirs.as_slice()) {
                 (Some(out), _) => out,
-                (None, [one]) => one.join(super::CURVE_FILE),
+                (None, [one]) => one.join(crate::run::CURVE_FILE),
                 (None, _) => PathBuf::from("curves.png"),
             };
-            let options = super::PlotOptions {
+            let options = crate::run::PlotOptions {
                 y,
                 x: match x {
-                    XFlag::EnvSteps => super::XAxis::EnvSteps,
-                    XFlag::WallS => super::XAxis::WallSeconds,
+                    XFlag::EnvSteps => crate::run::XAxis::EnvSteps,
+                    XFlag::WallS => crate::run::XAxis::WallSeconds,
                 },
                 smooth,
             };
-            super::plot_with(&run_dirs, &out, &options)?;
+            crate::run::plot_with(&run_dirs, &out, &options)?;
             eprintln!("wrote {}", out.display());
             Ok(0)
         }
@@ -314,7 +338,7 @@ fn dispatch(registry: &Registry, command: Command) -> Result<u8, Error> {
             checkpoint,
             out,
         } => {
-            let exported = super::export(&run_dir, checkpoint.into(), out.as_deref())?;
+            let exported = crate::run::export(&run_dir, checkpoint.into(), out.as_deref())?;
             println!("{}", json(&exported)?);
             Ok(0)
         }

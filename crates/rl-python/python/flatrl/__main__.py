@@ -1,0 +1,5 @@
+"""``python -m flatrl ...``: the ``flatrl`` command (see ``flatrl.cli``)."""
+
+from flatrl.cli import main
+
+main()
