@@ -229,3 +229,17 @@ def test_the_flatrl_command_runs_gymnasium_ids_like_rl(tmp_path):
     config.write_text(text.replace("gymnasium:CartPole-v1", "gymnasium:NoSuchEnv-v0"))
     out = flatrl_cmd("train", str(config), "--out", str(tmp_path / "y"))
     assert out.returncode == 2 and "NoSuchEnv-v0" in out.stderr and not (tmp_path / "y").exists()
+
+
+@pytest.mark.parametrize("config", sorted((CONFIGS / "mujoco").glob("*.toml")), ids=lambda p: p.stem)
+def test_every_mujoco_config_trains_for_a_few_hundred_steps(tmp_path, config):
+    pytest.importorskip("mujoco", reason="gymnasium[mujoco] is not installed")
+    overrides = ["run.total_steps=300", "run.eval={every_steps=300,episodes=1}"]
+    text = config.read_text()
+    if 'algo = "ppo"' in text:
+        overrides.append("ppo.n_steps=128")
+    else:
+        overrides.append("off_policy.learning_starts=100")
+    result = flatrl.train(config, tmp_path / "run", overrides=overrides)
+    assert result["total_env_steps"] >= 300 and result["env"].startswith("gymnasium:"), result
+    assert result["eval_mean_return"] is not None, result

@@ -260,7 +260,7 @@ impl Registry {
             // A Gymnasium id (`CartPole-v1`, `ALE/Pong-v5`) needs a Python host.
             let gymnasium = if config.env.contains('/') || config.env.contains("-v") {
                 format!(
-                    "; it looks like a Gymnasium id, which the Python package runs: flatrl.train(config, run_dir, env={:?})",
+                    "; it looks like a Gymnasium id, which the Python package runs: `flatrl train CONFIG` (the wheel's command line) or flatrl.train(config, run_dir, env={:?})",
                     config.env
                 )
             } else {
