@@ -25,6 +25,8 @@
 //! - [`sequence`]: [`Recurrent`](sequence::Recurrent), a SAC (continuous or discrete)
 //!   or DQN behind an `rl-history` summarizer, trained on windows of consecutive steps
 //!   replayed from the buffer with a burn-in.
+//! - [`td3`]: [`Td3`](td3::Td3), twin delayed DDPG for box actions on SAC's twin
+//!   critics: target policy smoothing, delayed actor and target updates.
 //! - [`predict`]: [`Predict`](predict::Predict), deterministic actions of every trained
 //!   policy and learner.
 //!
@@ -41,6 +43,7 @@ pub mod ppo;
 pub mod predict;
 pub mod sac;
 pub mod sequence;
+pub mod td3;
 
 pub use error::{Error, Key, Result};
 /// The network layer's types that appear in this crate's signatures.

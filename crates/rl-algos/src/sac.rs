@@ -11,7 +11,7 @@ mod actor;
 mod continuous;
 mod discrete;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::sync::Arc;
 
@@ -30,8 +30,10 @@ use crate::error::{Error, Result, adam_difference, first_difference};
 use crate::learner::Sizes;
 use crate::policy::Mode;
 
+pub(crate) use actor::copy_weights;
 pub use actor::{DiscreteSacActor, SacActor};
 pub use continuous::{CHECKPOINT_KIND as SAC_CHECKPOINT_KIND, Sac};
+pub(crate) use continuous::{join, spaces};
 pub(crate) use discrete::obs_grads_line;
 pub use discrete::{
     ActionMaskFn, ActionScoring, CHECKPOINT_KIND as DISCRETE_SAC_CHECKPOINT_KIND, DiscreteSac,
@@ -189,32 +191,60 @@ impl SacConfig {
     }
 }
 
-/// The sizes [`Sac`] and [`DiscreteSac`] plan with: the actor's and critics' specs and
-/// parameter counts, checked once.
+/// The names an actor-critic learner's plan lines and size errors use: `"sac"` with its
+/// `sac.hidden` and `sac.batch_size` settings, or TD3's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PlanNames {
+    /// The first part of every plan line (`"sac"`).
+    pub(crate) prefix: &'static str,
+    /// The setting the network sizes come from (`"sac.hidden"`).
+    pub(crate) hidden: &'static str,
+    /// The setting the batch's rows come from (`"sac.batch_size"`).
+    pub(crate) batch: &'static str,
+}
+
+/// SAC's plan names.
+const SAC_NAMES: PlanNames = PlanNames {
+    prefix: "sac",
+    hidden: "sac.hidden",
+    batch: "sac.batch_size",
+};
+
+/// The sizes [`Sac`], [`DiscreteSac`] and TD3 plan with: the actor's and critics' specs
+/// and parameter counts, checked once.
 #[derive(Clone, Debug)]
 pub(crate) struct CoreShape {
+    names: PlanNames,
     actor: MlpSpec,
     critic: MlpSpec,
     /// Bytes of the actor's and of one critic's parameters.
-    actor_bytes: u64,
+    pub(crate) actor_bytes: u64,
     critic_bytes: u64,
 }
 
 impl CoreShape {
     /// An actor `actor_in -> hidden -> actor_out` and critics `critic_in -> hidden ->
     /// critic_out` of `config`, validated.
-    fn new(
-        config: &SacConfig,
+    fn new(config: &SacConfig, actor: (usize, usize), critic: (usize, usize)) -> Result<Self> {
+        config.validate()?;
+        Self::with_hidden(SAC_NAMES, &config.hidden, actor, critic)
+    }
+
+    /// An actor `actor_in -> hidden -> actor_out` and critics `critic_in -> hidden ->
+    /// critic_out` (ReLU between layers), planned under `names`.
+    pub(crate) fn with_hidden(
+        names: PlanNames,
+        hidden: &[usize],
         (actor_in, actor_out): (usize, usize),
         (critic_in, critic_out): (usize, usize),
     ) -> Result<Self> {
-        config.validate()?;
-        let actor = config.spec(actor_in, actor_out);
-        let critic = config.spec(critic_in, critic_out);
-        let sizes = Sizes::of("sac.hidden");
+        let actor = MlpSpec::new(actor_in, hidden, actor_out, Activation::Relu);
+        let critic = MlpSpec::new(critic_in, hidden, critic_out, Activation::Relu);
+        let sizes = Sizes::of(names.hidden);
         Ok(Self {
             actor_bytes: sizes.f32s(&[sizes.checked(actor.checked_num_params())?])?,
             critic_bytes: sizes.f32s(&[sizes.checked(critic.checked_num_params())?])?,
+            names,
             actor,
             critic,
         })
@@ -223,33 +253,35 @@ impl CoreShape {
     /// What [`Core`] and its [`ActorPasses`] hold for batches of `rows` rows: parameters,
     /// gradients, moments and workspaces of the actor and the twin critics with their
     /// targets.
-    fn plan(&self, rows: usize) -> Result<MemoryPlan> {
-        let (sizes, batch) = (Sizes::of("sac.hidden"), Sizes::of("sac.batch_size"));
+    pub(crate) fn plan(&self, rows: usize) -> Result<MemoryPlan> {
+        let names = self.names;
+        let prefix = names.prefix;
+        let (sizes, batch) = (Sizes::of(names.hidden), Sizes::of(names.batch));
         let (actor, critic) = (self.actor_bytes, self.critic_bytes);
         let mut plan = MemoryPlan::new()
             .with(
-                "sac/actor (weights + gradients)",
+                format!("{prefix}/actor (weights + gradients)"),
                 Location::Ram,
                 sizes.sum(&[actor, actor])?,
             )
             .with(
-                "sac/actor/adam moments",
+                format!("{prefix}/actor/adam moments"),
                 Location::Ram,
                 sizes.sum(&[actor, actor])?,
             )
             .with(
-                "sac/critics (online + target)",
+                format!("{prefix}/critics (online + target)"),
                 Location::Ram,
                 sizes.sum(&[critic, critic, critic, critic])?,
             )
             .with(
-                "sac/critics gradients",
+                format!("{prefix}/critics gradients"),
                 Location::Ram,
                 sizes.sum(&[critic, critic])?,
             );
         for i in 0..2 {
             plan.add(
-                format!("sac/critic {i}/adam moments"),
+                format!("{prefix}/critic {i}/adam moments"),
                 Location::Ram,
                 sizes.sum(&[critic, critic])?,
             );
@@ -258,7 +290,7 @@ impl CoreShape {
         for i in 0..2 {
             for name in [format!("critic {i}"), format!("target critic {i}")] {
                 plan.add(
-                    format!("sac/{name}/activations and gradients"),
+                    format!("{prefix}/{name}/activations and gradients"),
                     Location::Ram,
                     critic_ws,
                 );
@@ -270,7 +302,7 @@ impl CoreShape {
             ("actor (acting)", ACT_ROWS),
         ] {
             plan.add(
-                format!("sac/{name}/activations and gradients"),
+                format!("{prefix}/{name}/activations and gradients"),
                 Location::Ram,
                 batch.checked(self.actor.workspace_bytes(rows))?,
             );
@@ -278,9 +310,19 @@ impl CoreShape {
         Ok(plan)
     }
 
+    /// The actor's spec.
+    pub(crate) fn actor_spec(&self) -> &MlpSpec {
+        &self.actor
+    }
+
+    /// Each critic's spec.
+    pub(crate) fn critic_spec(&self) -> &MlpSpec {
+        &self.critic
+    }
+
     /// Bytes of one actor copy's network and workspace.
-    fn actor_copy_bytes(&self) -> Result<u64> {
-        let sizes = Sizes::of("sac.hidden");
+    pub(crate) fn actor_copy_bytes(&self) -> Result<u64> {
+        let sizes = Sizes::of(self.names.hidden);
         sizes.sum(&[
             self.actor_bytes,
             sizes.checked(self.actor.workspace_bytes(ACT_ROWS))?,
@@ -573,19 +615,19 @@ impl Core {
 }
 
 /// Rows the collector-facing forward pass handles at once.
-const ACT_ROWS: usize = 64;
+pub(crate) const ACT_ROWS: usize = 64;
 
 /// The actor's workspaces: the batch's observations (kept for the backward pass), the
 /// next observations (targets) and acting for a collector.
 #[derive(Clone, Debug)]
-struct ActorPasses {
-    batch: MlpWorkspace,
-    next: MlpWorkspace,
-    act: MlpWorkspace,
+pub(crate) struct ActorPasses {
+    pub(crate) batch: MlpWorkspace,
+    pub(crate) next: MlpWorkspace,
+    pub(crate) act: MlpWorkspace,
 }
 
 impl ActorPasses {
-    fn new(actor: &Mlp, rows: usize) -> Self {
+    pub(crate) fn new(actor: &Mlp, rows: usize) -> Self {
         Self {
             batch: actor.workspace(rows),
             next: actor.workspace(rows),
@@ -594,7 +636,7 @@ impl ActorPasses {
     }
 
     /// The batch passes run on `pool` (acting, a few rows, stays on the caller).
-    fn set_pool(&mut self, pool: Option<&Arc<Pool>>) {
+    pub(crate) fn set_pool(&mut self, pool: Option<&Arc<Pool>>) {
         for ws in [&mut self.batch, &mut self.next] {
             ws.set_pool(pool.cloned());
         }
@@ -614,7 +656,12 @@ pub(crate) struct Transitions<'b, A> {
 impl<'b, A: Element> Transitions<'b, A> {
     /// Reads the columns of `batch` (1 to `max_rows` rows of `obs_dim` observations and
     /// `act_len` action elements).
-    fn read(batch: &'b Batch, max_rows: usize, obs_dim: usize, act_len: usize) -> Result<Self> {
+    pub(crate) fn read(
+        batch: &'b Batch,
+        max_rows: usize,
+        obs_dim: usize,
+        act_len: usize,
+    ) -> Result<Self> {
         let rows = batch.len();
         if rows == 0 || rows > max_rows {
             return Err(Error::shape("batch rows (1 to batch_size)", max_rows, rows));
@@ -648,13 +695,13 @@ impl<'b, A: Element> Transitions<'b, A> {
 
 /// Two critics, their polyak targets, optimisers, gradients and workspaces.
 #[derive(Clone, Debug)]
-struct TwinCritics {
-    online: [Mlp; 2],
-    target: [Mlp; 2],
-    adam: [Adam; 2],
-    grads: [Vec<f32>; 2],
-    ws: [MlpWorkspace; 2],
-    target_ws: [MlpWorkspace; 2],
+pub(crate) struct TwinCritics {
+    pub(crate) online: [Mlp; 2],
+    pub(crate) target: [Mlp; 2],
+    pub(crate) adam: [Adam; 2],
+    pub(crate) grads: [Vec<f32>; 2],
+    pub(crate) ws: [MlpWorkspace; 2],
+    pub(crate) target_ws: [MlpWorkspace; 2],
     /// With a pool: the two critics' passes run side by side ([`TwinCritics::both`]).
     pool: Option<Arc<Pool>>,
 }
@@ -681,7 +728,7 @@ pub(crate) struct Critic<'a> {
 }
 
 impl TwinCritics {
-    fn new(
+    pub(crate) fn new(
         spec: &MlpSpec,
         adam: AdamConfig,
         rows: usize,
@@ -754,7 +801,7 @@ impl TwinCritics {
     ///
     /// # Errors
     /// The first critic's error, else the second's.
-    fn both<T: Send, R: Send>(
+    pub(crate) fn both<T: Send, R: Send>(
         &mut self,
         extra: [T; 2],
         f: impl Fn(Critic<'_>, T) -> Result<R> + Sync,
@@ -770,7 +817,7 @@ impl TwinCritics {
 
     /// The two critics run side by side on `pool`, and every critic pass outside
     /// [`TwinCritics::both`] splits its products across it.
-    fn set_pool(&mut self, pool: Option<&Arc<Pool>>) {
+    pub(crate) fn set_pool(&mut self, pool: Option<&Arc<Pool>>) {
         for ws in self.ws.iter_mut().chain(&mut self.target_ws) {
             ws.set_pool(pool.cloned());
         }
@@ -778,7 +825,7 @@ impl TwinCritics {
     }
 
     /// Applies and clears the gradients of both critics.
-    fn step(&mut self) -> Result<()> {
+    pub(crate) fn step(&mut self) -> Result<()> {
         self.both([(), ()], |critic, ()| {
             critic
                 .adam
@@ -789,7 +836,7 @@ impl TwinCritics {
         Ok(())
     }
 
-    fn polyak(&mut self, tau: f32) -> Result<()> {
+    pub(crate) fn polyak(&mut self, tau: f32) -> Result<()> {
         for (target, online) in self.target.iter_mut().zip(&self.online) {
             rl_nn::polyak(target.params_mut(), online.params(), tau)?;
         }
@@ -846,7 +893,7 @@ impl Temperature {
 }
 
 /// `0.5 * mean((q - target)^2)`, with its gradient with respect to `q` written to `dq`.
-fn half_squared_error(q: &[f32], target: &[f32], dq: &mut [f32]) -> f32 {
+pub(crate) fn half_squared_error(q: &[f32], target: &[f32], dq: &mut [f32]) -> f32 {
     let n = q.len() as f32;
     let mut loss = 0.0;
     for ((&q, &y), d) in q.iter().zip(target).zip(dq.iter_mut()) {
@@ -880,6 +927,6 @@ fn check_config(ours: &SacConfig, theirs: &SacConfig) -> Result<()> {
     adam_difference("sac", &ours.adam, &theirs.adam)
 }
 
-fn seeded(seed: u64) -> Xoshiro256PlusPlus {
+pub(crate) fn seeded(seed: u64) -> Xoshiro256PlusPlus {
     Xoshiro256PlusPlus::seed_from_u64(seed)
 }

@@ -23,21 +23,31 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000, help="env steps to take")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--env", default="Pendulum-v1", help="Gymnasium id (HalfCheetah-v5 for the MuJoCo figure)")
+    parser.add_argument("--learning-starts", type=int, default=100, help="random steps first (rl-zoo MuJoCo: 10000)")
     args = parser.parse_args()
 
     import torch
     from stable_baselines3 import SAC
 
     torch.set_num_threads(args.threads)
-    model = SAC("MlpPolicy", "Pendulum-v1", seed=args.seed, device="cpu", verbose=0)
+    model = SAC(
+        "MlpPolicy",
+        args.env,
+        learning_starts=args.learning_starts,
+        seed=args.seed,
+        device="cpu",
+        verbose=0,
+    )
     start = time.perf_counter()
     model.learn(total_timesteps=args.steps)
     wall = time.perf_counter() - start
     print(
         json.dumps(
             {
-                "bench": "sac_pendulum",
+                "bench": "sac_pendulum" if args.env == "Pendulum-v1" else "sac_gym",
                 "impl": "sb3",
+                "env": args.env,
                 "threads": args.threads,
                 "env_steps": args.steps,
                 "wall_s": round(wall, 3),

@@ -29,6 +29,7 @@ use rl_algos::policy::{
 };
 use rl_algos::predict::Predict;
 use rl_algos::sac::{DiscreteSac, Sac};
+use rl_algos::td3::Td3;
 use rl_collect::ActOutput;
 
 use crate::config::Algo;
@@ -724,7 +725,8 @@ feed_forward!(
     Sac,
     DiscreteSac,
     Dqn,
-    Dqn<u8>
+    Dqn<u8>,
+    Td3
 );
 
 impl Loadable for RecurrentCategoricalPolicy {

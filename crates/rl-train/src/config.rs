@@ -21,7 +21,8 @@
 //!
 //! Which tables a config may hold depends on `algo`: `ppo` reads `[ppo]` and `[policy]`,
 //! `recurrent_ppo` those and `[recurrent]`, `sac` and `discrete_sac` read `[sac]` and
-//! `[off_policy]`, `dqn` reads `[dqn]` and `[off_policy]`; every algorithm reads `[run]`
+//! `[off_policy]`, `dqn` reads `[dqn]` and `[off_policy]`, `td3` reads `[td3]` and
+//! `[off_policy]`; every algorithm reads `[run]`
 //! and `[log]`. A table of another algorithm is an error. Missing keys take the
 //! defaults of the algorithm (`SacConfig::sb3()`, `DqnConfig::default()` ...), also
 //! inside nested tables (`[sac.adam] lr = 1e-3` keeps SAC's Adam epsilon), and
@@ -41,6 +42,7 @@ use rl_algos::dqn::DqnConfig;
 use rl_algos::policy::{History, PolicyConfig};
 use rl_algos::ppo::{PpoConfig, RecurrentPpoConfig};
 use rl_algos::sac::SacConfig;
+use rl_algos::td3::Td3Config;
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
@@ -64,20 +66,23 @@ pub enum Algo {
     DiscreteSac,
     /// DQN (`rl::algos::dqn::Dqn`) for discrete actions.
     Dqn,
+    /// TD3 (`rl::algos::td3::Td3`) for box actions.
+    Td3,
 }
 
 impl Algo {
     /// Every algorithm, in the order errors list them.
-    pub const ALL: [Algo; 5] = [
+    pub const ALL: [Algo; 6] = [
         Algo::Ppo,
         Algo::RecurrentPpo,
         Algo::Sac,
         Algo::DiscreteSac,
         Algo::Dqn,
+        Algo::Td3,
     ];
 
     /// The name in config files: `"ppo"`, `"recurrent_ppo"`, `"sac"`, `"discrete_sac"`,
-    /// `"dqn"`.
+    /// `"dqn"`, `"td3"`.
     pub const fn name(self) -> &'static str {
         match self {
             Algo::Ppo => "ppo",
@@ -85,6 +90,7 @@ impl Algo {
             Algo::Sac => "sac",
             Algo::DiscreteSac => "discrete_sac",
             Algo::Dqn => "dqn",
+            Algo::Td3 => "td3",
         }
     }
 
@@ -95,12 +101,13 @@ impl Algo {
             Algo::RecurrentPpo => &["ppo", "policy", "recurrent"],
             Algo::Sac | Algo::DiscreteSac => &["sac", "off_policy"],
             Algo::Dqn => &["dqn", "off_policy"],
+            Algo::Td3 => &["td3", "off_policy"],
         }
     }
 
     /// Whether it trains from a replay buffer.
     pub const fn off_policy(self) -> bool {
-        matches!(self, Algo::Sac | Algo::DiscreteSac | Algo::Dqn)
+        matches!(self, Algo::Sac | Algo::DiscreteSac | Algo::Dqn | Algo::Td3)
     }
 }
 
@@ -206,6 +213,9 @@ pub struct Config {
     /// DQN's (`dqn`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dqn: Option<DqnConfig>,
+    /// TD3's (`td3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub td3: Option<Td3Config>,
     /// The off-policy loop: replay capacity and location, warm-up, training cadence,
     /// prioritized replay, collector (`sac`, `discrete_sac`, `dqn`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -260,7 +270,7 @@ impl ConfigError {
 }
 
 /// The table keys of the algorithm sections that a seed may not be set in.
-const SEEDED: [&str; 3] = ["ppo", "sac", "dqn"];
+const SEEDED: [&str; 4] = ["ppo", "sac", "dqn", "td3"];
 
 impl Config {
     /// What a run of this config would do that its author probably did not mean, one
@@ -350,7 +360,15 @@ impl Config {
                 ConfigError::new("algo", message.replace("variant", "algorithm"))
             })?,
         };
-        for name in ["policy", "recurrent", "ppo", "sac", "dqn", "off_policy"] {
+        for name in [
+            "policy",
+            "recurrent",
+            "ppo",
+            "sac",
+            "dqn",
+            "td3",
+            "off_policy",
+        ] {
             if table.contains_key(name) && !algo.tables().contains(&name) {
                 return Err(ConfigError::new(
                     name,
@@ -477,9 +495,10 @@ impl Config {
                         .map_err(|e| ConfigError::from_algos(e, None))?,
                 }
             }
-            Algo::Sac | Algo::DiscreteSac | Algo::Dqn => {
+            Algo::Sac | Algo::DiscreteSac | Algo::Dqn | Algo::Td3 => {
                 match self.algo {
                     Algo::Dqn => self.dqn.as_ref().ok_or_else(|| missing("dqn"))?.validate(),
+                    Algo::Td3 => self.td3.as_ref().ok_or_else(|| missing("td3"))?.validate(),
                     _ => self.sac.as_ref().ok_or_else(|| missing("sac"))?.validate(),
                 }
                 .map_err(|e| ConfigError::from_algos(e, None))?;
@@ -550,6 +569,7 @@ fn defaults(algo: Algo) -> Result<Table, ConfigError> {
         ppo: None,
         sac: None,
         dqn: None,
+        td3: None,
         off_policy: None,
     };
     match algo {
@@ -560,11 +580,11 @@ fn defaults(algo: Algo) -> Result<Table, ConfigError> {
                 config.recurrent = Some(Recurrent::default());
             }
         }
-        Algo::Sac | Algo::DiscreteSac | Algo::Dqn => {
-            if algo == Algo::Dqn {
-                config.dqn = Some(DqnConfig::default());
-            } else {
-                config.sac = Some(SacConfig::sb3());
+        Algo::Sac | Algo::DiscreteSac | Algo::Dqn | Algo::Td3 => {
+            match algo {
+                Algo::Dqn => config.dqn = Some(DqnConfig::default()),
+                Algo::Td3 => config.td3 = Some(Td3Config::sb3()),
+                _ => config.sac = Some(SacConfig::sb3()),
             }
             config.off_policy = Some(OffPolicyConfig::new());
         }

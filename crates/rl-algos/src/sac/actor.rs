@@ -20,7 +20,7 @@ const ACTOR_SEED: u64 = 0xAC70_5AC0_AC70_5AC0;
 
 /// Copies `source`'s weights into `dest`, refusing another architecture. Allocates
 /// nothing (but the error).
-fn copy_weights(dest: &mut Mlp, source: &Mlp) -> Result<()> {
+pub(crate) fn copy_weights(dest: &mut Mlp, source: &Mlp) -> Result<()> {
     if dest.spec() != source.spec() {
         return Err(Error::CheckpointMismatch {
             what: "actor architecture".to_owned(),

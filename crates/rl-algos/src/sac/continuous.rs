@@ -155,7 +155,10 @@ impl Scratch {
 
 /// The observation length (an `f32` box) and the affine map from `[-1, 1]` onto the
 /// action box's bounds (scale, offset per element) of SAC's spaces.
-fn spaces(observation_space: &Space, action_space: &Space) -> Result<(usize, Vec<f32>, Vec<f32>)> {
+pub(crate) fn spaces(
+    observation_space: &Space,
+    action_space: &Space,
+) -> Result<(usize, Vec<f32>, Vec<f32>)> {
     let obs_dim = match observation_space {
         Space::Box(b) if b.dtype() == DType::F32 => b.flat_len(),
         other => {
@@ -191,7 +194,7 @@ fn spaces(observation_space: &Space, action_space: &Space) -> Result<(usize, Vec
     if obs_dim == 0 || scale.is_empty() {
         return Err(Error::config(
             "spaces",
-            "have no elements: SAC needs at least one observation and one action element",
+            "have no elements: SAC and TD3 need at least one observation and one action element",
         ));
     }
     Ok((obs_dim, scale, offset))
@@ -227,7 +230,7 @@ pub(super) fn squash(
 }
 
 /// Writes `[obs, actions]` rows into `dst`.
-fn join(dst: &mut [f32], obs: &[f32], actions: &[f32], obs_dim: usize, act_dim: usize) {
+pub(crate) fn join(dst: &mut [f32], obs: &[f32], actions: &[f32], obs_dim: usize, act_dim: usize) {
     for ((row, o), a) in dst
         .chunks_exact_mut(obs_dim + act_dim)
         .zip(obs.chunks_exact(obs_dim))

@@ -1005,7 +1005,11 @@ fn continuous_critic_observation_gradients_match_finite_differences() {
 }
 
 /// Central differences of `loss` at `x` (f64) against the analytic gradient.
-fn assert_matches_finite_differences(x: &[f64], analytic: &[f32], loss: impl Fn(&[f64]) -> f64) {
+pub(crate) fn assert_matches_finite_differences(
+    x: &[f64],
+    analytic: &[f32],
+    loss: impl Fn(&[f64]) -> f64,
+) {
     let h = 1e-6;
     for i in 0..x.len() {
         let mut p = x.to_vec();

@@ -12,6 +12,7 @@ use rl_algos::policy::{
 };
 use rl_algos::ppo::{Ppo, RecurrentPpo, RecurrentPpoConfig};
 use rl_algos::sac::{ActionScoring, DiscreteSac, Sac};
+use rl_algos::td3::Td3;
 use rl_core::{Env, FeatureTable, MemoryPlan, Space};
 use rl_envs::{CartPole, Catch, LargeDiscrete, MaskedCartPole, PartialLargeDiscrete, Pendulum};
 
@@ -44,8 +45,8 @@ impl ActionSpace {
     /// Whether `algo` can train on these actions.
     pub fn fits(self, algo: Algo) -> bool {
         match self {
-            ActionSpace::Discrete(_) => algo != Algo::Sac,
-            ActionSpace::Box(_) => matches!(algo, Algo::Ppo | Algo::Sac),
+            ActionSpace::Discrete(_) => !matches!(algo, Algo::Sac | Algo::Td3),
+            ActionSpace::Box(_) => matches!(algo, Algo::Ppo | Algo::Sac | Algo::Td3),
         }
     }
 }
@@ -423,8 +424,9 @@ where
                 let learner = Dqn::blueprint(obs, act, dqn).map_err(plan_error)?;
                 job::off_policy_plan::<E, Dqn>(&env, &learner, config)
             }
-            Algo::Sac => Err(Error::Usage(format!(
-                "algo sac cannot train env {:?} ({}): use discrete_sac",
+            Algo::Sac | Algo::Td3 => Err(Error::Usage(format!(
+                "algo {} cannot train env {:?} ({}): use discrete_sac",
+                config.algo,
                 config.env,
                 self.actions()
             ))),
@@ -475,8 +477,9 @@ where
                 let learner = Dqn::for_env(&env, dqn, seed).map_err(build_error)?;
                 job::off_policy(self.make.clone(), learner, config, job)
             }
-            Algo::Sac => Err(Error::Usage(format!(
-                "algo sac cannot train env {:?} ({}): use discrete_sac",
+            Algo::Sac | Algo::Td3 => Err(Error::Usage(format!(
+                "algo {} cannot train env {:?} ({}): use discrete_sac",
+                config.algo,
                 config.env,
                 self.actions()
             ))),
@@ -523,8 +526,13 @@ where
                 let learner = Sac::blueprint(obs, act, sac).map_err(plan_error)?;
                 job::off_policy_plan::<E, Sac>(&env, &learner, config)
             }
+            Algo::Td3 => {
+                let td3 = config.td3.as_ref().ok_or_else(|| incomplete(config))?;
+                let learner = Td3::blueprint(obs, act, td3).map_err(plan_error)?;
+                job::off_policy_plan::<E, Td3>(&env, &learner, config)
+            }
             other => Err(Error::Usage(format!(
-                "algo {other} cannot train env {:?} ({}): use ppo or sac",
+                "algo {other} cannot train env {:?} ({}): use ppo, sac or td3",
                 config.env,
                 self.actions()
             ))),
@@ -550,8 +558,13 @@ where
                 let learner = Sac::for_env(&env, sac, seed).map_err(build_error)?;
                 job::off_policy(self.make.clone(), learner, config, job)
             }
+            Algo::Td3 => {
+                let td3 = config.td3.clone().ok_or_else(missing)?;
+                let learner = Td3::for_env(&env, td3, seed).map_err(build_error)?;
+                job::off_policy(self.make.clone(), learner, config, job)
+            }
             other => Err(Error::Usage(format!(
-                "algo {other} cannot train env {:?} ({}): use ppo or sac",
+                "algo {other} cannot train env {:?} ({}): use ppo, sac or td3",
                 config.env,
                 self.actions()
             ))),

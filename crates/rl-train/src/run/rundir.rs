@@ -76,6 +76,7 @@ fn kind_of(algo: Algo) -> &'static str {
         Algo::Sac => rl_algos::sac::SAC_CHECKPOINT_KIND,
         Algo::DiscreteSac => rl_algos::sac::DISCRETE_SAC_CHECKPOINT_KIND,
         Algo::Dqn => rl_algos::dqn::CHECKPOINT_KIND,
+        Algo::Td3 => rl_algos::td3::CHECKPOINT_KIND,
     }
 }
 
