@@ -111,7 +111,7 @@ fn list_names_the_envs_and_plan_shows_warnings() {
         line("catch").contains("u8") && line("catch").ends_with("ppo, dqn"),
         "{text}"
     );
-    assert!(line("pendulum").ends_with("ppo, sac"), "{text}");
+    assert!(line("pendulum").ends_with("ppo, sac, td3"), "{text}");
     assert!(line("cartpole").contains("Discrete(2)"), "{text}");
     assert!(text.contains("flatrl.train"), "{text}");
     let out = rl(&[
