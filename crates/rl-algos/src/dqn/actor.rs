@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 
 use rl_nn::{Module, Network, NetworkWorkspace, Observation, Weights};
 
-use super::{ACT_ROWS, Dqn, argmax};
+use super::{ACT_ROWS, ActiveHead, Dqn, argmax};
 use crate::error::{Error, Result};
 use crate::learner::ActorRng;
 
@@ -29,6 +29,7 @@ pub struct DqnActor<O = f32> {
     ws: NetworkWorkspace,
     epsilon: f32,
     n_actions: u32,
+    heads: usize,
     rng: ActorRng,
     _obs: PhantomData<fn() -> O>,
 }
@@ -40,6 +41,7 @@ impl<O: Observation> DqnActor<O> {
             q: dqn.q.clone(),
             epsilon: dqn.epsilon(),
             n_actions: dqn.n_actions,
+            heads: dqn.heads,
             rng: ActorRng::new(dqn.seed ^ ACTOR_SEED),
             _obs: PhantomData,
         }
@@ -77,6 +79,7 @@ impl<O> Clone for DqnActor<O> {
             ws: self.ws.clone(),
             epsilon: self.epsilon,
             n_actions: self.n_actions,
+            heads: self.heads,
             rng: self.rng.clone(),
             _obs: PhantomData,
         }
@@ -91,20 +94,29 @@ impl<O> Clone for DqnActor<O> {
         self.q.params_mut().copy_from_slice(source.q.params());
         self.epsilon = source.epsilon;
         self.n_actions = source.n_actions;
+        self.heads = source.heads;
     }
 }
 
 impl<O: Observation> Policy for DqnActor<O> {
     type Obs = O;
     type Act = u32;
-    type State = ();
+    type State = ActiveHead;
 
+    /// Acts with each environment's [`ActiveHead`] (drawn at its episode's first step).
     fn act(
         &mut self,
         obs: &[O],
-        _states: &mut [()],
+        states: &mut [ActiveHead],
         out: ActOutput<'_, u32>,
     ) -> Result<(), PolicyError> {
+        if out.actions.len() != states.len() {
+            return Err(Box::new(Error::shape(
+                "actions (one per environment)",
+                states.len(),
+                out.actions.len(),
+            )));
+        }
         EpsilonGreedy {
             q: &self.q,
             ws: &mut self.ws,
@@ -112,8 +124,9 @@ impl<O: Observation> Policy for DqnActor<O> {
             epsilon: self.epsilon,
             sample: true,
             n_actions: self.n_actions,
+            heads: self.heads,
         }
-        .act(obs, out.actions)
+        .act(obs, out.actions, Some(states))
         .map_err(|e| Box::new(e) as PolicyError)
     }
 }
@@ -121,6 +134,10 @@ impl<O: Observation> Policy for DqnActor<O> {
 /// Epsilon-greedy acting over the Q network, at most [`ACT_ROWS`] rows at a time: with
 /// probability `epsilon` a uniformly random action, else the greedy one; greedy only
 /// when not `sample`. Shared by [`Dqn`] and [`DqnActor`], so both act alike.
+///
+/// With several heads, "greedy" is the argmax of the row's active head when sampling
+/// with per-environment states, and of the mean over the heads otherwise (greedy
+/// evaluation, or rows without states).
 pub(super) struct EpsilonGreedy<'a> {
     pub(super) q: &'a Network,
     pub(super) ws: &'a mut NetworkWorkspace,
@@ -128,21 +145,55 @@ pub(super) struct EpsilonGreedy<'a> {
     pub(super) epsilon: f32,
     pub(super) sample: bool,
     pub(super) n_actions: u32,
+    pub(super) heads: usize,
 }
 
 impl EpsilonGreedy<'_> {
-    pub(super) fn act<O: Observation>(self, obs: &[O], actions: &mut [u32]) -> Result<()> {
+    pub(super) fn act<O: Observation>(
+        self,
+        obs: &[O],
+        actions: &mut [u32],
+        mut states: Option<&mut [ActiveHead]>,
+    ) -> Result<()> {
         let obs_dim = self.q.input_dim();
+        let n = self.n_actions as usize;
+        let width = n * self.heads;
+        let mut done = 0;
         for (o, a) in crate::predict::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
             let q = self.q.forward_obs(o, a.len(), self.ws)?;
-            for (action, row) in a.iter_mut().zip(q.chunks_exact(self.n_actions as usize)) {
+            for (action, row) in a.iter_mut().zip(q.chunks_exact(width)) {
+                let active = match states.as_deref_mut() {
+                    Some(states) if self.sample => {
+                        Some(states[done].get_or_draw(self.heads, self.rng))
+                    }
+                    _ => None,
+                };
+                done += 1;
                 *action = if self.sample && self.rng.random::<f32>() < self.epsilon {
                     self.rng.random_range(0..self.n_actions)
-                } else {
+                } else if self.heads == 1 {
                     argmax(row) as u32
+                } else if let Some(h) = active {
+                    argmax(&row[h * n..(h + 1) * n]) as u32
+                } else {
+                    mean_argmax(row, n) as u32
                 };
             }
         }
         Ok(())
     }
+}
+
+/// The action with the largest mean over the heads of `row` (`heads x n`); ties go to
+/// the lowest index.
+fn mean_argmax(row: &[f32], n: usize) -> usize {
+    let sum = |a: usize| row.iter().skip(a).step_by(n).sum::<f32>();
+    let mut best = (0, sum(0));
+    for a in 1..n {
+        let v = sum(a);
+        if v > best.1 {
+            best = (a, v);
+        }
+    }
+    best.0
 }

@@ -118,6 +118,7 @@ impl<O: rl_nn::Observation> Learner for Dqn<O> {
                 exploration,
                 max_grad_norm,
                 huber_delta,
+                ensemble,
             ],
             // The learning rate may change on resume.
             except[adam]
