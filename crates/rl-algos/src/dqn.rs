@@ -40,6 +40,7 @@ use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
 use actor::EpsilonGreedy;
+use ensemble::Prior;
 use loss::Scratch;
 
 use crate::error::{Error, Result};
@@ -52,6 +53,8 @@ pub const CHECKPOINT_KIND: &str = "dqn";
 /// Checkpoint names of the online Q network (with its Adam state) and of its target.
 const Q: &str = "q";
 const Q_TARGET: &str = "q_target";
+/// Checkpoint name of bootstrapped DQN's randomized prior network.
+const Q_PRIOR: &str = "q_prior";
 
 /// Rows the collector-facing forward pass handles at once; larger inputs are split.
 const ACT_ROWS: usize = 64;
@@ -94,7 +97,9 @@ pub struct DqnStats {
 ///   its own targets from its own target head and learns only from the rows whose
 ///   bootstrap mask has its bit; each episode acts with one head drawn at its start
 ///   ([`ActiveHead`]); greedy acting ([`Mode::Deterministic`]) takes the argmax of the
-///   mean over the heads. Details in `ensemble.rs`.
+///   mean over the heads. With [`EnsembleConfig::prior_scale`] β > 0 (Osband et al.
+///   2018) each Q-value is the network's plus β times a fixed random prior network's.
+///   Details in `ensemble.rs`.
 /// - Acting: it is the collector's [`Policy`]. In [`Mode::Sample`] each row is
 ///   epsilon-greedy (epsilon from [`DqnConfig::exploration`] at the step count given to
 ///   `set_env_steps`), with a coin per row (SB3 flips one coin for all environments of a
@@ -145,6 +150,8 @@ pub struct Dqn<O = f32> {
     ws: NetworkWorkspace,
     target_ws: NetworkWorkspace,
     act_ws: NetworkWorkspace,
+    /// The randomized prior function, if [`EnsembleConfig::prior_scale`] is positive.
+    prior: Option<Prior>,
     scratch: Scratch,
     rng: Xoshiro256PlusPlus,
     mode: Mode,
@@ -169,6 +176,7 @@ impl<O> Clone for Dqn<O> {
             ws: self.ws.clone(),
             target_ws: self.target_ws.clone(),
             act_ws: self.act_ws.clone(),
+            prior: self.prior.clone(),
             scratch: self.scratch.clone(),
             rng: self.rng.clone(),
             mode: self.mode,
@@ -290,7 +298,14 @@ impl<O: Observation> Dqn<O> {
         let q = Network::new(spec, Init::Uniform, &mut rng)?;
         let rows = config.batch_size;
         let heads = heads_of(&config);
+        let prior = match config.ensemble {
+            Some(e) if e.prior_scale > 0.0 => {
+                Some(Prior::new(q.spec(), e.prior_scale, seed, rows, ACT_ROWS)?)
+            }
+            _ => None,
+        };
         Ok(Self {
+            prior,
             obs_dim,
             n_actions,
             heads,
@@ -359,6 +374,22 @@ impl<O: Observation> Dqn<O> {
             Location::Ram,
             Scratch::bytes_for(rows, n_actions as usize, heads, batch)?,
         );
+        if let Some(e) = config.ensemble
+            && e.prior_scale > 0.0
+        {
+            plan.add("dqn/q_prior/parameters", Location::Ram, params);
+            for (name, rows, sizes) in [
+                ("q_prior/workspace (update observations)", rows, batch),
+                ("q_prior/workspace (update next observations)", rows, batch),
+                ("q_prior/workspace (acting)", ACT_ROWS, sizes),
+            ] {
+                plan.add(
+                    format!("dqn/{name}, {rows} rows"),
+                    Location::Ram,
+                    sizes.checked(spec.workspace_bytes(rows))?,
+                );
+            }
+        }
         if config.ensemble.is_some() {
             // The masks of a batch, drawn when it is sampled (`ensemble.rs` says why
             // they are not a replay column).
@@ -551,6 +582,12 @@ impl<O: Observation> Dqn<O> {
         {
             let q = self.q.forward_obs(o, dst.len() / n, &mut self.act_ws)?;
             dst.copy_from_slice(q);
+            if let Some(prior) = &mut self.prior {
+                let p = Prior::forward(&prior.net, o, dst.len() / n, &mut prior.ws_act)?;
+                for (d, p) in dst.iter_mut().zip(p) {
+                    *d += prior.scale * p;
+                }
+            }
         }
         Ok(())
     }
@@ -568,6 +605,10 @@ impl<O: Observation> Dqn<O> {
         EpsilonGreedy {
             q: &self.q,
             ws: &mut self.act_ws,
+            prior: self
+                .prior
+                .as_mut()
+                .map(|p| (&p.net, &mut p.ws_act, p.scale)),
             rng: &mut self.rng,
             epsilon,
             sample: self.mode == Mode::Sample,
@@ -642,6 +683,10 @@ impl<O: Observation> Policy for Dqn<O> {
         Ok(EpsilonGreedy {
             q: &self.q,
             ws: &mut self.act_ws,
+            prior: self
+                .prior
+                .as_mut()
+                .map(|p| (&p.net, &mut p.ws_act, p.scale)),
             rng: &mut self.rng,
             epsilon,
             sample: self.mode == Mode::Sample,

@@ -8,6 +8,7 @@ use std::marker::PhantomData;
 
 use rl_nn::{Module, Network, NetworkWorkspace, Observation, Weights};
 
+use super::ensemble::{Prior, argmax_with};
 use super::{ACT_ROWS, ActiveHead, Dqn, argmax};
 use crate::error::{Error, Result};
 use crate::learner::ActorRng;
@@ -30,6 +31,8 @@ pub struct DqnActor<O = f32> {
     epsilon: f32,
     n_actions: u32,
     heads: usize,
+    /// The learner's fixed prior network (with a workspace of its own) and its scale.
+    prior: Option<(Network, NetworkWorkspace, f32)>,
     rng: ActorRng,
     _obs: PhantomData<fn() -> O>,
 }
@@ -42,6 +45,10 @@ impl<O: Observation> DqnActor<O> {
             epsilon: dqn.epsilon(),
             n_actions: dqn.n_actions,
             heads: dqn.heads,
+            prior: dqn
+                .prior
+                .as_ref()
+                .map(|p| (p.net.clone(), p.net.workspace(ACT_ROWS), p.scale)),
             rng: ActorRng::new(dqn.seed ^ ACTOR_SEED),
             _obs: PhantomData,
         }
@@ -57,6 +64,10 @@ impl<O: Observation> DqnActor<O> {
             });
         }
         self.q.params_mut().copy_from_slice(dqn.q.params());
+        if let (Some((net, ..)), Some(prior)) = (&mut self.prior, &dqn.prior) {
+            // Fixed, but a restored learner may hold another one.
+            net.params_mut().copy_from_slice(prior.net.params());
+        }
         self.epsilon = dqn.epsilon();
         Ok(())
     }
@@ -80,6 +91,7 @@ impl<O> Clone for DqnActor<O> {
             epsilon: self.epsilon,
             n_actions: self.n_actions,
             heads: self.heads,
+            prior: self.prior.clone(),
             rng: self.rng.clone(),
             _obs: PhantomData,
         }
@@ -120,6 +132,7 @@ impl<O: Observation> Policy for DqnActor<O> {
         EpsilonGreedy {
             q: &self.q,
             ws: &mut self.ws,
+            prior: self.prior.as_mut().map(|(n, ws, s)| (&*n, ws, *s)),
             rng: self.rng.rng(),
             epsilon: self.epsilon,
             sample: true,
@@ -141,6 +154,9 @@ impl<O: Observation> Policy for DqnActor<O> {
 pub(super) struct EpsilonGreedy<'a> {
     pub(super) q: &'a Network,
     pub(super) ws: &'a mut NetworkWorkspace,
+    /// A prior network, its acting workspace and its scale: Q-values are the network's
+    /// plus scale times the prior's.
+    pub(super) prior: Option<(&'a Network, &'a mut NetworkWorkspace, f32)>,
     pub(super) rng: &'a mut Xoshiro256PlusPlus,
     pub(super) epsilon: f32,
     pub(super) sample: bool,
@@ -159,9 +175,15 @@ impl EpsilonGreedy<'_> {
         let n = self.n_actions as usize;
         let width = n * self.heads;
         let mut done = 0;
+        let mut prior = self.prior;
         for (o, a) in crate::predict::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
             let q = self.q.forward_obs(o, a.len(), self.ws)?;
-            for (action, row) in a.iter_mut().zip(q.chunks_exact(width)) {
+            let p = match prior.as_mut() {
+                Some((net, ws, scale)) => Some((Prior::forward(net, o, a.len(), ws)?, *scale)),
+                None => None,
+            };
+            for (r, (action, row)) in a.iter_mut().zip(q.chunks_exact(width)).enumerate() {
+                let p = p.map(|(p, scale)| (&p[r * width..(r + 1) * width], scale));
                 let active = match states.as_deref_mut() {
                     Some(states) if self.sample => {
                         Some(states[done].get_or_draw(self.heads, self.rng))
@@ -171,12 +193,13 @@ impl EpsilonGreedy<'_> {
                 done += 1;
                 *action = if self.sample && self.rng.random::<f32>() < self.epsilon {
                     self.rng.random_range(0..self.n_actions)
-                } else if self.heads == 1 {
+                } else if self.heads == 1 && p.is_none() {
                     argmax(row) as u32
                 } else if let Some(h) = active {
-                    argmax(&row[h * n..(h + 1) * n]) as u32
+                    let head = p.map(|(p, scale)| (&p[h * n..(h + 1) * n], scale));
+                    argmax_with(&row[h * n..(h + 1) * n], head) as u32
                 } else {
-                    mean_argmax(row, n) as u32
+                    mean_argmax(row, p, n) as u32
                 };
             }
         }
@@ -184,10 +207,15 @@ impl EpsilonGreedy<'_> {
     }
 }
 
-/// The action with the largest mean over the heads of `row` (`heads x n`); ties go to
-/// the lowest index.
-fn mean_argmax(row: &[f32], n: usize) -> usize {
-    let sum = |a: usize| row.iter().skip(a).step_by(n).sum::<f32>();
+/// The action with the largest mean over the heads of `row` (`heads x n`, plus `scale`
+/// times the prior's outputs); ties go to the lowest index.
+fn mean_argmax(row: &[f32], prior: Option<(&[f32], f32)>, n: usize) -> usize {
+    let sum = |a: usize| {
+        (a..row.len())
+            .step_by(n)
+            .map(|i| super::ensemble::with_prior(row, prior, i))
+            .sum::<f32>()
+    };
     let mut best = (0, sum(0));
     for a in 1..n {
         let v = sum(a);

@@ -87,6 +87,12 @@ pub struct EnsembleConfig {
     /// every row (the heads then differ only by their initialisation), 0.5 is a
     /// double-or-nothing bootstrap.
     pub mask_probability: f64,
+    /// Randomized prior functions (Osband et al. 2018): each head's Q-values are its
+    /// network's plus `prior_scale` times a fixed, randomly initialised prior network's
+    /// (never trained), which keeps the heads apart where data is scarce. Default 0: no
+    /// prior network.
+    #[serde(default)]
+    pub prior_scale: f32,
 }
 
 /// Settings of [`Dqn`](super::Dqn): the algorithm's knobs only. The training loop's own
@@ -281,6 +287,13 @@ impl DqnConfig {
                 return Err(Error::config(
                     "dqn.ensemble.mask_probability",
                     format!("is {p}: use a probability in (0, 1] (0.5 or 1 are usual)"),
+                ));
+            }
+            let beta = ensemble.prior_scale;
+            if !(beta.is_finite() && beta >= 0.0) {
+                return Err(Error::config(
+                    "dqn.ensemble.prior_scale",
+                    format!("is {beta}: use 0 (no prior) or a positive scale (1 to 10 are usual)"),
                 ));
             }
         }

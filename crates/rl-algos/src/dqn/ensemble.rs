@@ -17,9 +17,9 @@
 //! row's content either way). Rows without positions (a recurrent learner's summaries)
 //! are keyed by the update count and the batch row instead: fresh masks every update.
 
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use rl_nn::{Network, Weights};
+use rl_nn::{Init, Module, Network, NetworkSpec, NetworkWorkspace, Observation, Weights};
 use rl_storage::bootstrap::BootstrapMasks;
 
 use super::EnsembleConfig;
@@ -27,6 +27,74 @@ use crate::error::Result;
 
 /// Separates the mask streams from the learner's other draws.
 const MASK_SEED: u64 = 0xB007_57A9_0000_0001;
+/// Seeds the prior network apart from the online network's initialisation.
+const PRIOR_SEED: u64 = 0xB007_57A9_0000_0002;
+
+/// A randomized prior function (Osband et al. 2018): a fixed network of the Q network's
+/// shape, initialised from the learner's seed and never trained, whose outputs times
+/// `scale` are added to every Q-value of the online and the target network.
+#[derive(Clone, Debug)]
+pub(super) struct Prior {
+    pub(super) net: Network,
+    pub(super) scale: f32,
+    /// Passes over a batch's observations and next observations, and acting's.
+    pub(super) ws_obs: NetworkWorkspace,
+    pub(super) ws_next: NetworkWorkspace,
+    pub(super) ws_act: NetworkWorkspace,
+}
+
+impl Prior {
+    /// The prior of a learner seeded `seed` with Q networks of `spec`, for update
+    /// batches of `rows` and acting passes of `act_rows`.
+    pub(super) fn new(
+        spec: NetworkSpec,
+        scale: f32,
+        seed: u64,
+        rows: usize,
+        act_rows: usize,
+    ) -> Result<Self> {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ PRIOR_SEED);
+        let net = Network::new(spec, Init::Uniform, &mut rng)?;
+        Ok(Self {
+            ws_obs: net.workspace(rows),
+            ws_next: net.workspace(rows),
+            ws_act: net.workspace(act_rows),
+            net,
+            scale,
+        })
+    }
+
+    /// The prior's outputs for `rows` observation rows, in `ws`.
+    pub(super) fn forward<'w, O: Observation>(
+        net: &Network,
+        obs: &[O],
+        rows: usize,
+        ws: &'w mut NetworkWorkspace,
+    ) -> Result<&'w [f32]> {
+        Ok(net.forward_obs(obs, rows, ws)?)
+    }
+}
+
+/// `row[i] + scale prior[i]`, or `row[i]` without a prior.
+#[inline]
+pub(super) fn with_prior(row: &[f32], prior: Option<(&[f32], f32)>, i: usize) -> f32 {
+    match prior {
+        Some((p, scale)) => row[i] + scale * p[i],
+        None => row[i],
+    }
+}
+
+/// The index of the largest `row[i] + scale prior[i]`; ties go to the lowest index.
+pub(super) fn argmax_with(row: &[f32], prior: Option<(&[f32], f32)>) -> usize {
+    let mut best = (0, with_prior(row, prior, 0));
+    for i in 1..row.len() {
+        let v = with_prior(row, prior, i);
+        if v > best.1 {
+            best = (i, v);
+        }
+    }
+    best.0
+}
 
 /// SplitMix64's finaliser: a well-mixed seed from a key.
 fn mix(mut z: u64) -> u64 {

@@ -5,6 +5,7 @@ use rl_core::{Field, Flag};
 use rl_nn::{Module, Observation};
 use rl_storage::Batch;
 
+use super::ensemble::{Prior, with_prior};
 use super::{Dqn, argmax};
 use crate::error::{Error, Result};
 use crate::learner::Sizes;
@@ -147,6 +148,11 @@ pub(super) struct Pass {
     pub(super) mean_target: f32,
 }
 
+/// The prior's outputs of chunk `j` (`n` wide), with its scale.
+fn chunk(prior: Option<(&[f32], f32)>, j: usize, n: usize) -> Option<(&[f32], f32)> {
+    prior.map(|(p, scale)| (&p[j * n..(j + 1) * n], scale))
+}
+
 /// The Huber loss of `x` and its derivative.
 fn huber(x: f32, delta: f32) -> (f32, f32) {
     if x.abs() <= delta {
@@ -168,7 +174,9 @@ impl<O: Observation> Dqn<O> {
     /// is the mean of the `L_h`. As in Osband et al. (2016, appendix), head `h`'s
     /// parameters (its slice of the output layer) get `grad L_h`, and the shared torso
     /// gets `(1/K) sum_h grad L_h` (and so do the observation gradients). One head is
-    /// plain DQN exactly.
+    /// plain DQN exactly. With a prior network (`prior_scale` β), every Q-value here,
+    /// online and target, is the network's plus β times the prior's; the prior is
+    /// constant, so the gradient is the same expression.
     pub(super) fn gradients(
         &mut self,
         transitions: Transitions<'_, O>,
@@ -199,12 +207,36 @@ impl<O: Observation> Dqn<O> {
             )?;
         }
 
+        // The prior's outputs, where there is one.
+        let (prior_next, prior_obs) = match self.prior.as_mut() {
+            Some(Prior {
+                net,
+                scale,
+                ws_obs,
+                ws_next,
+                ..
+            }) => (
+                Some((Prior::forward(net, next_obs, rows, ws_next)?, *scale)),
+                Some((Prior::forward(net, obs, rows, ws_obs)?, *scale)),
+            ),
+            None => (None, None),
+        };
+        let greedy = |row: &[f32], prior: Option<(&[f32], f32)>| match prior {
+            Some(_) => super::ensemble::argmax_with(row, prior),
+            None => argmax(row),
+        };
+
         // Targets, per head: the next action by the online head (double) or the target
         // head's max.
         if self.config.double {
             let q_next = self.q.forward_obs(next_obs, rows, &mut self.ws)?;
-            for (a, row) in s.next_actions.iter_mut().zip(q_next.chunks_exact(n)) {
-                *a = argmax(row) as u32;
+            for (j, (a, row)) in s
+                .next_actions
+                .iter_mut()
+                .zip(q_next.chunks_exact(n))
+                .enumerate()
+            {
+                *a = greedy(row, chunk(prior_next, j, n)) as u32;
             }
         }
         let q_target = self
@@ -216,10 +248,11 @@ impl<O: Observation> Dqn<O> {
                 s.targets[i] = if terminated[b].get() {
                     rewards[b]
                 } else {
+                    let prior = chunk(prior_next, i, n);
                     let next = if self.config.double {
-                        row[s.next_actions[i] as usize]
+                        with_prior(row, prior, s.next_actions[i] as usize)
                     } else {
-                        row[argmax(row)]
+                        with_prior(row, prior, greedy(row, prior))
                     };
                     rewards[b] + gamma * next
                 };
@@ -239,7 +272,8 @@ impl<O: Observation> Dqn<O> {
             for h in 0..heads {
                 let i = b * heads + h;
                 let k = b * width + h * n + actions[b] as usize;
-                let td = q[k] - s.targets[i];
+                let q_k = with_prior(q, prior_obs, k);
+                let td = q_k - s.targets[i];
                 let (value, slope) = huber(td, delta);
                 s.td[i] = td;
                 let weight = if (mask >> h) & 1 == 1 {
@@ -249,7 +283,7 @@ impl<O: Observation> Dqn<O> {
                 };
                 loss += weight * value;
                 d_out[k] = weight * slope * inv_rows;
-                sum_q += q[k];
+                sum_q += q_k;
                 sum_y += s.targets[i];
             }
         }

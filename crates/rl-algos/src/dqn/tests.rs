@@ -1199,9 +1199,29 @@ fn ensemble(heads: u32, mask_probability: f64) -> DqnConfig {
         ensemble: Some(EnsembleConfig {
             heads,
             mask_probability,
+            prior_scale: 0.0,
         }),
         ..DqnConfig::default()
     }
+}
+
+/// [`ensemble`] with a randomized prior of scale `beta`.
+fn with_prior(mut config: DqnConfig, beta: f32) -> DqnConfig {
+    if let Some(e) = config.ensemble.as_mut() {
+        e.prior_scale = beta;
+    }
+    config
+}
+
+/// `q + scale prior(x)` in f64 where the learner has a prior network.
+fn plus_prior64(dqn: &Dqn, x: &[f64], mut q: Vec<f64>) -> Vec<f64> {
+    if let Some(prior) = &dqn.prior {
+        let p = mlp64(&mlp_spec(dqn), &to64(prior.net.params()), x).0;
+        for (q, p) in q.iter_mut().zip(p) {
+            *q += f64::from(prior.scale) * p;
+        }
+    }
+    q
 }
 
 /// Per-head targets in f64, `rows x heads`: each head bootstraps from its own target
@@ -1215,7 +1235,8 @@ fn ensemble_targets64(dqn: &Dqn, batch: &Batch) -> Vec<f64> {
     let mut out = Vec::new();
     for b in 0..batch.len() {
         let x = to64(&next_obs[b * d..(b + 1) * d]);
-        let (q_target, q_online) = (mlp64(spec, &target, &x).0, mlp64(spec, &online, &x).0);
+        let q_target = plus_prior64(dqn, &x, mlp64(spec, &target, &x).0);
+        let q_online = plus_prior64(dqn, &x, mlp64(spec, &online, &x).0);
         for h in 0..k {
             let head = &q_target[h * n..(h + 1) * n];
             let a = if dqn.config.double {
@@ -1239,7 +1260,8 @@ fn head_losses64(dqn: &Dqn, params: &[f64], batch: &Batch, targets: &[f64]) -> V
     let ensemble_config = dqn.config.ensemble.unwrap();
     let mut losses = vec![0.0; k];
     for b in 0..batch.len() {
-        let q = mlp64(&mlp_spec(dqn), params, &obs[b * d..(b + 1) * d]).0;
+        let x = &obs[b * d..(b + 1) * d];
+        let q = plus_prior64(dqn, x, mlp64(&mlp_spec(dqn), params, x).0);
         let position = batch.positions()[b] as u64;
         let mask = ensemble::mask_at(ensemble_config, dqn.seed, position).unwrap() as u64;
         for (h, loss) in losses.iter_mut().enumerate() {
@@ -1258,10 +1280,10 @@ fn head_losses64(dqn: &Dqn, params: &[f64], batch: &Batch, targets: &[f64]) -> V
 
 #[test]
 fn ensemble_gradients_match_finite_differences_with_osband_normalisation() {
-    for (double, seed) in [(true, 11), (false, 12)] {
+    for (double, beta, seed) in [(true, 0.0, 11), (false, 0.0, 12), (true, 3.0, 13)] {
         let config = DqnConfig {
             double,
-            ..ensemble(3, 0.5)
+            ..with_prior(ensemble(3, 0.5), beta)
         };
         let mut dqn = Dqn::new(&box_space(3), &Space::discrete(2).unwrap(), config, seed).unwrap();
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(200 + seed);
@@ -1306,7 +1328,7 @@ fn ensemble_gradients_match_finite_differences_with_osband_normalisation() {
             let a = f64::from(analytic[i]);
             assert!(
                 (a - numeric).abs() <= 1e-4 + 1e-3 * numeric.abs(),
-                "double {double}: parameter {i}: analytic {a} vs numeric {numeric}"
+                "double {double}, prior {beta}: parameter {i}: analytic {a} vs numeric {numeric}"
             );
         }
         assert!(analytic.iter().any(|g| g.abs() > 1e-3), "gradients all ~0");
@@ -1369,6 +1391,7 @@ fn one_head_with_every_row_is_plain_dqn_bit_for_bit() {
         ensemble: Some(EnsembleConfig {
             heads: 1,
             mask_probability: 1.0,
+            prior_scale: 0.0,
         }),
         ..small(8)
     };
@@ -1423,7 +1446,8 @@ fn an_episode_acts_with_one_head_and_greedy_acting_takes_the_mean() {
             end: 0.0,
             decay_steps: 0,
         },
-        ..ensemble(5, 0.5)
+        // Q-values (and so actions) include the prior's.
+        ..with_prior(ensemble(5, 0.5), 3.0)
     };
     let mut dqn = Dqn::new(&box_space(3), &Space::discrete(2).unwrap(), config, 4).unwrap();
     let rows = 16;
@@ -1471,7 +1495,7 @@ fn an_episode_acts_with_one_head_and_greedy_acting_takes_the_mean() {
 
 #[test]
 fn ensemble_checkpoints_resume_bit_for_bit_and_refuse_plain_dqn() {
-    let config = ensemble(4, 0.5);
+    let config = with_prior(ensemble(4, 0.5), 2.0);
     let (obs, act) = (box_space(3), Space::discrete(2).unwrap());
     let mut dqn = Dqn::new(&obs, &act, config.clone(), 0).unwrap();
     let batch = batch_of(&dqn.replay_schema().unwrap(), &random_rows(3, 2, 8, 8));
@@ -1483,14 +1507,17 @@ fn ensemble_checkpoints_resume_bit_for_bit_and_refuse_plain_dqn() {
     dqn.checkpoint().save(&path).unwrap();
     let loaded = Checkpoint::<DqnState>::load(&path, dqn.kind()).unwrap();
     assert_eq!(loaded, dqn.checkpoint());
+    assert_eq!(loaded.networks.len(), 3, "q, q_target and q_prior");
     let mut resumed = Dqn::new(&obs, &act, config, 99).unwrap();
     resumed.restore(&loaded).unwrap();
+    let (ours, theirs) = (dqn.prior.as_ref(), resumed.prior.as_ref());
+    assert_eq!(ours.unwrap().net.params(), theirs.unwrap().net.params());
     assert_eq!(dqn.update(&batch).unwrap(), resumed.update(&batch).unwrap());
     assert_eq!(dqn.q.params(), resumed.q.params());
-    let mut plain = Dqn::new(&obs, &act, ensemble(4, 0.5), 0).unwrap();
+    let mut plain = Dqn::new(&obs, &act, with_prior(ensemble(4, 0.5), 2.0), 0).unwrap();
     plain.config.ensemble = None;
     assert!(plain.restore(&loaded).is_err());
-    let mut other = Dqn::new(&obs, &act, ensemble(4, 0.9), 0).unwrap();
+    let mut other = Dqn::new(&obs, &act, with_prior(ensemble(4, 0.9), 2.0), 0).unwrap();
     assert!(other.restore(&loaded).is_err());
 }
 
@@ -1504,6 +1531,7 @@ fn ensemble_updates_and_acting_allocate_nothing_and_the_plan_counts_them() {
                 ensemble: Some(EnsembleConfig {
                     heads: 10,
                     mask_probability: 0.5,
+                    prior_scale: 3.0,
                 }),
                 ..DqnConfig::default()
             },
@@ -1574,9 +1602,17 @@ fn ensemble_settings_are_validated_and_parse() {
         let error = ensemble(heads, p).validate().unwrap_err().to_string();
         assert!(error.contains(field), "{error}");
     }
+    for beta in [-1.0, f32::NAN] {
+        let error = with_prior(ensemble(4, 0.5), beta).validate().unwrap_err();
+        assert!(
+            error.to_string().contains("dqn.ensemble.prior_scale"),
+            "{error}"
+        );
+    }
     let parsed: DqnConfig =
         serde_json::from_str(r#"{"ensemble": {"heads": 10, "mask_probability": 0.5}}"#).unwrap();
     assert_eq!(parsed.ensemble.unwrap().heads, 10);
+    assert_eq!(parsed.ensemble.unwrap().prior_scale, 0.0);
     assert!(serde_json::from_str::<DqnConfig>(r#"{"ensemble": {"heads": 10}}"#).is_err());
     let plain = serde_json::to_string(&DqnConfig::default()).unwrap();
     assert!(!plain.contains("ensemble"), "{plain}");
