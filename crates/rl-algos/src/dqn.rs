@@ -601,8 +601,13 @@ impl<O: Observation> Dqn<O> {
     /// # Errors
     /// [`Error::ShapeMismatch`] for buffers of the wrong length.
     pub fn act_rows(&mut self, obs: &[O], actions: &mut [u32]) -> Result<()> {
-        let epsilon = self.epsilon();
+        self.epsilon_greedy().act(obs, actions, None)
+    }
+
+    /// Acting's epsilon-greedy step over this learner's networks, by its [`Mode`].
+    fn epsilon_greedy(&mut self) -> EpsilonGreedy<'_> {
         EpsilonGreedy {
+            epsilon: self.epsilon(),
             q: &self.q,
             ws: &mut self.act_ws,
             prior: self
@@ -610,12 +615,10 @@ impl<O: Observation> Dqn<O> {
                 .as_mut()
                 .map(|p| (&p.net, &mut p.ws_act, p.scale)),
             rng: &mut self.rng,
-            epsilon,
             sample: self.mode == Mode::Sample,
             n_actions: self.n_actions,
             heads: self.heads,
         }
-        .act(obs, actions, None)
     }
 }
 
@@ -679,20 +682,6 @@ impl<O: Observation> Policy for Dqn<O> {
                 out.actions.len(),
             )));
         }
-        let epsilon = self.epsilon();
-        Ok(EpsilonGreedy {
-            q: &self.q,
-            ws: &mut self.act_ws,
-            prior: self
-                .prior
-                .as_mut()
-                .map(|p| (&p.net, &mut p.ws_act, p.scale)),
-            rng: &mut self.rng,
-            epsilon,
-            sample: self.mode == Mode::Sample,
-            n_actions: self.n_actions,
-            heads: self.heads,
-        }
-        .act(obs, out.actions, Some(states))?)
+        Ok(self.epsilon_greedy().act(obs, out.actions, Some(states))?)
     }
 }
