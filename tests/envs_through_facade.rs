@@ -3,7 +3,7 @@
 
 use rl::core::{BoxSpace, DType, Env, Space, Step};
 use rl::envs::{
-    AtariConfig, AtariPreprocess, CartPole, Catch, LargeDiscrete, MaskedCartPole, Pendulum,
+    AtariConfig, AtariPreprocess, CartPole, Catch, DeepSea, LargeDiscrete, MaskedCartPole, Pendulum,
 };
 use rl_testkit::{CountingAllocator, measure};
 
@@ -46,6 +46,8 @@ fn stepping_any_reference_env_allocates_nothing() {
     assert_eq!(allocations_while_stepping(Catch::new(0), &[2], 10_000), 0);
     let scaled = Catch::new(0).with_scale(4).unwrap();
     assert_eq!(allocations_while_stepping(scaled, &[0], 10_000), 0);
+    let sea = DeepSea::new(12, 0).unwrap();
+    assert_eq!(allocations_while_stepping(sea, &[1], 10_000), 0);
 }
 
 /// An Atari-sized RGB screen (210 x 160 x 3) that changes every frame; games end after

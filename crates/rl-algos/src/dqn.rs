@@ -7,19 +7,23 @@
 //!
 //! [`Dqn`] and its update are here; `config.rs` holds [`DqnConfig`] and its schedules,
 //! `loss.rs` the TD targets and the Huber loss's gradient, `checkpoint.rs` what a
-//! checkpoint holds and its restore, and `actor.rs` epsilon-greedy acting and
-//! [`DqnActor`].
+//! checkpoint holds and its restore, `actor.rs` epsilon-greedy acting and
+//! [`DqnActor`], and `ensemble.rs` bootstrapped DQN's masks, gradient normalisation and
+//! [`ActiveHead`].
 
 mod actor;
 mod checkpoint;
 mod config;
+mod ensemble;
 mod loss;
+
 #[cfg(test)]
 pub(crate) mod tests;
 
 pub use actor::DqnActor;
 pub use checkpoint::{DqnArchitecture, DqnState};
-pub use config::{DqnConfig, EpsilonSchedule, TargetUpdate};
+pub use config::{DqnConfig, EnsembleConfig, EpsilonSchedule, TargetUpdate};
+pub use ensemble::ActiveHead;
 pub(crate) use loss::Transitions;
 
 use std::marker::PhantomData;
@@ -36,6 +40,7 @@ use rl_storage::Batch;
 use serde::{Deserialize, Serialize};
 
 use actor::EpsilonGreedy;
+use ensemble::Prior;
 use loss::Scratch;
 
 use crate::error::{Error, Result};
@@ -48,6 +53,8 @@ pub const CHECKPOINT_KIND: &str = "dqn";
 /// Checkpoint names of the online Q network (with its Adam state) and of its target.
 const Q: &str = "q";
 const Q_TARGET: &str = "q_target";
+/// Checkpoint name of bootstrapped DQN's randomized prior network.
+const Q_PRIOR: &str = "q_prior";
 
 /// Rows the collector-facing forward pass handles at once; larger inputs are split.
 const ACT_ROWS: usize = 64;
@@ -85,6 +92,14 @@ pub struct DqnStats {
 ///   the output of each row's stored action. Gradients are clipped to
 ///   [`DqnConfig::max_grad_norm`], then Adam steps. [`Dqn::priorities`] gives
 ///   `|Q(s, a) - y| + 1e-6` per row for prioritized replay.
+/// - Bootstrapped DQN ([`DqnConfig::ensemble`], Osband et al. 2016): `K` Q-heads share
+///   the torso (the network's output layer has `K x n_actions` outputs); each head has
+///   its own targets from its own target head and learns only from the rows whose
+///   bootstrap mask has its bit; each episode acts with one head drawn at its start
+///   ([`ActiveHead`]); greedy acting ([`Mode::Deterministic`]) takes the argmax of the
+///   mean over the heads. With [`EnsembleConfig::prior_scale`] β > 0 (Osband et al.
+///   2018) each Q-value is the network's plus β times a fixed random prior network's.
+///   Details in `ensemble.rs`.
 /// - Acting: it is the collector's [`Policy`]. In [`Mode::Sample`] each row is
 ///   epsilon-greedy (epsilon from [`DqnConfig::exploration`] at the step count given to
 ///   `set_env_steps`), with a coin per row (SB3 flips one coin for all environments of a
@@ -124,6 +139,8 @@ pub struct Dqn<O = f32> {
     seed: u64,
     obs_dim: usize,
     n_actions: u32,
+    /// Q-heads: 1 for plain DQN, [`EnsembleConfig::heads`] for bootstrapped DQN.
+    heads: usize,
     q: Network,
     target: Network,
     adam: Adam,
@@ -133,6 +150,8 @@ pub struct Dqn<O = f32> {
     ws: NetworkWorkspace,
     target_ws: NetworkWorkspace,
     act_ws: NetworkWorkspace,
+    /// The randomized prior function, if [`EnsembleConfig::prior_scale`] is positive.
+    prior: Option<Prior>,
     scratch: Scratch,
     rng: Xoshiro256PlusPlus,
     mode: Mode,
@@ -149,6 +168,7 @@ impl<O> Clone for Dqn<O> {
             seed: self.seed,
             obs_dim: self.obs_dim,
             n_actions: self.n_actions,
+            heads: self.heads,
             q: self.q.clone(),
             target: self.target.clone(),
             adam: self.adam.clone(),
@@ -156,6 +176,7 @@ impl<O> Clone for Dqn<O> {
             ws: self.ws.clone(),
             target_ws: self.target_ws.clone(),
             act_ws: self.act_ws.clone(),
+            prior: self.prior.clone(),
             scratch: self.scratch.clone(),
             rng: self.rng.clone(),
             mode: self.mode,
@@ -204,10 +225,15 @@ fn spaces<O: Observation>(
         &shape,
         O::DTYPE == DType::U8,
         &config.hidden,
-        n_actions as usize,
+        n_actions as usize * heads_of(config),
         config.activation,
     )?;
     Ok((spec, n_actions))
+}
+
+/// Q-heads of `config`: 1 unless it is an ensemble.
+fn heads_of(config: &DqnConfig) -> usize {
+    config.ensemble.map_or(1, |e| e.heads as usize)
 }
 
 /// The index of the largest value; ties go to the lowest index (NaNs never win).
@@ -271,16 +297,25 @@ impl<O: Observation> Dqn<O> {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         let q = Network::new(spec, Init::Uniform, &mut rng)?;
         let rows = config.batch_size;
+        let heads = heads_of(&config);
+        let prior = match config.ensemble {
+            Some(e) if e.prior_scale > 0.0 => {
+                Some(Prior::new(q.spec(), e.prior_scale, seed, rows, ACT_ROWS)?)
+            }
+            _ => None,
+        };
         Ok(Self {
+            prior,
             obs_dim,
             n_actions,
+            heads,
             target: q.clone(),
             adam: Adam::new(q.num_params(), config.adam)?,
             grads: vec![0.0; q.num_params()],
             ws: q.workspace(rows),
             target_ws: q.workspace(rows),
             act_ws: q.workspace(ACT_ROWS),
-            scratch: Scratch::new(rows, n),
+            scratch: Scratch::new(rows, n, heads, config.ensemble.is_some()),
             q,
             rng,
             mode: Mode::Sample,
@@ -333,11 +368,37 @@ impl<O: Observation> Dqn<O> {
                 sizes.checked(spec.workspace_bytes(rows))?,
             );
         }
+        let heads = heads_of(config);
         plan.add(
             "dqn/update buffers (targets, TD errors, output gradients, priorities)",
             Location::Ram,
-            Scratch::bytes_for(rows, n_actions as usize, batch)?,
+            Scratch::bytes_for(rows, n_actions as usize, heads, batch)?,
         );
+        if let Some(e) = config.ensemble
+            && e.prior_scale > 0.0
+        {
+            plan.add("dqn/q_prior/parameters", Location::Ram, params);
+            for (name, rows, sizes) in [
+                ("q_prior/workspace (update observations)", rows, batch),
+                ("q_prior/workspace (update next observations)", rows, batch),
+                ("q_prior/workspace (acting)", ACT_ROWS, sizes),
+            ] {
+                plan.add(
+                    format!("dqn/{name}, {rows} rows"),
+                    Location::Ram,
+                    sizes.checked(spec.workspace_bytes(rows))?,
+                );
+            }
+        }
+        if config.ensemble.is_some() {
+            // The masks of a batch, drawn when it is sampled (`ensemble.rs` says why
+            // they are not a replay column).
+            plan.add(
+                format!("dqn/bootstrap masks ({heads} heads, one i64 per batch row)"),
+                Location::Ram,
+                batch.bytes(&[rows, size_of::<i64>()])?,
+            );
+        }
         let schema = TransitionSchema::new(O::DTYPE, &[obs_dim], DType::U32, &[])
             .with_next_obs()
             .build()?;
@@ -472,8 +533,14 @@ impl<O: Observation> Dqn<O> {
             }
         }
         let s = &mut self.scratch;
-        for (p, td) in s.priorities.iter_mut().zip(&s.td[..pass.rows]) {
-            *p = td.abs() + PRIORITY_EPS;
+        let heads = self.heads;
+        for (p, td) in s
+            .priorities
+            .iter_mut()
+            .zip(s.td[..pass.rows * heads].chunks_exact(heads))
+        {
+            // One head: |td| / 1.0, exactly plain DQN's.
+            *p = td.iter().map(|t| t.abs()).sum::<f32>() / heads as f32 + PRIORITY_EPS;
         }
         s.priority_rows = pass.rows;
         Ok(DqnStats {
@@ -486,18 +553,20 @@ impl<O: Observation> Dqn<O> {
     }
 
     /// `|Q(s, a) - y| + 1e-6` for each row of the last applied [`Dqn::update`] (empty
-    /// before the first), the new sampling priorities of those rows.
+    /// before the first), the new sampling priorities of those rows; with several heads,
+    /// the mean of the heads' `|Q_h(s, a) - y_h|`.
     pub fn priorities(&self) -> &[f32] {
         &self.scratch.priorities[..self.scratch.priority_rows]
     }
 
     /// Writes `Q(s, a)` for every action of each observation row of `obs` into `out`
-    /// (`rows x n_actions`). Allocates nothing.
+    /// (`rows x n_actions`; `rows x heads x n_actions` for bootstrapped DQN, head after
+    /// head). Allocates nothing.
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] for buffers of the wrong length.
     pub fn q_values(&mut self, obs: &[O], out: &mut [f32]) -> Result<()> {
-        let (obs_dim, n) = (self.obs_dim, self.n_actions as usize);
+        let (obs_dim, n) = (self.obs_dim, self.n_actions as usize * self.heads);
         let rows = obs.len() / obs_dim;
         for (what, expected, actual) in [
             ("observations", rows * obs_dim, obs.len()),
@@ -513,27 +582,43 @@ impl<O: Observation> Dqn<O> {
         {
             let q = self.q.forward_obs(o, dst.len() / n, &mut self.act_ws)?;
             dst.copy_from_slice(q);
+            if let Some(prior) = &mut self.prior {
+                let p = Prior::forward(&prior.net, o, dst.len() / n, &mut prior.ws_act)?;
+                for (d, p) in dst.iter_mut().zip(p) {
+                    *d += prior.scale * p;
+                }
+            }
         }
         Ok(())
     }
 
     /// Actions for the observation rows `obs`, one per row, by the current [`Mode`]:
-    /// epsilon-greedy ([`Mode::Sample`]) or greedy ([`Mode::Deterministic`]). Inputs of
-    /// more than 64 rows are evaluated 64 at a time. Allocates nothing.
+    /// epsilon-greedy ([`Mode::Sample`]) or greedy ([`Mode::Deterministic`]); with several
+    /// heads, greedy is the argmax of their mean (no episode picks a head here: the
+    /// collector's [`Policy::act`] does). Inputs of more than 64 rows are evaluated 64
+    /// at a time. Allocates nothing.
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`] for buffers of the wrong length.
     pub fn act_rows(&mut self, obs: &[O], actions: &mut [u32]) -> Result<()> {
-        let epsilon = self.epsilon();
+        self.epsilon_greedy().act(obs, actions, None)
+    }
+
+    /// Acting's epsilon-greedy step over this learner's networks, by its [`Mode`].
+    fn epsilon_greedy(&mut self) -> EpsilonGreedy<'_> {
         EpsilonGreedy {
+            epsilon: self.epsilon(),
             q: &self.q,
             ws: &mut self.act_ws,
+            prior: self
+                .prior
+                .as_mut()
+                .map(|p| (&p.net, &mut p.ws_act, p.scale)),
             rng: &mut self.rng,
-            epsilon,
             sample: self.mode == Mode::Sample,
             n_actions: self.n_actions,
+            heads: self.heads,
         }
-        .act(obs, actions)
     }
 }
 
@@ -579,13 +664,15 @@ impl<O: Observation> crate::learner::OffPolicyLearner for Dqn<O> {
 impl<O: Observation> Policy for Dqn<O> {
     type Obs = O;
     type Act = u32;
-    type State = ();
+    type State = ActiveHead;
 
     /// Writes actions only (no log-probabilities or values: DQN's replay needs none).
+    /// In [`Mode::Sample`] each environment's episode acts with its [`ActiveHead`]
+    /// (bootstrapped DQN; plain DQN has one head and draws nothing).
     fn act(
         &mut self,
         obs: &[O],
-        states: &mut [()],
+        states: &mut [ActiveHead],
         out: ActOutput<'_, u32>,
     ) -> Result<(), PolicyError> {
         if out.actions.len() != states.len() {
@@ -595,6 +682,6 @@ impl<O: Observation> Policy for Dqn<O> {
                 out.actions.len(),
             )));
         }
-        Ok(self.act_rows(obs, out.actions)?)
+        Ok(self.epsilon_greedy().act(obs, out.actions, Some(states))?)
     }
 }

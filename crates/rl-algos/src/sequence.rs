@@ -177,7 +177,7 @@ pub struct Recurrent<L: SequenceLearner> {
     windows: usize,
     train: Train<L::Act>,
     /// One acting state per number of rows acted on.
-    acting: Vec<Acting>,
+    acting: Vec<Acting<L::State>>,
 }
 
 impl<L: SequenceLearner + Clone> Clone for Recurrent<L> {

@@ -5,6 +5,8 @@
 //! - [`MaskedCartPole`]: CartPole with both velocities hidden; needs memory.
 //! - [`Catch`]: bsuite's Catch as `u8` frames (`[1, 10, 5]`, or larger with
 //!   [`Catch::with_scale`]): the small pixel task for convolutional policies.
+//! - [`DeepSea`]: bsuite's DeepSea (an `N × N` one-hot grid, per-cell random action
+//!   mapping): the deep-exploration task epsilon-greedy fails.
 //!
 //! Pixel preprocessing, with no OpenCV: [`AtariPreprocess`] wraps an environment of raw
 //! RGB frames with DQN's Atari pipeline (no-op starts, frame skip with max-pooling,
@@ -44,6 +46,7 @@
 mod atari;
 mod cartpole;
 mod catch;
+mod deep_sea;
 mod large_discrete;
 mod partial_large_discrete;
 mod pendulum;
@@ -52,6 +55,7 @@ mod pixels;
 pub use atari::{AtariConfig, AtariPreprocess, LifeLoss, Lives, Rewards};
 pub use cartpole::{CartPole, MaskedCartPole};
 pub use catch::Catch;
+pub use deep_sea::DeepSea;
 pub use large_discrete::{CONTEXT_DIM, Estimate, FEATURE_DIM, LargeDiscrete};
 pub use partial_large_discrete::PartialLargeDiscrete;
 pub use pendulum::Pendulum;

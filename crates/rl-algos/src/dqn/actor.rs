@@ -8,7 +8,8 @@ use std::marker::PhantomData;
 
 use rl_nn::{Module, Network, NetworkWorkspace, Observation, Weights};
 
-use super::{ACT_ROWS, Dqn, argmax};
+use super::ensemble::{Prior, argmax_with};
+use super::{ACT_ROWS, ActiveHead, Dqn, argmax};
 use crate::error::{Error, Result};
 use crate::learner::ActorRng;
 
@@ -29,6 +30,9 @@ pub struct DqnActor<O = f32> {
     ws: NetworkWorkspace,
     epsilon: f32,
     n_actions: u32,
+    heads: usize,
+    /// The learner's fixed prior network (with a workspace of its own) and its scale.
+    prior: Option<(Network, NetworkWorkspace, f32)>,
     rng: ActorRng,
     _obs: PhantomData<fn() -> O>,
 }
@@ -40,6 +44,11 @@ impl<O: Observation> DqnActor<O> {
             q: dqn.q.clone(),
             epsilon: dqn.epsilon(),
             n_actions: dqn.n_actions,
+            heads: dqn.heads,
+            prior: dqn
+                .prior
+                .as_ref()
+                .map(|p| (p.net.clone(), p.net.workspace(ACT_ROWS), p.scale)),
             rng: ActorRng::new(dqn.seed ^ ACTOR_SEED),
             _obs: PhantomData,
         }
@@ -55,6 +64,10 @@ impl<O: Observation> DqnActor<O> {
             });
         }
         self.q.params_mut().copy_from_slice(dqn.q.params());
+        if let (Some((net, ..)), Some(prior)) = (&mut self.prior, &dqn.prior) {
+            // Fixed, but a restored learner may hold another one.
+            net.params_mut().copy_from_slice(prior.net.params());
+        }
         self.epsilon = dqn.epsilon();
         Ok(())
     }
@@ -77,6 +90,8 @@ impl<O> Clone for DqnActor<O> {
             ws: self.ws.clone(),
             epsilon: self.epsilon,
             n_actions: self.n_actions,
+            heads: self.heads,
+            prior: self.prior.clone(),
             rng: self.rng.clone(),
             _obs: PhantomData,
         }
@@ -91,29 +106,40 @@ impl<O> Clone for DqnActor<O> {
         self.q.params_mut().copy_from_slice(source.q.params());
         self.epsilon = source.epsilon;
         self.n_actions = source.n_actions;
+        self.heads = source.heads;
     }
 }
 
 impl<O: Observation> Policy for DqnActor<O> {
     type Obs = O;
     type Act = u32;
-    type State = ();
+    type State = ActiveHead;
 
+    /// Acts with each environment's [`ActiveHead`] (drawn at its episode's first step).
     fn act(
         &mut self,
         obs: &[O],
-        _states: &mut [()],
+        states: &mut [ActiveHead],
         out: ActOutput<'_, u32>,
     ) -> Result<(), PolicyError> {
+        if out.actions.len() != states.len() {
+            return Err(Box::new(Error::shape(
+                "actions (one per environment)",
+                states.len(),
+                out.actions.len(),
+            )));
+        }
         EpsilonGreedy {
             q: &self.q,
             ws: &mut self.ws,
+            prior: self.prior.as_mut().map(|(n, ws, s)| (&*n, ws, *s)),
             rng: self.rng.rng(),
             epsilon: self.epsilon,
             sample: true,
             n_actions: self.n_actions,
+            heads: self.heads,
         }
-        .act(obs, out.actions)
+        .act(obs, out.actions, Some(states))
         .map_err(|e| Box::new(e) as PolicyError)
     }
 }
@@ -121,28 +147,81 @@ impl<O: Observation> Policy for DqnActor<O> {
 /// Epsilon-greedy acting over the Q network, at most [`ACT_ROWS`] rows at a time: with
 /// probability `epsilon` a uniformly random action, else the greedy one; greedy only
 /// when not `sample`. Shared by [`Dqn`] and [`DqnActor`], so both act alike.
+///
+/// With several heads, "greedy" is the argmax of the row's active head when sampling
+/// with per-environment states, and of the mean over the heads otherwise (greedy
+/// evaluation, or rows without states).
 pub(super) struct EpsilonGreedy<'a> {
     pub(super) q: &'a Network,
     pub(super) ws: &'a mut NetworkWorkspace,
+    /// A prior network, its acting workspace and its scale: Q-values are the network's
+    /// plus scale times the prior's.
+    pub(super) prior: Option<(&'a Network, &'a mut NetworkWorkspace, f32)>,
     pub(super) rng: &'a mut Xoshiro256PlusPlus,
     pub(super) epsilon: f32,
     pub(super) sample: bool,
     pub(super) n_actions: u32,
+    pub(super) heads: usize,
 }
 
 impl EpsilonGreedy<'_> {
-    pub(super) fn act<O: Observation>(self, obs: &[O], actions: &mut [u32]) -> Result<()> {
+    pub(super) fn act<O: Observation>(
+        self,
+        obs: &[O],
+        actions: &mut [u32],
+        mut states: Option<&mut [ActiveHead]>,
+    ) -> Result<()> {
         let obs_dim = self.q.input_dim();
+        let n = self.n_actions as usize;
+        let width = n * self.heads;
+        let mut done = 0;
+        let mut prior = self.prior;
         for (o, a) in crate::predict::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
             let q = self.q.forward_obs(o, a.len(), self.ws)?;
-            for (action, row) in a.iter_mut().zip(q.chunks_exact(self.n_actions as usize)) {
+            let p = match prior.as_mut() {
+                Some((net, ws, scale)) => Some((Prior::forward(net, o, a.len(), ws)?, *scale)),
+                None => None,
+            };
+            for (r, (action, row)) in a.iter_mut().zip(q.chunks_exact(width)).enumerate() {
+                let p = p.map(|(p, scale)| (&p[r * width..(r + 1) * width], scale));
+                let active = match states.as_deref_mut() {
+                    Some(states) if self.sample => {
+                        Some(states[done].get_or_draw(self.heads, self.rng))
+                    }
+                    _ => None,
+                };
+                done += 1;
                 *action = if self.sample && self.rng.random::<f32>() < self.epsilon {
                     self.rng.random_range(0..self.n_actions)
-                } else {
+                } else if self.heads == 1 && p.is_none() {
                     argmax(row) as u32
+                } else if let Some(h) = active {
+                    let head = p.map(|(p, scale)| (&p[h * n..(h + 1) * n], scale));
+                    argmax_with(&row[h * n..(h + 1) * n], head) as u32
+                } else {
+                    mean_argmax(row, p, n) as u32
                 };
             }
         }
         Ok(())
     }
+}
+
+/// The action with the largest mean over the heads of `row` (`heads x n`, plus `scale`
+/// times the prior's outputs); ties go to the lowest index.
+fn mean_argmax(row: &[f32], prior: Option<(&[f32], f32)>, n: usize) -> usize {
+    let sum = |a: usize| {
+        (a..row.len())
+            .step_by(n)
+            .map(|i| super::ensemble::with_prior(row, prior, i))
+            .sum::<f32>()
+    };
+    let mut best = (0, sum(0));
+    for a in 1..n {
+        let v = sum(a);
+        if v > best.1 {
+            best = (a, v);
+        }
+    }
+    best.0
 }

@@ -5,7 +5,7 @@ use rl_core::MemoryPlan;
 use rl_nn::{Architecture, Checkpoint, NetworkState};
 use serde::{Deserialize, Serialize};
 
-use super::{CHECKPOINT_KIND, Dqn, DqnConfig, Q, Q_TARGET};
+use super::{CHECKPOINT_KIND, Dqn, DqnConfig, Q, Q_PRIOR, Q_TARGET};
 use crate::error::{Error, Result, adam_difference, first_difference};
 use crate::learner::Learner;
 
@@ -64,15 +64,20 @@ impl<O: rl_nn::Observation> Learner for Dqn<O> {
         self.blueprint.learner.clone()
     }
 
-    /// The whole learner state: `q` with its Adam state, `q_target`, the counters and the
-    /// exploration generator.
+    /// The whole learner state: `q` with its Adam state, `q_target`, `q_prior` (the
+    /// randomized prior network, if there is one), the counters and the exploration
+    /// generator.
     fn checkpoint(&self) -> Checkpoint<DqnState> {
+        let mut networks = vec![
+            NetworkState::capture(Q, &self.q, Some(&self.adam)),
+            NetworkState::capture(Q_TARGET, &self.target, None),
+        ];
+        if let Some(prior) = &self.prior {
+            networks.push(NetworkState::capture(Q_PRIOR, &prior.net, None));
+        }
         Checkpoint {
             kind: CHECKPOINT_KIND.to_owned(),
-            networks: vec![
-                NetworkState::capture(Q, &self.q, Some(&self.adam)),
-                NetworkState::capture(Q_TARGET, &self.target, None),
-            ],
+            networks,
             state: DqnState {
                 config: self.config.clone(),
                 seed: self.seed,
@@ -118,6 +123,7 @@ impl<O: rl_nn::Observation> Learner for Dqn<O> {
                 exploration,
                 max_grad_norm,
                 huber_delta,
+                ensemble,
             ],
             // The learning rate may change on resume.
             except[adam]
@@ -126,8 +132,19 @@ impl<O: rl_nn::Observation> Learner for Dqn<O> {
         let (q, target) = (checkpoint.network(Q)?, checkpoint.network(Q_TARGET)?);
         q.check_fits(&self.q, Some(&self.adam))?;
         target.check_fits(&self.target, None)?;
+        let prior = match &self.prior {
+            Some(ours) => {
+                let saved = checkpoint.network(Q_PRIOR)?;
+                saved.check_fits(&ours.net, None)?;
+                Some(saved)
+            }
+            None => None,
+        };
         q.restore_into(&mut self.q, Some(&mut self.adam))?;
         target.restore_into(&mut self.target, None)?;
+        if let (Some(saved), Some(ours)) = (prior, &mut self.prior) {
+            saved.restore_into(&mut ours.net, None)?;
+        }
         // The optimiser keeps its saved moments and takes this learner's rate.
         self.adam.set_lr(self.config.adam.lr)?;
         self.updates = state.updates;

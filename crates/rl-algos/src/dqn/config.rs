@@ -74,6 +74,27 @@ impl EpsilonSchedule {
     }
 }
 
+/// Bootstrapped DQN (Osband et al. 2016): `heads` Q-heads on one shared torso, each
+/// trained on its own bootstrap resample of the replay (a row reaches head `h` when bit
+/// `h` of its mask is set, with probability `mask_probability`), one head acting per
+/// episode. The `[dqn] ensemble = { heads = 10, mask_probability = 0.5 }` of a config.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnsembleConfig {
+    /// Q-heads, 1 to 64 (one bit each in a row's `i64` mask).
+    pub heads: u32,
+    /// Probability that a row trains a given head, in `(0, 1]`: 1 trains every head on
+    /// every row (the heads then differ only by their initialisation), 0.5 is a
+    /// double-or-nothing bootstrap.
+    pub mask_probability: f64,
+    /// Randomized prior functions (Osband et al. 2018): each head's Q-values are its
+    /// network's plus `prior_scale` times a fixed, randomly initialised prior network's
+    /// (never trained), which keeps the heads apart where data is scarce. Default 0: no
+    /// prior network.
+    #[serde(default)]
+    pub prior_scale: f32,
+}
+
 /// Settings of [`Dqn`](super::Dqn): the algorithm's knobs only. The training loop's own
 /// settings (replay capacity, environment steps before learning starts, environment steps
 /// between training phases, gradient steps per phase) belong to the loop that drives the
@@ -123,6 +144,10 @@ pub struct DqnConfig {
     /// SB3 calls it (for other values `smooth_l1_loss(beta)` is this loss divided by
     /// `beta`).
     pub huber_delta: f32,
+    /// Bootstrapped DQN's heads and masks; `None` (the default) is plain DQN, a single
+    /// head, bit for bit what it was before ensembles existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ensemble: Option<EnsembleConfig>,
 }
 
 impl Default for DqnConfig {
@@ -144,6 +169,7 @@ impl Default for DqnConfig {
             exploration: EpsilonSchedule::default(),
             max_grad_norm: Some(10.0),
             huber_delta: 1.0,
+            ensemble: None,
         }
     }
 }
@@ -244,6 +270,32 @@ impl DqnConfig {
                     self.huber_delta
                 ),
             ));
+        }
+        if let Some(ensemble) = self.ensemble {
+            if !(1..=64).contains(&ensemble.heads) {
+                return Err(Error::config(
+                    "dqn.ensemble.heads",
+                    format!(
+                        "is {}: use 1 to 64 heads (one bit each in a row's mask; 10 is \
+                         Osband et al.'s)",
+                        ensemble.heads
+                    ),
+                ));
+            }
+            let p = ensemble.mask_probability;
+            if !(p > 0.0 && p <= 1.0) {
+                return Err(Error::config(
+                    "dqn.ensemble.mask_probability",
+                    format!("is {p}: use a probability in (0, 1] (0.5 or 1 are usual)"),
+                ));
+            }
+            let beta = ensemble.prior_scale;
+            if !(beta.is_finite() && beta >= 0.0) {
+                return Err(Error::config(
+                    "dqn.ensemble.prior_scale",
+                    format!("is {beta}: use 0 (no prior) or a positive scale (1 to 10 are usual)"),
+                ));
+            }
         }
         self.adam
             .validate()

@@ -5,44 +5,57 @@ use rl_core::{Field, Flag};
 use rl_nn::{Module, Observation};
 use rl_storage::Batch;
 
+use super::ensemble::{Prior, with_prior};
 use super::{Dqn, argmax};
 use crate::error::{Error, Result};
 use crate::learner::Sizes;
 
-/// Per-update buffers, sized for `batch_size` rows at construction.
+/// Per-update buffers, sized for `batch_size` rows and the heads at construction.
 #[derive(Clone, Debug)]
 pub(super) struct Scratch {
-    /// TD targets `y`.
+    /// TD targets `y`, `rows x heads`.
     pub(super) targets: Vec<f32>,
-    /// The online network's greedy next actions (double Q-learning).
+    /// The online network's greedy next actions (double Q-learning), `rows x heads`.
     pub(super) next_actions: Vec<u32>,
-    /// `Q(s, a) - y`.
+    /// `Q(s, a) - y`, `rows x heads`.
     pub(super) td: Vec<f32>,
-    /// Gradient of the loss with respect to the network's outputs (`rows x n_actions`).
+    /// Gradient of the loss with respect to the network's outputs
+    /// (`rows x heads x n_actions`).
     pub(super) d_out: Vec<f32>,
-    /// `|td| + 1e-6` of the last applied update's first `priority_rows` rows.
+    /// Each row's bootstrap mask (bootstrapped DQN only; empty otherwise).
+    pub(super) masks: Vec<i64>,
+    /// `|td| + 1e-6` (averaged over the heads) of the last applied update's first
+    /// `priority_rows` rows.
     pub(super) priorities: Vec<f32>,
     pub(super) priority_rows: usize,
 }
 
 impl Scratch {
-    pub(super) fn new(rows: usize, n_actions: usize) -> Self {
+    pub(super) fn new(rows: usize, n_actions: usize, heads: usize, masked: bool) -> Self {
         Self {
-            targets: vec![0.0; rows],
-            next_actions: vec![0; rows],
-            td: vec![0.0; rows],
-            d_out: vec![0.0; rows * n_actions],
+            targets: vec![0.0; rows * heads],
+            next_actions: vec![0; rows * heads],
+            td: vec![0.0; rows * heads],
+            d_out: vec![0.0; rows * heads * n_actions],
+            masks: vec![0; if masked { rows } else { 0 }],
             priorities: vec![0.0; rows],
             priority_rows: 0,
         }
     }
 
-    /// Bytes of [`Scratch::new`] for `rows` rows and `n_actions` actions, before it
-    /// exists: three floats and an action per row, and a float per row and action.
-    pub(super) fn bytes_for(rows: usize, n_actions: usize, sizes: Sizes) -> Result<u64> {
+    /// Bytes of [`Scratch::new`] for `rows` rows, `n_actions` actions and `heads` heads
+    /// without the masks, before it exists: two floats and an action per row and head, a
+    /// float per row, and a float per row, head and action.
+    pub(super) fn bytes_for(
+        rows: usize,
+        n_actions: usize,
+        heads: usize,
+        sizes: Sizes,
+    ) -> Result<u64> {
         sizes.sum(&[
-            sizes.bytes(&[rows, 3 * size_of::<f32>() + size_of::<u32>()])?,
-            sizes.f32s(&[rows, n_actions])?,
+            sizes.bytes(&[rows, heads, 2 * size_of::<f32>() + size_of::<u32>()])?,
+            sizes.f32s(&[rows])?,
+            sizes.f32s(&[rows, heads, n_actions])?,
         ])
     }
 }
@@ -56,6 +69,9 @@ pub(crate) struct Transitions<'b, O = f32> {
     pub(crate) terminated: &'b [Flag],
     pub(crate) next_obs: &'b [O],
     pub(crate) weights: &'b [f32],
+    /// Storage positions of the rows (what bootstrap masks are drawn from); `None` where
+    /// the rows have none (a recurrent learner's summaries).
+    pub(crate) positions: Option<&'b [usize]>,
 }
 
 impl<'b, O: Observation> Transitions<'b, O> {
@@ -79,6 +95,7 @@ impl<'b, O: Observation> Transitions<'b, O> {
             terminated: batch.terminated()?,
             next_obs: batch.field::<O>(Field::NextObs)?,
             weights: batch.weights(),
+            positions: Some(batch.positions()),
         }
         .check(obs_dim, n_actions)
     }
@@ -131,6 +148,11 @@ pub(super) struct Pass {
     pub(super) mean_target: f32,
 }
 
+/// The prior's outputs of chunk `j` (`n` wide), with its scale.
+fn chunk(prior: Option<(&[f32], f32)>, j: usize, n: usize) -> Option<(&[f32], f32)> {
+    prior.map(|(p, scale)| (&p[j * n..(j + 1) * n], scale))
+}
+
 /// The Huber loss of `x` and its derivative.
 fn huber(x: f32, delta: f32) -> (f32, f32) {
     if x.abs() <= delta {
@@ -144,12 +166,25 @@ impl<O: Observation> Dqn<O> {
     /// The loss of `batch` and its gradient, added into `self.grads` (which must be
     /// zero); nothing else of the learner's state changes. On error the gradients stay
     /// zero.
+    ///
+    /// With `K` heads ([`DqnConfig::ensemble`](super::DqnConfig::ensemble)) each head
+    /// `h` has its own targets (from its own head of the target network) and its own
+    /// loss `L_h`, the Huber loss of its TD errors weighted by the rows' importance
+    /// weights times bit `h` of their masks, averaged over all rows; the loss reported
+    /// is the mean of the `L_h`. As in Osband et al. (2016, appendix), head `h`'s
+    /// parameters (its slice of the output layer) get `grad L_h`, and the shared torso
+    /// gets `(1/K) sum_h grad L_h` (and so do the observation gradients). One head is
+    /// plain DQN exactly. With a prior network (`prior_scale` β), every Q-value here,
+    /// online and target, is the network's plus β times the prior's; the prior is
+    /// constant, so the gradient is the same expression.
     pub(super) fn gradients(
         &mut self,
         transitions: Transitions<'_, O>,
         obs_grads: Option<&mut [f32]>,
     ) -> Result<Pass> {
         let n = self.n_actions as usize;
+        let heads = self.heads;
+        let width = heads * n;
         let Transitions {
             rows,
             obs,
@@ -158,64 +193,128 @@ impl<O: Observation> Dqn<O> {
             terminated,
             next_obs,
             weights,
+            positions,
         } = transitions;
         let s = &mut self.scratch;
         let gamma = self.config.gamma;
+        if let Some(ensemble) = self.config.ensemble {
+            super::ensemble::draw_masks(
+                ensemble,
+                self.seed,
+                self.updates,
+                positions,
+                &mut s.masks[..rows],
+            )?;
+        }
 
-        // Targets: the next action by the online network (double) or the target's max.
+        // The prior's outputs, where there is one.
+        let (prior_next, prior_obs) = match self.prior.as_mut() {
+            Some(Prior {
+                net,
+                scale,
+                ws_obs,
+                ws_next,
+                ..
+            }) => (
+                Some((Prior::forward(net, next_obs, rows, ws_next)?, *scale)),
+                Some((Prior::forward(net, obs, rows, ws_obs)?, *scale)),
+            ),
+            None => (None, None),
+        };
+        let greedy = |row: &[f32], prior: Option<(&[f32], f32)>| match prior {
+            Some(_) => super::ensemble::argmax_with(row, prior),
+            None => argmax(row),
+        };
+
+        // Targets, per head: the next action by the online head (double) or the target
+        // head's max.
         if self.config.double {
             let q_next = self.q.forward_obs(next_obs, rows, &mut self.ws)?;
-            for (a, row) in s.next_actions.iter_mut().zip(q_next.chunks_exact(n)) {
-                *a = argmax(row) as u32;
+            for (j, (a, row)) in s
+                .next_actions
+                .iter_mut()
+                .zip(q_next.chunks_exact(n))
+                .enumerate()
+            {
+                *a = greedy(row, chunk(prior_next, j, n)) as u32;
             }
         }
         let q_target = self
             .target
             .forward_obs(next_obs, rows, &mut self.target_ws)?;
-        for (b, row) in q_target.chunks_exact(n).enumerate() {
-            s.targets[b] = if terminated[b].get() {
-                rewards[b]
-            } else {
-                let next = if self.config.double {
-                    row[s.next_actions[b] as usize]
+        for (b, outputs) in q_target.chunks_exact(width).enumerate() {
+            for (h, row) in outputs.chunks_exact(n).enumerate() {
+                let i = b * heads + h;
+                s.targets[i] = if terminated[b].get() {
+                    rewards[b]
                 } else {
-                    row[argmax(row)]
+                    let prior = chunk(prior_next, i, n);
+                    let next = if self.config.double {
+                        with_prior(row, prior, s.next_actions[i] as usize)
+                    } else {
+                        with_prior(row, prior, greedy(row, prior))
+                    };
+                    rewards[b] + gamma * next
                 };
-                rewards[b] + gamma * next
-            };
+            }
         }
 
-        // Weighted Huber loss on Q(s, a) - y; the gradient reaches only Q(s, a).
+        // Weighted Huber loss on Q_h(s, a) - y_h; the gradient reaches only Q_h(s, a) of
+        // the heads whose mask bit is set.
         let q = self.q.forward_obs(obs, rows, &mut self.ws)?;
-        let d_out = &mut s.d_out[..rows * n];
+        let d_out = &mut s.d_out[..rows * width];
         d_out.fill(0.0);
         let inv_rows = 1.0 / rows as f32;
         let delta = self.config.huber_delta;
         let (mut loss, mut sum_q, mut sum_y) = (0.0f32, 0.0f32, 0.0f32);
         for b in 0..rows {
-            let k = b * n + actions[b] as usize;
-            let td = q[k] - s.targets[b];
-            let (value, slope) = huber(td, delta);
-            s.td[b] = td;
-            loss += weights[b] * value;
-            d_out[k] = weights[b] * slope * inv_rows;
-            sum_q += q[k];
-            sum_y += s.targets[b];
+            let mask = s.masks.get(b).map_or(u64::MAX, |&m| m as u64);
+            for h in 0..heads {
+                let i = b * heads + h;
+                let k = b * width + h * n + actions[b] as usize;
+                let q_k = with_prior(q, prior_obs, k);
+                let td = q_k - s.targets[i];
+                let (value, slope) = huber(td, delta);
+                s.td[i] = td;
+                let weight = if (mask >> h) & 1 == 1 {
+                    weights[b]
+                } else {
+                    0.0
+                };
+                loss += weight * value;
+                d_out[k] = weight * slope * inv_rows;
+                sum_q += q_k;
+                sum_y += s.targets[i];
+            }
         }
-        let loss = loss * inv_rows;
+        // One head divides by 1.0: exact, so plain DQN is unchanged.
+        let per_head = heads as f32;
+        let loss = loss * inv_rows / per_head;
         if !loss.is_finite() {
             return Err(Error::Diverged {
                 what: "TD loss",
                 value: loss,
             });
         }
-        self.q
-            .backward(&mut self.ws, d_out, Some(&mut self.grads), obs_grads)?;
+        let torso = heads > 1;
+        let mut obs_grads = obs_grads;
+        self.q.backward(
+            &mut self.ws,
+            d_out,
+            Some(&mut self.grads),
+            obs_grads.as_deref_mut(),
+        )?;
+        if torso {
+            super::ensemble::scale_torso(&self.q, &mut self.grads, 1.0 / per_head);
+            if let Some(grads) = obs_grads {
+                grads.iter_mut().for_each(|g| *g /= per_head);
+            }
+        }
         Ok(Pass {
             rows,
             loss,
-            mean_q: sum_q * inv_rows,
-            mean_target: sum_y * inv_rows,
+            mean_q: sum_q * inv_rows / per_head,
+            mean_target: sum_y * inv_rows / per_head,
         })
     }
 }

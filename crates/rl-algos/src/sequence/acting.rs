@@ -8,20 +8,21 @@ use crate::error::{Error, Result};
 use crate::policy::{HistorySlot, Summary, SummaryState};
 
 /// The acting state of one number of rows: the summarizer's state for each row, its
-/// last summaries, and which rows start an episode.
+/// last summaries, which rows start an episode, and the inner policy's per-row states
+/// (reset where a row starts an episode).
 #[derive(Debug)]
-pub(super) struct Acting {
+pub(super) struct Acting<S = ()> {
     rows: usize,
     /// A new state: its first step starts every row's episode.
     fresh: bool,
     state: SummaryState,
     starts: Vec<bool>,
     pub(super) summaries: Vec<f32>,
-    /// The inner policy's (empty) per-row states.
-    units: Vec<()>,
+    /// The inner policy's per-row states (empty for most; DQN's active head).
+    units: Vec<S>,
 }
 
-impl Acting {
+impl<S: Default + Clone> Acting<S> {
     fn new(summary: &Summary, rows: usize) -> Self {
         Self {
             rows,
@@ -29,7 +30,7 @@ impl Acting {
             state: summary.state(rows),
             starts: vec![true; rows],
             summaries: vec![0.0; rows * summary.output_len()],
-            units: vec![(); rows],
+            units: vec![S::default(); rows],
         }
     }
 }
@@ -38,9 +39,9 @@ impl Acting {
 /// environment's state (restarted where the slot is fresh), then `head` on the
 /// summaries. The first call with a number of rows makes that number's state; later
 /// calls allocate nothing.
-pub(super) fn act<P: Policy<Obs = f32, State = ()>>(
+pub(super) fn act<P: Policy<Obs = f32>>(
     summary: &Summary,
-    acting: &mut Vec<Acting>,
+    acting: &mut Vec<Acting<P::State>>,
     obs_len: usize,
     head: &mut P,
     obs: &[f32],
@@ -59,8 +60,11 @@ pub(super) fn act<P: Policy<Obs = f32, State = ()>>(
         }
     };
     let a = &mut acting[index];
-    for (start, slot) in a.starts.iter_mut().zip(slots.iter()) {
+    for ((start, slot), unit) in a.starts.iter_mut().zip(slots.iter()).zip(&mut a.units) {
         *start = a.fresh || slot.is_fresh();
+        if *start {
+            *unit = P::State::default();
+        }
     }
     summary.step(&mut a.state, obs, &a.starts, &mut a.summaries)?;
     a.fresh = false;
@@ -74,15 +78,17 @@ pub(super) fn act<P: Policy<Obs = f32, State = ()>>(
 /// threads: a copy of the summarizer, the inner learner's actor, and the acting states.
 /// A clone starts every environment fresh; `clone_from` takes the source's weights in
 /// place and keeps the destination's states.
+///
+/// `S` is the inner actor's per-environment state (`A::State`).
 #[derive(Debug)]
-pub struct RecurrentActor<A> {
+pub struct RecurrentActor<A, S = ()> {
     pub(super) summary: Summary,
     obs_len: usize,
     inner: A,
-    pub(super) acting: Vec<Acting>,
+    pub(super) acting: Vec<Acting<S>>,
 }
 
-impl<A: Clone> Clone for RecurrentActor<A> {
+impl<A: Clone, S> Clone for RecurrentActor<A, S> {
     fn clone(&self) -> Self {
         Self {
             summary: self.summary.clone(),
@@ -110,7 +116,7 @@ fn copy_weights(dst: &mut Summary, source: &Summary) {
     }
 }
 
-impl<A> RecurrentActor<A> {
+impl<A, S> RecurrentActor<A, S> {
     pub(super) fn new(summary: Summary, obs_len: usize, inner: A) -> Self {
         Self {
             summary,
@@ -132,7 +138,7 @@ impl<A> RecurrentActor<A> {
     }
 }
 
-impl<A: Policy<Obs = f32, State = ()>> Policy for RecurrentActor<A> {
+impl<A: Policy<Obs = f32>> Policy for RecurrentActor<A, A::State> {
     type Obs = f32;
     type Act = A::Act;
     type State = HistorySlot;

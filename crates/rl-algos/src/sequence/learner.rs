@@ -48,7 +48,7 @@ impl seal::Sealed for Dqn<f32> {}
 /// the gradient of the loss that trains the summarizer (critics' for SAC, TD for DQN)
 /// with respect to the summaries.
 pub trait SequenceLearner:
-    OffPolicyLearner<State = (), Obs = f32> + seal::Sealed + std::fmt::Debug
+    OffPolicyLearner<Obs = f32, State: 'static> + seal::Sealed + std::fmt::Debug
 {
     /// The checkpoint kind of the recurrent form (`recurrent_` and the inner kind).
     const RECURRENT_KIND: &'static str;
@@ -237,6 +237,7 @@ impl SequenceLearner for Dqn<f32> {
             terminated: f.terminated,
             next_obs: f.next_obs,
             weights: f.weights,
+            positions: None,
         }
         .check(self.obs_dim(), self.n_actions())?;
         self.update_transitions(transitions, Some(obs_grads))
@@ -379,7 +380,7 @@ impl<L: SequenceLearner> Learner for Recurrent<L> {
 
 impl<L: SequenceLearner> OffPolicyLearner for Recurrent<L> {
     type Stats = L::Stats;
-    type Actor = RecurrentActor<L::Actor>;
+    type Actor = RecurrentActor<L::Actor, L::State>;
 
     /// What it holds, reads (replay columns of raw observations, batches of `windows x
     /// (burn_in + seq_len)` rows, windows of [`SequenceSpec`](crate::learner::SequenceSpec)) and asks of its actors.

@@ -72,6 +72,22 @@ fn missing_keys_take_the_algorithms_defaults_also_in_nested_tables() {
 }
 
 #[test]
+fn the_dqn_ensemble_key_parses_and_a_set_changes_one_field() {
+    let text = "algo = \"dqn\"\nenv = \"deep_sea\"\n[run]\ntotal_steps = 10\n[dqn]\nensemble = { heads = 10, mask_probability = 0.5 }\n";
+    let dqn = Config::from_toml(text, &[]).unwrap().dqn.unwrap();
+    let ensemble = dqn.ensemble.unwrap();
+    assert_eq!((ensemble.heads, ensemble.mask_probability), (10, 0.5));
+    assert_eq!(ensemble.prior_scale, 0.0);
+    let dqn = Config::from_toml(text, &["dqn.ensemble.prior_scale=3.0".to_owned()])
+        .unwrap()
+        .dqn
+        .unwrap();
+    assert_eq!(dqn.ensemble.unwrap().prior_scale, 3.0);
+    let bad = "algo = \"dqn\"\nenv = \"deep_sea\"\n[run]\ntotal_steps = 10\n[dqn]\nensemble = { heads = 0, mask_probability = 0.5 }\n";
+    assert!(Config::from_toml(bad, &[]).is_err());
+}
+
+#[test]
 fn the_effective_config_reads_back_as_the_same_config() {
     for text in [
         PPO,

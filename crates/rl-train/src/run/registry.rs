@@ -14,7 +14,9 @@ use rl_algos::ppo::{Ppo, RecurrentPpo, RecurrentPpoConfig};
 use rl_algos::sac::{ActionScoring, DiscreteSac, Sac};
 use rl_algos::td3::Td3;
 use rl_core::{Env, FeatureTable, MemoryPlan, Space};
-use rl_envs::{CartPole, Catch, LargeDiscrete, MaskedCartPole, PartialLargeDiscrete, Pendulum};
+use rl_envs::{
+    CartPole, Catch, DeepSea, LargeDiscrete, MaskedCartPole, PartialLargeDiscrete, Pendulum,
+};
 
 use super::job::{self, Job, Outcome};
 use super::{Error, Result};
@@ -101,6 +103,9 @@ fn spaces_of<E: Env>(make: impl Fn(u64) -> E) -> (Space, Space) {
     (env.observation_space().clone(), env.action_space().clone())
 }
 
+/// `N` of the registered `deep_sea`.
+const DEEP_SEA_SIZE: usize = 12;
+
 /// Environments by name, each with a constructor from a seed: what a config's `env`
 /// can name. [`Registry::builtin`] holds the reference environments; register your own
 /// with [`Registry::register_discrete`] (`Env::Act = u32`) or
@@ -140,13 +145,19 @@ impl Registry {
     /// The reference environments: `cartpole`, `masked_cartpole`, `pendulum`,
     /// `large_discrete` (100 000 actions, task 0; discrete SAC scores them against its
     /// action feature table) and `partial_large_discrete` (the same task revealed a
-    /// block per step), and `catch` (bsuite's Catch as 10x5 frames of bytes, for
-    /// convolutional encoders).
+    /// block per step), `catch` (bsuite's Catch as 10x5 frames of bytes, for
+    /// convolutional encoders) and `deep_sea` (bsuite's DeepSea, 12 x 12, action
+    /// mapping seed 0 whatever the run's seed, so that the training and evaluation
+    /// environments of every run are one task: the deep-exploration test).
     pub fn builtin() -> Self {
         let mut registry = Self::empty();
         registry.register_pixels("catch", Catch::new);
         registry.register_discrete("cartpole", CartPole::new);
         registry.register_discrete("masked_cartpole", MaskedCartPole::new);
+        registry.register_discrete("deep_sea", |_| {
+            DeepSea::new(DEEP_SEA_SIZE, 0)
+                .unwrap_or_else(|_| unreachable!("12 is a valid DeepSea size"))
+        });
         registry.register_continuous("pendulum", Pendulum::new);
         registry.register_discrete_with_table(
             "large_discrete",

@@ -1023,7 +1023,7 @@ fn actor_clones_explore_apart_and_take_new_weights_without_allocating() {
             log_probs: &mut lp,
             values: &mut v,
         };
-        rl_collect::Policy::act(actor, &obs, &mut [(); 64], out).unwrap();
+        rl_collect::Policy::act(actor, &obs, &mut [Default::default(); 64], out).unwrap();
         actions
     };
     assert_ne!(act(&mut a), act(&mut b), "clones must draw apart");
