@@ -743,7 +743,7 @@ impl crate::learner::Learner for Td3 {
         self.updates
     }
 
-    /// The critics run side by side on `pool` ([`TwinCritics::both`]) and every batch
+    /// The critics run side by side on `pool` (`TwinCritics::both`) and every batch
     /// pass splits its products across it.
     fn set_pool(&mut self, pool: Option<Arc<Pool>>) {
         self.critics.set_pool(pool.as_ref());
