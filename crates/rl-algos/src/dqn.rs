@@ -18,6 +18,8 @@ mod ensemble;
 mod loss;
 
 #[cfg(test)]
+mod ensemble_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 
 pub use actor::DqnActor;
