@@ -12,6 +12,8 @@ use crate::policy::{ActOutput, ActionSampler, Policy, RandomAction, ValuePolicy}
 use crate::saved::SavedCollector;
 use crate::stats::EpisodeStats;
 
+mod frames;
+
 /// Settings shared by the collectors. Defaults in [`CollectorConfig::new`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CollectorConfig {
@@ -212,6 +214,12 @@ where
     /// Environment steps so far.
     pub fn frames(&self) -> u64 {
         self.frames
+    }
+
+    /// The current observation of every environment, one after another: what the next
+    /// step acts on (a reset observation after an episode ended).
+    pub fn observations(&self) -> &[E::Obs] {
+        &self.lanes.obs
     }
 
     /// The policy.
@@ -533,7 +541,25 @@ impl Layout {
     /// A replay buffer's: every field but `final_value`, the first six required.
     pub(crate) fn replay(schema: &rl_core::Schema) -> Result<Self> {
         let available = &Field::ALL[..8];
-        Self::new(schema, "replay schema", available, &available[..6])
+        Self::new(
+            schema.columns(),
+            "replay schema",
+            available,
+            &available[..6],
+        )
+    }
+
+    /// A deduplicating buffer's transition `columns` (its storage's, `final_obs` left
+    /// out): the five step fields, no `next_obs` (the next row holds it).
+    pub(crate) fn frames(columns: &[rl_core::Column]) -> Result<Self> {
+        let fields = [
+            Field::Obs,
+            Field::Action,
+            Field::Reward,
+            Field::Terminated,
+            Field::Truncated,
+        ];
+        Self::new(columns, "deduplicating replay schema", &fields, &fields)
     }
 
     /// A rollout buffer's: every field but `next_obs`, all of them required.
@@ -548,11 +574,11 @@ impl Layout {
             Field::Value,
             Field::FinalValue,
         ];
-        Self::new(schema, "rollout schema", &fields, &fields)
+        Self::new(schema.columns(), "rollout schema", &fields, &fields)
     }
 
     fn new(
-        schema: &rl_core::Schema,
+        columns: &[rl_core::Column],
         what: &str,
         available: &[Field],
         required: &[Field],
@@ -560,7 +586,7 @@ impl Layout {
         let names = |fields: &[Field]| fields.iter().map(|f| f.name()).collect::<Vec<_>>();
         let mut layout = Self {
             fields: [0; Field::ALL.len()],
-            count: schema.columns().len(),
+            count: columns.len(),
         };
         if layout.count > available.len() {
             return Err(Error::config(
@@ -572,7 +598,7 @@ impl Layout {
                 ),
             ));
         }
-        for (slot, column) in layout.fields.iter_mut().zip(schema.columns()) {
+        for (slot, column) in layout.fields.iter_mut().zip(columns) {
             let field = Field::from_name(column.name())
                 .filter(|f| available.contains(f))
                 .ok_or_else(|| {
@@ -585,7 +611,7 @@ impl Layout {
         }
         if let Some(missing) = required
             .iter()
-            .find(|f| schema.index_of(f.name()).is_none())
+            .find(|f| !columns.iter().any(|c| c.name() == f.name()))
         {
             return Err(Error::config(
                 what,

@@ -51,6 +51,7 @@ mod large_discrete;
 mod partial_large_discrete;
 mod pendulum;
 mod pixels;
+mod stacked;
 
 pub use atari::{AtariConfig, AtariPreprocess, LifeLoss, Lives, Rewards};
 pub use cartpole::{CartPole, MaskedCartPole};
@@ -60,6 +61,7 @@ pub use large_discrete::{CONTEXT_DIM, Estimate, FEATURE_DIM, LargeDiscrete};
 pub use partial_large_discrete::PartialLargeDiscrete;
 pub use pendulum::Pendulum;
 pub use pixels::{AreaResize, FrameStack, StackPadding, max_frames, resize_area, rgb_to_gray};
+pub use stacked::FrameStacked;
 
 use rl_core::{Error, Result};
 

@@ -230,6 +230,14 @@ impl<P: Sampler> AnyDedup<P> {
         __with_storage!(self, b => b.push_step(row, final_obs))
     }
 
+    /// Ends the newest row's stream with its next frame ([`DedupReplay::close_stream`]).
+    ///
+    /// # Errors
+    /// As [`DedupReplay::close_stream`]; nothing changes on error.
+    pub fn close_stream(&mut self, next_frame: ColumnSlice<'_>) -> Result<()> {
+        __with_storage!(self, b => b.close_stream(next_frame))
+    }
+
     /// Samples `batch.room()` transitions into `batch` ([`DedupReplay::sample`]).
     ///
     /// # Errors

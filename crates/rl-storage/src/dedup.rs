@@ -106,7 +106,17 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
     /// A schema without `obs` or without `final_obs` as its last column, or with more
     /// than 32 columns.
     pub fn new(storage: S, sampler: P) -> Result<Self> {
-        let schema = storage.schema().clone();
+        Self::from_buffer(ReplayBuffer::new(storage, sampler))
+    }
+
+    /// A deduplicating buffer over the rows `buffer` already holds (a reopened memmap
+    /// file, a loaded checkpoint), its ring and sampler state kept. The schema must come
+    /// from [`DedupReplay::schema`].
+    ///
+    /// # Errors
+    /// As [`DedupReplay::new`].
+    pub fn from_buffer(buffer: ReplayBuffer<S, P>) -> Result<Self> {
+        let schema = buffer.schema().clone();
         let columns = schema.columns();
         let obs = column_index(&schema, Field::Obs.name())?;
         let final_flag = columns.len() - 1;
@@ -141,7 +151,7 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
         ));
         let widest = columns.iter().map(Column::row_bytes).max().unwrap_or(0);
         Ok(Self {
-            inner: ReplayBuffer::new(storage, sampler),
+            inner: buffer,
             obs,
             final_flag,
             stack: 1,
@@ -163,7 +173,10 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
     /// batch's `obs` and `next_obs` columns get a leading dimension of `frames`, rebuilt
     /// from indices at sample time, so each frame is stored once. A stack never crosses
     /// the start of its episode: slots before the first frame repeat it (Gymnasium's
-    /// `FrameStackObservation` "reset" padding). The oldest stored row counts as a start.
+    /// `FrameStackObservation` "reset" padding). Rows whose stack would reach past the
+    /// oldest stored row (at most `frames - 1` of them, whose earlier frames the ring
+    /// overwrote) are not sampled, so every sampled stack is the one the environment
+    /// showed.
     ///
     /// # Errors
     /// `frames` of zero, or a stacked shape that overflows.
@@ -188,6 +201,11 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
         Ok(self)
     }
 
+    /// Frames per sampled observation (1: no stacking).
+    pub fn frame_stack(&self) -> usize {
+        self.stack
+    }
+
     /// The schema of sampled batches: the transition columns plus `next_obs`.
     pub fn batch_schema(&self) -> &Schema {
         &self.batch_schema
@@ -196,6 +214,53 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
     /// The underlying ring buffer (rows include final rows).
     pub fn buffer(&self) -> &ReplayBuffer<S, P> {
         &self.inner
+    }
+
+    /// The underlying ring buffer, taken out (to save a RAM buffer, or to reopen it with
+    /// [`DedupReplay::from_buffer`]).
+    pub fn into_buffer(self) -> ReplayBuffer<S, P> {
+        self.inner
+    }
+
+    /// Whether the newest stored row is a step whose episode the stream has not ended:
+    /// the next row written continues its stack. False for an empty buffer or a final
+    /// row newest.
+    pub fn newest_is_open(&self) -> bool {
+        let ring = self.inner.ring();
+        if ring.len == 0 {
+            return false;
+        }
+        let capacity = self.inner.capacity();
+        let newest = (ring.cursor + capacity - 1) % capacity;
+        let finals = bytemuck::cast_slice::<u8, Flag>(self.inner.storage().column(self.final_flag));
+        !finals[newest].get()
+    }
+
+    /// Ends the stream of the newest row's episode without a step: a final row holding
+    /// `next_frame`, the observation that followed the newest row (the newest row's
+    /// next observation). For an episode cut without a last step, e.g. a run resumed
+    /// with its environments restarted: the newest row becomes a complete transition
+    /// (not terminated, not truncated, bootstrapped from `next_frame`) and the next step
+    /// starts a new stack. Does nothing when the newest row is a final row already or
+    /// the buffer is empty.
+    ///
+    /// # Errors
+    /// A frame not shaped like `obs` or of another type; storage errors.
+    pub fn close_stream(&mut self, next_frame: ColumnSlice<'_>) -> Result<()> {
+        if !self.newest_is_open() {
+            return Ok(());
+        }
+        self.check_final(next_frame)?;
+        let transition_columns = self.final_flag;
+        let mut full = [ColumnSlice::U8(&[]); MAX_COLUMNS];
+        let schema = self.inner.schema();
+        for (i, column) in schema.columns().iter().enumerate().take(transition_columns) {
+            full[i] = zero_slice(column, &self.zeros);
+        }
+        full[self.obs] = next_frame;
+        let is_final = [Flag::new(true)];
+        full[transition_columns] = (&is_final).into();
+        self.inner.push(&full[..=transition_columns])
     }
 
     /// Storage and sampler memory.
@@ -290,14 +355,30 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
         Ok(())
     }
 
-    /// Whether the row at `position` is a complete transition: not a final row, and not
-    /// the newest row (its next observation is not written yet).
+    /// Whether the row at `position` is a complete transition: not a final row, not
+    /// the newest row (its next observation is not written yet), and with stacks, not a
+    /// row whose stack reaches past the oldest stored row (its earlier frames are
+    /// overwritten).
     fn is_transition(&self, position: usize) -> bool {
         let ring = self.inner.ring();
         let capacity = self.inner.capacity();
         let newest = (ring.cursor + capacity - 1) % capacity;
         let finals = bytemuck::cast_slice::<u8, Flag>(self.inner.storage().column(self.final_flag));
-        position != newest && !finals[position].get()
+        if position == newest || finals[position].get() {
+            return false;
+        }
+        // Rows since the oldest: the stack needs `stack - 1` rows before this one
+        // unless its episode starts (the row before is final) on the way back.
+        if ring.written == ring.len as u64 {
+            // Nothing overwritten: the oldest row is the stream's first, a start.
+            return true;
+        }
+        let oldest = ring.oldest(capacity);
+        let back = (position + capacity - oldest) % capacity;
+        if back >= self.stack - 1 {
+            return true;
+        }
+        (1..=back).any(|age| finals[(position + capacity - age) % capacity].get())
     }
 
     /// Samples `batch.room()` transitions; `next_obs` is read from the following row.

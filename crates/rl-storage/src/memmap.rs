@@ -847,6 +847,36 @@ impl Storage for MemmapStorage {
     }
 }
 
+impl MemmapStorage {
+    /// Unmaps the file's pages from this process (`madvise(MADV_DONTNEED)` over the
+    /// whole mapping): they leave its resident set, and stay in the page cache and the
+    /// file, so nothing stored changes and the next access maps them again (a minor
+    /// fault). Rows written and not yet committed stay dirty in the page cache and the
+    /// next commit flushes them as before. A buffer that writes and samples a file much
+    /// larger than RAM calls this now and then to keep its resident memory bounded by
+    /// what it touched since the last call.
+    ///
+    /// # Errors
+    /// The system call's error.
+    pub fn release_pages(&self) -> Result<()> {
+        #[cfg(unix)]
+        // SAFETY: a writable storage maps the file shared, so dropping its pages loses
+        // nothing (dirty pages stay dirty in the page cache, and reads map them again
+        // with the same bytes); a read-only storage never writes its private mapping, so
+        // its pages equal the file's. Slices borrowed from the mapping stay valid: the
+        // range stays mapped, only its pages are faulted in again.
+        unsafe {
+            self.map
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+                .map_err(Error::io(format!(
+                    "releasing the pages of {}",
+                    self.path.display()
+                )))?;
+        }
+        Ok(())
+    }
+}
+
 impl HostStorage for MemmapStorage {
     fn column(&self, index: usize) -> &[u8] {
         let range = self.layout.range(index);

@@ -190,3 +190,53 @@ fn frame_stacks_never_cross_an_episode_start() {
     }
     assert!(buffer.with_frame_stack(0).is_err());
 }
+
+proptest! {
+    /// After the ring has overwritten old rows, every sampled stack (and next stack) is
+    /// still the one the episode showed: rows whose stack would reach past the oldest
+    /// stored row are not drawn.
+    #[test]
+    fn stacks_stay_true_after_the_ring_wraps(
+        capacity in 6usize..40,
+        stack in 1usize..5,
+        episodes in proptest::collection::vec(1u32..9, 2..20),
+        seed in 0u64..1000,
+    ) {
+        let schema = DedupReplay::<RamStorage>::schema(columns(2)).unwrap();
+        let mut buffer = DedupReplay::new(RamStorage::new(schema, capacity, None).unwrap(), Uniform::new(seed))
+            .unwrap()
+            .with_frame_stack(stack)
+            .unwrap();
+        for (e, &length) in episodes.iter().enumerate() {
+            let e = e as u32;
+            for t in 0..length {
+                let last = t + 1 == length;
+                let terminated = [Flag::new(last)];
+                let no = [Flag::new(false)];
+                let (o, final_obs, action) = (obs(e, t), obs(e, t + 1), [t]);
+                let row = [(&o).into(), (&action).into(), (&terminated).into(), (&no).into()];
+                buffer.push_step(&row, last.then(|| (&final_obs).into())).unwrap();
+            }
+        }
+        let mut batch = Batch::new(buffer.batch_schema(), 64).unwrap();
+        match buffer.sample(&mut batch) {
+            Ok(()) => {}
+            Err(Error::NotEnoughRows { .. }) => return Ok(()),
+            Err(other) => return Err(TestCaseError::fail(other.to_string())),
+        }
+        let o = batch.column::<f32>("obs").unwrap();
+        let next = batch.column::<f32>(NEXT_OBS).unwrap();
+        let width = 2 * stack;
+        for j in 0..batch.len() {
+            let (row, next_row) = (&o[j * width..(j + 1) * width], &next[j * width..(j + 1) * width]);
+            let (e, t) = (row[width - 2], row[width - 1]);
+            for s in 0..stack {
+                let back = (stack - 1 - s) as f32;
+                prop_assert_eq!(row[2 * s], e, "obs slot {} of row {}", s, j);
+                prop_assert_eq!(row[2 * s + 1], (t - back).max(0.0), "obs slot {} of row {}", s, j);
+                prop_assert_eq!(next_row[2 * s], e);
+                prop_assert_eq!(next_row[2 * s + 1], (t + 1.0 - back).max(0.0));
+            }
+        }
+    }
+}

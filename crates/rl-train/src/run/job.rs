@@ -8,7 +8,7 @@ use crate::eval::{EvalConfig, EvalReport, evaluate};
 use crate::trainer::{
     ChunkActor, ChunkCollector, ChunkConfig, ChunkSource, Continuation, Goal, OffPolicyConfig,
     OffPolicyLearner, OffPolicyReplay, OffPolicyTrainer, OnPolicyLearner, OnPolicyTrainer,
-    RunConfig, TrainSummary,
+    ReplayLocation, RunConfig, TrainSummary,
 };
 use rl_algos::learner::{OffPolicyBlueprint, OnPolicyBlueprint};
 use rl_collect::{RandomAction, ValuePolicy};
@@ -243,6 +243,17 @@ fn outcome(trained: Trained) -> Outcome {
     Outcome::Trained(Box::new(trained))
 }
 
+/// `off` with a relative memmap replay folder inside the run directory `dir` (so that
+/// every run of a config has its own replay file).
+fn in_run_dir(mut off: OffPolicyConfig, dir: &Path) -> OffPolicyConfig {
+    if let ReplayLocation::Memmap { dir: replay } = &mut off.replay_location
+        && replay.is_relative()
+    {
+        *replay = dir.join(&*replay);
+    }
+    off
+}
+
 /// A job on the off-policy trainer of `learner` (SAC, discrete SAC, DQN).
 pub(crate) fn off_policy<E, L, F>(
     make: F,
@@ -260,7 +271,7 @@ where
     let missing = || Error::Usage(format!("the config of algo {} is incomplete", config.algo));
     match job {
         Job::Train(dir, options, resume) => {
-            let off = config.off_policy.clone().ok_or_else(missing)?;
+            let off = in_run_dir(config.off_policy.clone().ok_or_else(missing)?, dir);
             let run = rundir::run_config(dir, config);
             let trainer = if resume {
                 let trainer =
@@ -274,7 +285,7 @@ where
             train_off_policy(trainer, dir, options, config)
         }
         Job::Remote(dir, options, source) => {
-            let off = config.off_policy.clone().ok_or_else(missing)?;
+            let off = in_run_dir(config.off_policy.clone().ok_or_else(missing)?, dir);
             let run = rundir::run_config(dir, config);
             let trainer = OffPolicyTrainer::with_source(make, learner, off, run, source)?;
             train_off_policy(trainer, dir, options, config)
@@ -363,6 +374,10 @@ where
     let index = OffPolicyTrainer::<E, L>::plan(learner, off, run)?;
     let mut plan = MemoryPlan::new();
     plan.nest("replay", &OffPolicyReplay::plan(&one_hot, off)?);
+    plan.nest(
+        "replay",
+        &OffPolicyReplay::mapped_plan(&one_hot, off, run, learner.batch_size)?,
+    );
     plan.nest(
         "batch",
         &Batch::plan(&one_hot, learner.batch_size).map_err(rl_algos::Error::from)?,

@@ -3,6 +3,8 @@
 //! threads (async), gradient steps on sampled batches.
 
 mod collection;
+#[cfg(test)]
+mod frames_tests;
 mod remote;
 mod replay;
 
@@ -44,7 +46,9 @@ pub struct OffPolicyConfig {
     /// Rows the replay buffer holds. Default 1 000 000.
     #[serde(default = "defaults::buffer_capacity")]
     pub buffer_capacity: usize,
-    /// Where the replay rows live: RAM (default) or a memory-mapped file.
+    /// Where the replay rows live: RAM (default) or a memory-mapped file. In a config
+    /// run by `rl train` (or `flatrl`), a relative memmap `dir` is a folder of the run
+    /// directory, so every run of the config has its own file.
     #[serde(default)]
     pub replay_location: ReplayLocation,
     /// Env steps of uniformly random actions before the first update (not repeated
@@ -70,6 +74,19 @@ pub struct OffPolicyConfig {
     /// Which collector steps the environments (default [`CollectorChoice::Sync`]).
     #[serde(default)]
     pub collector: CollectorChoice,
+    /// Stores each frame once (`None`, the default: whole observations and next
+    /// observations). With `Some(k)` the observations are stacks of `k` frames, shape
+    /// `[k, ...]`, oldest first, shifted by one frame per step (Atari's 4-frame stacks):
+    /// every row stores only its newest frame, an episode's end one extra row with the
+    /// final frame, and sampling rebuilds `obs` and `next_obs` from the rows before
+    /// ([`rl_storage::dedup::DedupReplay::with_frame_stack`]): `2 x k` times less for
+    /// the observations. The collector checks every step that the environment's stacks
+    /// are what the buffer rebuilds (first frame repeated at an episode's start), and
+    /// refuses anything else. Needs one environment, the sync collector, uniform
+    /// sampling and a learner without history; `buffer_capacity` counts the final
+    /// rows too.
+    #[serde(default)]
+    pub frame_stack: Option<usize>,
 }
 
 /// [`OffPolicyConfig::new`]'s values, for fields a config file leaves out.
@@ -116,6 +133,7 @@ impl OffPolicyConfig {
             gradient_steps: 1,
             prioritized: None,
             collector: CollectorChoice::Sync,
+            frame_stack: None,
         }
     }
 
@@ -155,7 +173,51 @@ impl OffPolicyConfig {
                 "is empty: name the folder of the replay file",
             ));
         }
-        self.collector.validate(n_envs)
+        self.collector.validate(n_envs)?;
+        self.validate_frames(n_envs)
+    }
+
+    /// Checks what [`OffPolicyConfig::frame_stack`] needs.
+    fn validate_frames(&self, n_envs: usize) -> Result<()> {
+        let Some(frames) = self.frame_stack else {
+            return Ok(());
+        };
+        let refuse = |field: &'static str, found: String, fix: &str| {
+            Err(Error::config(
+                field,
+                format!(
+                    "{found}, but frame_stack = {frames} stores one stream of steps, one frame per row: {fix}"
+                ),
+            ))
+        };
+        if frames == 0 {
+            return Err(Error::config(
+                "frame_stack",
+                "is 0: stack at least one frame, or leave it out to store whole observations",
+            ));
+        }
+        if n_envs != 1 {
+            return refuse(
+                "run.n_envs",
+                format!("is {n_envs}"),
+                "train with n_envs = 1",
+            );
+        }
+        if self.collector != CollectorChoice::Sync {
+            return refuse(
+                "collector",
+                "is asynchronous".to_owned(),
+                "use the sync collector",
+            );
+        }
+        if self.prioritized.is_some() {
+            return refuse(
+                "prioritized",
+                "is set".to_owned(),
+                "use uniform sampling (leave prioritized out)",
+            );
+        }
+        Ok(())
     }
 
     /// Env steps of one training phase: `train_freq x run.n_envs`.
@@ -170,6 +232,12 @@ impl OffPolicyConfig {
 fn check_sequence<L: OffPolicyLearner>(learner: &L, config: &OffPolicyConfig) -> Result<()> {
     if learner.sequence().is_none() {
         return Ok(());
+    }
+    if config.frame_stack.is_some() {
+        return Err(Error::config(
+            "frame_stack",
+            "is set, but a recurrent learner samples windows of rows, which a deduplicating buffer does not give: leave frame_stack out (the learner's history replaces the stack)",
+        ));
     }
     if config.prioritized.is_some() {
         return Err(Error::config(
@@ -276,6 +344,10 @@ fn base_plan(
     let schema = &learner.replay_schema;
     let mut plan = MemoryPlan::new();
     plan.nest("replay", &OffPolicyReplay::plan(schema, config)?);
+    plan.nest(
+        "replay",
+        &OffPolicyReplay::mapped_plan(schema, config, run, learner.batch_size)?,
+    );
     plan.nest("sampler", &sampler_plan(config));
     plan.nest("batch", &Batch::plan(schema, learner.batch_size)?);
     plan.nest("learner", &learner.learner);
@@ -372,6 +444,12 @@ where
                 "is a recurrent learner, which reads windows of one environment's steps; remote chunks interleave collectors: train it with the sync collector",
             ));
         }
+        if config.frame_stack.is_some() {
+            return Err(Error::config(
+                "frame_stack",
+                "is set, but remote chunks are whole rows of many collectors' steps: leave frame_stack out",
+            ));
+        }
         Self::build(make_env, learner, config, run, None, Some(source))
     }
 
@@ -438,7 +516,7 @@ where
         let pool = run::start_pool(&mut learner, run.threads)?;
         let created = resume.is_none();
         let resume_dir = resume.as_ref().map(|(dir, _)| dir.to_path_buf());
-        let (replay, steps_before, wall_s, last_eval_steps, best_eval) = match resume {
+        let (mut replay, steps_before, wall_s, last_eval_steps, best_eval) = match resume {
             None => {
                 OffPolicyReplay::check_new(&config)?;
                 let budget = run.budget.unwrap_or_else(MemoryBudget::unlimited);
@@ -489,6 +567,10 @@ where
             if let Some(budget) = &run.budget {
                 plan.check(budget)?;
             }
+            if continuation == Some(Continuation::EpisodesRestart) {
+                // The interrupted episode's stream ends where the save left it.
+                replay.close_stream()?;
+            }
             Ok((eval_env, collection, plan, continuation))
         })();
         let (eval_env, collection, plan, continuation) = match rest {
@@ -502,7 +584,7 @@ where
                 return Err(error);
             }
         };
-        let batch = Batch::new(&schema, collection.learner().batch_size())?;
+        let batch = Batch::new(replay.batch_schema(), collection.learner().batch_size())?;
         Ok(Self {
             config,
             run,
@@ -677,7 +759,7 @@ where
             self.replay
                 .update_priorities(self.batch.positions(), priorities)?;
         }
-        Ok(())
+        self.replay.bound_mapped()
     }
 
     fn save_scheduled(
@@ -707,10 +789,11 @@ where
     pub fn save(&mut self, dir: &Path) -> Result<()> {
         let counters = self.counters();
         let collector = self.collection.saved();
+        let observation = self.collection.observation_bytes();
         let (learner, replay) = (self.collection.learner(), &mut self.replay);
         run::save_dir(dir, |partial| {
             learner.checkpoint().save(partial.join(LEARNER_FILE))?;
-            replay.save(&partial.join(REPLAY_DIR))?;
+            replay.save(&partial.join(REPLAY_DIR), observation)?;
             run::write_collector(partial, &collector)?;
             run::write_counters(partial, &counters)
         })

@@ -957,17 +957,22 @@ fn a_memmap_run_saves_in_place_and_resumes_with_the_same_rows() {
         config
     };
     let sac = || Sac::for_env(&Pendulum::new(0), small_sac(), 0).unwrap();
-    // The plan puts the rows in the file, none in RAM.
+    // The plan puts the rows in the file, none in RAM; RAM holds the file pages mapped
+    // between two releases: at most 32 MiB plus what one step maps.
     let plan = plan_trainer::<Pendulum, Sac>(&sac(), &config(120, None)).unwrap();
-    let file_bytes = planned(&plan, "replay");
+    let mapped = "replay/file pages mapped (released past 32 MiB)";
+    let (rows, pages): (Vec<_>, Vec<_>) = plan
+        .lines()
+        .iter()
+        .filter(|l| l.component.starts_with("replay"))
+        .partition(|l| l.component != mapped);
+    assert!(rows.iter().all(|l| l.location == Location::File));
+    let file_bytes: u64 = rows.iter().map(|l| l.bytes).sum();
     assert!(file_bytes > 0);
-    assert!(
-        plan.lines()
-            .iter()
-            .filter(|l| l.component.starts_with("replay"))
-            .all(|l| l.location == Location::File)
-    );
     assert_eq!(plan.total(Location::File), file_bytes);
+    assert_eq!(pages.len(), 1);
+    assert_eq!(pages[0].location, Location::Ram);
+    assert!((32 << 20..48 << 20).contains(&pages[0].bytes), "{pages:?}");
 
     let mut first = new_trainer(Pendulum::new, sac(), config(120, Some(&saved))).unwrap();
     assert_eq!(first.replay().location(), Location::File);

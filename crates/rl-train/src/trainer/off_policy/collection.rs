@@ -11,7 +11,7 @@ use rl_core::{Env, Field, MemoryPlan, Schema};
 use serde::{Deserialize, Serialize};
 
 use super::remote::Remote;
-use super::replay::OffPolicyReplay;
+use super::replay::{OffPolicyReplay, Stored};
 use super::{OffPolicyConfig, RunConfig};
 use crate::trainer::OffPolicyLearner;
 use rl_algos::learner::OffPolicyBlueprint;
@@ -330,14 +330,26 @@ where
         match self {
             Self::Sync(c) => {
                 c.policy_mut().set_env_steps(env_steps);
-                with_storage!(&mut replay.buffer, b => c.collect(b))?;
+                match &mut replay.stored {
+                    Stored::Rows(rows) => with_storage!(rows, b => c.collect(b))?,
+                    Stored::Frames(frames) => with_storage!(frames, b => c.collect_frames(b))?,
+                };
             }
             Self::Async(w) => {
-                with_storage!(&mut replay.buffer, b => w.collector.collect(b))?;
+                with_storage!(replay.rows_mut()?, b => w.collector.collect(b))?;
             }
             Self::Remote(r) => r.collect(replay)?,
         }
-        Ok(())
+        replay.bound_mapped()
+    }
+
+    /// The bytes of the observations the next step acts on (sync collector; `None`
+    /// for the others, whose environments are not the trainer's).
+    pub(super) fn observation_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Self::Sync(c) => Some(bytemuck::cast_slice(c.observations())),
+            Self::Async(_) | Self::Remote(_) => None,
+        }
     }
 
     /// After a training phase at `env_steps`: hands the workers the learner's new

@@ -56,7 +56,7 @@ impl ChunkSink<'_> {
     /// # Errors
     /// Columns of another schema, dtype or row count, non-finite values.
     pub fn extend(&mut self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
-        let rows = self.replay.buffer.extend(columns)?;
+        let rows = self.replay.rows_mut()?.extend(columns)?;
         self.rows += rows as u64;
         Ok(rows)
     }

@@ -4,12 +4,16 @@
 
 use std::path::{Path, PathBuf};
 
-use rl_core::{Element, Location, MemoryBudget, MemoryPlan, Schema};
+use rl_core::{
+    Column, DType, Element, Field, Location, MemoryBudget, MemoryPlan, ProcessMemory, Schema,
+};
+use rl_storage::storage::HostStorage;
 use rl_storage::{
-    Batch,
+    Batch, ColumnSlice,
+    dedup::{AnyDedup, DedupReplay},
     memmap::{MemmapOptions, MemmapStorage},
     ram::RamStorage,
-    replay::{AnyReplay, ReplayBuffer},
+    replay::{AnyReplay, ByStorage, ReplayBuffer, with_storage},
     sampler::{AnySampler, Prioritized, SliceSampler, Uniform},
     storage::RingState,
 };
@@ -25,6 +29,18 @@ pub const REPLAY_FILE: &str = "replay.rlmm";
 /// What a run directory's `replay/` folder holds for a memmap-located buffer: the file's
 /// path and the ring committed at the save.
 const MEMMAP_RECORD: &str = "memmap.json";
+/// What a run directory's `replay/` folder holds for a frame-stacked buffer: the rows
+/// written at the save (`u64`, little-endian), then the newest frame of the observation
+/// the next step acts on, to end the stream there if a resumed run restarts its
+/// episodes.
+const NEXT_FRAME: &str = "next_frame.bin";
+/// File pages a memmap buffer may keep mapped (resident) before the trainer releases
+/// them ([`MemmapStorage::release_pages`]).
+const MAPPED_LIMIT: u64 = 32 << 20;
+/// The kernel maps the aligned window of this many bytes around a faulting page of a
+/// file (`fault_around_bytes`, 64 KiB by default): the plan counts every access as the
+/// windows it reaches.
+const FAULT_AROUND: u64 = 64 << 10;
 
 /// Where the off-policy trainer's replay rows live.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,18 +127,86 @@ struct MemmapRecord {
     ring: RingState,
 }
 
+/// The rows of an [`OffPolicyReplay`], by how observations are stored.
+#[derive(Debug)]
+pub(super) enum Stored {
+    /// Whole rows: `obs` and `next_obs` in each.
+    Rows(AnyReplay),
+    /// One frame per row ([`OffPolicyConfig::frame_stack`]).
+    Frames(AnyDedup),
+}
+
+/// Runs `$body` with `$b` bound to the [`ReplayBuffer`] holding the rows of a
+/// [`Stored`], whatever the storage and the kind.
+macro_rules! with_rows {
+    ($stored:expr, $b:ident => $body:expr) => {
+        match $stored {
+            Stored::Rows(rows) => with_storage!(rows, $b => $body),
+            Stored::Frames(frames) => with_storage!(frames, d => {
+                let $b = d.buffer();
+                $body
+            }),
+        }
+    };
+}
+
 /// The replay buffer of an [`OffPolicyTrainer`](super::OffPolicyTrainer), in RAM or in a
-/// memory-mapped file as [`OffPolicyConfig::replay_location`] says: the stored rows,
-/// read through the same accessors whatever the location.
+/// memory-mapped file as [`OffPolicyConfig::replay_location`] says, whole rows or one
+/// frame per row as [`OffPolicyConfig::frame_stack`] says: the stored rows, read
+/// through the same accessors whatever the location.
 #[derive(Debug)]
 pub struct OffPolicyReplay {
-    pub(super) buffer: AnyReplay,
+    pub(super) stored: Stored,
+    /// The schema of sampled batches.
+    batch_schema: Schema,
+    /// A memmap buffer's bound on its mapped pages.
+    mapped: Option<MappedPages>,
+    /// A resumed frame-stacked buffer's saved next frame: the rows written then, the
+    /// frame's bytes.
+    next_frame: Option<(u64, Vec<u8>)>,
+}
+
+/// Keeps the file pages a memmap buffer has mapped under [`MAPPED_LIMIT`]: the
+/// process's resident file pages are read after every collection and training phase,
+/// and released once they exceed what they were after the last release by the limit.
+#[derive(Debug)]
+struct MappedPages {
+    baseline: u64,
+}
+
+impl MappedPages {
+    fn new() -> Self {
+        Self {
+            baseline: ProcessMemory::read().map_or(0, |m| m.rss_file_bytes),
+        }
+    }
 }
 
 impl OffPolicyReplay {
-    /// Rows stored.
+    fn new(stored: Stored) -> Self {
+        let batch_schema = match &stored {
+            Stored::Rows(rows) => rows.schema().clone(),
+            Stored::Frames(frames) => frames.batch_schema().clone(),
+        };
+        let mapped = (Self::location_of(&stored) == Location::File).then(MappedPages::new);
+        Self {
+            stored,
+            batch_schema,
+            mapped,
+            next_frame: None,
+        }
+    }
+
+    fn location_of(stored: &Stored) -> Location {
+        match stored {
+            Stored::Rows(rows) => rows.location(),
+            Stored::Frames(frames) => frames.location(),
+        }
+    }
+
+    /// Rows stored (with [`OffPolicyConfig::frame_stack`], final rows included).
     pub fn len(&self) -> usize {
-        self.buffer.len()
+        with_rows!(&self.stored, b => b.len())
     }
 
     /// Whether no row is stored.
@@ -132,17 +216,23 @@ impl OffPolicyReplay {
 
     /// Rows the buffer holds at most.
     pub fn capacity(&self) -> usize {
-        self.buffer.capacity()
+        with_rows!(&self.stored, b => b.capacity())
     }
 
     /// The ring: cursor, rows stored, rows and episodes ever written.
     pub fn ring(&self) -> RingState {
-        self.buffer.ring()
+        with_rows!(&self.stored, b => b.ring())
     }
 
-    /// The row layout.
+    /// The stored row layout (with [`OffPolicyConfig::frame_stack`]: one frame in
+    /// `obs`, no `next_obs`, the `final_obs` flag).
     pub fn schema(&self) -> &Schema {
-        self.buffer.schema()
+        with_rows!(&self.stored, b => b.schema())
+    }
+
+    /// The layout of sampled batches: the learner's transition columns.
+    pub fn batch_schema(&self) -> &Schema {
+        &self.batch_schema
     }
 
     /// All `capacity` rows of column `name`, by ring position (see
@@ -151,22 +241,37 @@ impl OffPolicyReplay {
     /// # Errors
     /// An unknown column or another element type.
     pub fn column<T: Element>(&self, name: &str) -> Result<&[T]> {
-        Ok(self.buffer.column::<T>(name)?)
+        Ok(with_rows!(&self.stored, b => b.column::<T>(name))?)
     }
 
     /// Where the rows live: [`Location::Ram`] or [`Location::File`].
     pub fn location(&self) -> Location {
-        self.buffer.location()
+        Self::location_of(&self.stored)
     }
 
     /// The memmap file (`None` in RAM).
     pub fn path(&self) -> Option<&Path> {
-        self.buffer.path()
+        match &self.stored {
+            Stored::Rows(rows) => rows.path(),
+            Stored::Frames(ByStorage::Memmap(d)) => Some(d.buffer().storage().path()),
+            Stored::Frames(ByStorage::Ram(_)) => None,
+        }
     }
 
     /// What the storage and the sampler hold.
     pub fn memory_plan(&self) -> MemoryPlan {
-        self.buffer.memory_plan()
+        with_rows!(&self.stored, b => b.memory_plan())
+    }
+
+    /// The whole rows inside, for writers of whole rows (remote chunks).
+    pub(super) fn rows_mut(&mut self) -> Result<&mut AnyReplay> {
+        match &mut self.stored {
+            Stored::Rows(rows) => Ok(rows),
+            Stored::Frames(_) => Err(Error::config(
+                "frame_stack",
+                "is set, but this collector writes whole rows: leave frame_stack out",
+            )),
+        }
     }
 
     /// The storage's plan for rows of `schema` under `config` (capacity and location),
@@ -175,10 +280,85 @@ impl OffPolicyReplay {
     /// # Errors
     /// A capacity whose bytes overflow.
     pub fn plan(schema: &Schema, config: &OffPolicyConfig) -> Result<MemoryPlan> {
+        let stored = storage_schema(schema, config)?;
         Ok(match config.replay_location {
-            ReplayLocation::Ram => RamStorage::plan(schema, config.buffer_capacity)?,
-            ReplayLocation::Memmap { .. } => MemmapStorage::plan(schema, config.buffer_capacity)?,
+            ReplayLocation::Ram => RamStorage::plan(&stored, config.buffer_capacity)?,
+            ReplayLocation::Memmap { .. } => MemmapStorage::plan(&stored, config.buffer_capacity)?,
         })
+    }
+
+    /// The resident file pages a memmap buffer for `schema` under `config` keeps at
+    /// most, for a learner sampling `batch_size` rows (nothing for RAM): the limit past
+    /// which they are released, plus what one collection or one gradient step maps
+    /// before the next check, every access counted as the fault-around windows it
+    /// reaches.
+    ///
+    /// # Errors
+    /// As [`OffPolicyReplay::plan`].
+    pub(crate) fn mapped_plan(
+        schema: &Schema,
+        config: &OffPolicyConfig,
+        run: &RunConfig,
+        batch_size: usize,
+    ) -> Result<MemoryPlan> {
+        if config.replay_location == ReplayLocation::Ram {
+            return Ok(MemoryPlan::new());
+        }
+        let stored = storage_schema(schema, config)?;
+        let windows = |bytes: u64| (bytes.div_ceil(FAULT_AROUND) + 1) * FAULT_AROUND;
+        // Writing a row (and, frame-stacked, a final row) touches every column once.
+        let write: u64 = stored
+            .columns()
+            .iter()
+            .map(|c| windows(c.row_bytes() as u64))
+            .sum();
+        // A sampled row reads its own row of every column, and frame-stacked the
+        // `stack + 1` rows of its two stacks in `obs` and `final_obs`, one after another.
+        let stack = config.frame_stack.map_or(0, |k| k as u64);
+        let read: u64 = stored
+            .columns()
+            .iter()
+            .map(|c| {
+                let stacked = matches!(c.name(), n if n == Field::Obs.name() || n == rl_storage::dedup::FINAL_OBS);
+                let rows = if stacked { stack + 1 } else { 1 };
+                windows(rows * c.row_bytes() as u64)
+            })
+            .sum();
+        let chunk = match config.collector {
+            super::CollectorChoice::Sync => config.phase_steps(run),
+            super::CollectorChoice::Async {
+                steps_per_chunk, ..
+            } => steps_per_chunk as u64 * run.n_envs as u64,
+        };
+        let collection = 2 * chunk * write;
+        let update = batch_size as u64 * read;
+        Ok(MemoryPlan::new().with(
+            "file pages mapped (released past 32 MiB)",
+            Location::Ram,
+            MAPPED_LIMIT + collection.max(update),
+        ))
+    }
+
+    /// Releases the memmap file's pages once the process's resident file pages grew by
+    /// [`MAPPED_LIMIT`] since the last release (nothing in RAM). Called after every
+    /// collection and gradient step.
+    pub(super) fn bound_mapped(&mut self) -> Result<()> {
+        let Some(mapped) = &mut self.mapped else {
+            return Ok(());
+        };
+        let Ok(memory) = ProcessMemory::read() else {
+            return Ok(());
+        };
+        if memory.rss_file_bytes <= mapped.baseline + MAPPED_LIMIT {
+            return Ok(());
+        }
+        match &self.stored {
+            Stored::Rows(ByStorage::Memmap(b)) => b.storage().release_pages()?,
+            Stored::Frames(ByStorage::Memmap(d)) => d.buffer().storage().release_pages()?,
+            _ => {}
+        }
+        *mapped = MappedPages::new();
+        Ok(())
     }
 
     /// Refuses a location whose file a new run would overwrite. Creates nothing.
@@ -207,6 +387,7 @@ impl OffPolicyReplay {
     ) -> Result<Self> {
         let sampler = sampler_for(config, run, sequence)?;
         let capacity = config.buffer_capacity;
+        let schema = storage_schema(schema, config)?;
         let buffer = match (&config.replay_location, config.replay_location.file()?) {
             (ReplayLocation::Memmap { dir }, Some(file)) => {
                 std::fs::create_dir_all(dir).map_err(|e| {
@@ -215,44 +396,78 @@ impl OffPolicyReplay {
                         format!("{} cannot be created: {e}", dir.display()),
                     )
                 })?;
-                let storage = MemmapStorage::create(
-                    file,
-                    schema.clone(),
-                    capacity,
-                    MemmapOptions::default(),
-                )?;
+                let storage =
+                    MemmapStorage::create(file, schema, capacity, MemmapOptions::default())?;
                 AnyReplay::Memmap(ReplayBuffer::new(storage, sampler))
             }
             _ => {
-                let storage = RamStorage::new(schema.clone(), capacity, Some(budget))?;
+                let storage = RamStorage::new(schema, capacity, Some(budget))?;
                 AnyReplay::Ram(ReplayBuffer::new(storage, sampler))
             }
         };
-        Ok(Self { buffer })
+        Ok(Self::new(stored(buffer, config)?))
     }
 
     /// Saves the buffer into `dir` (a run directory's `replay/` folder): the stored rows
-    /// (RAM), or a commit of the file and its path (memmap).
-    pub(super) fn save(&mut self, dir: &Path) -> Result<()> {
-        match &mut self.buffer {
-            AnyReplay::Ram(b) => Ok(b.save(dir)?),
-            AnyReplay::Memmap(b) => {
+    /// (RAM), or a commit of the file and its path (memmap); for a frame-stacked buffer
+    /// also `observation`'s newest frame (the observation the next step acts on, as
+    /// bytes), which ends the stream if the run is resumed with new episodes.
+    pub(super) fn save(&mut self, dir: &Path, observation: Option<&[u8]>) -> Result<()> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::config("checkpoint", format!("creating {}: {e}", dir.display())))?;
+        let record = match &mut self.stored {
+            Stored::Rows(ByStorage::Ram(b)) => {
+                b.save(dir)?;
+                None
+            }
+            Stored::Frames(ByStorage::Ram(d)) => {
+                d.buffer().save(dir)?;
+                None
+            }
+            Stored::Rows(ByStorage::Memmap(b)) => {
                 b.commit()?;
-                let record = MemmapRecord {
+                Some(MemmapRecord {
                     path: b.storage().path().to_owned(),
                     capacity: b.capacity(),
                     ring: b.ring(),
-                };
-                let text = serde_json::to_vec_pretty(&record)
-                    .map_err(|e| Error::config("checkpoint", format!("replay record: {e}")))?;
-                let path = dir.join(MEMMAP_RECORD);
-                std::fs::create_dir_all(dir)
-                    .and_then(|()| std::fs::write(&path, text))
-                    .map_err(|e| {
-                        Error::config("checkpoint", format!("writing {}: {e}", path.display()))
-                    })
+                })
             }
+            Stored::Frames(ByStorage::Memmap(d)) => {
+                d.commit()?;
+                let b = d.buffer();
+                Some(MemmapRecord {
+                    path: b.storage().path().to_owned(),
+                    capacity: b.capacity(),
+                    ring: b.ring(),
+                })
+            }
+        };
+        if let Some(record) = record {
+            let text = serde_json::to_vec_pretty(&record)
+                .map_err(|e| Error::config("checkpoint", format!("replay record: {e}")))?;
+            write_file(&dir.join(MEMMAP_RECORD), &text)?;
         }
+        if let (Stored::Frames(_), Some(observation)) = (&self.stored, observation) {
+            let frame = self.frame_bytes();
+            if observation.len() < frame {
+                return Err(Error::config(
+                    "checkpoint",
+                    "the observation is shorter than one stored frame",
+                ));
+            }
+            let mut bytes = self.ring().written.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&observation[observation.len() - frame..]);
+            write_file(&dir.join(NEXT_FRAME), &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of one stored observation frame (one row of `obs`).
+    fn frame_bytes(&self) -> usize {
+        let schema = self.schema();
+        schema
+            .index_of(Field::Obs.name())
+            .map_or(0, |i| schema.columns()[i].row_bytes())
     }
 
     /// The buffer a run directory's `replay/` folder `dir` saved, for `config` (whose
@@ -265,14 +480,10 @@ impl OffPolicyReplay {
         sequence: Option<SequenceSpec>,
     ) -> Result<Self> {
         let sampler = sampler_for(config, run, sequence)?;
+        let schema = &storage_schema(schema, config)?;
         let record_path = dir.join(MEMMAP_RECORD);
         let record = if record_path.exists() {
-            let text = std::fs::read(&record_path).map_err(|e| {
-                Error::config(
-                    "resume",
-                    format!("cannot read {}: {e}", record_path.display()),
-                )
-            })?;
+            let text = read_file(&record_path)?;
             Some(serde_json::from_slice::<MemmapRecord>(&text).map_err(|e| {
                 Error::config(
                     "resume",
@@ -296,7 +507,15 @@ impl OffPolicyReplay {
         }
         let mismatch = |capacity: usize, columns: usize| Error::CheckpointMismatch {
             what: "replay buffer".to_owned(),
-            expected: format!("{} rows of this learner's columns", config.buffer_capacity),
+            expected: format!(
+                "{} rows of this learner's columns{}",
+                config.buffer_capacity,
+                if config.frame_stack.is_some() {
+                    ", one frame per row"
+                } else {
+                    ""
+                }
+            ),
             actual: format!("{capacity} rows of {columns} columns"),
         };
         let buffer = match record {
@@ -331,7 +550,74 @@ impl OffPolicyReplay {
                 AnyReplay::Memmap(replay)
             }
         };
-        Ok(Self { buffer })
+        let mut replay = Self::new(stored(buffer, config)?);
+        let next_frame = dir.join(NEXT_FRAME);
+        if config.frame_stack.is_some() && next_frame.exists() {
+            let bytes = read_file(&next_frame)?;
+            let frame = replay.frame_bytes();
+            if bytes.len() != 8 + frame {
+                return Err(Error::config(
+                    "resume",
+                    format!(
+                        "{} holds {} bytes; a frame of this buffer needs {}",
+                        next_frame.display(),
+                        bytes.len(),
+                        8 + frame
+                    ),
+                ));
+            }
+            let (written, frame) = bytes.split_at(8);
+            let written = u64::from_le_bytes(written.try_into().unwrap_or([0; 8]));
+            let words = frame.to_vec();
+            replay.next_frame = Some((written, words));
+        }
+        Ok(replay)
+    }
+
+    /// For a frame-stacked buffer of a run resumed with new episodes: ends the stream
+    /// of the episode the save interrupted ([`DedupReplay::close_stream`]) with the
+    /// frame that followed its newest row, so that row stays a complete transition and
+    /// the next episode starts a new stack. The frame saved with the buffer when its
+    /// rows are the saved ones; otherwise (a file that went on past its save) the newest
+    /// row's own frame, so only that one transition's next frame is off by a step.
+    /// Nothing for whole rows.
+    pub(super) fn close_stream(&mut self) -> Result<()> {
+        let frame = self.frame_bytes();
+        let written = self.ring().written;
+        let Stored::Frames(frames) = &mut self.stored else {
+            return Ok(());
+        };
+        let schema = frames.schema();
+        let Some(obs) = schema.index_of(Field::Obs.name()) else {
+            return Ok(());
+        };
+        let dtype = schema.columns()[obs].dtype();
+        let bytes = match self.next_frame.take() {
+            Some((at, bytes)) if at == written => bytes,
+            _ => {
+                let newest = with_storage!(&*frames, d => {
+                    let b = d.buffer();
+                    let ring = b.ring();
+                    let position = (ring.cursor + b.capacity() - 1) % b.capacity();
+                    (ring.len > 0).then(|| {
+                        b.storage().column(obs)[position * frame..(position + 1) * frame].to_vec()
+                    })
+                });
+                let Some(newest) = newest else {
+                    return Ok(());
+                };
+                newest
+            }
+        };
+        let floats: Vec<f32>;
+        let slice = match dtype {
+            DType::F32 => {
+                floats = bytemuck::pod_collect_to_vec(&bytes);
+                ColumnSlice::F32(&floats)
+            }
+            _ => ColumnSlice::U8(&bytes),
+        };
+        Ok(frames.close_stream(slice)?)
     }
 
     /// Closes the buffer and, for a memmap buffer, deletes its file (a new run that
@@ -346,7 +632,11 @@ impl OffPolicyReplay {
 
     /// Samples a batch of its size.
     pub(super) fn sample(&mut self, batch: &mut Batch) -> Result<()> {
-        Ok(self.buffer.sample(batch)?)
+        match &mut self.stored {
+            Stored::Rows(rows) => rows.sample(batch)?,
+            Stored::Frames(frames) => frames.sample(batch)?,
+        }
+        Ok(())
     }
 
     /// Gives the rows of the last sampled batch new priorities, for prioritized replay
@@ -356,9 +646,90 @@ impl OffPolicyReplay {
         positions: &[usize],
         priorities: &[f32],
     ) -> Result<()> {
-        if let Some(sampler) = self.buffer.sampler_mut().as_prioritized_mut() {
+        if let Stored::Rows(rows) = &mut self.stored
+            && let Some(sampler) = rows.sampler_mut().as_prioritized_mut()
+        {
             sampler.update_priorities(positions, priorities)?;
         }
         Ok(())
     }
+}
+
+/// The stored rows for the learner's transition `schema` under `config`: the schema
+/// itself, or with [`OffPolicyConfig::frame_stack`] = `k` one frame per row (`obs`
+/// without its leading stack dimension of `k`, no `next_obs`, the `final_obs` flag).
+///
+/// The learner's columns are flat, so a frame is `1 / k` of an observation's elements:
+/// the collector checks at every step that they are frames, the stack's first
+/// dimension.
+///
+/// # Errors
+/// With a frame stack: observations whose elements are not a multiple of `k`, or
+/// columns a deduplicating buffer cannot fill (anything but the five step columns and
+/// `next_obs`).
+pub(super) fn storage_schema(schema: &Schema, config: &OffPolicyConfig) -> Result<Schema> {
+    let Some(frames) = config.frame_stack else {
+        return Ok(schema.clone());
+    };
+    let step = [
+        Field::Obs,
+        Field::Action,
+        Field::Reward,
+        Field::Terminated,
+        Field::Truncated,
+    ];
+    let mut columns = Vec::with_capacity(schema.columns().len());
+    for column in schema.columns() {
+        let name = column.name();
+        if name == Field::NextObs.name() {
+            continue;
+        }
+        if !step.iter().any(|f| f.name() == name) {
+            return Err(Error::config(
+                "frame_stack",
+                format!(
+                    "is set, but the learner stores a column `{name}`, which a deduplicating buffer does not fill: leave frame_stack out"
+                ),
+            ));
+        }
+        if name == Field::Obs.name() {
+            let numel = column.numel();
+            if !numel.is_multiple_of(frames) {
+                return Err(Error::config(
+                    "frame_stack",
+                    format!(
+                        "is {frames}, but an observation has {numel} elements, not {frames} frames of equal size: set frame_stack to the environment's stack (the first dimension of its observations), or leave it out"
+                    ),
+                ));
+            }
+            columns.push(Column::new(name, column.dtype(), &[numel / frames]));
+        } else {
+            columns.push(column.clone());
+        }
+    }
+    Ok(DedupReplay::<RamStorage>::schema(columns)?)
+}
+
+/// `buffer` as `config` stores observations: whole rows, or a deduplicating buffer of
+/// `frame_stack` frames over its rows.
+fn stored(buffer: AnyReplay, config: &OffPolicyConfig) -> Result<Stored> {
+    let Some(frames) = config.frame_stack else {
+        return Ok(Stored::Rows(buffer));
+    };
+    Ok(Stored::Frames(match buffer {
+        ByStorage::Ram(b) => ByStorage::Ram(DedupReplay::from_buffer(b)?.with_frame_stack(frames)?),
+        ByStorage::Memmap(b) => {
+            ByStorage::Memmap(DedupReplay::from_buffer(b)?.with_frame_stack(frames)?)
+        }
+    }))
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes)
+        .map_err(|e| Error::config("checkpoint", format!("writing {}: {e}", path.display())))
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path)
+        .map_err(|e| Error::config("resume", format!("cannot read {}: {e}", path.display())))
 }
