@@ -280,6 +280,7 @@ pub fn train(
     out: &Path,
     options: &TrainOptions,
 ) -> Result<Trained> {
+    let before = resident_now();
     let entry = registry.check(config)?;
     check_plan(config, &entry.plan(config)?)?;
     // Printed even when quiet: a run that will not do what its config suggests.
@@ -289,8 +290,13 @@ pub fn train(
     let dir = rundir::create(out)?;
     rundir::write_config(&dir, config)?;
     entry
-        .run(config, Job::Train(&dir, options, false))?
+        .run(config, Job::Train(&dir, options, false, before))?
         .trained()
+}
+
+/// The process's resident memory now (`None` where it cannot be read).
+fn resident_now() -> Option<u64> {
+    rl_core::ProcessMemory::read().ok().map(|m| m.rss_bytes)
 }
 
 /// Trains `config` (an off-policy algorithm) into the run directory `out` from the
@@ -308,6 +314,7 @@ pub fn train_remote(
     options: &TrainOptions,
     source: Box<dyn crate::trainer::ChunkSource>,
 ) -> Result<Trained> {
+    let before = resident_now();
     let entry = registry.check(config)?;
     if !config.algo.off_policy() {
         return Err(Error::Usage(format!(
@@ -318,7 +325,7 @@ pub fn train_remote(
     let dir = rundir::create(out)?;
     rundir::write_config(&dir, config)?;
     entry
-        .run(config, Job::Remote(&dir, options, source))?
+        .run(config, Job::Remote(&dir, options, source, before))?
         .trained()
 }
 
@@ -354,6 +361,7 @@ pub fn remote_actor(
 /// change on resume ([`Error::Config`]: nothing in `dir` is written then), the errors
 /// of [`train`].
 pub fn resume(registry: &Registry, dir: &Path, options: &TrainOptions) -> Result<Trained> {
+    let before = resident_now();
     let saved = rundir::read_config(dir, &[])?;
     let config = rundir::read_config(dir, &options.overrides)?;
     rundir::resume_changes(&saved, &config)?;
@@ -370,14 +378,14 @@ pub fn resume(registry: &Registry, dir: &Path, options: &TrainOptions) -> Result
         }
         rundir::accept_resume(dir, &config, 0)?;
         return entry
-            .run(&config, Job::Train(dir, options, false))?
+            .run(&config, Job::Train(dir, options, false, before))?
             .trained();
     }
     rundir::check_checkpoint(dir, CHECKPOINT_DIR, &config)?;
     // The trainer checks the checkpoint against the config; `config.toml` is written,
     // and `metrics.jsonl` repaired, only once it has accepted it.
     entry
-        .run(&config, Job::Train(dir, options, true))?
+        .run(&config, Job::Train(dir, options, true, before))?
         .trained()
 }
 

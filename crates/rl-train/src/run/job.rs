@@ -46,8 +46,9 @@ fn loaded<E: Env, F: Fn(u64) -> E>(
 
 /// What to do with the trainer a config describes.
 pub(crate) enum Job<'a> {
-    /// Train into the run directory (`true`: resume it from its checkpoint).
-    Train(&'a Path, &'a TrainOptions, bool),
+    /// Train into the run directory (`true`: resume it from its checkpoint); the last
+    /// field is the process's resident memory before anything of the run was built.
+    Train(&'a Path, &'a TrainOptions, bool, Option<u64>),
     /// Evaluate the learner saved in a checkpoint folder.
     Eval {
         /// The checkpoint folder (`RUN/checkpoint` or `RUN/best`).
@@ -57,8 +58,14 @@ pub(crate) enum Job<'a> {
         /// Reset seed of the first episode.
         seed: u64,
     },
-    /// Train into the new run directory from the chunks of a remote source.
-    Remote(&'a Path, &'a TrainOptions, Box<dyn ChunkSource>),
+    /// Train into the new run directory from the chunks of a remote source (and the
+    /// process's resident memory before the run).
+    Remote(
+        &'a Path,
+        &'a TrainOptions,
+        Box<dyn ChunkSource>,
+        Option<u64>,
+    ),
     /// A collector for a remote run: `run.n_envs` environments, reset from
     /// `ChunkConfig::seed`.
     Actor(ChunkConfig),
@@ -183,7 +190,7 @@ where
     F: Fn(u64) -> E,
 {
     match job {
-        Job::Train(dir, options, resume) => {
+        Job::Train(dir, options, resume, before) => {
             let run = rundir::run_config(dir, config);
             let mut trainer = if resume {
                 let trainer =
@@ -194,7 +201,7 @@ where
             } else {
                 OnPolicyTrainer::new(make, learner, run)?
             };
-            let plan = trainer.memory_plan().clone();
+            let plan = recorded_plan(trainer.memory_plan(), before);
             let mut monitor = Monitor::start(dir, config, options, &plan, trainer.env_steps())?;
             let summary = trainer.train(&mut monitor);
             let summary = monitor.finish(summary)?;
@@ -227,6 +234,23 @@ where
             Ok(loaded(make, config, acting))
         }
     }
+}
+
+/// The plan a run records (printed, `planned_bytes` in its metrics, `result.json`):
+/// the trainer's, and the resident memory the process held before anything of the run
+/// was built (the interpreter and libraries of a Python process, a few MiB for the
+/// `rl` binary), measured then, so that `planned_bytes` compares with `rss_bytes`. The
+/// budget is checked against the trainer's plan alone.
+fn recorded_plan(plan: &MemoryPlan, before: Option<u64>) -> MemoryPlan {
+    let mut recorded = plan.clone();
+    if let Some(bytes) = before {
+        recorded.add(
+            "process before the run (measured: binary, interpreter, libraries)",
+            rl_core::Location::Ram,
+            bytes,
+        );
+    }
+    recorded
 }
 
 /// Says on stderr when a resumed run's environments start new episodes (it then does
@@ -270,7 +294,7 @@ where
 {
     let missing = || Error::Usage(format!("the config of algo {} is incomplete", config.algo));
     match job {
-        Job::Train(dir, options, resume) => {
+        Job::Train(dir, options, resume, before) => {
             let off = in_run_dir(config.off_policy.clone().ok_or_else(missing)?, dir);
             let run = rundir::run_config(dir, config);
             let trainer = if resume {
@@ -282,13 +306,13 @@ where
             } else {
                 OffPolicyTrainer::new(make, learner, off, run)?
             };
-            train_off_policy(trainer, dir, options, config)
+            train_off_policy(trainer, dir, options, config, before)
         }
-        Job::Remote(dir, options, source) => {
+        Job::Remote(dir, options, source, before) => {
             let off = in_run_dir(config.off_policy.clone().ok_or_else(missing)?, dir);
             let run = rundir::run_config(dir, config);
             let trainer = OffPolicyTrainer::with_source(make, learner, off, run, source)?;
-            train_off_policy(trainer, dir, options, config)
+            train_off_policy(trainer, dir, options, config, before)
         }
         Job::Actor(chunk) => {
             let envs = (0..config.run.n_envs as u64)
@@ -324,13 +348,14 @@ fn train_off_policy<E, L>(
     dir: &Path,
     options: &TrainOptions,
     config: &Config,
+    before: Option<u64>,
 ) -> Result<Outcome>
 where
     E: Env + Send + 'static,
     E::Act: RandomAction,
     L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
-    let plan = trainer.memory_plan().clone();
+    let plan = recorded_plan(trainer.memory_plan(), before);
     let mut monitor = Monitor::start(dir, config, options, &plan, trainer.env_steps())?;
     let summary = trainer.train(&mut monitor);
     let summary = monitor.finish(summary)?;
