@@ -76,3 +76,29 @@ def test_atari_through_ale_py_with_the_preprocessing_in_rust(tmp_path):
         overrides=["run.total_steps=512", "run.n_envs=2", "ppo.n_steps=128"],
     )
     assert result["env"] == "ALE/Pong-v5" and result["total_env_steps"] == 512, result
+
+
+def test_dqn_atari_stores_each_frame_once_in_a_memmap_file(tmp_path):
+    pytest.importorskip("ale_py", reason="ale-py is not installed")
+    # The shipped config: a 1M-transition replay under 8 GB of file, RAM under 1 GiB.
+    plan = flatrl.plan(CONFIGS / "dqn_atari.toml", env="ALE/Pong-v5")
+    assert plan.total("file") <= 8_000_000_000, str(plan)
+    assert plan.total("ram") <= 1 << 30, str(plan)
+    obs = [line for line in plan.lines if line[0] == "replay/obs"]
+    assert obs and obs[0][1] == "file" and obs[0][2] < 1_000_000 * 7_056 * 1.01, obs
+    # A short run: the file in the run directory, one 84x84 frame per row, resumable.
+    overrides = [
+        "run.total_steps=600",
+        "off_policy.buffer_capacity=2000",
+        "off_policy.learning_starts=300",
+    ]
+    result = flatrl.train(
+        CONFIGS / "dqn_atari.toml", tmp_path / "run", env="ALE/Pong-v5", overrides=overrides
+    )
+    assert result["total_env_steps"] == 600, result
+    replay = tmp_path / "run" / "replay_file" / "replay.rlmm"
+    assert replay.exists()
+    # One 84x84 frame per row: 2 000 rows of whole stacked obs + next_obs would be 113 MB.
+    assert replay.stat().st_size < 2000 * 84 * 84 * 1.2, replay.stat().st_size
+    resumed = flatrl.resume(tmp_path / "run", overrides=["run.total_steps=800"])
+    assert resumed["total_env_steps"] == 800, resumed
