@@ -686,4 +686,10 @@ impl<O: Observation> Policy for Dqn<O> {
         }
         Ok(self.epsilon_greedy().act(obs, out.actions, Some(states))?)
     }
+
+    /// Plain DQN (one head) never draws an [`ActiveHead`]: its states stay at their
+    /// default, so a run of it resumes mid-episode exactly.
+    fn stateless(&self) -> bool {
+        self.heads == 1
+    }
 }

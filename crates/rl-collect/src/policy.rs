@@ -45,6 +45,15 @@ pub trait Policy: Send {
         states: &mut [Self::State],
         out: ActOutput<'_, Self::Act>,
     ) -> Result<(), PolicyError>;
+
+    /// Whether the per-environment states never hold anything but their default, so a
+    /// collector restored mid-episode with fresh states acts as the saved one would
+    /// (collectors restore environments mid-episode only then). True when `State` is
+    /// zero-sized; a policy whose state type can carry memory it does not use (a DQN
+    /// with one head) says so here.
+    fn stateless(&self) -> bool {
+        size_of::<Self::State>() == 0
+    }
 }
 
 /// A policy with a value function, needed for on-policy rollouts: the value of the

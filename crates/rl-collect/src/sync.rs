@@ -484,7 +484,7 @@ where
 {
     /// The collector's state for a later [`SyncCollector::restore`].
     pub fn saved(&self) -> SavedCollector {
-        let exact = size_of::<P::State>() == 0;
+        let exact = self.policy.stateless();
         let lanes = exact.then(|| self.lanes.saved()).flatten();
         SavedCollector {
             stats: self.stats.saved(),
@@ -505,7 +505,7 @@ where
     pub fn restore(&mut self, saved: &SavedCollector) -> Result<bool> {
         saved.stats.check()?;
         let exact = match (&saved.lanes, &saved.random) {
-            (Some(lanes), Some(random)) if size_of::<P::State>() == 0 => {
+            (Some(lanes), Some(random)) if self.policy.stateless() => {
                 self.lanes.restore(lanes)?;
                 *self.random.rng_mut() = random.clone();
                 true

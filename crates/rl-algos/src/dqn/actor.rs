@@ -142,6 +142,11 @@ impl<O: Observation> Policy for DqnActor<O> {
         .act(obs, out.actions, Some(states))
         .map_err(|e| Box::new(e) as PolicyError)
     }
+
+    /// One head: the states stay at their default ([`Dqn`]'s `stateless`).
+    fn stateless(&self) -> bool {
+        self.heads == 1
+    }
 }
 
 /// Epsilon-greedy acting over the Q network, at most [`ACT_ROWS`] rows at a time: with

@@ -196,3 +196,79 @@ impl<S, F: FnMut(&Progress<'_, S>)> Callback<S> for F {
         Control::Continue
     }
 }
+
+/// Plain DQN (one head: its per-environment `ActiveHead` never changes) resumes
+/// mid-episode exactly: `dqn_cartpole` stopped during learning ends with the
+/// uninterrupted run's learner bytes and replay rows; a bootstrapped DQN (its episodes
+/// act with a drawn head) restarts its episodes instead.
+#[test]
+fn a_plain_dqn_run_resumes_bit_for_bit_and_a_bootstrapped_one_restarts_episodes() {
+    use rl_algos::dqn::{Dqn, EnsembleConfig};
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../configs/dqn_cartpole.toml"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let overrides = [
+        "run.total_steps=1500",
+        "off_policy.learning_starts=300",
+        "off_policy.train_freq=16",
+        "off_policy.gradient_steps=4",
+        "dqn.hidden=[32]",
+    ]
+    .map(str::to_owned);
+    let config = Config::from_toml(&text, &overrides).unwrap();
+    let trainer =
+        |ensemble: Option<EnsembleConfig>, seed: u64, dir: Option<&Path>, resume: bool| {
+            let dqn = rl_algos::dqn::DqnConfig {
+                ensemble,
+                ..config.dqn.clone().unwrap()
+            };
+            let dqn = Dqn::for_env(&CartPole::new(0), dqn, seed).unwrap();
+            let off = config.off_policy.clone().unwrap();
+            let mut run = config.run.clone();
+            run.checkpoint = dir.map(|d| CheckpointSchedule {
+                dir: d.to_owned(),
+                ..CheckpointSchedule::default()
+            });
+            match (dir, resume) {
+                (Some(dir), true) => {
+                    OffPolicyTrainer::resume(dir, CartPole::new, dqn, off, run).unwrap()
+                }
+                _ => OffPolicyTrainer::new(CartPole::new, dqn, off, run).unwrap(),
+            }
+        };
+    let seed = config.run.seed;
+    let mut whole = trainer(None, seed, None, false);
+    whole.train(&mut ()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("checkpoint");
+    let mut part = trainer(None, seed, Some(&saved), false);
+    part.train(&mut StopAt(777)).unwrap();
+    drop(part);
+    let mut resumed = trainer(None, seed + 1, Some(&saved), true);
+    assert_eq!(resumed.continuation(), Some(Continuation::Exact));
+    resumed.train(&mut ()).unwrap();
+    let bytes = |t: &OffPolicyTrainer<CartPole, Dqn>| t.learner().checkpoint().to_bytes().unwrap();
+    assert!(
+        bytes(&resumed) == bytes(&whole),
+        "the resumed learner differs"
+    );
+    assert_eq!(
+        resumed.replay().column::<f32>("reward").unwrap(),
+        whole.replay().column::<f32>("reward").unwrap()
+    );
+
+    let heads = Some(EnsembleConfig {
+        heads: 3,
+        mask_probability: 0.5,
+        prior_scale: 0.0,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("checkpoint");
+    let mut part = trainer(heads, seed, Some(&saved), false);
+    part.train(&mut StopAt(777)).unwrap();
+    drop(part);
+    let resumed = trainer(heads, seed, Some(&saved), true);
+    assert_eq!(resumed.continuation(), Some(Continuation::EpisodesRestart));
+}
