@@ -65,6 +65,16 @@ pub trait Env {
     /// ended.
     fn step(&mut self, action: &[Self::Act], obs: &mut [Self::Obs]) -> Result<Step>;
 
+    /// Tells the environment whether it is used for evaluation: trainers call it with
+    /// `true` on their evaluation environment, and so does `rl eval`. An environment
+    /// whose training rewards are shaped reports the task's true return instead (Atari's
+    /// clipped rewards become the game score, and a lost life no longer ends the
+    /// episode: `AtariPreprocess`). Called before the first reset. Default: nothing
+    /// changes.
+    fn set_evaluation(&mut self, evaluation: bool) {
+        let _ = evaluation;
+    }
+
     /// The environment's whole changing state (physics, step count, random stream) as
     /// bytes that [`Env::restore_state`] of an environment built the same way takes
     /// back, so that it then steps exactly as this one would. This is what makes a

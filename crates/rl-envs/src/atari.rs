@@ -125,6 +125,8 @@ pub struct AtariPreprocess<E> {
     stack: FrameStack,
     observation_space: Space,
     state: Progress,
+    /// [`Env::set_evaluation`]: raw rewards, no episode end at a lost life.
+    evaluation: bool,
 }
 
 /// What changes as the wrapper steps (besides the frames and the wrapped environment).
@@ -246,6 +248,7 @@ impl<E: Env<Obs = u8, Act = u32>> AtariPreprocess<E> {
                 score: 0.0,
                 last_score: None,
             },
+            evaluation: false,
         })
     }
 
@@ -434,7 +437,11 @@ impl<E: Env<Obs = u8, Act = u32>> Env for AtariPreprocess<E> {
             state.game_over = true;
             state.last_score = Some(state.score);
         }
-        if self.config.life_loss == LifeLoss::Terminate && 0 < lives && lives < state.lives {
+        if self.config.life_loss == LifeLoss::Terminate
+            && !self.evaluation
+            && 0 < lives
+            && lives < state.lives
+        {
             state.life_lost = !state.game_over;
             step.terminated = true;
         }
@@ -442,10 +449,17 @@ impl<E: Env<Obs = u8, Act = u32>> Env for AtariPreprocess<E> {
         if step.ends_episode() {
             state.phase = Phase::Ended;
         }
-        if self.config.rewards == Rewards::Clipped {
+        if self.config.rewards == Rewards::Clipped && !self.evaluation {
             step.reward = sign(step.reward);
         }
         Ok(step)
+    }
+
+    /// In evaluation the rewards are the game's own (the episode's return is the score)
+    /// and a lost life does not end the episode, whatever the configuration says for
+    /// training.
+    fn set_evaluation(&mut self, evaluation: bool) {
+        self.evaluation = evaluation;
     }
 
     /// The wrapped environment's state with the wrapper's (stack, no-op stream, score);

@@ -103,6 +103,10 @@ impl<E: Env<Obs = u8>> Env for FrameStacked<E> {
         self.stack.write_stacked(obs)
     }
 
+    fn set_evaluation(&mut self, evaluation: bool) {
+        self.env.set_evaluation(evaluation);
+    }
+
     /// Steps the wrapped environment into the newest slot of the stack. On its error
     /// the stack holds a partial frame: reset before stepping again.
     fn step(&mut self, action: &[E::Act], obs: &mut [u8]) -> Result<Step> {

@@ -408,3 +408,40 @@ fn a_restored_wrapper_steps_as_the_saved_one() {
     ));
     assert_eq!(small.save_state().unwrap(), before);
 }
+
+/// In evaluation (`Env::set_evaluation(true)`) the rewards are the game's and a lost
+/// life goes on: an episode's return is its score; training keeps clipping and ending
+/// episodes at lost lives.
+#[test]
+fn evaluation_returns_the_true_score_over_whole_games() {
+    let mut game = Screens::new(4, 6, 40);
+    game.life_every = 6;
+    let config = AtariConfig {
+        rewards: Rewards::Clipped,
+        life_loss: LifeLoss::Terminate,
+        ..plain()
+    };
+    let play = |evaluation: bool| {
+        let mut env = AtariPreprocess::with_lives(game.clone(), config.clone(), 0).unwrap();
+        env.set_evaluation(evaluation);
+        let mut obs = vec![0u8; 4 * 24];
+        env.reset(Some(0), &mut obs).unwrap();
+        let (mut total, mut steps) = (0.0, 0);
+        loop {
+            let step = env.step(&[0], &mut obs).unwrap();
+            total += step.reward;
+            steps += 1;
+            if step.ends_episode() {
+                return (total, steps, env.score());
+            }
+        }
+    };
+    // Training: the episode ends at the first lost life (frame 6), rewards clipped.
+    let (total, steps, _) = play(false);
+    assert_eq!((total, steps), (-1.0 + 1.0, 2));
+    // Evaluation: the whole game (40 frames, 10 steps), the return is the score.
+    let (total, steps, score) = play(true);
+    assert_eq!(steps, 10);
+    assert_eq!(total, score);
+    assert_eq!(total, (1..=40).map(|t| t as f32 - 3.0).sum::<f32>());
+}

@@ -221,6 +221,7 @@ where
         } => {
             restore(&mut learner, dir)?;
             let mut env = make(seed);
+            env.set_evaluation(true);
             let report = evaluate(
                 &mut env,
                 learner.policy_mut(),
@@ -328,6 +329,7 @@ where
         } => {
             restore(&mut learner, dir)?;
             let mut env = make(seed);
+            env.set_evaluation(true);
             let report = evaluate(
                 &mut env,
                 &mut learner,

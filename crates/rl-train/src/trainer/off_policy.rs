@@ -561,7 +561,8 @@ where
                     _ => Continuation::EpisodesRestart,
                 }),
             };
-            let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
+            let mut eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
+            eval_env.set_evaluation(true);
             let mut plan = base_plan(collection.learner().blueprint(), &config, &run)?;
             plan.nest("collector", &collection.memory_plan());
             if let Some(budget) = &run.budget {

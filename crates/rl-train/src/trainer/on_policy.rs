@@ -174,7 +174,8 @@ where
             None => (0, 0.0, 0, None),
         };
         let envs: Vec<E> = (0..run.n_envs).map(|i| make_env(run.env_seed(i))).collect();
-        let eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
+        let mut eval_env = make_env(run.seed.wrapping_mul(1000).wrapping_add(500));
+        eval_env.set_evaluation(true);
         let plan = Self::plan_of(ppo.blueprint(), &run, &eval_env)?;
         if let Some(budget) = &run.budget {
             plan.check(budget)?;
