@@ -936,6 +936,7 @@ fn discrete_critic_observation_gradients_match_finite_differences() {
         rewards: &rewards,
         terminated: &terminated,
         next_obs: &next_obs,
+        positions: None,
     };
     sac.update_transitions(transitions, Some(&mut analytic))
         .unwrap();
@@ -998,6 +999,7 @@ fn continuous_critic_observation_gradients_match_finite_differences() {
         rewards: &rewards,
         terminated: &terminated,
         next_obs: &next_obs,
+        positions: None,
     };
     sac.update_transitions(transitions, Some(&mut analytic))
         .unwrap();
