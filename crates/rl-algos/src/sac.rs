@@ -12,6 +12,8 @@ mod continuous;
 mod discrete;
 mod heads;
 #[cfg(test)]
+mod heads_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 
 use std::sync::Arc;

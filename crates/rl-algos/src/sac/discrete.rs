@@ -15,9 +15,8 @@ use rl_nn::{
 };
 
 use super::{
-    heads,
     ACT_ROWS, ActorPasses, Core, CoreShape, DiscreteSacActor, SacConfig, SacState, SacStats,
-    Transitions,
+    Transitions, heads,
 };
 use crate::error::{Error, Result};
 use crate::learner::{OffPolicyBlueprint, Scaled, Sizes};
@@ -835,7 +834,8 @@ impl DiscreteSac {
                 } else {
                     let dg_head = &mut s.dg_head[..rows * d];
                     dg_head.fill(0.0);
-                    self.scorer.add_action_grad(actions, &s.dq[..rows], dg_head)?;
+                    self.scorer
+                        .add_action_grad(actions, &s.dq[..rows], dg_head)?;
                     heads::scatter_head(dg, dg_head, rows, d, heads, k);
                 }
             }

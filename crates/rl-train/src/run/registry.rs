@@ -504,15 +504,25 @@ where
                 let sac = config.sac.clone().ok_or_else(missing)?;
                 let memory = config.sequence.clone().ok_or_else(missing)?;
                 let table = self.table.as_ref().map(|table| table(&env));
-                let learner = Recurrent::new(env.observation_space(), memory, seed, |summaries| {
-                    match table {
-                        Some(table) => {
-                            DiscreteSac::with_table(summaries, env.action_space(), table, sac, seed)
-                        }
-                        None => DiscreteSac::with_index(summaries, env.action_space(), sac, seed),
-                    }
-                })
-                .map_err(sequence_error)?;
+                let learner =
+                    Recurrent::new(
+                        env.observation_space(),
+                        memory,
+                        seed,
+                        |summaries| match table {
+                            Some(table) => DiscreteSac::with_table(
+                                summaries,
+                                env.action_space(),
+                                table,
+                                sac,
+                                seed,
+                            ),
+                            None => {
+                                DiscreteSac::with_index(summaries, env.action_space(), sac, seed)
+                            }
+                        },
+                    )
+                    .map_err(sequence_error)?;
                 job::off_policy(self.make.clone(), learner, config, job)
             }
             Algo::Dqn if config.sequence.is_some() => {
