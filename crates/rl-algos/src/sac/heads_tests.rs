@@ -8,7 +8,7 @@
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rl_core::{Flag, Space};
-use rl_nn::{Module, Weights};
+use rl_nn::Weights;
 
 use super::tests::{assert_matches_finite_differences, box_space, random_batch};
 use super::*;
