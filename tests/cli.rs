@@ -162,20 +162,23 @@ fn plan_accepts_the_shipped_configs_and_refuses_a_one_hot_replay_of_100k_actions
         );
         assert!(String::from_utf8_lossy(&out.stdout).contains("total: ram"));
     }
-    let out = rl(&[
-        "plan",
-        "configs/sac_large_actions.toml",
-        "--set",
-        "stored_actions=one_hot",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("replay/action"), "{text}");
-    assert!(
-        text.contains("372.53 GiB"),
-        "1 000 000 rows x 100 000 floats: {text}"
-    );
-    assert!(text.contains("does not fit run.budget"), "{text}");
+    // The seed-000 scenario (an LSTM learner with bootstrap heads) too.
+    for config in ["configs/sac_large_actions.toml", "configs/seed000.toml"] {
+        let out = rl(&["plan", config]);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("fits run.budget"),
+            "{config}"
+        );
+        let out = rl(&["plan", config, "--set", "stored_actions=one_hot"]);
+        assert_eq!(out.status.code(), Some(1), "{config}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("replay/action"), "{config}: {text}");
+        assert!(
+            text.contains("372.53 GiB"),
+            "{config}: 1 000 000 rows x 100 000 floats: {text}"
+        );
+        assert!(text.contains("does not fit run.budget"), "{config}: {text}");
+    }
 }
 
 /// Networks of 40 GB are planned from the config alone, in milliseconds (nothing is

@@ -26,6 +26,7 @@ pub use actor::DqnActor;
 pub use checkpoint::{DqnArchitecture, DqnState};
 pub use config::{DqnConfig, EnsembleConfig, EpsilonSchedule, TargetUpdate};
 pub use ensemble::ActiveHead;
+pub(crate) use ensemble::draw_masks;
 pub(crate) use loss::Transitions;
 
 use std::marker::PhantomData;

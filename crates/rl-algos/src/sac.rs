@@ -10,6 +10,9 @@
 mod actor;
 mod continuous;
 mod discrete;
+mod heads;
+#[cfg(test)]
+mod heads_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -83,6 +86,13 @@ pub struct SacConfig {
     /// Discrete SAC: actions scored per chunk (transient memory is about
     /// `batch_size x chunk` floats). Default 2048.
     pub chunk: usize,
+    /// Discrete SAC: bootstrap heads on each critic (`heads` heads on one torso, each
+    /// trained on the rows whose bootstrap mask has its bit; the actor and the entropy
+    /// see their mean). `None` (default): one head, bit for bit what it was before.
+    /// `prior_scale` must be 0 (the critic heads take no prior network). Continuous SAC
+    /// refuses it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ensemble: Option<crate::dqn::EnsembleConfig>,
 }
 
 impl Default for SacConfig {
@@ -113,6 +123,7 @@ impl SacConfig {
             ent_coef: EntropyCoef::Auto { initial: 1.0 },
             target_entropy: None,
             chunk: 2048,
+            ensemble: None,
         }
     }
 
@@ -180,6 +191,19 @@ impl SacConfig {
                 "sac.target_entropy",
                 format!("is {target}: use a finite entropy (or None for the default)"),
             ));
+        }
+        if let Some(ensemble) = self.ensemble {
+            ensemble.validate().map_err(|e| e.within("sac"))?;
+            if ensemble.prior_scale != 0.0 {
+                return Err(Error::config(
+                    "sac.ensemble.prior_scale",
+                    format!(
+                        "is {}: discrete SAC's critic heads take no prior network, set 0 or \
+                         leave it out (dqn.ensemble takes one)",
+                        ensemble.prior_scale
+                    ),
+                ));
+            }
         }
         self.adam.validate().map_err(|e| {
             Error::config("sac.adam", format!("{e} (3e-4 is the usual learning rate)"))
@@ -651,6 +675,9 @@ pub(crate) struct Transitions<'b, A> {
     pub(crate) rewards: &'b [f32],
     pub(crate) terminated: &'b [Flag],
     pub(crate) next_obs: &'b [f32],
+    /// Storage positions of the rows (what bootstrap masks are drawn from, discrete SAC
+    /// with [`SacConfig::ensemble`]); `None` where the rows have none.
+    pub(crate) positions: Option<&'b [usize]>,
 }
 
 impl<'b, A: Element> Transitions<'b, A> {
@@ -673,6 +700,7 @@ impl<'b, A: Element> Transitions<'b, A> {
             rewards: batch.rewards()?,
             terminated: batch.terminated()?,
             next_obs: batch.next_obs()?,
+            positions: Some(batch.positions()),
         };
         for (what, expected, actual) in [
             ("batch obs", rows * obs_dim, columns.obs.len()),
@@ -920,6 +948,7 @@ fn check_config(ours: &SacConfig, theirs: &SacConfig) -> Result<()> {
             ent_coef,
             target_entropy,
             chunk,
+            ensemble,
         ],
         // The learning rate may change on resume.
         except[adam]

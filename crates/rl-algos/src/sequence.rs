@@ -230,6 +230,8 @@ struct Train<A> {
     rewards: Vec<f32>,
     terminated: Vec<Flag>,
     weights: Vec<f32>,
+    /// Storage positions of the proper rows (bootstrap masks are drawn from them).
+    positions: Vec<usize>,
     /// The loss's gradient with respect to the summaries, batch-major then time-major.
     d_features: Vec<f32>,
     d_window: Vec<f32>,
@@ -264,6 +266,7 @@ impl<A: Element> Train<A> {
             rewards: z(proper),
             terminated: vec![Flag::default(); proper],
             weights: z(proper),
+            positions: vec![0; proper],
             d_features: z(proper * h),
             d_window: z(proper * h),
         }
@@ -274,7 +277,7 @@ impl<A: Element> Train<A> {
 /// workspace are planned apart): per window a step's observations, summaries, snapshot,
 /// start flag and the end flags of its rows; per proper row its observation, four
 /// summary rows (features, next features and their two gradients), reward, weight,
-/// reset and termination flags and its action (`action` bytes).
+/// reset and termination flags, storage position and its action (`action` bytes).
 fn train_bytes(
     shape: &SummaryShape,
     windows: usize,
@@ -287,7 +290,7 @@ fn train_bytes(
     let per_window = sizes.f32s(&[windows, sizes.add(&[obs, h, shape.state_len])?])?;
     let per_row = sizes.sum(&[
         sizes.f32s(&[sizes.add(&[obs, sizes.count(&[4, h])?, 2])?])?,
-        (1 + size_of::<Flag>()) as u64,
+        (1 + size_of::<Flag>() + size_of::<usize>()) as u64,
         action as u64,
     ])?;
     let flags = sizes.add(&[
@@ -423,6 +426,7 @@ impl<L: SequenceLearner> Recurrent<L> {
         let terminated = batch.terminated()?;
         let truncated = batch.truncated()?;
         let weights = batch.weights();
+        let positions = batch.positions();
         for (what, expected, actual) in [
             ("batch obs", rows * obs_len, obs.len()),
             ("batch next_obs", rows * obs_len, next_obs.len()),
@@ -431,6 +435,7 @@ impl<L: SequenceLearner> Recurrent<L> {
             ("batch terminated flags", rows, terminated.len()),
             ("batch truncated flags", rows, truncated.len()),
             ("batch weights", rows, weights.len()),
+            ("batch positions", rows, positions.len()),
         ] {
             if expected != actual {
                 return Err(Error::shape(what, expected, actual));
@@ -518,6 +523,7 @@ impl<L: SequenceLearner> Recurrent<L> {
                 t.rewards[dst] = rewards[src];
                 t.terminated[dst] = terminated[src];
                 t.weights[dst] = weights[src];
+                t.positions[dst] = positions[src];
             }
         }
         let features = Features {
@@ -528,6 +534,7 @@ impl<L: SequenceLearner> Recurrent<L> {
             terminated: &t.terminated,
             next_obs: &t.next_features,
             weights: &t.weights,
+            positions: Some(&t.positions),
         };
         let stats = self.inner.update_summaries(features, &mut t.d_features)?;
 

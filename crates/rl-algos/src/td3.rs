@@ -572,6 +572,7 @@ impl Td3 {
             rewards,
             terminated,
             next_obs,
+            positions: _,
         } = transitions;
         let s = &mut self.scratch;
         let (sigma, clip) = (self.config.policy_noise, self.config.noise_clip);

@@ -729,6 +729,55 @@ feed_forward!(
     Td3
 );
 
+/// An off-policy learner behind a summarizer (`[sequence]`): its memory lives in the
+/// learner, one state per environment, which the agent's calls cannot carry yet.
+struct SequenceLearner;
+
+impl Acting for SequenceLearner {
+    fn set_mode(&mut self, _: Mode) {}
+
+    fn state_len(&self) -> Option<usize> {
+        None
+    }
+
+    fn act_discrete(&mut self, _: &[f32], _: usize, _: &mut [u32]) -> Option<rl_algos::Result<()>> {
+        Some(Err(sequence_agent()))
+    }
+
+    fn act_continuous(
+        &mut self,
+        _: &[f32],
+        _: usize,
+        _: &mut [f32],
+    ) -> Option<rl_algos::Result<()>> {
+        Some(Err(sequence_agent()))
+    }
+
+    fn act_recurrent(
+        &mut self,
+        _: &[f32],
+        _: &mut [f32],
+        _: &[bool],
+        _: &mut [u32],
+    ) -> rl_algos::Result<()> {
+        Err(sequence_agent())
+    }
+}
+
+/// What an agent of a `[sequence]` learner says when asked to act.
+fn sequence_agent() -> rl_algos::Error {
+    rl_algos::Error::config(
+        "sequence",
+        "is set: a recurrent off-policy learner keeps its memory inside the learner, which an agent cannot load yet; evaluate it with `rl eval RUN` instead",
+    )
+}
+
+impl<L: rl_algos::sequence::SequenceLearner> Loadable for rl_algos::sequence::Recurrent<L> {
+    fn into_acting(self) -> Box<dyn Acting> {
+        Box::new(SequenceLearner)
+    }
+}
+
 impl Loadable for RecurrentCategoricalPolicy {
     fn into_acting(self) -> Box<dyn Acting> {
         Box::new(Recurrent {

@@ -22,7 +22,9 @@
 //! Which tables a config may hold depends on `algo`: `ppo` reads `[ppo]` and `[policy]`,
 //! `recurrent_ppo` those and `[recurrent]`, `sac` and `discrete_sac` read `[sac]` and
 //! `[off_policy]`, `dqn` reads `[dqn]` and `[off_policy]`, `td3` reads `[td3]` and
-//! `[off_policy]`; every algorithm reads `[run]`
+//! `[off_policy]`; `discrete_sac` and `dqn` also read `[sequence]` (a memory in front of
+//! the learner: `rl::algos::sequence::RecurrentConfig`, trained on replayed windows);
+//! every algorithm reads `[run]`
 //! and `[log]`. A table of another algorithm is an error. Missing keys take the
 //! defaults of the algorithm (`SacConfig::sb3()`, `DqnConfig::default()` ...), also
 //! inside nested tables (`[sac.adam] lr = 1e-3` keeps SAC's Adam epsilon), and
@@ -42,6 +44,7 @@ use rl_algos::dqn::DqnConfig;
 use rl_algos::policy::{History, PolicyConfig};
 use rl_algos::ppo::{PpoConfig, RecurrentPpoConfig};
 use rl_algos::sac::SacConfig;
+use rl_algos::sequence::RecurrentConfig;
 use rl_algos::td3::Td3Config;
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
@@ -99,8 +102,9 @@ impl Algo {
         match self {
             Algo::Ppo => &["ppo", "policy"],
             Algo::RecurrentPpo => &["ppo", "policy", "recurrent"],
-            Algo::Sac | Algo::DiscreteSac => &["sac", "off_policy"],
-            Algo::Dqn => &["dqn", "off_policy"],
+            Algo::Sac => &["sac", "off_policy"],
+            Algo::DiscreteSac => &["sac", "off_policy", "sequence"],
+            Algo::Dqn => &["dqn", "off_policy", "sequence"],
             Algo::Td3 => &["td3", "off_policy"],
         }
     }
@@ -220,6 +224,12 @@ pub struct Config {
     /// prioritized replay, collector (`sac`, `discrete_sac`, `dqn`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub off_policy: Option<OffPolicyConfig>,
+    /// A memory in front of an off-policy learner (`discrete_sac`, `dqn`): what it
+    /// remembers (`history`), the windows it trains on (`seq_len`, `burn_in`), its
+    /// optimiser and target. Absent (the default): the feed-forward learner. Keys it
+    /// leaves out take `RecurrentConfig::default()`'s values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<RecurrentConfig>,
 }
 
 /// A config that cannot be used: the key, and what is wrong with its value and what
@@ -265,6 +275,22 @@ impl ConfigError {
                 }
             }
             other => Self::new(section.unwrap_or_default(), other),
+        }
+    }
+}
+
+impl ConfigError {
+    /// A library error about the `[sequence]` table: `rl_algos::sequence` names its
+    /// settings `recurrent.*` (its type is `RecurrentConfig`), the file `sequence.*`.
+    pub(crate) fn from_sequence(error: rl_algos::Error) -> Self {
+        let error = Self::from_algos(error, None);
+        match error.key.strip_prefix("recurrent") {
+            Some(rest) => {
+                let key = format!("sequence{rest}");
+                let message = error.message.replacen(&error.key, &key, 1);
+                Self { key, message }
+            }
+            None => error,
         }
     }
 }
@@ -368,6 +394,7 @@ impl Config {
             "dqn",
             "td3",
             "off_policy",
+            "sequence",
         ] {
             if table.contains_key(name) && !algo.tables().contains(&name) {
                 return Err(ConfigError::new(
@@ -395,6 +422,11 @@ impl Config {
         }
         let defaults = defaults(algo)?;
         merge(&mut table, defaults);
+        if let Some(Value::Table(sequence)) = table.get_mut("sequence") {
+            let defaults = Table::try_from(RecurrentConfig::default())
+                .map_err(|e| ConfigError::new("sequence", format!("defaults: {e}")))?;
+            merge(sequence, defaults);
+        }
         checkpoint_defaults(&mut table);
         let config: Config =
             serde_path_to_error::deserialize(Value::Table(table)).map_err(|e| {
@@ -496,6 +528,14 @@ impl Config {
                 }
             }
             Algo::Sac | Algo::DiscreteSac | Algo::Dqn | Algo::Td3 => {
+                if let (Algo::Sac, Some(sac)) = (self.algo, &self.sac)
+                    && sac.ensemble.is_some()
+                {
+                    return Err(ConfigError::new(
+                        "sac.ensemble",
+                        "is set, but algo = \"sac\" (continuous SAC) has no critic heads: remove it (discrete_sac and dqn take one)",
+                    ));
+                }
                 match self.algo {
                     Algo::Dqn => self.dqn.as_ref().ok_or_else(|| missing("dqn"))?.validate(),
                     Algo::Td3 => self.td3.as_ref().ok_or_else(|| missing("td3"))?.validate(),
@@ -508,7 +548,41 @@ impl Config {
                     .ok_or_else(|| missing("off_policy"))?;
                 off.validate(n_envs)
                     .map_err(|e| ConfigError::from_algos(e, Some("off_policy")))?;
+                if let Some(sequence) = &self.sequence {
+                    self.validate_sequence(sequence)?;
+                }
             }
+        }
+        Ok(())
+    }
+
+    /// Checks `[sequence]` against the learner it goes in front of: its own values
+    /// (named under `sequence`, as the file has them), a batch of whole windows, and
+    /// what a recurrent learner cannot take (DQN's convolutional encoder, which reads
+    /// frames, not summaries).
+    fn validate_sequence(&self, sequence: &RecurrentConfig) -> Result<(), ConfigError> {
+        sequence.validate().map_err(ConfigError::from_sequence)?;
+        let (batch, table) = match self.algo {
+            Algo::Dqn => {
+                let dqn = self.dqn.as_ref();
+                if dqn.is_some_and(|d| d.encoder != rl_algos::policy::Encoder::Mlp) {
+                    return Err(ConfigError::new(
+                        "dqn.encoder",
+                        "is a convolutional encoder, which reads frames, but [sequence] feeds the Q network summaries: use encoder = \"mlp\" or remove [sequence]",
+                    ));
+                }
+                (dqn.map_or(0, |d| d.batch_size), "dqn")
+            }
+            _ => (self.sac.as_ref().map_or(0, |s| s.batch_size), "sac"),
+        };
+        if !batch.is_multiple_of(sequence.seq_len) {
+            return Err(ConfigError::new(
+                format!("{table}.batch_size"),
+                format!(
+                    "is {batch}: with sequence.seq_len {} it must be a multiple of it (each window gives seq_len rows with a loss)",
+                    sequence.seq_len
+                ),
+            ));
         }
         Ok(())
     }
@@ -571,6 +645,7 @@ fn defaults(algo: Algo) -> Result<Table, ConfigError> {
         dqn: None,
         td3: None,
         off_policy: None,
+        sequence: None,
     };
     match algo {
         Algo::Ppo | Algo::RecurrentPpo => {

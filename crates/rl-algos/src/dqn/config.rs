@@ -95,6 +95,41 @@ pub struct EnsembleConfig {
     pub prior_scale: f32,
 }
 
+impl EnsembleConfig {
+    /// Checks every field; the error names the first invalid one under `ensemble`
+    /// (the caller puts it in its table: `dqn.ensemble.heads`, `sac.ensemble.heads`).
+    ///
+    /// # Errors
+    /// [`Error::Config`].
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=64).contains(&self.heads) {
+            return Err(Error::config(
+                "ensemble.heads",
+                format!(
+                    "is {}: use 1 to 64 heads (one bit each in a row's mask; 10 is \
+                     Osband et al.'s)",
+                    self.heads
+                ),
+            ));
+        }
+        let p = self.mask_probability;
+        if !(p > 0.0 && p <= 1.0) {
+            return Err(Error::config(
+                "ensemble.mask_probability",
+                format!("is {p}: use a probability in (0, 1] (0.5 or 1 are usual)"),
+            ));
+        }
+        let beta = self.prior_scale;
+        if !(beta.is_finite() && beta >= 0.0) {
+            return Err(Error::config(
+                "ensemble.prior_scale",
+                format!("is {beta}: use 0 (no prior) or a positive scale (1 to 10 are usual)"),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Settings of [`Dqn`](super::Dqn): the algorithm's knobs only. The training loop's own
 /// settings (replay capacity, environment steps before learning starts, environment steps
 /// between training phases, gradient steps per phase) belong to the loop that drives the
@@ -272,30 +307,7 @@ impl DqnConfig {
             ));
         }
         if let Some(ensemble) = self.ensemble {
-            if !(1..=64).contains(&ensemble.heads) {
-                return Err(Error::config(
-                    "dqn.ensemble.heads",
-                    format!(
-                        "is {}: use 1 to 64 heads (one bit each in a row's mask; 10 is \
-                         Osband et al.'s)",
-                        ensemble.heads
-                    ),
-                ));
-            }
-            let p = ensemble.mask_probability;
-            if !(p > 0.0 && p <= 1.0) {
-                return Err(Error::config(
-                    "dqn.ensemble.mask_probability",
-                    format!("is {p}: use a probability in (0, 1] (0.5 or 1 are usual)"),
-                ));
-            }
-            let beta = ensemble.prior_scale;
-            if !(beta.is_finite() && beta >= 0.0) {
-                return Err(Error::config(
-                    "dqn.ensemble.prior_scale",
-                    format!("is {beta}: use 0 (no prior) or a positive scale (1 to 10 are usual)"),
-                ));
-            }
+            ensemble.validate().map_err(|e| e.within("dqn"))?;
         }
         self.adam
             .validate()

@@ -14,8 +14,10 @@
 //! seeded by the learner's seed and the row's storage position. The same row always has
 //! the same mask (what a stored column would give), nothing is stored, and a slot of a
 //! ring buffer passes its mask to the row that overwrites it (a mask independent of the
-//! row's content either way). Rows without positions (a recurrent learner's summaries)
-//! are keyed by the update count and the batch row instead: fresh masks every update.
+//! row's content either way). A recurrent learner passes the storage positions of its
+//! windows' rows, so a row keeps its mask in every window it is replayed in; rows
+//! without positions are keyed by the update count and the batch row instead (fresh
+//! masks every update).
 
 use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -121,7 +123,7 @@ pub(crate) fn mask_at(ensemble: EnsembleConfig, seed: u64, position: u64) -> Res
 
 /// Writes the masks of the sampled rows: by storage position, or by `(updates, row)`
 /// where there are no positions. Allocates nothing.
-pub(super) fn draw_masks(
+pub(crate) fn draw_masks(
     ensemble: EnsembleConfig,
     seed: u64,
     updates: u64,

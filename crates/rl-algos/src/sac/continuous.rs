@@ -358,6 +358,12 @@ impl Sac {
         config: &SacConfig,
     ) -> Result<OffPolicyBlueprint> {
         config.validate()?;
+        if config.ensemble.is_some() {
+            return Err(Error::config(
+                "sac.ensemble",
+                "is set, but continuous SAC has no critic heads: remove it (algo = \"discrete_sac\" and \"dqn\" take one)",
+            ));
+        }
         let (obs_dim, scale, _) = spaces(observation_space, action_space)?;
         let act_dim = scale.len();
         let sizes = Sizes::of("sac.hidden");
@@ -443,6 +449,7 @@ impl Sac {
             rewards,
             terminated,
             next_obs,
+            positions: _,
         } = transitions;
         if let Some(grads) = &obs_grads
             && grads.len() != rows * obs_dim

@@ -16,7 +16,7 @@ use rl_nn::{
 
 use super::{
     ACT_ROWS, ActorPasses, Core, CoreShape, DiscreteSacActor, SacConfig, SacState, SacStats,
-    Transitions, half_squared_error,
+    Transitions, heads,
 };
 use crate::error::{Error, Result};
 use crate::learner::{OffPolicyBlueprint, Scaled, Sizes};
@@ -180,22 +180,30 @@ struct TableLearning {
     adam: Adam,
 }
 
-/// Per-update buffers, sized for `batch_size` rows at construction.
+/// Per-update buffers, sized for `batch_size` rows and the critics' heads at
+/// construction (`heads.rs` for the heads).
 #[derive(Clone, Debug)]
 struct Scratch {
     /// Rows whose transition did not terminate, and their next observations.
     live: Vec<usize>,
     next_live: Vec<f32>,
-    /// Actor and target-critic vectors at the live next observations, and their values.
+    /// Actor and target-critic vectors (every head) at the live next observations, one
+    /// head of them, and their values (head-major: head `k`'s at `k rows ..`).
     u_next: Vec<f32>,
     g_next: [Vec<f32>; 2],
+    head_next: [Vec<f32>; 2],
     v_next: Vec<f32>,
+    /// Targets, head-major (`heads x rows`).
     target: Vec<f32>,
     q: Vec<f32>,
     dq: Vec<f32>,
-    /// Gradient with respect to a critic's output vectors.
+    /// Gradient with respect to a critic's output vectors (every head), and one head's.
     dg: Vec<f32>,
-    /// Critic vectors at the batch's observations (after the critic step).
+    dg_head: Vec<f32>,
+    /// One head of a critic's vectors at the batch's observations.
+    head: Vec<f32>,
+    /// Critic vectors at the batch's observations (after the critic step; the heads'
+    /// mean).
     g: [Vec<f32>; 2],
     loss_rows: Vec<f32>,
     entropy_rows: Vec<f32>,
@@ -205,17 +213,23 @@ struct Scratch {
     /// The second critic's gradient with respect to the observations (for a summarizer
     /// in front; empty otherwise).
     d_obs: Vec<f32>,
+    /// Each row's bootstrap mask (with [`SacConfig::ensemble`] only; empty otherwise).
+    masks: Vec<i64>,
 }
 
 impl Scratch {
-    /// Bytes of [`Scratch::new`] for `rows` rows, before it exists (the observations'
-    /// gradient apart, [`obs_grads_line`]): per row the next observation, seven
-    /// `d`-vectors (actor and target critics at the next observation, the critics'
-    /// output gradient, the critics' vectors, the actor's output gradient), six scalars
-    /// and a live-row index; `ACT_ROWS` scores for acting.
-    fn bytes_for(rows: usize, obs: usize, d: usize) -> Result<u64> {
+    /// Bytes of [`Scratch::new`] for `rows` rows and `heads` critic heads, before it
+    /// exists (the observations' gradient and the masks apart): per row the next
+    /// observation, `3 heads + 6` `d`-vectors (the target critics at the next
+    /// observation, the critics' output gradient; the actor at the next observation,
+    /// one head of each target critic, one head's output gradient and vectors, the
+    /// critics' mean vectors, the actor's output gradient), `2 heads + 4` scalars and a
+    /// live-row index; `ACT_ROWS` scores for acting.
+    fn bytes_for(rows: usize, obs: usize, d: usize, heads: usize) -> Result<u64> {
         let sizes = Sizes::of("sac.batch_size");
-        let per_row = sizes.add(&[obs, sizes.count(&[7, d])?, 6])?;
+        let vectors = sizes.add(&[sizes.count(&[3, heads])?, 6])?;
+        let scalars = sizes.add(&[sizes.count(&[2, heads])?, 4])?;
+        let per_row = sizes.add(&[obs, sizes.count(&[vectors, d])?, scalars])?;
         let floats = sizes.add(&[sizes.count(&[rows, per_row])?, ACT_ROWS])?;
         sizes.sum(&[
             sizes.f32s(&[floats])?,
@@ -223,26 +237,36 @@ impl Scratch {
         ])
     }
 
-    fn new(rows: usize, obs: usize, d: usize) -> Self {
+    fn new(rows: usize, obs: usize, d: usize, heads: usize, masked: bool) -> Self {
         let z = |n: usize| vec![0.0; n];
+        let kd = heads * d;
         Self {
             live: Vec::with_capacity(rows),
             next_live: z(rows * obs),
             u_next: z(rows * d),
-            g_next: [z(rows * d), z(rows * d)],
-            v_next: z(rows),
-            target: z(rows),
+            g_next: [z(rows * kd), z(rows * kd)],
+            head_next: [z(rows * d), z(rows * d)],
+            v_next: z(rows * heads),
+            target: z(rows * heads),
             q: z(rows),
             dq: z(rows),
-            dg: z(rows * d),
+            dg: z(rows * kd),
+            dg_head: z(rows * d),
+            head: z(rows * d),
             g: [z(rows * d), z(rows * d)],
             loss_rows: z(rows),
             entropy_rows: z(rows),
             du: z(rows * d),
             act_scores: z(ACT_ROWS),
             d_obs: Vec::new(),
+            masks: vec![0; if masked { rows } else { 0 }],
         }
     }
+}
+
+/// Critic heads of `config`: 1 without an ensemble.
+fn heads_of(config: &SacConfig) -> usize {
+    config.ensemble.map_or(1, |e| e.heads as usize)
 }
 
 impl DiscreteSac {
@@ -432,7 +456,9 @@ impl DiscreteSac {
     ) -> Result<OffPolicyBlueprint> {
         config.validate()?;
         let (scorer, d) = scoring.scorer(n);
-        let shape = CoreShape::new(config, (obs_dim, d), (obs_dim, d))?;
+        let heads = heads_of(config);
+        let critic_out = Sizes::of("sac.ensemble.heads").count(&[heads, d])?;
+        let shape = CoreShape::new(config, (obs_dim, d), (obs_dim, critic_out))?;
         let rows = config.batch_size;
         let sizes = Sizes::of("sac.batch_size");
         let mut plan = shape.plan(rows)?;
@@ -442,8 +468,16 @@ impl DiscreteSac {
         plan.add(
             "sac/update buffers",
             Location::Ram,
-            Scratch::bytes_for(rows, obs_dim, d)?,
+            Scratch::bytes_for(rows, obs_dim, d, heads)?,
         );
+        if config.ensemble.is_some() {
+            // Drawn when the batch is sampled, as DQN's (`dqn/ensemble.rs` says why).
+            plan.add(
+                format!("sac/bootstrap masks ({heads} critic heads, one i64 per batch row)"),
+                Location::Ram,
+                sizes.bytes(&[rows, size_of::<i64>()])?,
+            );
+        }
         let words = (n as usize).div_ceil(64);
         let mask_bytes = |rows: usize| sizes.bytes(&[rows, words, size_of::<u64>()]);
         if extras.masked {
@@ -533,13 +567,15 @@ impl DiscreteSac {
         let obs_dim = obs_dim(observation_space)?;
         let d = scorer.dim();
         let rows = config.batch_size;
+        let heads = heads_of(&config);
+        let masked = config.ensemble.is_some();
         let core = Core::new(
             config,
             seed,
             obs_dim,
             d,
             obs_dim,
-            d,
+            heads * d,
             TARGET_ENTROPY_RATIO * (n as f32).ln(),
             action_side,
         )?;
@@ -547,7 +583,7 @@ impl DiscreteSac {
             obs_dim,
             n,
             passes: ActorPasses::new(&core.actor, rows),
-            scratch: Scratch::new(rows, obs_dim, d),
+            scratch: Scratch::new(rows, obs_dim, d, heads, masked),
             scorer,
             core,
             learning: None,
@@ -655,7 +691,10 @@ impl DiscreteSac {
             rewards,
             terminated,
             next_obs,
+            positions,
         } = transitions;
+        let heads = heads_of(&self.core.config);
+        let kd = heads * d;
         if let Some(grads) = &obs_grads {
             if grads.len() != rows * obs_dim {
                 return Err(Error::shape(
@@ -682,6 +721,16 @@ impl DiscreteSac {
         let s = &mut self.scratch;
         let n = rows as f32;
         let alpha = core.temperature.alpha();
+        if let Some(ensemble) = core.config.ensemble {
+            crate::dqn::draw_masks(
+                ensemble,
+                core.seed,
+                core.updates,
+                positions,
+                &mut s.masks[..rows],
+            )?;
+        }
+        let masks = core.config.ensemble.map(|_| &s.masks[..rows]);
 
         // Soft values of the next observations, for rows that did not terminate.
         s.live.clear();
@@ -716,48 +765,80 @@ impl DiscreteSac {
                 ));
             }
         }
-        if live > 0 {
+        for k in 0..heads {
+            s.target[k * rows..(k + 1) * rows].copy_from_slice(rewards);
+        }
+        // gamma 0 multiplies every next value by 0: none is computed (with 100 000
+        // actions and several heads they are most of an update's work).
+        if live > 0 && core.config.gamma != 0.0 {
             let next = &s.next_live[..live * obs_dim];
             let u = core.actor.forward(next, live, &mut self.passes.next)?;
             s.u_next[..live * d].copy_from_slice(u);
             for i in 0..2 {
                 let g =
                     core.critics.target[i].forward(next, live, &mut core.critics.target_ws[i])?;
-                s.g_next[i][..live * d].copy_from_slice(g);
+                s.g_next[i][..live * kd].copy_from_slice(g);
             }
-            self.scorer.soft_value(
-                &s.u_next[..live * d],
-                [&s.g_next[0][..live * d], &s.g_next[1][..live * d]],
-                alpha,
-                self.masking
-                    .as_ref()
-                    .map_or(Masks::None, |m| Masks::PerRow(&m.next[..live])),
-                &mut s.v_next[..live],
-            )?;
-        }
-        s.target[..rows].copy_from_slice(rewards);
-        for (&b, &v) in s.live.iter().zip(&s.v_next) {
-            s.target[b] += core.config.gamma * v;
+            let [g0, g1] = &s.g_next;
+            let [h0, h1] = &mut s.head_next;
+            for k in 0..heads {
+                let head = [
+                    heads::head_of(g0, live, d, heads, k, h0),
+                    heads::head_of(g1, live, d, heads, k, h1),
+                ];
+                let v = &mut s.v_next[k * rows..k * rows + live];
+                self.scorer.soft_value(
+                    &s.u_next[..live * d],
+                    head,
+                    alpha,
+                    self.masking
+                        .as_ref()
+                        .map_or(Masks::None, |m| Masks::PerRow(&m.next[..live])),
+                    v,
+                )?;
+                for (&b, &v) in s.live.iter().zip(&*v) {
+                    s.target[k * rows + b] += core.config.gamma * v;
+                }
+            }
         }
 
-        // Critics on the stored actions.
+        // Critics on the stored actions, head by head (one head: the plain loss).
         let mut critic_loss = 0.0;
         for i in 0..2 {
             let critic = &core.critics.online[i];
             let g = critic.forward(obs, rows, &mut core.critics.ws[i])?;
-            self.scorer.action_scores(g, actions, &mut s.q[..rows])?;
-            critic_loss += half_squared_error(&s.q[..rows], &s.target[..rows], &mut s.dq[..rows]);
-            if let Some(learning) = &mut self.learning {
-                for ((&a, &dq), gb) in actions.iter().zip(&s.dq[..rows]).zip(g.chunks_exact(d)) {
-                    let row = &mut learning.grads[a as usize * d..(a as usize + 1) * d];
-                    for (r, &x) in row.iter_mut().zip(gb) {
-                        *r += dq * x;
+            let dg = &mut s.dg[..rows * kd];
+            dg.fill(0.0);
+            for k in 0..heads {
+                let head = heads::head_of(g, rows, d, heads, k, &mut s.head);
+                self.scorer.action_scores(head, actions, &mut s.q[..rows])?;
+                critic_loss += heads::masked_half_squared_error(
+                    &s.q[..rows],
+                    &s.target[k * rows..(k + 1) * rows],
+                    masks,
+                    k,
+                    &mut s.dq[..rows],
+                ) / heads as f32;
+                if let Some(learning) = &mut self.learning {
+                    for ((&a, &dq), gb) in
+                        actions.iter().zip(&s.dq[..rows]).zip(head.chunks_exact(d))
+                    {
+                        let row = &mut learning.grads[a as usize * d..(a as usize + 1) * d];
+                        for (r, &x) in row.iter_mut().zip(gb) {
+                            *r += dq * x;
+                        }
                     }
                 }
+                if heads == 1 {
+                    self.scorer.add_action_grad(actions, &s.dq[..rows], dg)?;
+                } else {
+                    let dg_head = &mut s.dg_head[..rows * d];
+                    dg_head.fill(0.0);
+                    self.scorer
+                        .add_action_grad(actions, &s.dq[..rows], dg_head)?;
+                    heads::scatter_head(dg, dg_head, rows, d, heads, k);
+                }
             }
-            let dg = &mut s.dg[..rows * d];
-            dg.fill(0.0);
-            self.scorer.add_action_grad(actions, &s.dq[..rows], dg)?;
             // Critic 1 writes the observations' gradient, critic 2's is added to it.
             let input_grads = match (&mut obs_grads, i) {
                 (Some(grads), 0) => Some(&mut grads[..rows * obs_dim]),
@@ -770,9 +851,15 @@ impl DiscreteSac {
                 Some(&mut core.critics.grads[i]),
                 input_grads,
             )?;
+            if heads > 1 {
+                heads::scale_torso(critic, &mut core.critics.grads[i], 1.0 / heads as f32);
+            }
             if let (Some(grads), 1) = (&mut obs_grads, i) {
                 for (g, &x) in grads.iter_mut().zip(&s.d_obs[..rows * obs_dim]) {
                     *g += x;
+                }
+                if heads > 1 {
+                    grads.iter_mut().for_each(|g| *g /= heads as f32);
                 }
             }
         }
@@ -798,7 +885,7 @@ impl DiscreteSac {
         // Actor against the updated critics: exact expectation over all actions.
         for i in 0..2 {
             let g = core.critics.online[i].forward(obs, rows, &mut core.critics.ws[i])?;
-            s.g[i][..rows * d].copy_from_slice(g);
+            heads::mean_heads(g, rows, d, heads, &mut s.g[i]);
         }
         let u = core.actor.forward(obs, rows, &mut self.passes.batch)?;
         self.scorer.soft_policy_loss(

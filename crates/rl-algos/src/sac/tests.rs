@@ -13,7 +13,7 @@ use super::*;
 use crate::learner::{Learner as _, OffPolicyLearner as _, OnPolicyLearner as _};
 use crate::predict::Predict;
 
-fn box_space(low: f32, high: f32, len: usize) -> Space {
+pub(super) fn box_space(low: f32, high: f32, len: usize) -> Space {
     Space::Box(BoxSpace::uniform(low, high, &[len], DType::F32).unwrap())
 }
 
@@ -26,7 +26,7 @@ fn small_config(batch: usize) -> SacConfig {
 }
 
 /// A replay buffer of `rows` random transitions for `schema`-compatible SAC trainers.
-fn random_batch(
+pub(super) fn random_batch(
     schema: &rl_core::Schema,
     obs_dim: usize,
     act: Result<usize, u32>,
@@ -936,6 +936,7 @@ fn discrete_critic_observation_gradients_match_finite_differences() {
         rewards: &rewards,
         terminated: &terminated,
         next_obs: &next_obs,
+        positions: None,
     };
     sac.update_transitions(transitions, Some(&mut analytic))
         .unwrap();
@@ -998,6 +999,7 @@ fn continuous_critic_observation_gradients_match_finite_differences() {
         rewards: &rewards,
         terminated: &terminated,
         next_obs: &next_obs,
+        positions: None,
     };
     sac.update_transitions(transitions, Some(&mut analytic))
         .unwrap();

@@ -32,6 +32,9 @@ pub struct Features<'a, A> {
     pub next_obs: &'a [f32],
     /// Importance weights, one per row.
     pub weights: &'a [f32],
+    /// Storage positions of the rows (bootstrap masks are drawn from them, so a row
+    /// keeps its mask in every window it is replayed in); `None` where there are none.
+    pub positions: Option<&'a [usize]>,
 }
 
 mod seal {
@@ -116,6 +119,7 @@ fn sac_transitions<A>(f: Features<'_, A>) -> sac::Transitions<'_, A> {
         rewards: f.rewards,
         terminated: f.terminated,
         next_obs: f.next_obs,
+        positions: f.positions,
     }
 }
 
@@ -237,7 +241,7 @@ impl SequenceLearner for Dqn<f32> {
             terminated: f.terminated,
             next_obs: f.next_obs,
             weights: f.weights,
-            positions: None,
+            positions: f.positions,
         }
         .check(self.obs_dim(), self.n_actions())?;
         self.update_transitions(transitions, Some(obs_grads))

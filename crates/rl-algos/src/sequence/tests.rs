@@ -435,3 +435,107 @@ fn recurrent_continuous_sac_updates_and_checkpoints_its_summarizer() {
     assert_ne!(learner.summary.cell().unwrap().params(), &before[..]);
     assert_eq!(learner.checkpoint().kind, "recurrent_sac");
 }
+
+#[test]
+fn bootstrap_masks_follow_the_windows_rows_by_storage_position() {
+    // Recurrent bootstrapped DQN, two heads, half masks: windows whose rows' masks all
+    // leave head 1 out must leave head 1's output rows where they were after the first
+    // update (Adam's first step is zero where the gradient is), and head 0's moved: the
+    // masks are the rows' own (by storage position), not drawn afresh per update.
+    use crate::dqn::EnsembleConfig;
+    let ensemble = EnsembleConfig {
+        heads: 2,
+        mask_probability: 0.5,
+        prior_scale: 0.0,
+    };
+    let (seq_len, windows) = (2, 2);
+    let config = RecurrentConfig {
+        seq_len,
+        burn_in: 0,
+        ..RecurrentConfig::new(History::Lstm { hidden: 5 })
+    };
+    let dqn = DqnConfig {
+        hidden: vec![8],
+        batch_size: windows * seq_len,
+        ensemble: Some(ensemble),
+        ..DqnConfig::default()
+    };
+    let mut learner = Recurrent::new(&obs_space(), config, 0, |summaries| {
+        Dqn::new(summaries, &Space::discrete(ACTIONS).unwrap(), dqn, 0)
+    })
+    .unwrap();
+    let trajectory = Trajectory::new(3);
+    let all: Vec<usize> = (0..trajectory.rows()).collect();
+    let mut masks = vec![0i64; all.len()];
+    crate::dqn::draw_masks(ensemble, 0, 0, Some(&all), &mut masks).unwrap();
+    let starts: Vec<usize> = (0..trajectory.rows() - seq_len)
+        .filter(|&s| masks[s..s + seq_len].iter().all(|m| m & 0b10 == 0))
+        .take(windows)
+        .collect();
+    assert_eq!(starts.len(), windows, "masks {masks:?}: pick another seed");
+    assert!(
+        starts
+            .iter()
+            .any(|&s| masks[s..s + seq_len].iter().any(|m| m & 0b01 == 1)),
+        "masks {masks:?}: head 0 should train on some row"
+    );
+    let schema = learner.replay_schema().unwrap();
+    let batch = trajectory.batch(&schema, &starts, seq_len);
+    let head_rows = |learner: &Recurrent<Dqn>| -> [Vec<f32>; 2] {
+        let rl_nn::Network::Mlp(q) = learner.inner().q_network() else {
+            unreachable!("an mlp")
+        };
+        let last = q.layers()[q.layers().len() - 1];
+        let (weight, n) = (last.weight(), ACTIONS as usize);
+        let per_head = weight.len() / 2;
+        let params = q.params();
+        [0, 1].map(|h| {
+            let w = &params[weight.start + h * per_head..weight.start + (h + 1) * per_head];
+            let b = &params[last.bias().start + h * n..last.bias().start + (h + 1) * n];
+            [w, b].concat()
+        })
+    };
+    let before = head_rows(&learner);
+    learner.update(&batch).unwrap();
+    let after = head_rows(&learner);
+    assert_eq!(
+        before[1], after[1],
+        "head 1 trained on rows whose masks leave it out"
+    );
+    assert_ne!(before[0], after[0]);
+}
+
+#[test]
+fn recurrent_discrete_sac_with_critic_heads_plans_what_it_holds_and_allocates_nothing() {
+    let config = RecurrentConfig {
+        seq_len: 3,
+        burn_in: 2,
+        ..RecurrentConfig::new(History::Lstm { hidden: 6 })
+    };
+    let sac = SacConfig {
+        hidden: vec![8],
+        batch_size: 6,
+        ensemble: Some(crate::dqn::EnsembleConfig {
+            heads: 4,
+            mask_probability: 0.5,
+            prior_scale: 0.0,
+        }),
+        ..SacConfig::sb3()
+    };
+    let actions = Space::discrete(ACTIONS).unwrap();
+    let blueprint = Recurrent::<DiscreteSac>::blueprint(&obs_space(), &config, |s| {
+        DiscreteSac::blueprint(s, &actions, crate::sac::ActionScoring::Index, &sac)
+    })
+    .unwrap();
+    let mut learner = Recurrent::new(&obs_space(), config, 0, |s| {
+        DiscreteSac::with_index(s, &actions, sac, 0)
+    })
+    .unwrap();
+    assert_eq!(learner.memory_plan(), blueprint.learner);
+    let schema = learner.replay_schema().unwrap();
+    let batch = Trajectory::new(5).batch(&schema, &[0, 12], 5);
+    learner.update(&batch).unwrap();
+    let (result, alloc) = rl_testkit::measure(|| learner.update(&batch));
+    assert!(result.unwrap().critic_loss.is_finite());
+    assert_eq!(alloc.allocations, 0, "{alloc:?}");
+}

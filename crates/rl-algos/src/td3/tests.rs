@@ -93,6 +93,7 @@ fn critic_loss_gradients_match_f64_finite_differences() {
         rewards: &rewards,
         terminated: &terminated,
         next_obs: &next_obs,
+        positions: None,
     };
     td3.critic_gradients(&transitions).unwrap();
     let spec = td3.critics.online[0].spec().clone();

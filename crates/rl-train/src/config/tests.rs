@@ -237,3 +237,89 @@ fn configs_that_would_not_do_what_they_say_get_warnings() {
     let recurrent = "algo = \"recurrent_ppo\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 10\n";
     assert_eq!(config(recurrent, &[]).warnings().len(), 1);
 }
+
+const SEQUENCE: &str = "algo = \"discrete_sac\"\nenv = \"partial_large_discrete\"\n[run]\ntotal_steps = 10\n[sac]\nbatch_size = 64\nensemble = { heads = 4, mask_probability = 0.5 }\n[sequence]\nseq_len = 4\nadam = { lr = 1e-3 }\n";
+
+#[test]
+fn the_sequence_table_takes_recurrent_config_defaults_and_reads_back() {
+    let config = Config::from_toml(SEQUENCE, &[]).unwrap();
+    let sequence = config.sequence.clone().unwrap();
+    let defaults = RecurrentConfig::default();
+    assert_eq!(sequence.seq_len, 4);
+    assert_eq!(sequence.history, defaults.history);
+    assert_eq!(sequence.adam.lr, 1e-3);
+    // A partial [sequence.adam] keeps the summarizer's other Adam values.
+    assert_eq!(sequence.adam.eps, defaults.adam.eps);
+    assert_eq!(config.sac.as_ref().unwrap().ensemble.unwrap().heads, 4);
+    let written = config.to_toml().unwrap();
+    assert_eq!(
+        Config::from_toml(&written, &[]).unwrap(),
+        config,
+        "{written}"
+    );
+    // Without the table the learner has no memory.
+    let plain = Config::new(Algo::Dqn, "cartpole", 10).unwrap();
+    assert!(plain.sequence.is_none());
+    let dqn = "algo = \"dqn\"\nenv = \"cartpole\"\n[run]\ntotal_steps = 10\n[dqn]\nbatch_size = 32\n[sequence]\nhistory = { stack = { k = 4 } }\n";
+    let config = Config::from_toml(dqn, &[]).unwrap();
+    assert_eq!(config.sequence.unwrap().history, History::Stack { k: 4 });
+}
+
+#[test]
+fn bad_sequence_and_critic_head_settings_name_their_keys() {
+    let cases: [(&str, &[&str], &str, &[&str]); 7] = [
+        (
+            SEQUENCE,
+            &["sequence.seq_len=0"],
+            "sequence.seq_len",
+            &["is 0"],
+        ),
+        (SEQUENCE, &["sequence.tau=2.0"], "sequence.tau", &["(0, 1]"]),
+        (
+            SEQUENCE,
+            &["sequence.seq_len=5"],
+            "sac.batch_size",
+            &["64", "multiple", "sequence.seq_len 5"],
+        ),
+        (
+            SEQUENCE,
+            &["sequence.lenght=5"],
+            "sequence.lenght",
+            &["unknown field"],
+        ),
+        (
+            SEQUENCE,
+            &["sac.ensemble.prior_scale=3.0"],
+            "sac.ensemble.prior_scale",
+            &["no prior"],
+        ),
+        (
+            SEQUENCE,
+            &["sac.ensemble.heads=65"],
+            "sac.ensemble.heads",
+            &["1 to 64"],
+        ),
+        // Continuous SAC has no critic heads; PPO reads no [sequence].
+        (
+            "algo = \"sac\"\nenv = \"pendulum\"\n[run]\ntotal_steps = 10\n[sac]\nensemble = { heads = 4, mask_probability = 0.5 }\n",
+            &[],
+            "sac.ensemble",
+            &["continuous SAC", "discrete_sac"],
+        ),
+    ];
+    for (text, overrides, key, words) in cases {
+        let e = error(text, overrides);
+        assert_eq!(e.key, key, "{}", e.message);
+        assert!(e.message.starts_with(key), "{}", e.message);
+        for word in words {
+            assert!(e.message.contains(word), "{word:?} missing: {}", e.message);
+        }
+    }
+    let e = error(PPO, &["sequence.seq_len=4"]);
+    assert_eq!(e.key, "sequence", "{}", e.message);
+    let e = error(
+        "algo = \"dqn\"\nenv = \"catch\"\n[run]\ntotal_steps = 10\n[dqn]\nencoder = \"small_cnn\"\nbatch_size = 32\n[sequence]\n",
+        &[],
+    );
+    assert_eq!(e.key, "dqn.encoder", "{}", e.message);
+}

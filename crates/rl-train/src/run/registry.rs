@@ -12,6 +12,7 @@ use rl_algos::policy::{
 };
 use rl_algos::ppo::{Ppo, RecurrentPpo, RecurrentPpoConfig};
 use rl_algos::sac::{ActionScoring, DiscreteSac, Sac};
+use rl_algos::sequence::Recurrent;
 use rl_algos::td3::Td3;
 use rl_core::{Env, FeatureTable, MemoryPlan, Space};
 use rl_envs::{
@@ -362,6 +363,15 @@ fn plan_error(e: rl_algos::Error) -> Error {
     }
 }
 
+/// The error of planning or building a learner behind `[sequence]`: its settings'
+/// errors are config errors naming the file's keys (`sequence.*`).
+fn sequence_error(e: rl_algos::Error) -> Error {
+    match e {
+        rl_algos::Error::Config { .. } => Error::Config(ConfigError::from_sequence(e)),
+        other => Error::Algos(other),
+    }
+}
+
 /// The `[policy]` table of a PPO config.
 fn policy_of(config: &Config) -> Result<&PolicyConfig> {
     config.policy.as_ref().ok_or_else(|| incomplete(config))
@@ -427,11 +437,27 @@ where
                     }
                     None => ActionScoring::Index,
                 };
+                if let Some(memory) = &config.sequence {
+                    let learner = Recurrent::<DiscreteSac>::blueprint(obs, memory, |summaries| {
+                        DiscreteSac::blueprint(summaries, act, scoring, sac)
+                    })
+                    .map_err(sequence_error)?;
+                    return job::off_policy_plan::<E, Recurrent<DiscreteSac>>(
+                        &env, &learner, config,
+                    );
+                }
                 let learner = DiscreteSac::blueprint(obs, act, scoring, sac).map_err(plan_error)?;
                 job::off_policy_plan::<E, DiscreteSac>(&env, &learner, config)
             }
             Algo::Dqn => {
                 let dqn = config.dqn.as_ref().ok_or_else(|| incomplete(config))?;
+                if let Some(memory) = &config.sequence {
+                    let learner = Recurrent::<Dqn>::blueprint(obs, memory, |summaries| {
+                        Dqn::blueprint(summaries, act, dqn)
+                    })
+                    .map_err(sequence_error)?;
+                    return job::off_policy_plan::<E, Recurrent<Dqn>>(&env, &learner, config);
+                }
                 let learner = Dqn::blueprint(obs, act, dqn).map_err(plan_error)?;
                 job::off_policy_plan::<E, Dqn>(&env, &learner, config)
             }
@@ -473,6 +499,40 @@ where
                 let learner = RecurrentPpo::new(policy, learner, config.run.n_envs, seed)
                     .map_err(build_error)?;
                 job::on_policy(self.make.clone(), learner, config, job)
+            }
+            Algo::DiscreteSac if config.sequence.is_some() => {
+                let sac = config.sac.clone().ok_or_else(missing)?;
+                let memory = config.sequence.clone().ok_or_else(missing)?;
+                let table = self.table.as_ref().map(|table| table(&env));
+                let learner =
+                    Recurrent::new(
+                        env.observation_space(),
+                        memory,
+                        seed,
+                        |summaries| match table {
+                            Some(table) => DiscreteSac::with_table(
+                                summaries,
+                                env.action_space(),
+                                table,
+                                sac,
+                                seed,
+                            ),
+                            None => {
+                                DiscreteSac::with_index(summaries, env.action_space(), sac, seed)
+                            }
+                        },
+                    )
+                    .map_err(sequence_error)?;
+                job::off_policy(self.make.clone(), learner, config, job)
+            }
+            Algo::Dqn if config.sequence.is_some() => {
+                let dqn = config.dqn.clone().ok_or_else(missing)?;
+                let memory = config.sequence.clone().ok_or_else(missing)?;
+                let learner = Recurrent::new(env.observation_space(), memory, seed, |summaries| {
+                    Dqn::for_spaces(summaries, env.action_space(), dqn, seed)
+                })
+                .map_err(sequence_error)?;
+                job::off_policy(self.make.clone(), learner, config, job)
             }
             Algo::DiscreteSac => {
                 let sac = config.sac.clone().ok_or_else(missing)?;
