@@ -552,14 +552,8 @@ impl Layout {
     /// A deduplicating buffer's transition `columns` (its storage's, `final_obs` left
     /// out): the five step fields, no `next_obs` (the next row holds it).
     pub(crate) fn frames(columns: &[rl_core::Column]) -> Result<Self> {
-        let fields = [
-            Field::Obs,
-            Field::Action,
-            Field::Reward,
-            Field::Terminated,
-            Field::Truncated,
-        ];
-        Self::new(columns, "deduplicating replay schema", &fields, &fields)
+        let step = &Field::ALL[..5];
+        Self::new(columns, "deduplicating replay schema", step, step)
     }
 
     /// A rollout buffer's: every field but `next_obs`, all of them required.

@@ -671,13 +671,8 @@ pub(super) fn storage_schema(schema: &Schema, config: &OffPolicyConfig) -> Resul
     let Some(frames) = config.frame_stack else {
         return Ok(schema.clone());
     };
-    let step = [
-        Field::Obs,
-        Field::Action,
-        Field::Reward,
-        Field::Terminated,
-        Field::Truncated,
-    ];
+    // obs, action, reward, terminated, truncated.
+    let step = &Field::ALL[..5];
     let mut columns = Vec::with_capacity(schema.columns().len());
     for column in schema.columns() {
         let name = column.name();
