@@ -135,10 +135,11 @@ fn check_sampled(
 
 #[test]
 fn sampled_stacks_are_the_emitted_ones_and_each_frame_is_stored_once() {
+    let tmp = tempfile::tempdir().unwrap();
     for location in [
         ReplayLocation::Ram,
         ReplayLocation::Memmap {
-            dir: tempfile::tempdir().unwrap().keep(),
+            dir: tmp.path().to_owned(),
         },
     ] {
         let emitted = Emitted::default();
@@ -163,9 +164,6 @@ fn sampled_stacks_are_the_emitted_ones_and_each_frame_is_stored_once() {
         assert_eq!((obs.numel(), obs.dtype()), (FRAME, rl_core::DType::U8));
         assert!(schema.index_of(Field::NextObs.name()).is_none());
         check_sampled(&mut trainer, &emitted, 20);
-        if let Some(path) = trainer.replay().path() {
-            std::fs::remove_file(path).unwrap();
-        }
     }
 }
 
