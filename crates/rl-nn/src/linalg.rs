@@ -157,7 +157,7 @@ mod peak;
 
 pub(crate) use kernel::PackRhs;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use kernel::transpose8;
+pub(crate) use kernel::{mask8, transpose8};
 pub use parallel::matmul_on;
 pub(crate) use parallel::matmul_packed_on;
 
