@@ -1,14 +1,15 @@
 //! Two-dimensional convolutions over NCHW `f32` images, on the crate's matrix product.
 //!
-//! A [`Conv2d`] copies the patches its kernel sees into the rows of a matrix (im2col:
-//! one row per image and output position, one column per input channel and kernel
-//! offset, the order of PyTorch's `[out, in, kh, kw]` weight) and multiplies it by the
-//! weight's transpose, as a [`Linear`](crate::Linear) layer multiplies its rows: one
-//! product for the whole batch, split across a [`Pool`] when the workspace has one. The
-//! product's rows are then turned back into NCHW outputs, adding the bias and applying the
-//! activation in the same sweep. The backward pass runs the two products of a linear
-//! layer (weight gradient `dY^T cols`, patch gradient `dY W`) and scatters the patch
-//! gradients back onto the input (col2im). Every buffer is sized once, in a
+//! A [`Conv2d`] multiplies the patches its kernel sees (one row per image and output
+//! position, one column per input channel and kernel offset, the order of PyTorch's
+//! `[out, in, kh, kw]` weight) by the weight's transpose without ever storing them as a
+//! matrix (implicit GEMM, `conv/implicit.rs`): each image is staged once, zero-padded and
+//! scaled, in the workspace, and a direct kernel reads the patches from it, storing NCHW
+//! outputs with the bias and the activation; blocks of whole images run on a [`Pool`]
+//! when the workspace has one. The backward pass computes the weight gradient `g
+//! patches` on the crate's product with panels packed from the staged images, and the
+//! patch gradients `g^T W` a few images at a time, scattered back onto the input
+//! (col2im). Every buffer is sized once, in a
 //! [`Conv2dWorkspace`], from the spec, the input size and the largest batch.
 
 use std::sync::Arc;
@@ -385,9 +386,14 @@ impl Conv2d {
             .checked_mul(g.w + 2 * g.pw)?
             .checked_mul(g.cin)?
             .checked_mul(max_batch)?;
-        let products = self.positions().checked_mul(max_batch)?.checked_mul(g.out)?;
+        let products = self
+            .positions()
+            .checked_mul(max_batch)?
+            .checked_mul(g.out)?;
         let dcols = (self.chunk_images(max_batch) * self.positions()).checked_mul(g.fan_in())?;
-        let panels = g.fan_in().checked_mul(g.out.checked_next_multiple_of(implicit::NR)?)?;
+        let panels = g
+            .fan_in()
+            .checked_mul(g.out.checked_next_multiple_of(implicit::NR)?)?;
         let total = staged
             .checked_add(products)?
             .checked_add(products)?
@@ -566,12 +572,20 @@ impl Conv2d {
         let pool = pool
             .as_deref()
             .filter(|_| batch * self.macs_per_image() >= PARALLEL_MIN);
-        implicit::by_images(pool, (staged, staged_len), (output, out_len), &|images, staged, output| {
-            run(&x[images.start * in_len..images.end * in_len], staged, output);
-        });
+        implicit::by_images(
+            pool,
+            (staged, staged_len),
+            (output, out_len),
+            &|images, staged, output| {
+                run(
+                    &x[images.start * in_len..images.end * in_len],
+                    staged,
+                    output,
+                );
+            },
+        );
         ws.batch = batch;
     }
-
 
     /// The backward pass of the last forward pass through `ws`, given the gradients of a
     /// loss with respect to its outputs (`dy`, NCHW as the outputs). Adds the weight and
@@ -722,8 +736,6 @@ fn sum8(values: &[f32]) -> f32 {
     let [a, b, c, d, e, f, g, h] = lanes;
     ((a + e) + (c + g)) + ((b + f) + (d + h))
 }
-
-
 
 /// The buffers of one [`Conv2d`] for batches of up to `max_batch` images, allocated once
 /// ([`Conv2d::workspace`]): after that, its passes allocate nothing.

@@ -132,10 +132,7 @@ impl Geometry {
             .chunks_exact(h * w)
             .zip(slot.chunks_exact_mut(self.plane()))
         {
-            for (row, out) in src
-                .chunks_exact(w)
-                .zip(dst[self.ph * wp..].chunks_mut(wp))
-            {
+            for (row, out) in src.chunks_exact(w).zip(dst[self.ph * wp..].chunks_mut(wp)) {
                 for (d, &s) in out[self.pw..self.pw + w].iter_mut().zip(row) {
                     *d = load(s);
                 }
@@ -167,7 +164,10 @@ impl Geometry {
     /// The forward pass over the images of `x` (this task's share): stages each image
     /// into `staged`, then computes `output` (NCHW, these images) from the packed
     /// `panels` and `bias`, with ReLU if `relu`.
-    #[expect(clippy::too_many_arguments, reason = "one task's slices of the workspace")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one task's slices of the workspace"
+    )]
     pub(super) fn forward<T: Copy>(
         &self,
         isa: Isa,
@@ -450,7 +450,13 @@ impl PackRhs for Patches<'_> {
 /// Copies each run `(offset, column, len)` of `staged[base + offset..]` into
 /// `row[column..column + len]`; `row` may go on past the row (later rows, which are
 /// written after it).
-fn copy_runs(isa: Isa, staged: &[f32], base: usize, runs: &[(usize, usize, usize)], row: &mut [f32]) {
+fn copy_runs(
+    isa: Isa,
+    staged: &[f32],
+    base: usize,
+    runs: &[(usize, usize, usize)],
+    row: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx512 | Isa::Avx2) {
         // SAFETY:
@@ -494,7 +500,11 @@ unsafe fn copy_runs_avx2(
             // - the mask enables exactly `len` lanes, inside `src` and `dst`, and
             //   `vmaskmovps` does not access the others.
             unsafe {
-                _mm256_maskstore_ps(dst.as_mut_ptr(), mask, _mm256_maskload_ps(src.as_ptr(), mask));
+                _mm256_maskstore_ps(
+                    dst.as_mut_ptr(),
+                    mask,
+                    _mm256_maskload_ps(src.as_ptr(), mask),
+                );
             }
         } else {
             row[column..column + len].copy_from_slice(&staged[start..start + len]);
@@ -614,6 +624,9 @@ fn col2im_portable(g: &Geometry, dcols: &[f32], images: usize, dx: &mut [f32]) {
     }
 }
 
+/// One task of [`by_images`]: its images, their staged slots and their outputs.
+pub(super) type ImageTask<'a> = dyn Fn(std::ops::Range<usize>, &mut [f32], &mut [f32]) + Sync + 'a;
+
 /// Runs `run(images, staged, output)` over blocks of whole images, one block per thread
 /// of `pool` (all on the calling thread without one): `staged` and `output` hold
 /// `staged_len` and `out_len` floats per image, and each call gets its images' slots.
@@ -621,7 +634,7 @@ pub(super) fn by_images(
     pool: Option<&Pool>,
     (staged, staged_len): (&mut [f32], usize),
     (output, out_len): (&mut [f32], usize),
-    run: &(dyn Fn(std::ops::Range<usize>, &mut [f32], &mut [f32]) + Sync),
+    run: &ImageTask<'_>,
 ) {
     let batch = output.len() / out_len.max(1);
     assert!(staged.len() == batch * staged_len && output.len() == batch * out_len);
@@ -643,7 +656,10 @@ pub(super) fn by_images(
         //   inside the slices (`images.end <= batch`, asserted lengths).
         let (staged, output) = unsafe {
             (
-                std::slice::from_raw_parts_mut(staged_at.at(images.start * staged_len), n * staged_len),
+                std::slice::from_raw_parts_mut(
+                    staged_at.at(images.start * staged_len),
+                    n * staged_len,
+                ),
                 std::slice::from_raw_parts_mut(output_at.at(images.start * out_len), n * out_len),
             )
         };

@@ -664,9 +664,9 @@ mod portable;
 #[cfg(target_arch = "x86_64")]
 mod thin;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use avx2::{mask8, transpose8};
-#[cfg(target_arch = "x86_64")]
 use avx2::{Avx2, Avx2Wide, avx2_pack_transposed};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::{mask8, transpose8};
 #[cfg(target_arch = "x86_64")]
 use avx512::{Avx512, Avx512Wide, avx512_pack_transposed, mask16};
 use portable::{Portable, portable_dot, portable_rank};
