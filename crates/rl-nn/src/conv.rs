@@ -1,14 +1,15 @@
 //! Two-dimensional convolutions over NCHW `f32` images, on the crate's matrix product.
 //!
-//! A [`Conv2d`] copies the patches its kernel sees into the rows of a matrix (im2col:
-//! one row per image and output position, one column per input channel and kernel
-//! offset, the order of PyTorch's `[out, in, kh, kw]` weight) and multiplies it by the
-//! weight's transpose, as a [`Linear`](crate::Linear) layer multiplies its rows: one
-//! product for the whole batch, split across a [`Pool`] when the workspace has one. The
-//! product's rows are then turned back into NCHW outputs, adding the bias and applying the
-//! activation in the same sweep. The backward pass runs the two products of a linear
-//! layer (weight gradient `dY^T cols`, patch gradient `dY W`) and scatters the patch
-//! gradients back onto the input (col2im). Every buffer is sized once, in a
+//! A [`Conv2d`] multiplies the patches its kernel sees (one row per image and output
+//! position, one column per input channel and kernel offset, the order of PyTorch's
+//! `[out, in, kh, kw]` weight) by the weight's transpose without ever storing them as a
+//! matrix (implicit GEMM, `conv/implicit.rs`): each image is staged once, zero-padded and
+//! scaled, in the workspace, and a direct kernel reads the patches from it, storing NCHW
+//! outputs with the bias and the activation; blocks of whole images run on a [`Pool`]
+//! when the workspace has one. The backward pass computes the weight gradient `g
+//! patches` on the crate's product with panels packed from the staged images, and the
+//! patch gradients `g^T W` a few images at a time, scattered back onto the input
+//! (col2im). Every buffer is sized once, in a
 //! [`Conv2dWorkspace`], from the spec, the input size and the largest batch.
 
 use std::sync::Arc;
@@ -17,9 +18,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::Activation;
 use crate::error::{Error, Result, check_len};
-use crate::linalg::{Accumulate, MatRef};
+use rl_core::simd::Isa;
+
+use crate::linalg::{Accumulate, MatRef, matmul_packed_on};
 use crate::mlp::product;
 use crate::pool::Pool;
+
+mod implicit;
+
+use implicit::Geometry;
 
 /// What a [`Conv2d`] is, as PyTorch's `nn.Conv2d(in_channels, out_channels,
 /// kernel_size, stride, padding)` (no dilation, no groups). Pairs are `[height, width]`.
@@ -347,23 +354,53 @@ impl Conv2d {
     }
 
     /// Images of patch gradients scattered back per product in the backward pass: enough
-    /// rows for an efficient product, few enough that the buffer stays small.
+    /// rows for an efficient product, few enough that the block stays in L2.
     fn chunk_images(&self, max_batch: usize) -> usize {
-        (4096 / self.positions().max(1)).clamp(1, max_batch.max(1))
+        (256 / self.positions().max(1)).clamp(1, max_batch.max(1))
     }
 
-    /// Floats of a workspace for `max_batch` images; `None` on overflow.
-    fn workspace_floats(&self, max_batch: usize) -> Option<[usize; 4]> {
-        let rows = self.positions().checked_mul(max_batch)?;
-        let cols = rows.checked_mul(self.spec.fan_in())?;
-        let products = rows.checked_mul(self.spec.out_channels)?;
-        let dcols = self.chunk_images(max_batch) * self.positions() * self.spec.fan_in();
-        let total = cols
+    /// The shapes the kernels need.
+    fn geometry(&self) -> Geometry {
+        let s = &self.spec;
+        Geometry {
+            cin: s.in_channels,
+            out: s.out_channels,
+            kh: s.kernel[0],
+            kw: s.kernel[1],
+            sh: s.stride[0],
+            sw: s.stride[1],
+            ph: s.padding[0],
+            pw: s.padding[1],
+            h: self.input[0],
+            w: self.input[1],
+            oh: self.output[0],
+            ow: self.output[1],
+        }
+    }
+
+    /// Floats of a workspace for `max_batch` images, buffer by buffer (staged images,
+    /// outputs, output gradients, patch gradients, weight panels); `None` on overflow.
+    fn workspace_floats(&self, max_batch: usize) -> Option<[usize; 5]> {
+        let g = self.geometry();
+        let staged = (g.h + 2 * g.ph)
+            .checked_mul(g.w + 2 * g.pw)?
+            .checked_mul(g.cin)?
+            .checked_mul(max_batch)?;
+        let products = self
+            .positions()
+            .checked_mul(max_batch)?
+            .checked_mul(g.out)?;
+        let dcols = (self.chunk_images(max_batch) * self.positions()).checked_mul(g.fan_in())?;
+        let panels = g
+            .fan_in()
+            .checked_mul(g.out.checked_next_multiple_of(implicit::NR)?)?;
+        let total = staged
             .checked_add(products)?
             .checked_add(products)?
-            .checked_add(dcols)?;
+            .checked_add(dcols)?
+            .checked_add(panels)?;
         total.checked_mul(size_of::<f32>())?;
-        Some([cols, products, products, dcols])
+        Some([staged, products, products, dcols, panels])
     }
 
     /// Bytes of a workspace for `max_batch` images ([`Conv2d::workspace`]); `None` on
@@ -373,23 +410,25 @@ impl Conv2d {
         u64::try_from(floats * size_of::<f32>()).ok()
     }
 
-    /// A workspace for batches of up to `max_batch` images: the patches, the product's
-    /// rows, the outputs and the backward pass's patch gradients, allocated once.
+    /// A workspace for batches of up to `max_batch` images: the staged (padded, scaled)
+    /// inputs, the outputs, the output gradients, the backward pass's patch gradients and
+    /// the packed weight, allocated once.
     ///
     /// # Panics
     /// If its size overflows ([`Conv2d::workspace_bytes`] is `None`).
     pub fn workspace(&self, max_batch: usize) -> Conv2dWorkspace {
-        let [cols, rows, output, dcols] = self
+        let [staged, output, grads, dcols, panels] = self
             .workspace_floats(max_batch)
             .unwrap_or_else(|| panic!("a conv2d workspace of {max_batch} images overflows"));
         Conv2dWorkspace {
             layer: *self,
             max_batch,
             batch: 0,
-            cols: vec![0.0; cols],
-            rows: vec![0.0; rows],
+            staged: vec![0.0; staged],
             output: vec![0.0; output],
+            grads: vec![0.0; grads],
             dcols: vec![0.0; dcols],
+            panels: vec![0.0; panels],
             pool: None,
         }
     }
@@ -480,8 +519,7 @@ impl Conv2d {
         ws: &mut Conv2dWorkspace,
     ) {
         let scale = self.input_scale;
-        self.im2col(x, batch, &mut ws.cols, |v| scale.apply(v));
-        self.multiply(params, batch, ws);
+        self.run_forward(params, x, batch, ws, &|v: f32| scale.apply(v));
     }
 
     /// The forward pass over bytes on lengths the caller checked.
@@ -493,129 +531,59 @@ impl Conv2d {
         ws: &mut Conv2dWorkspace,
     ) {
         let scale = self.input_scale;
-        self.im2col(x, batch, &mut ws.cols, |v| scale.apply(f32::from(v)));
-        self.multiply(params, batch, ws);
+        self.run_forward(params, x, batch, ws, &|v: u8| scale.apply(f32::from(v)));
     }
 
-    /// Copies the patches of `batch` images into the rows of `cols` (row `(b, oy, ox)`,
-    /// column `(c, ky, kx)`), zeros where the kernel reaches into the padding.
-    fn im2col<T: Copy>(&self, x: &[T], batch: usize, cols: &mut [f32], load: impl Fn(T) -> f32) {
-        let [height, width] = self.input;
-        let [kh, kw] = self.spec.kernel;
-        let [sh, sw] = self.spec.stride;
-        let [ph, pw] = self.spec.padding;
-        let [oh, ow] = self.output;
-        let plane = height * width;
-        let fan_in = self.spec.fan_in();
-        let mut rows = cols[..batch * oh * ow * fan_in].chunks_exact_mut(fan_in);
-        for image in x.chunks_exact(self.input_len()).take(batch) {
-            for oy in 0..oh {
-                let y0 = oy * sh;
-                for ox in 0..ow {
-                    let Some(row) = rows.next() else { return };
-                    let x0 = ox * sw;
-                    // Kernel columns that land inside the image.
-                    let lo = pw.saturating_sub(x0).min(kw);
-                    let hi = (width + pw).saturating_sub(x0).clamp(lo, kw);
-                    for (c, channel) in row.chunks_exact_mut(kh * kw).enumerate() {
-                        for (ky, seg) in channel.chunks_exact_mut(kw).enumerate() {
-                            let iy = y0 + ky;
-                            if iy < ph || iy - ph >= height {
-                                seg.fill(0.0);
-                                continue;
-                            }
-                            let src = &image[c * plane + (iy - ph) * width..][..width];
-                            seg[..lo].fill(0.0);
-                            seg[hi..].fill(0.0);
-                            if lo == hi {
-                                // The kernel row lies in the padding.
-                                continue;
-                            }
-                            let src = &src[x0 + lo - pw..x0 + hi - pw];
-                            for (d, &s) in seg[lo..hi].iter_mut().zip(src) {
-                                *d = load(s);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Adds the patch gradients of `images` images (`dcols`, laid out as the patches)
-    /// onto their input gradients `dx` (col2im).
-    fn col2im(&self, dcols: &[f32], images: usize, dx: &mut [f32]) {
-        let [height, width] = self.input;
-        let [kh, kw] = self.spec.kernel;
-        let [sh, sw] = self.spec.stride;
-        let [ph, pw] = self.spec.padding;
-        let [oh, ow] = self.output;
-        let plane = height * width;
-        let fan_in = self.spec.fan_in();
-        let mut rows = dcols[..images * oh * ow * fan_in].chunks_exact(fan_in);
-        for image in dx.chunks_exact_mut(self.input_len()).take(images) {
-            for oy in 0..oh {
-                let y0 = oy * sh;
-                for ox in 0..ow {
-                    let Some(row) = rows.next() else { return };
-                    let x0 = ox * sw;
-                    let lo = pw.saturating_sub(x0).min(kw);
-                    let hi = (width + pw).saturating_sub(x0).clamp(lo, kw);
-                    for (c, channel) in row.chunks_exact(kh * kw).enumerate() {
-                        for (ky, seg) in channel.chunks_exact(kw).enumerate() {
-                            let iy = y0 + ky;
-                            if iy < ph || iy - ph >= height || lo == hi {
-                                continue;
-                            }
-                            let start = c * plane + (iy - ph) * width + x0 + lo - pw;
-                            let dst = &mut image[start..start + (hi - lo)];
-                            for (d, &g) in dst.iter_mut().zip(&seg[lo..hi]) {
-                                *d += g;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// The product of the patches with the weight, then NCHW outputs with the bias and
-    /// the activation.
-    fn multiply(&self, params: &[f32], batch: usize, ws: &mut Conv2dWorkspace) {
-        let (positions, fan_in, out) =
-            (self.positions(), self.spec.fan_in(), self.spec.out_channels);
-        let rows = batch * positions;
+    /// Stages the images, multiplies their patches by the weight and stores the NCHW
+    /// outputs with the bias and the activation; on the workspace's pool by blocks of
+    /// whole images when the batch is large enough (each output element is computed the
+    /// same way whichever thread runs it).
+    fn run_forward<T: Copy + Sync>(
+        &self,
+        params: &[f32],
+        x: &[T],
+        batch: usize,
+        ws: &mut Conv2dWorkspace,
+        load: &(impl Fn(T) -> f32 + Sync),
+    ) {
+        let g = self.geometry();
+        let isa = Isa::detect();
+        g.pack_weight(&params[self.weight()], &mut ws.panels);
+        let bias = &params[self.bias()];
+        let relu = self.activation == Some(Activation::Relu);
+        let tanh = self.activation == Some(Activation::Tanh);
+        let (in_len, staged_len, out_len) = (self.input_len(), g.staged_len(), self.output_len());
         let Conv2dWorkspace {
-            cols,
-            rows: products,
+            staged,
             output,
+            panels,
             pool,
             ..
         } = ws;
-        let products = &mut products[..rows * out];
-        product(
-            pool.as_deref(),
-            products,
-            MatRef::row_major(&cols[..rows * fan_in], rows, fan_in),
-            MatRef::transposed(&params[self.weight()], fan_in, out),
-            Accumulate::Overwrite,
-        );
-        let bias = &params[self.bias()];
-        let output = &mut output[..batch * self.output_len()];
-        for (image, block) in output
-            .chunks_exact_mut(self.output_len())
-            .zip(products.chunks_exact(positions * out))
-        {
-            for (o, channel) in image.chunks_exact_mut(positions).enumerate() {
-                let b = bias[o];
-                for (p, v) in channel.iter_mut().enumerate() {
-                    *v = block[p * out + o] + b;
-                }
-                if let Some(activation) = self.activation {
-                    activation.apply(channel);
-                }
+        let panels = &panels[..];
+        let run = |x: &[T], staged: &mut [f32], output: &mut [f32]| {
+            g.forward(isa, x, load, staged, panels, bias, relu, output);
+            if tanh {
+                Activation::Tanh.apply(output);
             }
-        }
+        };
+        let staged = &mut staged[..batch * staged_len];
+        let output = &mut output[..batch * out_len];
+        let pool = pool
+            .as_deref()
+            .filter(|_| batch * self.macs_per_image() >= PARALLEL_MIN);
+        implicit::by_images(
+            pool,
+            (staged, staged_len),
+            (output, out_len),
+            &|images, staged, output| {
+                run(
+                    &x[images.start * in_len..images.end * in_len],
+                    staged,
+                    output,
+                );
+            },
+        );
         ws.batch = batch;
     }
 
@@ -667,89 +635,106 @@ impl Conv2d {
         param_grads: Option<&mut [f32]>,
         input_grads: Option<&mut [f32]>,
     ) {
-        let (positions, fan_in, out) =
-            (self.positions(), self.spec.fan_in(), self.spec.out_channels);
+        let g = self.geometry();
+        let isa = Isa::detect();
+        let (positions, fan_in, out) = (self.positions(), g.fan_in(), g.out);
         let batch = ws.batch;
         let rows = batch * positions;
         let Conv2dWorkspace {
-            cols,
-            rows: products,
+            staged,
             output,
+            grads: gy,
             dcols,
             pool,
             max_batch,
             ..
         } = ws;
         let pool = pool.as_deref();
-        // dY in the product's layout (row (b, p), column o), through the activation.
-        let products = &mut products[..rows * out];
-        for ((block, grads), outputs) in products
-            .chunks_exact_mut(positions * out)
-            .zip(dy.chunks_exact(self.output_len()))
+        // dY through the activation, as `out x rows` (row `o`, column `(b, p)`): runs of
+        // `positions` floats; the bias gradient summed on the way, eight lanes per run.
+        let gy = &mut gy[..rows * out];
+        let mut param_grads = param_grads;
+        let bias_start = self.bias().start;
+        for (b, (dy, y)) in dy
+            .chunks_exact(self.output_len())
             .zip(output.chunks_exact(self.output_len()))
+            .enumerate()
         {
-            for (o, (g, y)) in grads
+            for (o, (dy, y)) in dy
                 .chunks_exact(positions)
-                .zip(outputs.chunks_exact(positions))
+                .zip(y.chunks_exact(positions))
                 .enumerate()
             {
-                for (p, (&g, &y)) in g.iter().zip(y).enumerate() {
-                    block[p * out + o] = match self.activation {
-                        None => g,
-                        Some(Activation::Relu) => {
-                            if y > 0.0 {
-                                g
-                            } else {
-                                0.0
-                            }
-                        }
-                        Some(Activation::Tanh) => g * (1.0 - y * y),
-                    };
+                let dst = &mut gy[o * rows + b * positions..][..positions];
+                dst.copy_from_slice(dy);
+                if let Some(activation) = self.activation {
+                    activation.backward(y, dst);
+                }
+                if let Some(grads) = param_grads.as_deref_mut() {
+                    grads[bias_start + o] += sum8(dst);
                 }
             }
         }
-        let products = &*products;
+        let gy = &*gy;
+        let staged = &staged[..batch * g.staged_len()];
         if let Some(grads) = param_grads {
-            product(
+            let patches = implicit::Patches {
+                geometry: g,
+                staged,
+                rows,
+                isa,
+            };
+            matmul_packed_on(
                 pool,
                 &mut grads[self.weight()],
-                MatRef::transposed(products, out, rows),
-                MatRef::row_major(&cols[..rows * fan_in], rows, fan_in),
+                MatRef::row_major(gy, out, rows),
+                &patches,
                 Accumulate::Add,
             );
-            let db = &mut grads[self.bias()];
-            for row in products.chunks_exact(out) {
-                for (b, &g) in db.iter_mut().zip(row) {
-                    *b += g;
-                }
-            }
         }
         if let Some(dx) = input_grads {
             let dx = &mut dx[..batch * self.input_len()];
             dx.fill(0.0);
             let chunk = self.chunk_images(*max_batch);
             let weight = MatRef::row_major(&params[self.weight()], out, fan_in);
-            for (dy_rows, dx_images) in products
-                .chunks(chunk * positions * out)
-                .zip(dx.chunks_mut(chunk * self.input_len()))
-            {
+            for (i, dx_images) in dx.chunks_mut(chunk * self.input_len()).enumerate() {
                 let images = dx_images.len() / self.input_len();
-                let n = images * positions;
+                let (r0, n) = (i * chunk * positions, images * positions);
                 let dcols = &mut dcols[..n * fan_in];
                 product(
                     pool,
                     dcols,
-                    MatRef::row_major(dy_rows, n, out),
+                    MatRef::strided(&gy[r0..], (n, out), (1, rows)),
                     weight,
                     Accumulate::Overwrite,
                 );
-                self.col2im(dcols, images, dx_images);
+                implicit::col2im(&g, isa, dcols, images, dx_images);
             }
             if self.input_scale == InputScale::Div255 {
                 dx.iter_mut().for_each(|g| *g /= 255.0);
             }
         }
     }
+}
+
+/// Products below this many multiply-adds run on the calling thread alone.
+const PARALLEL_MIN: usize = 1 << 20;
+
+/// The sum of `values` in a fixed order: eight running lanes over chunks of eight, the
+/// rest into the first lanes, then the lanes pairwise.
+fn sum8(values: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let mut chunks = values.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(chunk) {
+            *l += v;
+        }
+    }
+    for (l, &v) in lanes.iter_mut().zip(chunks.remainder()) {
+        *l += v;
+    }
+    let [a, b, c, d, e, f, g, h] = lanes;
+    ((a + e) + (c + g)) + ((b + f) + (d + h))
 }
 
 /// The buffers of one [`Conv2d`] for batches of up to `max_batch` images, allocated once
@@ -759,15 +744,17 @@ pub struct Conv2dWorkspace {
     layer: Conv2d,
     max_batch: usize,
     batch: usize,
-    /// The patches of the last forward pass: `batch * positions x fan_in`.
-    cols: Vec<f32>,
-    /// The forward product (`batch * positions x out`), then the backward pass's
-    /// output gradients in the same layout.
-    rows: Vec<f32>,
+    /// The inputs of the last forward pass, zero-padded and scaled, NCHW: the patches
+    /// both passes read.
+    staged: Vec<f32>,
     /// The outputs, NCHW.
     output: Vec<f32>,
+    /// The backward pass's output gradients through the activation, `out x rows`.
+    grads: Vec<f32>,
     /// Patch gradients of a chunk of images.
     dcols: Vec<f32>,
+    /// The weight as `fan_in x 16` panels of its transpose.
+    panels: Vec<f32>,
     /// Threads the products run on (`None`: the calling thread only).
     pool: Option<Arc<Pool>>,
 }
@@ -802,7 +789,11 @@ impl Conv2dWorkspace {
 
     /// Bytes held by its buffers ([`Conv2d::workspace_bytes`]).
     pub fn memory_bytes(&self) -> u64 {
-        let floats = self.cols.len() + self.rows.len() + self.output.len() + self.dcols.len();
+        let floats = self.staged.len()
+            + self.output.len()
+            + self.grads.len()
+            + self.dcols.len()
+            + self.panels.len();
         (floats * size_of::<f32>()) as u64
     }
 }

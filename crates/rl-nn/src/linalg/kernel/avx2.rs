@@ -78,7 +78,7 @@ pub(super) unsafe fn avx2_pack_transposed(
 /// The transpose of the 8 x 8 matrix whose rows are `r`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-pub(super) fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+pub(crate) fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
     let t: [__m256; 8] = std::array::from_fn(|i| {
         let (a, b) = (r[i & !1], r[i | 1]);
         if i % 2 == 0 {
@@ -385,7 +385,7 @@ unsafe fn avx2_pack_lhs(
 /// A `vmaskmovps` mask of the first `n` of 8 lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-pub(super) fn mask8(n: usize) -> __m256i {
+pub(crate) fn mask8(n: usize) -> __m256i {
     let n = n.min(8) as i32;
     _mm256_cmpgt_epi32(
         _mm256_set1_epi32(n),
