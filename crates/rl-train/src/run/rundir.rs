@@ -48,7 +48,8 @@ pub struct RunResult {
     pub peak_rss_bytes: Option<u64>,
     /// `run.seed`.
     pub seed: u64,
-    /// RAM bytes the plan holds.
+    /// RAM bytes the run's recorded plan holds (the trainer's and the process's memory
+    /// before the run), as `planned_bytes` in `metrics.jsonl`.
     pub planned_bytes: u64,
     /// Env steps per second of this process's training.
     pub env_steps_per_s: f64,
@@ -232,7 +233,9 @@ pub(crate) fn finish(
         window: s.window,
         peak_rss_bytes: s.peak_rss_bytes,
         seed: config.run.seed,
-        planned_bytes: s.planned_bytes,
+        // The recorded plan's (with the process's memory before the run), as
+        // metrics.jsonl's `planned_bytes`.
+        planned_bytes: plan.total(rl_core::Location::Ram),
         env_steps_per_s: s.steps_per_s,
         total_env_steps: s.total_env_steps,
         total_wall_s: s.total_wall_s,

@@ -371,6 +371,11 @@ fn plans_from_the_config_equal_the_built_trainers_plans() {
             .partition(|l| l.component.starts_with("process before the run"));
         assert_eq!(planned.plan.lines(), &trainer[..], "{name}");
         assert_eq!(process.len(), 1, "{name}");
+        assert_eq!(
+            trained.result.planned_bytes,
+            trained.plan.total(rl_core::Location::Ram),
+            "{name}: result.json's planned_bytes is the recorded plan's"
+        );
         assert!(process[0].bytes > 1 << 20, "{name}: {:?}", process[0]);
     }
 }
