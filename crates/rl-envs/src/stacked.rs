@@ -16,11 +16,12 @@ use crate::pixels::{FrameStack, StackPadding};
 /// allocate nothing.
 ///
 /// ```
-/// use rl_core::Env;
+/// use rl_core::{Env, Space};
 /// use rl_envs::{Catch, FrameStacked};
 ///
 /// let mut env = FrameStacked::new(Catch::new(0), 2)?;
-/// assert_eq!(env.observation_space().shape(), &[2, 10, 5]);
+/// let Space::Box(space) = env.observation_space() else { unreachable!() };
+/// assert_eq!(space.shape(), &[2, 10, 5]);
 /// let mut obs = vec![0u8; 100];
 /// env.reset(Some(0), &mut obs)?;
 /// assert_eq!(obs[..50], obs[50..]); // the first frame, repeated
