@@ -59,8 +59,15 @@ const Q_TARGET: &str = "q_target";
 /// Checkpoint name of bootstrapped DQN's randomized prior network.
 const Q_PRIOR: &str = "q_prior";
 
-/// Rows the collector-facing forward pass handles at once; larger inputs are split.
-const ACT_ROWS: usize = 64;
+/// Rows the collector-facing forward pass handles at once; larger inputs are split: 64
+/// for an MLP, 8 for a convolutional network, whose workspace per row is large (about
+/// 0.46 MiB for the Nature CNN) and whose work per row amortises any call overhead.
+pub(crate) fn act_rows(spec: &NetworkSpec) -> usize {
+    match spec {
+        NetworkSpec::Mlp(_) => 64,
+        NetworkSpec::Cnn(_) => 8,
+    }
+}
 
 /// Added to `|TD error|` in [`Dqn::priorities`], so that no row's priority is zero.
 const PRIORITY_EPS: f32 = 1e-6;
@@ -302,9 +309,13 @@ impl<O: Observation> Dqn<O> {
         let rows = config.batch_size;
         let heads = heads_of(&config);
         let prior = match config.ensemble {
-            Some(e) if e.prior_scale > 0.0 => {
-                Some(Prior::new(q.spec(), e.prior_scale, seed, rows, ACT_ROWS)?)
-            }
+            Some(e) if e.prior_scale > 0.0 => Some(Prior::new(
+                q.spec(),
+                e.prior_scale,
+                seed,
+                rows,
+                act_rows(&q.spec()),
+            )?),
             _ => None,
         };
         Ok(Self {
@@ -317,7 +328,7 @@ impl<O: Observation> Dqn<O> {
             grads: vec![0.0; q.num_params()],
             ws: q.workspace(rows),
             target_ws: q.workspace(rows),
-            act_ws: q.workspace(ACT_ROWS),
+            act_ws: q.workspace(act_rows(&q.spec())),
             scratch: Scratch::new(rows, n, heads, config.ensemble.is_some()),
             q,
             rng,
@@ -363,7 +374,7 @@ impl<O: Observation> Dqn<O> {
         for (name, rows, sizes) in [
             ("q/workspace (update)", rows, batch),
             ("q_target/workspace (update)", rows, batch),
-            ("q/workspace (acting)", ACT_ROWS, sizes),
+            ("q/workspace (acting)", act_rows(&spec), sizes),
         ] {
             plan.add(
                 format!("dqn/{name}, {rows} rows"),
@@ -384,7 +395,7 @@ impl<O: Observation> Dqn<O> {
             for (name, rows, sizes) in [
                 ("q_prior/workspace (update observations)", rows, batch),
                 ("q_prior/workspace (update next observations)", rows, batch),
-                ("q_prior/workspace (acting)", ACT_ROWS, sizes),
+                ("q_prior/workspace (acting)", act_rows(&spec), sizes),
             ] {
                 plan.add(
                     format!("dqn/{name}, {rows} rows"),
@@ -406,7 +417,10 @@ impl<O: Observation> Dqn<O> {
             .with_next_obs()
             .build()?;
         let mut blueprint = OffPolicyBlueprint::new(plan, schema, rows);
-        let actor = sizes.sum(&[params, sizes.checked(spec.workspace_bytes(ACT_ROWS))?])?;
+        let actor = sizes.sum(&[
+            params,
+            sizes.checked(spec.workspace_bytes(act_rows(&spec)))?,
+        ])?;
         blueprint
             .actor
             .push(Scaled::per("dqn actor x", " (q weights, workspace)", actor));
@@ -579,10 +593,8 @@ impl<O: Observation> Dqn<O> {
                 return Err(Error::shape(what, expected, actual));
             }
         }
-        for (o, dst) in obs
-            .chunks(ACT_ROWS * obs_dim)
-            .zip(out.chunks_mut(ACT_ROWS * n))
-        {
+        let chunk = self.act_ws.max_rows();
+        for (o, dst) in obs.chunks(chunk * obs_dim).zip(out.chunks_mut(chunk * n)) {
             let q = self.q.forward_obs(o, dst.len() / n, &mut self.act_ws)?;
             dst.copy_from_slice(q);
             if let Some(prior) = &mut self.prior {

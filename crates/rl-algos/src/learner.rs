@@ -57,7 +57,7 @@ pub trait Learner: Debug {
 
     /// Everything needed to resume training exactly: networks, optimiser states,
     /// schedules, normalisers, generators.
-    fn checkpoint(&self) -> Checkpoint<Self::Saved>;
+    fn checkpoint(&self) -> Checkpoint<'_, Self::Saved>;
 
     /// Restores a checkpoint of a learner built the same way; on error nothing changes.
     ///

@@ -557,7 +557,7 @@ impl<P: ActorCritic + Predict + Clone> crate::learner::Learner for Ppo<P> {
     /// Adam's moments and step counter (kind [`CHECKPOINT_KIND`]), and a [`PpoState`]
     /// (configuration, architecture, counters, the shuffling and sampling generators,
     /// normalisers).
-    fn checkpoint(&self) -> Checkpoint<PpoState> {
+    fn checkpoint(&self) -> Checkpoint<'_, PpoState> {
         let policy = &self.learner.policy;
         let networks = shared::capture_networks(policy, &self.learner.adams);
         Checkpoint {

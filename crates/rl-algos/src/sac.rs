@@ -552,7 +552,7 @@ impl Core {
     }
 
     /// The networks and state of a checkpoint of `kind` (`"sac"` or `"discrete_sac"`).
-    fn checkpoint(&self, kind: &str) -> Checkpoint<SacState> {
+    fn checkpoint(&self, kind: &str) -> Checkpoint<'_, SacState> {
         let critics = &self.critics;
         let mut networks = vec![
             NetworkState::capture("actor", &self.actor, Some(&self.actor_adam)),
@@ -561,11 +561,15 @@ impl Core {
             NetworkState::capture("critic1_target", &critics.target[0], None),
             NetworkState::capture("critic2_target", &critics.target[1], None),
         ];
-        networks.push(NetworkState::capture(
-            "log_alpha",
-            &self.temperature.as_parameters(),
-            self.temperature.adam.as_ref(),
-        ));
+        // One float, built for the checkpoint: its copy is the state's own.
+        networks.push(
+            NetworkState::capture(
+                "log_alpha",
+                &self.temperature.as_parameters(),
+                self.temperature.adam.as_ref(),
+            )
+            .into_owned(),
+        );
         Checkpoint {
             kind: kind.to_owned(),
             networks,

@@ -760,7 +760,7 @@ impl crate::learner::Learner for Td3 {
 
     /// The whole learner state: actor, critics, targets, optimisers, update count and
     /// noise generator.
-    fn checkpoint(&self) -> Checkpoint<Td3State> {
+    fn checkpoint(&self) -> Checkpoint<'_, Td3State> {
         let critics = &self.critics;
         Checkpoint {
             kind: CHECKPOINT_KIND.to_owned(),

@@ -1,5 +1,7 @@
 //! Adam over flat parameters, with state it owns so that checkpoints resume exactly.
 
+use std::borrow::Cow;
+
 use rl_core::{Location, MemoryPlan};
 use serde::{Deserialize, Serialize};
 
@@ -111,17 +113,30 @@ fn check_lr(lr: f64, zero_lr: ZeroLr) -> Result<()> {
 
 /// Everything [`Adam`] needs to continue exactly where it stopped: the step counter, both
 /// moments (one value per parameter, in the parameters' order) and the configuration
-/// with the learning rate last set.
+/// with the learning rate last set. [`Adam::state`] borrows the moments (saving a
+/// checkpoint copies nothing); a loaded state owns them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AdamState {
+pub struct AdamState<'a> {
     /// Updates applied so far (bias correction uses it).
     pub t: u64,
     /// First-moment estimates (PyTorch's `exp_avg`).
-    pub first: Vec<f32>,
+    pub first: Cow<'a, [f32]>,
     /// Second-moment estimates (PyTorch's `exp_avg_sq`).
-    pub second: Vec<f32>,
+    pub second: Cow<'a, [f32]>,
     /// The hyperparameters, including the current learning rate.
     pub config: AdamConfig,
+}
+
+impl AdamState<'_> {
+    /// The state with its moments copied, independent of the optimiser it came from.
+    pub fn into_owned(self) -> AdamState<'static> {
+        AdamState {
+            t: self.t,
+            first: Cow::Owned(self.first.into_owned()),
+            second: Cow::Owned(self.second.into_owned()),
+            config: self.config,
+        }
+    }
 }
 
 /// Adam (Kingma and Ba, 2015) over one flat parameter vector, with state it owns.
@@ -223,12 +238,12 @@ impl Adam {
         )
     }
 
-    /// A copy of the state.
-    pub fn state(&self) -> AdamState {
+    /// The state, borrowing the moments ([`AdamState::into_owned`] for a copy).
+    pub fn state(&self) -> AdamState<'_> {
         AdamState {
             t: self.t,
-            first: self.first.clone(),
-            second: self.second.clone(),
+            first: Cow::Borrowed(&self.first),
+            second: Cow::Borrowed(&self.second),
             config: self.config,
         }
     }
@@ -238,7 +253,7 @@ impl Adam {
     ///
     /// # Errors
     /// [`Error::StateMismatch`] or [`Error::Config`] naming what differs.
-    pub fn check_state(&self, state: &AdamState) -> Result<()> {
+    pub fn check_state(&self, state: &AdamState<'_>) -> Result<()> {
         state.config.check(ZeroLr::Allowed)?;
         for (what, moments) in [
             ("first moment", &state.first),
@@ -262,7 +277,7 @@ impl Adam {
     ///
     /// # Errors
     /// As [`Adam::check_state`].
-    pub fn load_state(&mut self, state: &AdamState) -> Result<()> {
+    pub fn load_state(&mut self, state: &AdamState<'_>) -> Result<()> {
         self.check_state(state)?;
         self.t = state.t;
         self.first.copy_from_slice(&state.first);

@@ -28,6 +28,7 @@
 //! back; restoring into a network checks its architecture before writing. So a damaged
 //! file (any one byte changed, anywhere) is refused, never loaded with other weights.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
@@ -41,9 +42,10 @@ use crate::error::{Error, Result};
 use crate::{Adam, AdamConfig, AdamState, Architecture, TensorSpec, Weights};
 
 /// One named network in a [`Checkpoint`]: what it is, its weights and (when it is
-/// trained) its optimiser's state.
+/// trained) its optimiser's state. A captured state borrows the network's weights and
+/// the optimiser's moments; a loaded one owns them.
 #[derive(Clone, Debug, PartialEq)]
-pub struct NetworkState {
+pub struct NetworkState<'a> {
     /// Its name in the checkpoint (`"actor"`, `"critic"`, `"q1_target"` ...).
     pub name: String,
     /// What it is; restoring into a network of another architecture is refused.
@@ -51,20 +53,37 @@ pub struct NetworkState {
     /// The named tensors its parameters are made of.
     pub tensors: Vec<TensorSpec>,
     /// Its parameters, flat.
-    pub params: Vec<f32>,
+    pub params: Cow<'a, [f32]>,
     /// Its Adam's state, for a network that is trained (`None` for targets).
-    pub optimizer: Option<AdamState>,
+    pub optimizer: Option<AdamState<'a>>,
 }
 
-impl NetworkState {
-    /// A copy of `net`'s weights and, if given, `optimizer`'s state, under `name`.
-    pub fn capture(name: impl Into<String>, net: &dyn Weights, optimizer: Option<&Adam>) -> Self {
+impl<'a> NetworkState<'a> {
+    /// `net`'s weights and, if given, `optimizer`'s state, under `name`, borrowed (nothing
+    /// the size of the weights is copied: saving a checkpoint streams them from the
+    /// network to the file).
+    pub fn capture(
+        name: impl Into<String>,
+        net: &'a dyn Weights,
+        optimizer: Option<&'a Adam>,
+    ) -> Self {
         Self {
             name: name.into(),
             architecture: net.architecture(),
             tensors: net.tensors(),
-            params: net.params().to_vec(),
+            params: Cow::Borrowed(net.params()),
             optimizer: optimizer.map(Adam::state),
+        }
+    }
+
+    /// The state with its weights and moments copied, independent of the network.
+    pub fn into_owned(self) -> NetworkState<'static> {
+        NetworkState {
+            name: self.name,
+            architecture: self.architecture,
+            tensors: self.tensors,
+            params: Cow::Owned(self.params.into_owned()),
+            optimizer: self.optimizer.map(AdamState::into_owned),
         }
     }
 
@@ -157,12 +176,12 @@ struct OptimizerHeader {
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug, PartialEq)]
-pub struct Checkpoint<S> {
+pub struct Checkpoint<'a, S> {
     /// Which trainer wrote it (`"ppo"`, `"sac"` ...); [`Checkpoint::load`] refuses
     /// another kind with [`Error::CheckpointKind`].
     pub kind: String,
     /// The networks, in the order the trainer saved them.
-    pub networks: Vec<NetworkState>,
+    pub networks: Vec<NetworkState<'a>>,
     /// The trainer's own state.
     pub state: S,
 }
@@ -185,12 +204,28 @@ const HEADER_CHECKSUM: &str = "crc32c";
 /// The prefix of each tensor's checksum key: `crc32c.<tensor>`.
 const TENSOR_CHECKSUM: &str = "crc32c.";
 
-impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
+impl<S> Checkpoint<'_, S> {
+    /// The checkpoint with every network's weights and moments copied, independent of
+    /// the learner it was captured from.
+    pub fn into_owned(self) -> Checkpoint<'static, S> {
+        Checkpoint {
+            kind: self.kind,
+            networks: self
+                .networks
+                .into_iter()
+                .map(NetworkState::into_owned)
+                .collect(),
+            state: self.state,
+        }
+    }
+}
+
+impl<'a, S: Serialize + DeserializeOwned> Checkpoint<'a, S> {
     /// The network named `name`.
     ///
     /// # Errors
     /// [`Error::CheckpointCorrupt`] if there is none.
-    pub fn network(&self, name: &str) -> Result<&NetworkState> {
+    pub fn network(&self, name: &str) -> Result<&NetworkState<'a>> {
         self.networks
             .iter()
             .find(|n| n.name == name)
@@ -206,16 +241,9 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
             })
     }
 
-    /// The checkpoint as safetensors bytes. The same checkpoint always gives the same
-    /// bytes: the header lists the metadata and the tensors sorted by name, and the data
-    /// follows in that order.
-    ///
-    /// # Errors
-    /// [`Error::NonFinite`] if a weight or moment is NaN or infinite (training
-    /// diverged), [`Error::CheckpointCorrupt`] if a network is inconsistent (tensors that
-    /// do not tile its parameters, moments of another length, two tensors of one name) or
-    /// `state` cannot be written.
-    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+    /// The file's header and its tensors in order, checked; errors as
+    /// [`Checkpoint::to_bytes`].
+    fn layout(&self) -> Result<Layout<'_>> {
         let corrupt = |problem: String| Error::CheckpointCorrupt {
             what: "checkpoint to save".to_owned(),
             problem,
@@ -281,16 +309,40 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
         metadata.insert("kind".to_owned(), self.kind.clone());
         metadata.insert("networks".to_owned(), json("networks", &headers)?);
         metadata.insert("state".to_owned(), json("state", &self.state)?);
-        safetensors_bytes(&metadata, &tensors).map_err(corrupt)
+        Layout::new(metadata, tensors).map_err(corrupt)
+    }
+
+    /// The checkpoint as safetensors bytes. The same checkpoint always gives the same
+    /// bytes: the header lists the metadata and the tensors sorted by name, and the data
+    /// follows in that order.
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] if a weight or moment is NaN or infinite (training
+    /// diverged), [`Error::CheckpointCorrupt`] if a network is inconsistent (tensors that
+    /// do not tile its parameters, moments of another length, two tensors of one name) or
+    /// `state` cannot be written.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let layout = self.layout()?;
+        let mut bytes = Vec::with_capacity(layout.len());
+        layout
+            .write(&mut bytes)
+            .map_err(|e| Error::CheckpointCorrupt {
+                what: "checkpoint to save".to_owned(),
+                problem: e.to_string(),
+            })?;
+        Ok(bytes)
     }
 
     /// Writes the checkpoint to `path` atomically: into a temporary file in the same
     /// directory, flushed to disk, then renamed over `path`. On error `path` is as it was.
+    /// The tensors go to the file in blocks of 16 KiB, so saving allocates the header and
+    /// nothing the size of the weights (the file's bytes are [`Checkpoint::to_bytes`]).
     ///
     /// # Errors
     /// As [`Checkpoint::to_bytes`], and [`Error::CheckpointIo`] if writing fails.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        write_atomically(path.as_ref(), &self.to_bytes()?)
+        let layout = self.layout()?;
+        write_atomically(path.as_ref(), |file| layout.write(file))
     }
 
     /// Parses a checkpoint of kind `kind` from bytes; `what` names the source in errors.
@@ -429,8 +481,8 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
             let optimizer = match &header.optimizer {
                 Some(o) => Some(AdamState {
                     t: o.t,
-                    first: read("exp_avg/")?,
-                    second: read("exp_avg_sq/")?,
+                    first: Cow::Owned(read("exp_avg/")?),
+                    second: Cow::Owned(read("exp_avg_sq/")?),
                     config: o.config,
                 }),
                 None => None,
@@ -439,7 +491,7 @@ impl<S: Serialize + DeserializeOwned> Checkpoint<S> {
                 name: header.name,
                 architecture: header.architecture,
                 tensors: header.tensors,
-                params,
+                params: Cow::Owned(params),
                 optimizer,
             };
             check_layout(&net).map_err(corrupt)?;
@@ -531,45 +583,93 @@ struct TensorEntry<'a> {
     data_offsets: (usize, usize),
 }
 
-/// Safetensors bytes of `f32` tensors and string metadata, in a fixed order (the
-/// `safetensors` crate's writer takes its metadata as a `HashMap`, whose order changes
-/// from run to run): an 8-byte little-endian header length, the JSON header padded with
-/// spaces to a multiple of 8 bytes, then the tensors' data in name order. The metadata
-/// gains each tensor's checksum and the header's ([`sealed_header`]).
-fn safetensors_bytes(
-    metadata: &BTreeMap<String, String>,
-    tensors: &BTreeMap<String, (&[f32], &[usize])>,
-) -> std::result::Result<Vec<u8>, String> {
-    let mut metadata = metadata.clone();
-    let mut data = Vec::new();
-    let mut entries = BTreeMap::new();
-    for (name, (values, shape)) in tensors {
-        if shape.iter().product::<usize>() != values.len() {
-            return Err(format!(
-                "tensor {name:?} has shape {shape:?} but {} values",
-                values.len()
-            ));
+/// A checkpoint file before it is written: safetensors of `f32` tensors and string
+/// metadata, in a fixed order (the `safetensors` crate's writer takes its metadata as a
+/// `HashMap`, whose order changes from run to run): an 8-byte little-endian header length,
+/// the JSON header padded with spaces to a multiple of 8 bytes, then the tensors' data in
+/// name order. The tensors are borrowed, never copied: the checksums are computed and the
+/// bytes written in blocks ([`le_blocks`]).
+struct Layout<'a> {
+    /// The sealed, padded JSON header.
+    header: Vec<u8>,
+    /// The tensors' values, in the order of their data.
+    tensors: Vec<&'a [f32]>,
+    /// Bytes of data in all.
+    data_len: usize,
+}
+
+impl<'a> Layout<'a> {
+    /// The layout of `tensors` under `metadata`, which gains each tensor's checksum and
+    /// the header's ([`sealed_header`]).
+    fn new(
+        mut metadata: BTreeMap<String, String>,
+        tensors: BTreeMap<String, (&'a [f32], &[usize])>,
+    ) -> std::result::Result<Self, String> {
+        let mut data_len = 0;
+        let mut entries = BTreeMap::new();
+        let mut values_in_order = Vec::with_capacity(tensors.len());
+        for (name, (values, shape)) in &tensors {
+            if shape.iter().product::<usize>() != values.len() {
+                return Err(format!(
+                    "tensor {name:?} has shape {shape:?} but {} values",
+                    values.len()
+                ));
+            }
+            let mut crc = 0;
+            le_blocks(values, |block| {
+                crc = crc32c::crc32c_append(crc, block);
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+            metadata.insert(format!("{TENSOR_CHECKSUM}{name}"), format!("{crc:08x}"));
+            let start = data_len;
+            data_len += 4 * values.len();
+            entries.insert(
+                name.as_str(),
+                TensorEntry {
+                    dtype: "F32",
+                    shape,
+                    data_offsets: (start, data_len),
+                },
+            );
+            values_in_order.push(*values);
         }
-        let start = data.len();
-        for v in *values {
-            data.extend_from_slice(&v.to_le_bytes());
-        }
-        metadata.insert(format!("{TENSOR_CHECKSUM}{name}"), checksum(&data[start..]));
-        entries.insert(
-            name.as_str(),
-            TensorEntry {
-                dtype: "F32",
-                shape,
-                data_offsets: (start, data.len()),
-            },
-        );
+        let header = sealed_header(&mut metadata, &entries)?;
+        Ok(Self {
+            header,
+            tensors: values_in_order,
+            data_len,
+        })
     }
-    let json = sealed_header(&mut metadata, &entries)?;
-    let mut bytes = Vec::with_capacity(8 + json.len() + data.len());
-    bytes.extend_from_slice(&(json.len() as u64).to_le_bytes());
-    bytes.extend_from_slice(&json);
-    bytes.extend_from_slice(&data);
-    Ok(bytes)
+
+    /// The file's length in bytes.
+    fn len(&self) -> usize {
+        8 + self.header.len() + self.data_len
+    }
+
+    /// Writes the file's bytes to `out`.
+    fn write(&self, out: &mut dyn Write) -> io::Result<()> {
+        out.write_all(&(self.header.len() as u64).to_le_bytes())?;
+        out.write_all(&self.header)?;
+        for values in &self.tensors {
+            le_blocks(values, |block| out.write_all(block))?;
+        }
+        Ok(())
+    }
+}
+
+/// Hands `values` to `sink` as little-endian bytes, in blocks of at most 16 KiB (a
+/// buffer on the stack: nothing is allocated).
+fn le_blocks(values: &[f32], mut sink: impl FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
+    const FLOATS: usize = 4096;
+    let mut block = [0u8; 4 * FLOATS];
+    for chunk in values.chunks(FLOATS) {
+        for (bytes, v) in block.chunks_exact_mut(4).zip(chunk) {
+            bytes.copy_from_slice(&v.to_le_bytes());
+        }
+        sink(&block[..4 * chunk.len()])?;
+    }
+    Ok(())
 }
 
 /// The CRC-32C of `bytes` as 8 lowercase hex digits.
@@ -694,8 +794,12 @@ fn torch_description(architecture: &Architecture) -> Option<String> {
     }
 }
 
-/// Writes `bytes` to `path` atomically (temporary file, fsync, rename).
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes what `write` puts into the file to `path` atomically (temporary file, fsync,
+/// rename): on error `path` is as it was.
+fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<()> {
     let io = |action: &'static str| {
         move |source: io::Error| Error::CheckpointIo {
             action,
@@ -712,7 +816,7 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(io("create a temporary file for"))?;
-    tmp.write_all(bytes).map_err(io("write"))?;
+    write(tmp.as_file_mut()).map_err(io("write"))?;
     tmp.as_file().sync_all().map_err(io("flush"))?;
     tmp.persist(path).map_err(|e| io("rename into")(e.error))?;
     // Make the rename durable; not every platform can open a directory.

@@ -9,7 +9,7 @@ use std::marker::PhantomData;
 use rl_nn::{Module, Network, NetworkWorkspace, Observation, Weights};
 
 use super::ensemble::{Prior, argmax_with};
-use super::{ACT_ROWS, ActiveHead, Dqn, argmax};
+use super::{ActiveHead, Dqn, act_rows, argmax};
 use crate::error::{Error, Result};
 use crate::learner::ActorRng;
 
@@ -40,15 +40,18 @@ pub struct DqnActor<O = f32> {
 impl<O: Observation> DqnActor<O> {
     pub(super) fn new(dqn: &Dqn<O>) -> Self {
         Self {
-            ws: dqn.q.workspace(ACT_ROWS),
+            ws: dqn.q.workspace(act_rows(&dqn.q.spec())),
             q: dqn.q.clone(),
             epsilon: dqn.epsilon(),
             n_actions: dqn.n_actions,
             heads: dqn.heads,
-            prior: dqn
-                .prior
-                .as_ref()
-                .map(|p| (p.net.clone(), p.net.workspace(ACT_ROWS), p.scale)),
+            prior: dqn.prior.as_ref().map(|p| {
+                (
+                    p.net.clone(),
+                    p.net.workspace(act_rows(&p.net.spec())),
+                    p.scale,
+                )
+            }),
             rng: ActorRng::new(dqn.seed ^ ACTOR_SEED),
             _obs: PhantomData,
         }
@@ -149,7 +152,7 @@ impl<O: Observation> Policy for DqnActor<O> {
     }
 }
 
-/// Epsilon-greedy acting over the Q network, at most [`ACT_ROWS`] rows at a time: with
+/// Epsilon-greedy acting over the Q network, at most [`act_rows`] rows at a time: with
 /// probability `epsilon` a uniformly random action, else the greedy one; greedy only
 /// when not `sample`. Shared by [`Dqn`] and [`DqnActor`], so both act alike.
 ///
@@ -181,7 +184,7 @@ impl EpsilonGreedy<'_> {
         let width = n * self.heads;
         let mut done = 0;
         let mut prior = self.prior;
-        for (o, a) in crate::predict::action_chunks(obs, obs_dim, actions, ACT_ROWS)? {
+        for (o, a) in crate::predict::action_chunks(obs, obs_dim, actions, self.ws.max_rows())? {
             let q = self.q.forward_obs(o, a.len(), self.ws)?;
             let p = match prior.as_mut() {
                 Some((net, ws, scale)) => Some((Prior::forward(net, o, a.len(), ws)?, *scale)),

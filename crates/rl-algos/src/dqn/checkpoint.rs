@@ -67,7 +67,7 @@ impl<O: rl_nn::Observation> Learner for Dqn<O> {
     /// The whole learner state: `q` with its Adam state, `q_target`, `q_prior` (the
     /// randomized prior network, if there is one), the counters and the exploration
     /// generator.
-    fn checkpoint(&self) -> Checkpoint<DqnState> {
+    fn checkpoint(&self) -> Checkpoint<'_, DqnState> {
         let mut networks = vec![
             NetworkState::capture(Q, &self.q, Some(&self.adam)),
             NetworkState::capture(Q_TARGET, &self.target, None),

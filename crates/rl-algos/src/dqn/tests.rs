@@ -111,8 +111,8 @@ pub(super) fn weighted_batch_of(schema: &rl_core::Schema, rows: &[Row], seed: u6
 
 /// The network's parameters as a checkpoint sees them (weights, Adam state, counters):
 /// equal before and after an operation that must change nothing.
-pub(super) fn snapshot(dqn: &Dqn) -> Checkpoint<DqnState> {
-    dqn.checkpoint()
+pub(super) fn snapshot(dqn: &Dqn) -> Checkpoint<'static, DqnState> {
+    dqn.checkpoint().into_owned()
 }
 
 // ---------------------------------------------------------------------------------------

@@ -539,7 +539,7 @@ impl Learner for RecurrentPpo {
 
     /// Everything needed to resume training exactly (kind
     /// [`RECURRENT_CHECKPOINT_KIND`]).
-    fn checkpoint(&self) -> Checkpoint<RecurrentPpoState> {
+    fn checkpoint(&self) -> Checkpoint<'_, RecurrentPpoState> {
         Checkpoint {
             kind: RECURRENT_CHECKPOINT_KIND.to_owned(),
             networks: shared::capture_networks(&self.policy, &self.adams),

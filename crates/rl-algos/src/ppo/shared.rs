@@ -415,10 +415,10 @@ pub(super) fn rollout_schema<O: Element, A: Element>(
 }
 
 /// Every network of `policy` with its Adam's state, for a checkpoint.
-pub(super) fn capture_networks<P: PolicyNetworks + ?Sized>(
-    policy: &P,
-    adams: &[Adam],
-) -> Vec<NetworkState> {
+pub(super) fn capture_networks<'a, P: PolicyNetworks + ?Sized>(
+    policy: &'a P,
+    adams: &'a [Adam],
+) -> Vec<NetworkState<'a>> {
     policy
         .network_names()
         .iter()

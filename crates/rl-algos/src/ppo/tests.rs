@@ -559,7 +559,7 @@ fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join("ppo.safetensors");
     std::fs::write(&path, ppo.to_bytes()?).unwrap();
-    let saved = ppo.checkpoint();
+    let saved = ppo.checkpoint().into_owned();
     assert_eq!(Checkpoint::<PpoState>::load(&path, CHECKPOINT_KIND)?, saved);
     assert_eq!(saved.state.env_steps, 3 * 256);
     assert_eq!(saved.state.updates, 3);
@@ -614,7 +614,7 @@ fn round_trip(normalize_obs: bool, normalize_reward: bool) -> Result<()> {
     }
     resumed.restore_bytes(&std::fs::read(&path).unwrap(), &path)?;
     assert_eq!(resumed.reward_normalizer(), ppo.reward_normalizer());
-    let restored = resumed.checkpoint();
+    let restored = resumed.checkpoint().into_owned();
     assert_eq!(bits(&restored), bits(&saved));
     assert_eq!(restored, saved);
     assert_eq!(resumed.env_steps(), ppo.env_steps());
@@ -665,15 +665,15 @@ fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing()
     let (mut collector, mut ppo) = cartpole_setup(small_config(), 5, 0);
     let mut rollout = ppo.rollout_buffer(None)?;
     train_once(&mut collector, &mut ppo, &mut rollout)?;
-    let saved = ppo.checkpoint();
+    let saved = ppo.checkpoint().into_owned();
 
     let (mut target_collector, mut target) = cartpole_setup(small_config(), 6, 0);
     let mut target_rollout = target.rollout_buffer(None)?;
     train_once(&mut target_collector, &mut target, &mut target_rollout)?;
     train_once(&mut target_collector, &mut target, &mut target_rollout)?;
-    let before = target.checkpoint();
+    let before = target.checkpoint().into_owned();
     let unchanged = |target: &Ppo<Cart>| {
-        let now = target.checkpoint();
+        let now = target.checkpoint().into_owned();
         assert_eq!(bits(&now), bits(&before));
         assert_eq!(now, before);
     };
@@ -694,13 +694,17 @@ fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing()
         ..PolicyConfig::new()
     };
     let small = CategoricalPolicy::new(4, 2, config32, 1)?;
-    let small_ckpt = Ppo::new(small, small_config(), ENVS, 0)?.checkpoint();
+    let small_ckpt = Ppo::new(small, small_config(), ENVS, 0)?
+        .checkpoint()
+        .into_owned();
     let tanh_config = PolicyConfig {
         activation: rl_nn::Activation::Tanh,
         ..PolicyConfig::new()
     };
     let tanh = CategoricalPolicy::new(4, 2, tanh_config, 1)?;
-    let tanh_ckpt = Ppo::new(tanh, small_config(), ENVS, 0)?.checkpoint();
+    let tanh_ckpt = Ppo::new(tanh, small_config(), ENVS, 0)?
+        .checkpoint()
+        .into_owned();
     for other in [&small_ckpt, &tanh_ckpt] {
         let err = target.restore(other).unwrap_err();
         assert!(
@@ -727,7 +731,7 @@ fn checkpoint_of_another_architecture_or_config_is_refused_and_changes_nothing()
     unchanged(&target);
     let mut forged = saved.clone();
     if let Some(adam) = &mut forged.networks[1].optimizer {
-        adam.second.pop();
+        adam.second.to_mut().pop();
     }
     let err = target.restore(&forged).unwrap_err();
     assert!(

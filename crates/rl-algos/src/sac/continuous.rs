@@ -731,7 +731,7 @@ impl crate::learner::Learner for Sac {
 
     /// The whole trainer state: actor, critics, targets, optimisers, `log alpha`, update
     /// count and noise generator.
-    fn checkpoint(&self) -> Checkpoint<SacState> {
+    fn checkpoint(&self) -> Checkpoint<'_, SacState> {
         self.core.checkpoint(CHECKPOINT_KIND)
     }
 

@@ -1108,7 +1108,7 @@ impl crate::learner::Learner for DiscreteSac {
 
     /// The whole trainer state (as [`crate::sac::Sac::checkpoint`](crate::learner::Learner::checkpoint)), with the learned table
     /// and its optimiser (network `action_table`) when the table is learned.
-    fn checkpoint(&self) -> Checkpoint<SacState> {
+    fn checkpoint(&self) -> Checkpoint<'_, SacState> {
         let mut checkpoint = self.core.checkpoint(CHECKPOINT_KIND);
         if let (Some(learning), Some(table)) = (&self.learning, self.scorer.table()) {
             let shape = vec![table.rows(), table.dim()];
@@ -1122,7 +1122,7 @@ impl crate::learner::Learner for DiscreteSac {
                     shape,
                     offset: 0,
                 }],
-                params: table.as_slice().to_vec(),
+                params: table.as_slice().into(),
                 optimizer: Some(learning.adam.state()),
             });
         }

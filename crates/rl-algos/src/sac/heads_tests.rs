@@ -199,7 +199,7 @@ fn checkpoints_with_heads_resume_bit_for_bit_and_refuse_other_heads() {
         sac.update(&random_batch(&schema, 3, Err(5), 16, seed))
             .unwrap();
     }
-    let saved = sac.checkpoint();
+    let saved = sac.checkpoint().into_owned();
     let mut restored = learner(ensemble(4, 0.5), 16, 3, 5);
     restored.restore(&saved).unwrap();
     let batch = random_batch(&schema, 3, Err(5), 16, 9);

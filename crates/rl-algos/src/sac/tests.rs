@@ -662,7 +662,7 @@ fn learnable_tables_change_only_trained_rows_and_resume_from_checkpoints() {
         "the plan names the learned table"
     );
 
-    let checkpoint = sac.checkpoint();
+    let checkpoint = sac.checkpoint().into_owned();
     assert!(checkpoint.networks.iter().any(|n| n.name == "action_table"));
     let mut resumed =
         DiscreteSac::with_learnable_table(&obs, &act, env_table.clone(), config.clone(), 0)

@@ -302,7 +302,7 @@ impl<L: SequenceLearner> Learner for Recurrent<L> {
     /// The whole learner: the inner learner's networks and state, the summarizer
     /// (`history`, with its Adam moments) and its target (`history_target`), and this
     /// configuration.
-    fn checkpoint(&self) -> Checkpoint<Self::Saved> {
+    fn checkpoint(&self) -> Checkpoint<'_, Self::Saved> {
         let inner = self.inner.checkpoint();
         let mut networks = inner.networks;
         if let (Some(cell), Some(target)) = (self.summary.cell(), self.target.cell()) {

@@ -209,7 +209,7 @@ fn checkpoints_round_trip_and_refuse_another_configuration() {
     let schema = learner.replay_schema().unwrap();
     let batch = Trajectory::new(3).batch(&schema, &starts, 5);
     learner.update(&batch).unwrap();
-    let saved = learner.checkpoint();
+    let saved = learner.checkpoint().into_owned();
     let bytes = saved.to_bytes().unwrap();
     assert_eq!(saved.kind, "recurrent_dqn");
 
@@ -322,7 +322,7 @@ fn recurrent_discrete_sac_updates_and_checkpoints_its_summarizer() {
     let before = learner.summary.cell().unwrap().params().to_vec();
     learner.update(&batch).unwrap();
     assert_ne!(learner.summary.cell().unwrap().params(), &before[..]);
-    let saved = learner.checkpoint();
+    let saved = learner.checkpoint().into_owned();
     assert_eq!(saved.kind, "recurrent_discrete_sac");
     assert!(saved.networks.iter().any(|n| n.name == "history"));
     assert!(saved.networks.iter().any(|n| n.name == "critic1"));

@@ -27,7 +27,7 @@ fn net(hidden: usize, activation: Activation, seed: u64) -> Mlp {
 }
 
 /// A trained actor (with Adam after a few steps), an untrained target and a tensor.
-fn checkpoint() -> (Checkpoint<State>, Mlp, Adam) {
+fn checkpoint() -> (Checkpoint<'static, State>, Mlp, Adam) {
     let mut actor = net(8, Activation::Tanh, 1);
     let mut adam = Adam::new(actor.num_params(), AdamConfig::default()).unwrap();
     let mut ws = actor.workspace(3);
@@ -44,9 +44,9 @@ fn checkpoint() -> (Checkpoint<State>, Mlp, Adam) {
     let checkpoint = Checkpoint {
         kind: "test".to_owned(),
         networks: vec![
-            NetworkState::capture("actor", &actor, Some(&adam)),
-            NetworkState::capture("actor_target", &target, None),
-            NetworkState::capture("log_std", &log_std, None),
+            NetworkState::capture("actor", &actor, Some(&adam)).into_owned(),
+            NetworkState::capture("actor_target", &target, None).into_owned(),
+            NetworkState::capture("log_std", &log_std, None).into_owned(),
         ],
         state: State {
             steps: 42,
@@ -294,14 +294,14 @@ fn non_finite_values_are_refused_and_the_old_file_stays() {
     good.save(&path).unwrap();
     let before = std::fs::read(&path).unwrap();
     let mut bad = good.clone();
-    bad.networks[0].params[5] = f32::NAN;
+    bad.networks[0].params.to_mut()[5] = f32::NAN;
     assert!(matches!(
         bad.save(&path),
         Err(Error::NonFinite { element: 5, .. })
     ));
     let mut bad = good;
     if let Some(adam) = &mut bad.networks[0].optimizer {
-        adam.second[0] = f32::INFINITY;
+        adam.second.to_mut()[0] = f32::INFINITY;
     }
     assert!(matches!(bad.save(&path), Err(Error::NonFinite { .. })));
     assert_eq!(std::fs::read(&path).unwrap(), before);

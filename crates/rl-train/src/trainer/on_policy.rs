@@ -368,7 +368,7 @@ where
 
     /// The learner's whole state, with the sampling generator of the collector's copy
     /// (the one that draws the actions).
-    pub fn checkpoint(&mut self) -> Checkpoint<L::Saved> {
+    pub fn checkpoint(&mut self) -> Checkpoint<'_, L::Saved> {
         self.sync_sampling();
         self.ppo.checkpoint()
     }
