@@ -280,9 +280,11 @@ pub fn train(
     out: &Path,
     options: &TrainOptions,
 ) -> Result<Trained> {
-    let before = resident_now();
     let entry = registry.check(config)?;
     check_plan(config, &entry.plan(config)?)?;
+    // After the plan: its probe environment has loaded the environment's libraries (a
+    // Python environment's imports), which stay.
+    let before = resident_now();
     // Printed even when quiet: a run that will not do what its config suggests.
     for warning in config.warnings() {
         eprintln!("warning: {warning}");
@@ -295,7 +297,7 @@ pub fn train(
 }
 
 /// The process's resident memory now (`None` where it cannot be read).
-fn resident_now() -> Option<u64> {
+pub(crate) fn resident_now() -> Option<u64> {
     rl_core::ProcessMemory::read().ok().map(|m| m.rss_bytes)
 }
 

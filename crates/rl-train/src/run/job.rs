@@ -47,7 +47,7 @@ fn loaded<E: Env, F: Fn(u64) -> E>(
 /// What to do with the trainer a config describes.
 pub(crate) enum Job<'a> {
     /// Train into the run directory (`true`: resume it from its checkpoint); the last
-    /// field is the process's resident memory before anything of the run was built.
+    /// field is the process's resident memory before the trainer was built.
     Train(&'a Path, &'a TrainOptions, bool, Option<u64>),
     /// Evaluate the learner saved in a checkpoint folder.
     Eval {
@@ -192,6 +192,8 @@ where
     match job {
         Job::Train(dir, options, resume, before) => {
             let run = rundir::run_config(dir, config);
+            let envs = EnvMemory::default();
+            let make = envs.measuring(make);
             let mut trainer = if resume {
                 let trainer =
                     OnPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, run)?;
@@ -201,7 +203,7 @@ where
             } else {
                 OnPolicyTrainer::new(make, learner, run)?
             };
-            let plan = recorded_plan(trainer.memory_plan(), before);
+            let plan = recorded_plan(trainer.memory_plan(), before, envs.bytes());
             let mut monitor = Monitor::start(dir, config, options, &plan, trainer.env_steps())?;
             let summary = trainer.train(&mut monitor);
             let summary = monitor.finish(summary)?;
@@ -238,20 +240,56 @@ where
 }
 
 /// The plan a run records (printed, `planned_bytes` in its metrics, `result.json`):
-/// the trainer's, and the resident memory the process held before anything of the run
-/// was built (the interpreter and libraries of a Python process, a few MiB for the
-/// `rl` binary), measured then, so that `planned_bytes` compares with `rss_bytes`. The
-/// budget is checked against the trainer's plan alone.
-fn recorded_plan(plan: &MemoryPlan, before: Option<u64>) -> MemoryPlan {
+/// the trainer's, the resident memory the process held before the trainer was built
+/// (the interpreter and libraries of a Python process, those the plan's probe
+/// environment loaded, a few MiB for the `rl` binary), and what building the
+/// environments added ([`EnvMemory`]: a Python MuJoCo environment holds about 1 MiB, the
+/// first one of a process about 24 MiB with its imports), each measured then, so that
+/// `planned_bytes` compares with `rss_bytes`. The budget is checked against the
+/// trainer's plan alone.
+fn recorded_plan(plan: &MemoryPlan, before: Option<u64>, envs: Option<u64>) -> MemoryPlan {
     let mut recorded = plan.clone();
-    if let Some(bytes) = before {
-        recorded.add(
+    for (what, bytes) in [
+        (
             "process before the run (measured: binary, interpreter, libraries)",
-            rl_core::Location::Ram,
-            bytes,
-        );
+            before,
+        ),
+        ("environments (measured as they were built)", envs),
+    ] {
+        if let Some(bytes) = bytes {
+            recorded.add(what, rl_core::Location::Ram, bytes);
+        }
     }
     recorded
+}
+
+/// What the environments a trainer builds add to the process's resident memory: the
+/// growth of the resident set across each call of the trainer's `make`, summed (an
+/// environment's memory is its own, so no plan can know it before it exists).
+#[derive(Debug, Default)]
+struct EnvMemory {
+    bytes: std::cell::Cell<Option<u64>>,
+}
+
+impl EnvMemory {
+    /// `make`, measured.
+    fn measuring<'a, E, F: Fn(u64) -> E + 'a>(&'a self, make: F) -> impl Fn(u64) -> E + 'a {
+        move |seed| {
+            let start = super::resident_now();
+            let env = make(seed);
+            if let (Some(start), Some(end)) = (start, super::resident_now()) {
+                let grown = end.saturating_sub(start);
+                self.bytes
+                    .set(Some(self.bytes.get().unwrap_or(0).saturating_add(grown)));
+            }
+            env
+        }
+    }
+
+    /// The sum so far (`None` where the resident set cannot be read).
+    fn bytes(&self) -> Option<u64> {
+        self.bytes.get()
+    }
 }
 
 /// Says on stderr when a resumed run's environments start new episodes (it then does
@@ -298,6 +336,8 @@ where
         Job::Train(dir, options, resume, before) => {
             let off = in_run_dir(config.off_policy.clone().ok_or_else(missing)?, dir);
             let run = rundir::run_config(dir, config);
+            let envs = EnvMemory::default();
+            let make = envs.measuring(make);
             let trainer = if resume {
                 let trainer =
                     OffPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, off, run)?;
@@ -307,13 +347,15 @@ where
             } else {
                 OffPolicyTrainer::new(make, learner, off, run)?
             };
-            train_off_policy(trainer, dir, options, config, before)
+            train_off_policy(trainer, dir, options, config, (before, envs.bytes()))
         }
         Job::Remote(dir, options, source, before) => {
             let off = in_run_dir(config.off_policy.clone().ok_or_else(missing)?, dir);
             let run = rundir::run_config(dir, config);
-            let trainer = OffPolicyTrainer::with_source(make, learner, off, run, source)?;
-            train_off_policy(trainer, dir, options, config, before)
+            let envs = EnvMemory::default();
+            let trainer =
+                OffPolicyTrainer::with_source(envs.measuring(make), learner, off, run, source)?;
+            train_off_policy(trainer, dir, options, config, (before, envs.bytes()))
         }
         Job::Actor(chunk) => {
             let envs = (0..config.run.n_envs as u64)
@@ -350,14 +392,14 @@ fn train_off_policy<E, L>(
     dir: &Path,
     options: &TrainOptions,
     config: &Config,
-    before: Option<u64>,
+    (before, envs): (Option<u64>, Option<u64>),
 ) -> Result<Outcome>
 where
     E: Env + Send + 'static,
     E::Act: RandomAction,
     L: OffPolicyLearner<Obs = E::Obs, Act = E::Act>,
 {
-    let plan = recorded_plan(trainer.memory_plan(), before);
+    let plan = recorded_plan(trainer.memory_plan(), before, envs);
     let mut monitor = Monitor::start(dir, config, options, &plan, trainer.env_steps())?;
     let summary = trainer.train(&mut monitor);
     let summary = monitor.finish(summary)?;

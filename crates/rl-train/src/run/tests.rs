@@ -348,8 +348,8 @@ fn plans_are_made_without_building_and_refusals_create_nothing() {
 }
 
 /// The plan of every algorithm, made from its configuration, equals what the trainer
-/// reports once built; the run records it with one more line, the process's memory
-/// measured before the run.
+/// reports once built; the run records it with two more lines, the process's memory
+/// measured before the run and what building the environments added.
 #[test]
 fn plans_from_the_config_equal_the_built_trainers_plans() {
     let registry = Registry::builtin();
@@ -363,14 +363,13 @@ fn plans_from_the_config_equal_the_built_trainers_plans() {
             &TrainOptions::quiet(),
         )
         .unwrap();
-        let (process, trainer): (Vec<_>, Vec<_>) = trained
-            .plan
-            .lines()
-            .iter()
-            .cloned()
-            .partition(|l| l.component.starts_with("process before the run"));
+        let (process, trainer): (Vec<_>, Vec<_>) =
+            trained.plan.lines().iter().cloned().partition(|l| {
+                l.component.starts_with("process before the run")
+                    || l.component.starts_with("environments (measured")
+            });
         assert_eq!(planned.plan.lines(), &trainer[..], "{name}");
-        assert_eq!(process.len(), 1, "{name}");
+        assert_eq!(process.len(), 2, "{name}: {process:?}");
         assert_eq!(
             trained.result.planned_bytes,
             trained.plan.total(rl_core::Location::Ram),
