@@ -26,11 +26,13 @@
 //!
 //! - part `conv`: `{"bench":"nn","op":"fma_peak","gflops":X}`, then
 //!   `{"bench":"nn","op":"conv2d","layer":"nature1|nature2|nature3","direction":
-//!   "forward|backward","batch":B,"gflops":X,"peak_gflops":P,"peak_fraction":F}` for the
-//!   three Nature DQN convolutions (4->32 8x8 stride 4 on 84x84, 32->64 4x4 stride 2 on
-//!   20x20, 64->64 3x3 stride 1 on 9x9, ReLU fused) at batch 32 and 256, one thread:
-//!   forward is im2col, the product and the NCHW outputs; backward is the weight, bias
-//!   and input gradients (twice the forward's multiply-adds), timed after one forward.
+//!   "forward|backward|backward_weights","batch":B,"gflops":X,"peak_gflops":P,
+//!   "peak_fraction":F}` for the three Nature DQN convolutions (4->32 8x8 stride 4 on
+//!   84x84, 32->64 4x4 stride 2 on 20x20, 64->64 3x3 stride 1 on 9x9, ReLU fused) at
+//!   batch 32 and 256, one thread: forward is the NCHW outputs with bias and ReLU;
+//!   backward is the weight, bias and input gradients (twice the forward's
+//!   multiply-adds), backward_weights the weight and bias gradients alone (a network's
+//!   first layer: as many multiply-adds as the forward), timed after one forward.
 //!
 //! Medians of many timed repetitions after warm-up. `cargo xtask bench nn -- matmul`,
 //! `-- peers`, `-- threads`, `-- mlp` or `-- conv` runs one part.
@@ -434,9 +436,15 @@ fn conv(peak: f64, rng: &mut SplitMix) -> anyhow::Result<()> {
                 conv.backward(&params, &mut ws, &dy, Some(&mut grads), Some(&mut dx))?;
                 Ok(())
             })?;
+            // What a network runs for its first layer, whose input needs no gradient.
+            let weights_ms = common::median_ms(2, (reps / 2) | 1, || {
+                conv.backward(&params, &mut ws, &dy, Some(&mut grads), None)?;
+                Ok(())
+            })?;
             for (direction, flops, ms) in [
                 ("forward", forward_flops, forward_ms),
                 ("backward", 2.0 * forward_flops, backward_ms),
+                ("backward_weights", forward_flops, weights_ms),
             ] {
                 let rate = flops / (ms * 1e-3) / 1e9;
                 println!(

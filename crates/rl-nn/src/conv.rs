@@ -1,4 +1,4 @@
-//! Two-dimensional convolutions over NCHW `f32` images, on the crate's matrix product.
+//! Two-dimensional convolutions over NCHW `f32` images, as direct kernels.
 //!
 //! A [`Conv2d`] multiplies the patches its kernel sees (one row per image and output
 //! position, one column per input channel and kernel offset, the order of PyTorch's
@@ -6,10 +6,10 @@
 //! matrix (implicit GEMM, `conv/implicit.rs`): each image is staged once, zero-padded and
 //! scaled, in the workspace, and a direct kernel reads the patches from it, storing NCHW
 //! outputs with the bias and the activation; blocks of whole images run on a [`Pool`]
-//! when the workspace has one. The backward pass computes the weight gradient `g
-//! patches` on the crate's product with panels packed from the staged images, and the
-//! patch gradients `g^T W` a few images at a time, scattered back onto the input
-//! (col2im). Every buffer is sized once, in a
+//! when the workspace has one. The backward pass (`conv/backward.rs`) computes the
+//! weight gradient `g patches` with a kernel that reads the patches from the same staged
+//! images, and the input gradient with one that adds its tiles straight onto the
+//! (padded) input, with no patch-gradient buffer. Every buffer is sized once, in a
 //! [`Conv2dWorkspace`], from the spec, the input size and the largest batch.
 
 use std::sync::Arc;
@@ -20,10 +20,9 @@ use crate::Activation;
 use crate::error::{Error, Result, check_len};
 use rl_core::simd::Isa;
 
-use crate::linalg::{Accumulate, MatRef, matmul_packed_on};
-use crate::mlp::product;
 use crate::pool::Pool;
 
+mod backward;
 mod implicit;
 
 use implicit::Geometry;
@@ -353,12 +352,6 @@ impl Conv2d {
         self.positions() * self.spec.fan_in() * self.spec.out_channels
     }
 
-    /// Images of patch gradients scattered back per product in the backward pass: enough
-    /// rows for an efficient product, few enough that the block stays in L2.
-    fn chunk_images(&self, max_batch: usize) -> usize {
-        (256 / self.positions().max(1)).clamp(1, max_batch.max(1))
-    }
-
     /// The shapes the kernels need.
     fn geometry(&self) -> Geometry {
         let s = &self.spec;
@@ -379,28 +372,26 @@ impl Conv2d {
     }
 
     /// Floats of a workspace for `max_batch` images, buffer by buffer (staged images,
-    /// outputs, output gradients, patch gradients, weight panels); `None` on overflow.
+    /// outputs, output gradients, input-gradient scratch, weight panels); `None` on
+    /// overflow.
     fn workspace_floats(&self, max_batch: usize) -> Option<[usize; 5]> {
         let g = self.geometry();
         let staged = (g.h + 2 * g.ph)
             .checked_mul(g.w + 2 * g.pw)?
             .checked_mul(g.cin)?
             .checked_mul(max_batch)?;
-        let products = self
-            .positions()
-            .checked_mul(max_batch)?
-            .checked_mul(g.out)?;
-        let dcols = (self.chunk_images(max_batch) * self.positions()).checked_mul(g.fan_in())?;
-        let panels = g
-            .fan_in()
-            .checked_mul(g.out.checked_next_multiple_of(implicit::NR)?)?;
+        let rows = self.positions().checked_mul(max_batch)?;
+        let products = rows.checked_mul(g.out)?;
+        let grads = rows.checked_mul(g.out.checked_next_multiple_of(implicit::NR)?)?;
+        let scratch = backward::scratch_len(&g, max_batch)?;
+        let panels = backward::panels_len(&g)?;
         let total = staged
             .checked_add(products)?
-            .checked_add(products)?
-            .checked_add(dcols)?
+            .checked_add(grads)?
+            .checked_add(scratch)?
             .checked_add(panels)?;
         total.checked_mul(size_of::<f32>())?;
-        Some([staged, products, products, dcols, panels])
+        Some([staged, products, grads, scratch, panels])
     }
 
     /// Bytes of a workspace for `max_batch` images ([`Conv2d::workspace`]); `None` on
@@ -411,13 +402,13 @@ impl Conv2d {
     }
 
     /// A workspace for batches of up to `max_batch` images: the staged (padded, scaled)
-    /// inputs, the outputs, the output gradients, the backward pass's patch gradients and
-    /// the packed weight, allocated once.
+    /// inputs, the outputs, the output gradients, the backward pass's padded input
+    /// gradients and the packed weight, allocated once.
     ///
     /// # Panics
     /// If its size overflows ([`Conv2d::workspace_bytes`] is `None`).
     pub fn workspace(&self, max_batch: usize) -> Conv2dWorkspace {
-        let [staged, output, grads, dcols, panels] = self
+        let [staged, output, grads, scratch, panels] = self
             .workspace_floats(max_batch)
             .unwrap_or_else(|| panic!("a conv2d workspace of {max_batch} images overflows"));
         Conv2dWorkspace {
@@ -427,7 +418,7 @@ impl Conv2d {
             staged: vec![0.0; staged],
             output: vec![0.0; output],
             grads: vec![0.0; grads],
-            dcols: vec![0.0; dcols],
+            scratch: vec![0.0; scratch],
             panels: vec![0.0; panels],
             pool: None,
         }
@@ -637,105 +628,55 @@ impl Conv2d {
     ) {
         let g = self.geometry();
         let isa = Isa::detect();
-        let (positions, fan_in, out) = (self.positions(), g.fan_in(), g.out);
         let batch = ws.batch;
-        let rows = batch * positions;
+        let rows = batch * self.positions();
         let Conv2dWorkspace {
             staged,
             output,
-            grads: gy,
-            dcols,
+            grads: gyp,
+            scratch,
+            panels,
             pool,
-            max_batch,
             ..
         } = ws;
-        let pool = pool.as_deref();
-        // dY through the activation, as `out x rows` (row `o`, column `(b, p)`): runs of
-        // `positions` floats; the bias gradient summed on the way, eight lanes per run.
-        let gy = &mut gy[..rows * out];
+        let pool = pool
+            .as_deref()
+            .filter(|_| batch * self.macs_per_image() >= PARALLEL_MIN);
         let mut param_grads = param_grads;
-        let bias_start = self.bias().start;
-        for (b, (dy, y)) in dy
-            .chunks_exact(self.output_len())
-            .zip(output.chunks_exact(self.output_len()))
-            .enumerate()
-        {
-            for (o, (dy, y)) in dy
-                .chunks_exact(positions)
-                .zip(y.chunks_exact(positions))
-                .enumerate()
-            {
-                let dst = &mut gy[o * rows + b * positions..][..positions];
-                dst.copy_from_slice(dy);
-                if let Some(activation) = self.activation {
-                    activation.backward(y, dst);
-                }
-                if let Some(grads) = param_grads.as_deref_mut() {
-                    grads[bias_start + o] += sum8(dst);
-                }
-            }
-        }
-        let gy = &*gy;
-        let staged = &staged[..batch * g.staged_len()];
+        let bias = self.bias();
+        backward::gather(
+            isa,
+            self.activation,
+            (g.out, self.positions()),
+            dy,
+            &output[..batch * self.output_len()],
+            gyp,
+            param_grads.as_deref_mut().map(|grads| &mut grads[bias]),
+        );
+        let gyp = &gyp[..backward::grads_len(g.out, rows)];
         if let Some(grads) = param_grads {
-            let patches = implicit::Patches {
-                geometry: g,
-                staged,
-                rows,
-                isa,
-            };
-            matmul_packed_on(
-                pool,
-                &mut grads[self.weight()],
-                MatRef::row_major(gy, out, rows),
-                &patches,
-                Accumulate::Add,
-            );
+            let staged = &staged[..batch * g.staged_len()];
+            let weight = &mut grads[self.weight()];
+            backward::weight_grad(&g, isa, pool, staged, gyp, rows, panels, weight);
         }
         if let Some(dx) = input_grads {
-            let dx = &mut dx[..batch * self.input_len()];
-            dx.fill(0.0);
-            let chunk = self.chunk_images(*max_batch);
-            let weight = MatRef::row_major(&params[self.weight()], out, fan_in);
-            for (i, dx_images) in dx.chunks_mut(chunk * self.input_len()).enumerate() {
-                let images = dx_images.len() / self.input_len();
-                let (r0, n) = (i * chunk * positions, images * positions);
-                let dcols = &mut dcols[..n * fan_in];
-                product(
-                    pool,
-                    dcols,
-                    MatRef::strided(&gy[r0..], (n, out), (1, rows)),
-                    weight,
-                    Accumulate::Overwrite,
-                );
-                implicit::col2im(&g, isa, dcols, images, dx_images);
-            }
-            if self.input_scale == InputScale::Div255 {
-                dx.iter_mut().for_each(|g| *g /= 255.0);
-            }
+            backward::input_grad(
+                &g,
+                isa,
+                pool,
+                (gyp, rows),
+                &params[self.weight()],
+                panels,
+                scratch,
+                &mut dx[..batch * self.input_len()],
+                self.input_scale == InputScale::Div255,
+            );
         }
     }
 }
 
 /// Products below this many multiply-adds run on the calling thread alone.
 const PARALLEL_MIN: usize = 1 << 20;
-
-/// The sum of `values` in a fixed order: eight running lanes over chunks of eight, the
-/// rest into the first lanes, then the lanes pairwise.
-fn sum8(values: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let mut chunks = values.chunks_exact(8);
-    for chunk in &mut chunks {
-        for (l, &v) in lanes.iter_mut().zip(chunk) {
-            *l += v;
-        }
-    }
-    for (l, &v) in lanes.iter_mut().zip(chunks.remainder()) {
-        *l += v;
-    }
-    let [a, b, c, d, e, f, g, h] = lanes;
-    ((a + e) + (c + g)) + ((b + f) + (d + h))
-}
 
 /// The buffers of one [`Conv2d`] for batches of up to `max_batch` images, allocated once
 /// ([`Conv2d::workspace`]): after that, its passes allocate nothing.
@@ -749,11 +690,13 @@ pub struct Conv2dWorkspace {
     staged: Vec<f32>,
     /// The outputs, NCHW.
     output: Vec<f32>,
-    /// The backward pass's output gradients through the activation, `out x rows`.
+    /// The backward pass's output gradients through the activation, as tiles of 16
+    /// channels: `[tile][row][16]`.
     grads: Vec<f32>,
-    /// Patch gradients of a chunk of images.
-    dcols: Vec<f32>,
-    /// The weight as `fan_in x 16` panels of its transpose.
+    /// A padded layer's input gradients of a few groups of images.
+    scratch: Vec<f32>,
+    /// The weight as `fan_in x 16` panels of its transpose (forward); the backward
+    /// pass's weight-gradient sums, then the weight as `out x 16` panels.
     panels: Vec<f32>,
     /// Threads the products run on (`None`: the calling thread only).
     pool: Option<Arc<Pool>>,
@@ -792,7 +735,7 @@ impl Conv2dWorkspace {
         let floats = self.staged.len()
             + self.output.len()
             + self.grads.len()
-            + self.dcols.len()
+            + self.scratch.len()
             + self.panels.len();
         (floats * size_of::<f32>()) as u64
     }

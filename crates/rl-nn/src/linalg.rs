@@ -41,22 +41,6 @@ impl<'a> MatRef<'a> {
         }
     }
 
-    /// A `rows x cols` view with the given strides (element `(i, j)` at
-    /// `data[i * row_stride + j * col_stride]`).
-    pub(crate) fn strided(
-        data: &'a [f32],
-        (rows, cols): (usize, usize),
-        (row_stride, col_stride): (usize, usize),
-    ) -> Self {
-        Self {
-            data,
-            rows,
-            cols,
-            row_stride,
-            col_stride,
-        }
-    }
-
     /// Rows.
     pub fn rows(&self) -> usize {
         self.rows
@@ -155,11 +139,9 @@ mod kernel;
 mod parallel;
 mod peak;
 
-pub(crate) use kernel::PackRhs;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use kernel::{mask8, transpose8};
 pub use parallel::matmul_on;
-pub(crate) use parallel::matmul_packed_on;
 
 /// Rows per thread when a product is split (`m`: not split); for the pool's tests.
 #[cfg(test)]

@@ -11,11 +11,8 @@
 //!   once per pass, with the 12 accumulators of the crate's 6 x 16 AVX2 tile. The tile is
 //!   transposed in registers and stored NCHW with the bias (and ReLU) added, so there is
 //!   no `rows x out` buffer and no separate sweep.
-//! - **Weight gradient.** `dW = g patches` on the crate's blocked product, whose `rhs`
-//!   panels [`Patches`] packs straight from the staged images (runs of `kw` floats, eight
-//!   at a time with AVX2).
-//! - **Input gradient.** Patch gradients of a few images at a time (a block that stays
-//!   in L2), added back onto the input (col2im) with AVX2.
+//! - **Backward.** `backward.rs` reads the patches of the weight gradient from the same
+//!   staged images.
 //!
 //! Every output element is one chain of multiply-adds in a fixed order, whatever the
 //! batch or the pool's size: results are bit-identical run to run on a given CPU kind.
@@ -30,7 +27,6 @@ use std::arch::x86_64::*;
 
 use rl_core::simd::Isa;
 
-use crate::linalg::PackRhs;
 use crate::pool::Pool;
 
 /// Rows (output positions) per forward tile.
@@ -111,7 +107,7 @@ impl Geometry {
     }
 
     /// Where patch element `j` (channel, ky, kx) lies relative to its patch's start.
-    fn col_offset(&self, j: usize) -> usize {
+    pub(super) fn col_offset(&self, j: usize) -> usize {
         let (c, rest) = (j / (self.kh * self.kw), j % (self.kh * self.kw));
         c * self.plane() + (rest / self.kw) * self.wp() + rest % self.kw
     }
@@ -371,255 +367,6 @@ unsafe fn store_avx2(
             // SAFETY:
             // - `at` holds 8 floats.
             unsafe { _mm256_storeu_ps(at.as_mut_ptr(), z) };
-        }
-    }
-}
-
-/// The patches of a batch as the `rows x fan_in` right operand of the weight gradient
-/// (`dW = g patches`), packed block by block from the staged images.
-pub(super) struct Patches<'a> {
-    /// The geometry.
-    pub(super) geometry: Geometry,
-    /// The staged images.
-    pub(super) staged: &'a [f32],
-    /// Rows: images times output positions.
-    pub(super) rows: usize,
-    /// The instruction set the copies use.
-    pub(super) isa: Isa,
-}
-
-impl PackRhs for Patches<'_> {
-    fn rows(&self) -> usize {
-        self.rows
-    }
-
-    fn cols(&self) -> usize {
-        self.geometry.fan_in()
-    }
-
-    fn pack(&self, panels: &mut [f32], pc: usize, kc: usize, jc: usize, nc: usize, nr: usize) {
-        let g = &self.geometry;
-        assert!(nr <= 64, "panels wider than 64 columns");
-        // Each row's patch start, walked incrementally (no division per row), in blocks.
-        const BLOCK: usize = 256;
-        let mut bases = [0usize; BLOCK];
-        let (p_len, ow, wp) = (g.positions(), g.ow, g.wp());
-        let (mut b, pos) = (pc / p_len, pc % p_len);
-        let (mut oy, mut ox) = (pos / ow, pos % ow);
-        for p0 in (0..kc).step_by(BLOCK) {
-            let rows = BLOCK.min(kc - p0);
-            for base in &mut bases[..rows] {
-                *base = b * g.staged_len() + oy * g.sh * wp + ox * g.sw;
-                ox += 1;
-                if ox == ow {
-                    ox = 0;
-                    oy += 1;
-                    if oy == g.oh {
-                        oy = 0;
-                        b += 1;
-                    }
-                }
-            }
-            let packed = kc * nc.next_multiple_of(nr);
-            for q in 0..packed / (kc * nr) {
-                // This panel and the ones after it: an 8-lane copy may spill into the
-                // next row, which is written after it.
-                let panel = &mut panels[q * kc * nr..packed];
-                let j0 = jc + q * nr;
-                let width = nr.min(jc + nc - j0);
-                // Runs of the panel's columns that are contiguous in a patch: (offset in
-                // the patch, first column in the panel, length), at most `nr` of them.
-                let mut runs = [(0usize, 0usize, 0usize); 64];
-                let mut count = 0;
-                let mut j = 0;
-                while j < width {
-                    let len = (g.kw - (j0 + j) % g.kw).min(width - j);
-                    runs[count] = (g.col_offset(j0 + j), j, len);
-                    count += 1;
-                    j += len;
-                }
-                let runs = &runs[..count];
-                for (p, &base) in (p0..p0 + rows).zip(&bases[..rows]) {
-                    copy_runs(self.isa, self.staged, base, runs, &mut panel[p * nr..]);
-                }
-            }
-        }
-    }
-}
-
-/// Copies each run `(offset, column, len)` of `staged[base + offset..]` into
-/// `row[column..column + len]`; `row` may go on past the row (later rows, which are
-/// written after it).
-fn copy_runs(
-    isa: Isa,
-    staged: &[f32],
-    base: usize,
-    runs: &[(usize, usize, usize)],
-    row: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx512 | Isa::Avx2) {
-        // SAFETY:
-        // - AVX2 as `Isa::is_supported` guarantees for both paths.
-        unsafe { copy_runs_avx2(staged, base, runs, row) };
-        return;
-    }
-    let _ = isa;
-    for &(offset, column, len) in runs {
-        row[column..column + len].copy_from_slice(&staged[base + offset..][..len]);
-    }
-}
-
-/// [`copy_runs`] eight floats at a time: a run of at most 8 is one unaligned 8-lane copy
-/// when both sides have room (the extra lanes land on columns later runs or rows
-/// overwrite, or past the panel's width, which the kernels never read), else masked.
-///
-/// # Safety
-/// AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn copy_runs_avx2(
-    staged: &[f32],
-    base: usize,
-    runs: &[(usize, usize, usize)],
-    row: &mut [f32],
-) {
-    for &(offset, column, len) in runs {
-        let start = base + offset;
-        if len <= 8 && column + 8 <= row.len() && start + 8 <= staged.len() {
-            let src = &staged[start..start + 8];
-            let dst = &mut row[column..column + 8];
-            // SAFETY:
-            // - `src` and `dst` hold 8 floats each.
-            unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), _mm256_loadu_ps(src.as_ptr())) };
-        } else if len <= 8 {
-            let src = &staged[start..start + len];
-            let dst = &mut row[column..column + len];
-            let mask = crate::linalg::mask8(len);
-            // SAFETY:
-            // - the mask enables exactly `len` lanes, inside `src` and `dst`, and
-            //   `vmaskmovps` does not access the others.
-            unsafe {
-                _mm256_maskstore_ps(
-                    dst.as_mut_ptr(),
-                    mask,
-                    _mm256_maskload_ps(src.as_ptr(), mask),
-                );
-            }
-        } else {
-            row[column..column + len].copy_from_slice(&staged[start..start + len]);
-        }
-    }
-}
-
-/// Adds the patch gradients of `images` images (`dcols`, `rows x fan_in`) onto their
-/// input gradients `dx` (col2im), rows in order.
-pub(super) fn col2im(g: &Geometry, isa: Isa, dcols: &[f32], images: usize, dx: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx512 | Isa::Avx2) {
-        // SAFETY:
-        // - AVX2 as `Isa::is_supported` guarantees for both paths.
-        unsafe { col2im_avx2(g, dcols, images, dx) };
-        return;
-    }
-    let _ = isa;
-    col2im_portable(g, dcols, images, dx);
-}
-
-/// [`col2im`] with each kernel row of at most 8 floats added as one masked 8-lane
-/// vector (lanes past the row add nothing: `vmaskmovps` reads them as `+0.0`, and
-/// `x + 0.0 == x` for every `x` a sum from `+0.0` can reach).
-///
-/// # Safety
-/// AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn col2im_avx2(g: &Geometry, dcols: &[f32], images: usize, dx: &mut [f32]) {
-    if g.kw > 8 {
-        col2im_portable(g, dcols, images, dx);
-        return;
-    }
-    let (height, width) = (g.h, g.w);
-    let (kh, kw, sh, sw, ph, pw) = (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw);
-    let plane = height * width;
-    let fan_in = g.fan_in();
-    let mut rows = dcols[..images * g.positions() * fan_in].chunks_exact(fan_in);
-    for image in dx.chunks_exact_mut(g.cin * plane).take(images) {
-        for oy in 0..g.oh {
-            let y0 = oy * sh;
-            for ox in 0..g.ow {
-                let Some(row) = rows.next() else { return };
-                let x0 = ox * sw;
-                let lo = pw.saturating_sub(x0).min(kw);
-                let hi = (width + pw).saturating_sub(x0).clamp(lo, kw);
-                if lo == hi {
-                    continue;
-                }
-                let mask = crate::linalg::mask8(hi - lo);
-                for (c, channel) in row.chunks_exact(kh * kw).enumerate() {
-                    for (ky, seg) in channel.chunks_exact(kw).enumerate() {
-                        let iy = y0 + ky;
-                        if iy < ph || iy - ph >= height {
-                            continue;
-                        }
-                        let start = c * plane + (iy - ph) * width + x0 + lo - pw;
-                        let src = &seg[lo..hi];
-                        let wide = start + 8 <= image.len();
-                        let dst = &mut image[start..start + if wide { 8 } else { hi - lo }];
-                        // SAFETY:
-                        // - the mask enables exactly `hi - lo` lanes, inside `src`; `dst`
-                        //   holds all 8 lanes when `wide` (the others stored back
-                        //   unchanged: `x + 0.0`), else exactly the masked ones, and
-                        //   `vmaskmovps` does not access the others.
-                        unsafe {
-                            let g = _mm256_maskload_ps(src.as_ptr(), mask);
-                            let d = dst.as_mut_ptr();
-                            if wide {
-                                _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), g));
-                            } else {
-                                let sum = _mm256_add_ps(_mm256_maskload_ps(d, mask), g);
-                                _mm256_maskstore_ps(d, mask, sum);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The scatter of [`col2im`].
-fn col2im_portable(g: &Geometry, dcols: &[f32], images: usize, dx: &mut [f32]) {
-    let (height, width) = (g.h, g.w);
-    let (kh, kw, sh, sw, ph, pw) = (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw);
-    let plane = height * width;
-    let fan_in = g.fan_in();
-    let mut rows = dcols[..images * g.positions() * fan_in].chunks_exact(fan_in);
-    for image in dx.chunks_exact_mut(g.cin * plane).take(images) {
-        for oy in 0..g.oh {
-            let y0 = oy * sh;
-            for ox in 0..g.ow {
-                let Some(row) = rows.next() else { return };
-                let x0 = ox * sw;
-                let lo = pw.saturating_sub(x0).min(kw);
-                let hi = (width + pw).saturating_sub(x0).clamp(lo, kw);
-                if lo == hi {
-                    continue;
-                }
-                for (c, channel) in row.chunks_exact(kh * kw).enumerate() {
-                    for (ky, seg) in channel.chunks_exact(kw).enumerate() {
-                        let iy = y0 + ky;
-                        if iy < ph || iy - ph >= height {
-                            continue;
-                        }
-                        let start = c * plane + (iy - ph) * width + x0 + lo - pw;
-                        let dst = &mut image[start..start + (hi - lo)];
-                        for (d, &g) in dst.iter_mut().zip(&seg[lo..hi]) {
-                            *d += g;
-                        }
-                    }
-                }
-            }
         }
     }
 }

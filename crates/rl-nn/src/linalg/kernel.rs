@@ -306,83 +306,6 @@ fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool)
     drive_blocked::<K>(cache::Blocking::new(K::MR, K::NR), dst, lhs, rhs, add);
 }
 
-/// A `k x n` right operand that is never stored whole: its owner packs the blocks the
-/// product asks for (implicit GEMM: a convolution's patches read from the image).
-pub(crate) trait PackRhs: Sync {
-    /// Rows (`k`).
-    fn rows(&self) -> usize;
-    /// Columns (`n`).
-    fn cols(&self) -> usize;
-    /// Writes rows `pc..pc + kc`, columns `jc..jc + nc` as [`pack_panels`] lays them out:
-    /// `kc x nr` panels, panel `q` at `panels[q * kc * nr..]`, element `(p, j)` at
-    /// `[p * nr + j]`; columns past `nc` in the last panel may be left as they are.
-    fn pack(&self, panels: &mut [f32], pc: usize, kc: usize, jc: usize, nc: usize, nr: usize);
-}
-
-/// The right operand of [`drive_source`].
-#[derive(Clone, Copy)]
-enum Rhs<'a> {
-    /// A view, packed or read in place as the blocked product decides.
-    View(MatRef<'a>),
-    /// Panels packed by their owner, always.
-    Packer(&'a dyn PackRhs),
-}
-
-/// `dst (m x n, row-major) = lhs * rhs` (or `+=`) on the given kernels, with `rhs` packed
-/// block by block by its owner. Always the blocked product (no thin paths), so the
-/// arithmetic per element is one chain of FMAs over `k` in `kc` blocks, whatever `m`.
-///
-/// # Panics
-/// If the shapes do not agree, `lhs` leaves its slice, or the CPU lacks `isa`.
-pub(crate) fn matmul_packed_with(
-    isa: Isa,
-    dst: &mut [f32],
-    lhs: MatRef<'_>,
-    rhs: &dyn PackRhs,
-    accumulate: Accumulate,
-) {
-    let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
-    assert!(
-        rhs.rows() == k && m.checked_mul(n) == Some(dst.len()) && lhs.in_bounds(),
-        "matmul shapes: dst {} for {m}x{k} * {}x{n}",
-        dst.len(),
-        rhs.rows()
-    );
-    assert!(
-        isa.is_supported(),
-        "this CPU cannot run the {isa:?} kernels"
-    );
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if accumulate == Accumulate::Overwrite {
-            dst.fill(0.0);
-        }
-        return;
-    }
-    let add = accumulate == Accumulate::Add;
-    let rhs = Rhs::Packer(rhs);
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if m <= Avx512Wide::MR => drive_source::<Avx512Wide>(dst, lhs, rhs, add),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => drive_source::<Avx512>(dst, lhs, rhs, add),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 if m <= Avx2Wide::MR => drive_source::<Avx2Wide>(dst, lhs, rhs, add),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => drive_source::<Avx2>(dst, lhs, rhs, add),
-        #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx512 | Isa::Avx2 => unreachable!("checked by Isa::is_supported"),
-        Isa::Scalar => drive_source::<Portable>(dst, lhs, rhs, add),
-    }
-}
-
-/// [`drive_blocked`] on this CPU's block sizes, for either kind of `rhs`.
-fn drive_source<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: Rhs<'_>, add: bool) {
-    drive_any::<K>(cache::Blocking::new(K::MR, K::NR), dst, lhs, rhs, add);
-}
-
 /// [`drive`] with the given block sizes (tests use small ones to cross every block).
 fn drive_blocked<K: Micro>(
     blocking: cache::Blocking,
@@ -391,38 +314,15 @@ fn drive_blocked<K: Micro>(
     rhs: MatRef<'_>,
     add: bool,
 ) {
-    drive_any::<K>(blocking, dst, lhs, Rhs::View(rhs), add);
-}
-
-/// The blocked product over either kind of `rhs`.
-fn drive_any<K: Micro>(
-    blocking: cache::Blocking,
-    dst: &mut [f32],
-    lhs: MatRef<'_>,
-    source: Rhs<'_>,
-    add: bool,
-) {
     let (m, k) = (lhs.rows(), lhs.cols());
     let (ars, acs) = (lhs.row_stride(), lhs.col_stride());
-    // A packer stands in for an empty view whose every block it packs itself.
-    let rhs = match source {
-        Rhs::View(rhs) => rhs,
-        Rhs::Packer(p) => MatRef {
-            data: &[],
-            rows: p.rows(),
-            cols: p.cols(),
-            row_stride: p.cols(),
-            col_stride: 1,
-        },
-    };
     let n = rhs.cols();
     let (brs, bcs) = (rhs.row_stride(), rhs.col_stride());
     // Packing `rhs` costs one pass over it; it pays when its rows are not contiguous,
     // when they alias in L1, or when several strips of `lhs` reuse a block too large to
     // stay in L1 and the L2 prefetchers as it is (measured on Zen 3: 128 x 128 in place
     // is faster, 256 x 256 packed).
-    let pack_b = matches!(source, Rhs::Packer(_))
-        || bcs != 1
+    let pack_b = bcs != 1
         || (m >= 4 * K::MR && brs.is_multiple_of(ALIASING))
         || (m > 2 * K::MR && k * n * size_of::<f32>() > blocking.l2 / 8);
     // `lhs` is read in place (each strip's rows stream through L1 with the hardware
@@ -458,13 +358,10 @@ fn drive_any<K: Micro>(
             for pc in (0..k).step_by(kc_max) {
                 let kc = kc_max.min(k - pc);
                 let (b_block, b_rs, panel_stride) = if pack_b {
-                    match source {
-                        Rhs::Packer(p) => p.pack(panels, pc, kc, jc, nc, K::NR),
-                        // SAFETY:
-                        // - `K` is only instantiated for an `Isa` whose `is_supported()`
-                        //   `matmul_with` asserted.
-                        Rhs::View(_) => unsafe { K::pack(panels, rhs, pc, kc, jc, nc) },
-                    }
+                    // SAFETY:
+                    // - `K` is only instantiated for an `Isa` whose `is_supported()`
+                    //   `matmul_with` asserted.
+                    unsafe { K::pack(panels, rhs, pc, kc, jc, nc) };
                     (panels.as_ptr(), K::NR, kc * K::NR)
                 } else {
                     (b.wrapping_add(pc * brs + jc), brs, K::NR)

@@ -5,7 +5,6 @@
     reason = "the pool's tasks write disjoint row blocks of one destination slice"
 )]
 
-use super::kernel::PackRhs;
 use super::{Accumulate, MatRef, check_shapes, kernel, matmul};
 use crate::pool::Pool;
 
@@ -68,50 +67,3 @@ impl SendPtr {
 // - `matmul_on` gives each task a disjoint block of rows behind the pointer and waits
 //   for all of them before the borrow it came from ends.
 unsafe impl Sync for SendPtr {}
-
-/// `dst (m x n, row-major) = lhs * rhs` (or `+=`) with `rhs` packed block by block by its
-/// owner ([`PackRhs`]), on `pool`'s threads by row blocks when there is one and the
-/// product is large enough. Bit-identical for any thread count: every element is one
-/// chain of FMAs over `k` in the same `kc` blocks.
-///
-/// # Panics
-/// If the shapes do not agree or `lhs` leaves its slice.
-pub(crate) fn matmul_packed_on(
-    pool: Option<&Pool>,
-    dst: &mut [f32],
-    lhs: MatRef<'_>,
-    rhs: &dyn PackRhs,
-    accumulate: Accumulate,
-) {
-    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols());
-    assert!(
-        rhs.rows() == k && m.checked_mul(n) == Some(dst.len()) && lhs.in_bounds(),
-        "matmul shapes: dst {} for {m}x{k} * {}x{n}",
-        dst.len(),
-        rhs.rows()
-    );
-    let isa = rl_core::simd::Isa::detect();
-    let threads = pool.map_or(1, Pool::threads);
-    let rows = kernel::parallel_rows(m, k.max(5), n.max(5), threads);
-    let Some(pool) = pool.filter(|_| rows < m) else {
-        kernel::matmul_packed_with(isa, dst, lhs, rhs, accumulate);
-        return;
-    };
-    let tasks = m.div_ceil(rows);
-    let out = SendPtr(dst.as_mut_ptr());
-    pool.run(tasks, &|task| {
-        let (start, end) = (task * rows, ((task + 1) * rows).min(m));
-        let block = MatRef {
-            data: &lhs.data[start * lhs.row_stride..],
-            rows: end - start,
-            ..lhs
-        };
-        // SAFETY:
-        // - `dst` holds `m * n` floats and is borrowed mutably for this whole call, which
-        //   returns only after every task has finished;
-        // - task `task` writes rows `start..end` only: the blocks of distinct tasks are
-        //   disjoint, and `end <= m`.
-        let dst = unsafe { std::slice::from_raw_parts_mut(out.at(start * n), (end - start) * n) };
-        kernel::matmul_packed_with(isa, dst, block, rhs, accumulate);
-    });
-}

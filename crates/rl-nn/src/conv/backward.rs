@@ -1,0 +1,821 @@
+//! The backward pass of [`Conv2d`](super::Conv2d): two direct kernels over the staged
+//! images, with no patch matrix and no packed copies of the patches.
+//!
+//! - **Output gradients.** `dY` through the activation is laid out as tiles of 16 output
+//!   channels, `[tile][row][16]` (a row is one image and output position), with the bias
+//!   gradient summed on the way; lanes past the last channel are zero.
+//! - **Weight gradient.** Tiles of 6 patch columns x 16 output channels of `dW^T` (the 12
+//!   accumulators of the crate's 6 x 16 AVX2 tile), summed over blocks of [`KC`] rows:
+//!   each row broadcasts its six patch values straight from the staged image (as the
+//!   forward kernel does) against the row's 16 output gradients. Tasks split the patch
+//!   columns, so every element is one chain in row order whatever the pool.
+//! - **Input gradient.** Tiles of one output position in six images x 16 patch columns,
+//!   summed over the output channels against `W` packed as `out x 16` panels, then added
+//!   straight into the (padded) input gradient: no patch-gradient buffer, no separate
+//!   col2im sweep. The six rows are six images, so their additions never overlap.
+
+#![allow(
+    unsafe_code,
+    reason = "SIMD intrinsics and raw-pointer microkernels; bounds are checked once up front"
+)]
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use rl_core::simd::Isa;
+
+use super::implicit::{Geometry, NR};
+use crate::Activation;
+use crate::pool::Pool;
+
+/// Patch columns per weight-gradient tile.
+pub(super) const COLS: usize = 6;
+/// Images per input-gradient tile (and per group the input gradient is built in).
+pub(super) const IMAGES: usize = 6;
+/// Rows per block of the weight gradient: its 16-channel slice of the output gradients
+/// (16 KiB) stays in L1 while every column tile reads it.
+pub(super) const KC: usize = 256;
+/// Output positions per block of the input gradient: each `W` panel is read from L1 for
+/// this many tiles.
+const PB: usize = 8;
+/// Tasks the input gradient of a padded layer can run as (one scratch group each).
+pub(super) const PADDED_TASKS: usize = 4;
+
+/// Floats of the output-gradient tiles for `rows` rows.
+pub(super) const fn grads_len(out: usize, rows: usize) -> usize {
+    out.next_multiple_of(NR) * rows
+}
+
+/// Floats of the scratch the input gradient needs for `max_batch` images: none without
+/// padding (the gradient is built in place), else [`PADDED_TASKS`] groups of padded
+/// images.
+pub(super) fn scratch_len(g: &Geometry, max_batch: usize) -> Option<usize> {
+    if g.ph == 0 && g.pw == 0 {
+        return Some(0);
+    }
+    let groups = max_batch.div_ceil(IMAGES).clamp(1, PADDED_TASKS);
+    IMAGES
+        .min(max_batch.max(1))
+        .checked_mul(groups)?
+        .checked_mul(g.staged_len())
+}
+
+/// Floats of the panels the weight gradient sums into (`[tile][fan_in][16]`) and the
+/// input gradient reads `W` from (`[column tile][out][16]`): the larger of the two.
+pub(super) fn panels_len(g: &Geometry) -> Option<usize> {
+    let dwt = g
+        .fan_in()
+        .checked_mul(g.out.checked_next_multiple_of(NR)?)?;
+    let wpk = g
+        .fan_in()
+        .checked_next_multiple_of(NR)?
+        .checked_mul(g.out)?;
+    Some(dwt.max(wpk))
+}
+
+/// Lays out `dy` (NCHW, `out` channels of `positions`) through the activation's
+/// derivative at the outputs `y` as `[tile][row][16]` in `gyp`, and adds each channel's
+/// sum into `bias` if given (per image and channel, as `sum8` did: eight running lanes
+/// over the positions, then the lanes pairwise). Eight channels by eight positions at a
+/// time with AVX2 (the same values and sums, bit for bit).
+pub(super) fn gather(
+    isa: Isa,
+    activation: Option<Activation>,
+    (out, positions): (usize, usize),
+    dy: &[f32],
+    y: &[f32],
+    gyp: &mut [f32],
+    mut bias: Option<&mut [f32]>,
+) {
+    let image = out * positions;
+    let rows = dy.len() / out.max(1);
+    let tiles = out.div_ceil(NR);
+    let gyp = &mut gyp[..tiles * rows * NR];
+    if out % NR != 0 {
+        let last = &mut gyp[(tiles - 1) * rows * NR..];
+        for row in last.chunks_exact_mut(NR) {
+            row[out % NR..].fill(0.0);
+        }
+    }
+    for (b, (dy, y)) in dy
+        .chunks_exact(image)
+        .zip(y.chunks_exact(image))
+        .enumerate()
+    {
+        for o0 in (0..out).step_by(8) {
+            let channels = 8.min(out - o0);
+            let tile = &mut gyp[((o0 / NR) * rows + b * positions) * NR..][..positions * NR];
+            let (dy, y) = (
+                &dy[o0 * positions..][..channels * positions],
+                &y[o0 * positions..][..channels * positions],
+            );
+            let mut lanes = [[0.0f32; 8]; 8];
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 | Isa::Avx2 if channels == 8 => {
+                    // SAFETY:
+                    // - AVX2 as `Isa::is_supported` guarantees for both paths.
+                    unsafe { gather8_avx2(activation, (dy, y), tile, o0 % NR, &mut lanes) };
+                }
+                _ => gather_portable(activation, (dy, y), tile, o0 % NR, &mut lanes),
+            }
+            if let Some(bias) = bias.as_deref_mut() {
+                for (sum, lanes) in bias[o0..o0 + channels].iter_mut().zip(&lanes) {
+                    let [a, b, c, d, e, f, g, h] = *lanes;
+                    *sum += ((a + e) + (c + g)) + ((b + f) + (d + h));
+                }
+            }
+        }
+    }
+}
+
+/// The derivative at output `y` times `g`, as `Activation::backward` computes it.
+fn derivative(activation: Option<Activation>, g: f32, y: f32) -> f32 {
+    match activation {
+        None => g,
+        Some(Activation::Relu) => {
+            if y > 0.0 {
+                g
+            } else {
+                0.0
+            }
+        }
+        Some(Activation::Tanh) => g * (1.0 - y * y),
+    }
+}
+
+/// One image's channels `dy`, `y` (`channels x positions`, at most 8) into lanes
+/// `lane..` of `tile` (`positions x 16`), summing channel `l`'s position `p` into
+/// `lanes[l][p % 8]`.
+fn gather_portable(
+    activation: Option<Activation>,
+    (dy, y): (&[f32], &[f32]),
+    tile: &mut [f32],
+    lane: usize,
+    lanes: &mut [[f32; 8]; 8],
+) {
+    let positions = tile.len() / NR;
+    for (l, (dy, y)) in dy
+        .chunks_exact(positions)
+        .zip(y.chunks_exact(positions))
+        .enumerate()
+    {
+        for (p, ((dst, &g), &y)) in tile.chunks_exact_mut(NR).zip(dy).zip(y).enumerate() {
+            let v = derivative(activation, g, y);
+            dst[lane + l] = v;
+            lanes[l][p % 8] += v;
+        }
+    }
+}
+
+/// [`gather_portable`] for 8 channels, 8 positions at a time: each block through the
+/// derivative in vectors, summed, transposed and stored as 8 rows of 8 lanes.
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn gather8_avx2(
+    activation: Option<Activation>,
+    (dy, y): (&[f32], &[f32]),
+    tile: &mut [f32],
+    lane: usize,
+    lanes: &mut [[f32; 8]; 8],
+) {
+    let positions = tile.len() / NR;
+    assert!(dy.len() == 8 * positions && y.len() == 8 * positions && lane + 8 <= NR);
+    let mut sums = [_mm256_setzero_ps(); 8];
+    let full = positions - positions % 8;
+    let (zero, one) = (_mm256_setzero_ps(), _mm256_set1_ps(1.0));
+    for p0 in (0..full).step_by(8) {
+        let mut v = [zero; 8];
+        for (l, v) in v.iter_mut().enumerate() {
+            let (g, y) = (
+                &dy[l * positions + p0..][..8],
+                &y[l * positions + p0..][..8],
+            );
+            // SAFETY:
+            // - `g` and `y` hold 8 floats each.
+            let (g, y) = unsafe { (_mm256_loadu_ps(g.as_ptr()), _mm256_loadu_ps(y.as_ptr())) };
+            *v = match activation {
+                None => g,
+                Some(Activation::Relu) => _mm256_and_ps(g, _mm256_cmp_ps::<_CMP_GT_OQ>(y, zero)),
+                Some(Activation::Tanh) => _mm256_mul_ps(g, _mm256_sub_ps(one, _mm256_mul_ps(y, y))),
+            };
+            sums[l] = _mm256_add_ps(sums[l], *v);
+        }
+        for (k, row) in crate::linalg::transpose8(v).iter().enumerate() {
+            let dst = &mut tile[(p0 + k) * NR + lane..][..8];
+            // SAFETY:
+            // - `dst` holds 8 floats.
+            unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *row) };
+        }
+    }
+    for (lanes, sum) in lanes.iter_mut().zip(&sums) {
+        // SAFETY:
+        // - `lanes` holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *sum) };
+    }
+    for (l, lanes) in lanes.iter_mut().enumerate() {
+        for p in full..positions {
+            let v = derivative(activation, dy[l * positions + p], y[l * positions + p]);
+            tile[p * NR + lane + l] = v;
+            lanes[p % 8] += v;
+        }
+    }
+}
+
+/// Where the patch of each row `r0..r0 + bases.len()` starts in the staged images,
+/// walked without a division per row; asserts that every patch lies inside `staged_len`
+/// floats.
+fn fill_bases(g: &Geometry, r0: usize, bases: &mut [usize], staged_len: usize) {
+    let p = g.positions();
+    let (mut b, pos) = (r0 / p, r0 % p);
+    let (mut oy, mut ox) = (pos / g.ow, pos % g.ow);
+    let reach = g.col_offset(g.fan_in() - 1);
+    for base in bases {
+        *base = b * g.staged_len() + oy * g.sh * g.wp() + ox * g.sw;
+        assert!(
+            *base + reach < staged_len,
+            "a patch outside the staged images"
+        );
+        ox += 1;
+        if ox == g.ow {
+            ox = 0;
+            oy += 1;
+            if oy == g.oh {
+                oy = 0;
+                b += 1;
+            }
+        }
+    }
+}
+
+/// Adds `dW = g patches` to `grads` (the weight, `out x fan_in` row-major) for the
+/// `rows` rows of the staged images, summing in `dwt` (`[tile][fan_in][16]`, at least
+/// [`panels_len`] floats) first; on `pool` by blocks of patch columns.
+#[expect(clippy::too_many_arguments, reason = "the workspace's slices")]
+pub(super) fn weight_grad(
+    g: &Geometry,
+    isa: Isa,
+    pool: Option<&Pool>,
+    staged: &[f32],
+    gyp: &[f32],
+    rows: usize,
+    dwt: &mut [f32],
+    grads: &mut [f32],
+) {
+    let (fan_in, out) = (g.fan_in(), g.out);
+    if rows == 0 {
+        return;
+    }
+    let tiles = out.div_ceil(NR);
+    let dwt = &mut dwt[..tiles * fan_in * NR];
+    let gyp = &gyp[..tiles * rows * NR];
+    let column_tiles = fan_in.div_ceil(COLS);
+    let threads = pool.map_or(1, Pool::threads).min(column_tiles);
+    let per_task = column_tiles.div_ceil(threads);
+    let tasks = column_tiles.div_ceil(per_task);
+    let at = SharedMut(dwt.as_mut_ptr());
+    let task = |task: usize| {
+        let columns = task * per_task * COLS..((task + 1) * per_task * COLS).min(fan_in);
+        let mut bases = [0usize; KC];
+        for r0 in (0..rows).step_by(KC) {
+            let bases = &mut bases[..KC.min(rows - r0)];
+            fill_bases(g, r0, bases, staged.len());
+            for q in 0..tiles {
+                let n = columns.len() * NR;
+                let start = (q * fan_in + columns.start) * NR;
+                // SAFETY:
+                // - `dwt` is borrowed mutably for this whole call, which returns only
+                //   after every task has finished;
+                // - task `task` writes columns `columns` of each tile only: disjoint
+                //   between tasks, and `start + n <= tiles * fan_in * 16 == dwt.len()`.
+                let dwt = unsafe { std::slice::from_raw_parts_mut(at.at(start), n) };
+                let gy = &gyp[(q * rows + r0) * NR..][..bases.len() * NR];
+                weight_block(g, isa, staged, bases, gy, dwt, columns.clone(), r0 == 0);
+            }
+        }
+    };
+    match pool {
+        Some(pool) if tasks > 1 => pool.run(tasks, &task),
+        _ => (0..tasks).for_each(task),
+    }
+    for (o, row) in grads[..out * fan_in].chunks_exact_mut(fan_in).enumerate() {
+        let tile = &dwt[(o / NR) * fan_in * NR..][..fan_in * NR];
+        for (d, column) in row.iter_mut().zip(tile.chunks_exact(NR)) {
+            *d += column[o % NR];
+        }
+    }
+}
+
+/// One block of rows of the weight gradient for patch columns `columns`: `dwt` holds
+/// those columns of one tile (`columns.len() x 16`), overwritten if `first`, else added
+/// to; `gy` is the tile's output gradients of the rows whose patches start at `bases`.
+#[expect(clippy::too_many_arguments, reason = "one block's slices")]
+fn weight_block(
+    g: &Geometry,
+    isa: Isa,
+    staged: &[f32],
+    bases: &[usize],
+    gy: &[f32],
+    dwt: &mut [f32],
+    columns: Range<usize>,
+    first: bool,
+) {
+    assert!(gy.len() == bases.len() * NR && dwt.len() == columns.len() * NR);
+    for j0 in columns.clone().step_by(COLS) {
+        let n = COLS.min(columns.end - j0);
+        // Columns past the tile repeat its last one (computed, never stored).
+        let offsets: [usize; COLS] = std::array::from_fn(|i| g.col_offset(j0 + i.min(n - 1)));
+        let dst = &mut dwt[(j0 - columns.start) * NR..][..n * NR];
+        let mut acc = [[0.0f32; NR]; COLS];
+        if !first {
+            for (acc, src) in acc.iter_mut().zip(dst.chunks_exact(NR)) {
+                acc.copy_from_slice(src);
+            }
+        }
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 | Isa::Avx2 => {
+                // SAFETY:
+                // - `isa` was detected on this CPU, and both paths imply AVX2 and FMA
+                //   (`Isa::is_supported`);
+                // - every `bases[r] + offsets[i]` is inside `staged` (`fill_bases`
+                //   asserted `bases[r]` plus the patch's furthest offset is) and `gy`
+                //   holds 16 floats per base (asserted).
+                unsafe { weight_avx2(staged, bases, &offsets, gy, &mut acc) }
+            }
+            _ => weight_portable(staged, bases, &offsets, gy, &mut acc),
+        }
+        for (src, dst) in acc.iter().zip(dst.chunks_exact_mut(NR)) {
+            dst.copy_from_slice(src);
+        }
+    }
+}
+
+/// [`weight_avx2`] in plain Rust.
+fn weight_portable(
+    staged: &[f32],
+    bases: &[usize],
+    offsets: &[usize; COLS],
+    gy: &[f32],
+    acc: &mut [[f32; NR]; COLS],
+) {
+    for (&base, gy) in bases.iter().zip(gy.chunks_exact(NR)) {
+        for (acc, &offset) in acc.iter_mut().zip(offsets) {
+            let x = staged[base + offset];
+            for (a, &g) in acc.iter_mut().zip(gy) {
+                *a += x * g;
+            }
+        }
+    }
+}
+
+/// The weight-gradient tile: `acc[i][l] += sum_r staged[bases[r] + offsets[i]] *
+/// gy[r * 16 + l]`, rows in order, one FMA chain per element.
+///
+/// # Safety
+/// AVX2 and FMA; `gy` holds `16 * bases.len()` floats and every `bases[r] + offsets[i]`
+/// is inside `staged`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weight_avx2(
+    staged: &[f32],
+    bases: &[usize],
+    offsets: &[usize; COLS],
+    gy: &[f32],
+    acc: &mut [[f32; NR]; COLS],
+) {
+    let mut a = [[_mm256_setzero_ps(); 2]; COLS];
+    for (a, acc) in a.iter_mut().zip(acc.iter()) {
+        // SAFETY:
+        // - each row of `acc` holds 16 floats.
+        unsafe {
+            a[0] = _mm256_loadu_ps(acc.as_ptr());
+            a[1] = _mm256_loadu_ps(acc.as_ptr().add(8));
+        }
+    }
+    let s = staged.as_ptr();
+    let columns: [*const f32; COLS] = std::array::from_fn(|i| s.wrapping_add(offsets[i]));
+    let mut gp = gy.as_ptr();
+    for &base in bases {
+        // SAFETY:
+        // - this row's 16 gradients are inside `gy`, and each column's patch float
+        //   inside `staged`, by the contract.
+        unsafe {
+            let g0 = _mm256_loadu_ps(gp);
+            let g1 = _mm256_loadu_ps(gp.add(8));
+            for (a, column) in a.iter_mut().zip(&columns) {
+                let x = _mm256_broadcast_ss(&*column.add(base));
+                a[0] = _mm256_fmadd_ps(x, g0, a[0]);
+                a[1] = _mm256_fmadd_ps(x, g1, a[1]);
+            }
+            gp = gp.add(NR);
+        }
+    }
+    for (dst, a) in acc.iter_mut().zip(&a) {
+        // SAFETY:
+        // - each row of `acc` holds 16 floats.
+        unsafe {
+            _mm256_storeu_ps(dst.as_mut_ptr(), a[0]);
+            _mm256_storeu_ps(dst.as_mut_ptr().add(8), a[1]);
+        }
+    }
+}
+
+/// Writes the input gradients `dx` (NCHW) of the batch whose output gradients `gyp`
+/// holds (`rows` rows), from the weight (`out x fan_in` row-major, packed into `panels`
+/// as `[column tile][out][16]`), divided by 255 if `div255`; on `pool` by groups of
+/// [`IMAGES`] images. A padded layer builds each group in `scratch` (at least
+/// [`scratch_len`] floats) and copies it out; an unpadded one builds it in `dx`.
+#[expect(clippy::too_many_arguments, reason = "the workspace's slices")]
+pub(super) fn input_grad(
+    g: &Geometry,
+    isa: Isa,
+    pool: Option<&Pool>,
+    (gyp, rows): (&[f32], usize),
+    weight: &[f32],
+    panels: &mut [f32],
+    scratch: &mut [f32],
+    dx: &mut [f32],
+    div255: bool,
+) {
+    let (fan_in, out) = (g.fan_in(), g.out);
+    let input_len = g.cin * g.h * g.w;
+    let batch = dx.len() / input_len;
+    assert!(batch * input_len == dx.len() && rows == batch * g.positions());
+    if batch == 0 {
+        return;
+    }
+    let gyp = &gyp[..out.div_ceil(NR) * rows * NR];
+    let column_tiles = fan_in.div_ceil(NR);
+    let panels = &mut panels[..column_tiles * out * NR];
+    for (t, panel) in panels.chunks_exact_mut(out * NR).enumerate() {
+        for (o, row) in panel.chunks_exact_mut(NR).enumerate() {
+            for (l, v) in row.iter_mut().enumerate() {
+                let j = t * NR + l;
+                *v = if j < fan_in {
+                    weight[o * fan_in + j]
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+    let panels = &*panels;
+    let padded = g.ph > 0 || g.pw > 0;
+    let slot = IMAGES.min(batch) * g.staged_len();
+    let groups = batch.div_ceil(IMAGES);
+    let mut threads = pool.map_or(1, Pool::threads).min(groups);
+    if padded {
+        threads = threads.min(scratch.len() / slot.max(1));
+        assert!(threads >= 1, "no scratch for a padded input gradient");
+    }
+    let per_task = groups.div_ceil(threads.max(1));
+    let tasks = groups.div_ceil(per_task.max(1));
+    let (dx_at, scratch_at) = (SharedMut(dx.as_mut_ptr()), SharedMut(scratch.as_mut_ptr()));
+    let task = |task: usize| {
+        let images = task * per_task * IMAGES..((task + 1) * per_task * IMAGES).min(batch);
+        // SAFETY:
+        // - `dx` and `scratch` are borrowed mutably for this whole call, which returns
+        //   only after every task has finished;
+        // - task `task` touches the input gradients of its images and scratch slot
+        //   `task` only: disjoint between tasks, inside the slices (`images.end <=
+        //   batch`; `tasks * slot <= scratch.len()` when padded).
+        let (dx, scratch) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(
+                    dx_at.at(images.start * input_len),
+                    images.len() * input_len,
+                ),
+                if padded {
+                    std::slice::from_raw_parts_mut(scratch_at.at(task * slot), slot)
+                } else {
+                    &mut []
+                },
+            )
+        };
+        for (k, dx) in dx.chunks_mut(IMAGES * input_len).enumerate() {
+            let b0 = images.start + k * IMAGES;
+            let n = dx.len() / input_len;
+            if padded {
+                let target = &mut scratch[..n * g.staged_len()];
+                group_grad(g, isa, (gyp, rows), (b0, n), panels, target);
+                unstage(g, target, dx, div255);
+            } else {
+                group_grad(g, isa, (gyp, rows), (b0, n), panels, dx);
+                if div255 {
+                    dx.iter_mut().for_each(|v| *v /= 255.0);
+                }
+            }
+        }
+    };
+    match pool {
+        Some(pool) if tasks > 1 => pool.run(tasks, &task),
+        _ => (0..tasks).for_each(task),
+    }
+}
+
+/// Copies the inside of the padded images `padded` into `dx` (NCHW), divided by 255 if
+/// `div255`.
+fn unstage(g: &Geometry, padded: &[f32], dx: &mut [f32], div255: bool) {
+    let (h, w, wp) = (g.h, g.w, g.wp());
+    for (src, dst) in padded
+        .chunks_exact(g.plane())
+        .zip(dx.chunks_exact_mut(h * w))
+    {
+        for (row, out) in src[g.ph * wp..].chunks(wp).zip(dst.chunks_exact_mut(w)) {
+            let row = &row[g.pw..g.pw + w];
+            if div255 {
+                for (d, &s) in out.iter_mut().zip(row) {
+                    *d = s / 255.0;
+                }
+            } else {
+                out.copy_from_slice(row);
+            }
+        }
+    }
+}
+
+/// Writes the input gradients of images `b0..b0 + n` (`n <= 6`) into `target`, their
+/// padded layout (the staged images' layout). Rows of `target` are zeroed just before
+/// the first output row that reaches them, so that they are still in cache when the
+/// tiles add onto them.
+fn group_grad(
+    g: &Geometry,
+    isa: Isa,
+    (gyp, rows): (&[f32], usize),
+    (b0, n): (usize, usize),
+    panels: &[f32],
+    target: &mut [f32],
+) {
+    let (positions, fan_in, out) = (g.positions(), g.fan_in(), g.out);
+    let (slot, wp) = (g.staged_len(), g.wp());
+    assert!(
+        (1..=IMAGES).contains(&n)
+            && target.len() == n * slot
+            && (b0 + n) * positions <= rows
+            && gyp.len() == out.div_ceil(NR) * rows * NR
+            && panels.len() == fan_in.div_ceil(NR) * out * NR
+    );
+    let zero = |target: &mut [f32], from: usize, to: usize| {
+        for plane in target.chunks_exact_mut(g.plane()) {
+            plane[from * wp..to * wp].fill(0.0);
+        }
+    };
+    let mut zeroed = 0;
+    // Rows past the group repeat its last image (computed, never added).
+    let firsts: [usize; IMAGES] = std::array::from_fn(|i| (b0 + i.min(n - 1)) * positions);
+    // Eight floats past the tile: 8-lane reads of a run near its end.
+    let mut acc = [0.0f32; IMAGES * NR + 8];
+    for oy in 0..g.oh {
+        let reach = oy * g.sh + g.kh;
+        if zeroed < reach {
+            zero(target, zeroed, reach);
+            zeroed = reach;
+        }
+        for ox0 in (0..g.ow).step_by(PB) {
+            for (t, panel) in panels.chunks_exact(out * NR).enumerate() {
+                let j0 = t * NR;
+                // Runs of the tile's columns contiguous in a patch, at most 8 long:
+                // (offset in the patch, first column in the tile, length).
+                let mut runs = [(0usize, 0usize, 0usize); NR];
+                let mut count = 0;
+                let width = NR.min(fan_in - j0);
+                let mut j = 0;
+                while j < width {
+                    let len = (g.kw - (j0 + j) % g.kw).min(width - j).min(8);
+                    runs[count] = (g.col_offset(j0 + j), j, len);
+                    count += 1;
+                    j += len;
+                }
+                let runs = &runs[..count];
+                for ox in ox0..(ox0 + PB).min(g.ow) {
+                    let p = oy * g.ow + ox;
+                    let base = oy * g.sh * wp + ox * g.sw;
+                    let at: [usize; IMAGES] = std::array::from_fn(|i| firsts[i] + p);
+                    match isa {
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx512 | Isa::Avx2 => {
+                            // SAFETY:
+                            // - AVX2 and FMA as `Isa::is_supported` guarantees for both
+                            //   paths;
+                            // - each row `at[i] < rows` (asserted: `(b0 + n) * positions
+                            //   <= rows`), `gyp` holds `tiles * rows * 16` floats and
+                            //   `panel` `out * 16` (asserted).
+                            unsafe { input_avx2((gyp, rows), &at, (panel, out), &mut acc) };
+                            // SAFETY:
+                            // - AVX2 as above; `runs` go up in offset (`col_offset`
+                            //   grows with the column), at most 8 long, inside the tile.
+                            unsafe { add_tile_avx2(&acc, n, base, runs, target, slot) };
+                        }
+                        _ => {
+                            input_portable((gyp, rows), &at, (panel, out), &mut acc);
+                            add_tile_portable(&acc, n, base, runs, target, slot);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    zero(target, zeroed.min(g.hp()), g.hp());
+}
+
+/// [`input_avx2`] in plain Rust.
+fn input_portable(
+    (gyp, rows): (&[f32], usize),
+    at: &[usize; IMAGES],
+    (panel, out): (&[f32], usize),
+    acc: &mut [f32; IMAGES * NR + 8],
+) {
+    acc.fill(0.0);
+    for (o, w) in panel.chunks_exact(NR).take(out).enumerate() {
+        let tile = (o / NR) * rows;
+        for (i, &r) in at.iter().enumerate() {
+            let x = gyp[(tile + r) * NR + o % NR];
+            for (a, &w) in acc[i * NR..(i + 1) * NR].iter_mut().zip(w) {
+                *a += x * w;
+            }
+        }
+    }
+}
+
+/// The input-gradient tile: `acc[i * 16 + l] = sum_o gy(row at[i], o) * panel[o * 16 +
+/// l]`, channels in order, one FMA chain per element.
+///
+/// # Safety
+/// AVX2 and FMA; `gyp` holds `out.div_ceil(16) * rows * 16` floats, every `at[i] <
+/// rows`, and `panel` holds `out * 16` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn input_avx2(
+    (gyp, rows): (&[f32], usize),
+    at: &[usize; IMAGES],
+    (panel, out): (&[f32], usize),
+    acc: &mut [f32; IMAGES * NR + 8],
+) {
+    let mut a = [[_mm256_setzero_ps(); 2]; IMAGES];
+    let mut w = panel.as_ptr();
+    for q in 0..out.div_ceil(NR) {
+        let g: [*const f32; IMAGES] =
+            std::array::from_fn(|i| gyp.as_ptr().wrapping_add((q * rows + at[i]) * NR));
+        for l in 0..NR.min(out - q * NR) {
+            // SAFETY:
+            // - channel `q * 16 + l < out`: its 16 panel floats and each row's gradient
+            //   are inside `panel` and `gyp` by the contract.
+            unsafe {
+                let b0 = _mm256_loadu_ps(w);
+                let b1 = _mm256_loadu_ps(w.add(8));
+                for (a, g) in a.iter_mut().zip(&g) {
+                    let x = _mm256_broadcast_ss(&*g.add(l));
+                    a[0] = _mm256_fmadd_ps(x, b0, a[0]);
+                    a[1] = _mm256_fmadd_ps(x, b1, a[1]);
+                }
+                w = w.add(NR);
+            }
+        }
+    }
+    for (dst, a) in acc.chunks_exact_mut(NR).zip(&a) {
+        // SAFETY:
+        // - each chunk holds 16 floats.
+        unsafe {
+            _mm256_storeu_ps(dst.as_mut_ptr(), a[0]);
+            _mm256_storeu_ps(dst.as_mut_ptr().add(8), a[1]);
+        }
+    }
+}
+
+/// Adds rows `0..n` of the tile `acc` into their images' slots of `target` (`slot`
+/// floats each), at the patch starting at `base`: run `(offset, column, len)` of row `i`
+/// onto `target[i * slot + base + offset..][..len]`.
+fn add_tile_portable(
+    acc: &[f32; IMAGES * NR + 8],
+    n: usize,
+    base: usize,
+    runs: &[(usize, usize, usize)],
+    target: &mut [f32],
+    slot: usize,
+) {
+    for (i, image) in target.chunks_exact_mut(slot).take(n).enumerate() {
+        for &(offset, column, len) in runs {
+            let src = &acc[i * NR + column..][..len];
+            for (d, &s) in image[base + offset..][..len].iter_mut().zip(src) {
+                *d += s;
+            }
+        }
+    }
+}
+
+/// [`add_tile_portable`] with 8-lane vectors: each run is the tile's 8 floats from its
+/// column with the lanes past `len` zeroed, added onto 8 floats of the slot. The other
+/// lanes get `+0.0`: a sum from `+0.0` stays as it is (`x + 0.0 == x` for every `x` one
+/// can reach), and a row not reached yet is zeroed before any tile adds to it. A tile
+/// whose last run's 8 lanes would leave the slot goes through the checked, masked path.
+///
+/// # Safety
+/// AVX2; `runs` are in increasing order of offset, each at most 8 long and inside the
+/// tile's 16 columns.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn add_tile_avx2(
+    acc: &[f32; IMAGES * NR + 8],
+    n: usize,
+    base: usize,
+    runs: &[(usize, usize, usize)],
+    target: &mut [f32],
+    slot: usize,
+) {
+    let Some(&(furthest, _, _)) = runs.last() else {
+        return;
+    };
+    assert!(n <= IMAGES && n * slot <= target.len());
+    if base + furthest + 8 > slot {
+        // SAFETY:
+        // - AVX2 as the caller guarantees.
+        unsafe { add_tile_masked(acc, n, base, runs, target, slot) };
+        return;
+    }
+    let mut masks = [_mm256_setzero_ps(); NR];
+    for (mask, &(_, column, len)) in masks.iter_mut().zip(runs) {
+        assert!(len <= 8 && column + len <= NR);
+        *mask = _mm256_castsi256_ps(crate::linalg::mask8(len));
+    }
+    let t = target.as_mut_ptr();
+    for i in 0..n {
+        let src = acc[i * NR..].as_ptr();
+        for (mask, &(offset, column, _)) in masks.iter().zip(runs) {
+            // SAFETY:
+            // - `acc` holds 8 floats past its last row, so 8 floats from column
+            //   `column < 16` of row `i < 6` are inside it;
+            // - `i * slot + base + offset + 8 <= i * slot + slot <= target.len()`: the
+            //   last run is the furthest (increasing offsets) and fits (checked above).
+            unsafe {
+                let v = _mm256_and_ps(_mm256_loadu_ps(src.add(column)), *mask);
+                let d = t.add(i * slot + base + offset);
+                _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), v));
+            }
+        }
+    }
+}
+
+/// [`add_tile_avx2`] with every access checked: 8 lanes where they fit in the slot,
+/// else masked.
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn add_tile_masked(
+    acc: &[f32; IMAGES * NR + 8],
+    n: usize,
+    base: usize,
+    runs: &[(usize, usize, usize)],
+    target: &mut [f32],
+    slot: usize,
+) {
+    for (i, image) in target.chunks_exact_mut(slot).take(n).enumerate() {
+        for &(offset, column, len) in runs {
+            assert!(len <= 8 && column + len <= NR);
+            let mask = crate::linalg::mask8(len);
+            let src = &acc[i * NR + column..][..8];
+            let start = base + offset;
+            // SAFETY:
+            // - `src` holds 8 floats;
+            // - wide: `image[start..start + 8]` is inside the slot; else the mask enables
+            //   exactly `len` lanes, inside it (`assert` via the slice), and `vmaskmovps`
+            //   does not access the others.
+            unsafe {
+                let v = _mm256_and_ps(_mm256_loadu_ps(src.as_ptr()), _mm256_castsi256_ps(mask));
+                if start + 8 <= image.len() {
+                    let d = image[start..start + 8].as_mut_ptr();
+                    _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), v));
+                } else {
+                    let d = image[start..start + len].as_mut_ptr();
+                    let sum = _mm256_add_ps(_mm256_maskload_ps(d, mask), v);
+                    _mm256_maskstore_ps(d, mask, sum);
+                }
+            }
+        }
+    }
+}
+
+/// A buffer's pointer, shared with the pool's tasks (each writes its own part).
+#[derive(Clone, Copy)]
+struct SharedMut(*mut f32);
+
+impl SharedMut {
+    /// The pointer `offset` floats in (a method, so closures capture the whole wrapper).
+    fn at(self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+// SAFETY:
+// - `weight_grad` and `input_grad` give each task disjoint parts behind the pointer and
+//   wait for all of them before the borrow it came from ends.
+unsafe impl Sync for SharedMut {}
+
+#[cfg(test)]
+mod tests;
