@@ -5,7 +5,7 @@ use rl_core::{Element, Field, Flag, Location, MemoryPlan, Schema};
 use crate::column::{column_index, typed};
 use crate::copy;
 use crate::error::{Error, Result};
-use crate::storage::HostStorage;
+use crate::storage::{HostStorage, READ_MIN_ROW_BYTES};
 
 /// Rows gathered from a buffer: one contiguous block per column, each starting on a
 /// cache line (64 bytes), plus the positions the rows came from and their importance
@@ -253,9 +253,36 @@ impl Batch {
     /// Gathers the rows whose positions a sampler just drew into `draw_space`.
     pub(crate) fn gather_drawn<S: HostStorage + ?Sized>(&mut self, storage: &S, rows: usize) {
         for index in 0..self.columns.len() {
-            self.gather_column(index, storage.column(index), 0, storage.capacity(), rows);
+            self.gather_from(storage, (index, index), 0, rows);
         }
         self.len = rows;
+    }
+
+    /// Gathers batch column `into` from storage column `from` as
+    /// [`Batch::gather_column`] does; rows of at least [`READ_MIN_ROW_BYTES`] of a storage
+    /// that [reads by copy](HostStorage::reads_by_copy) (a file) are read one by one with
+    /// [`HostStorage::read_column`], so sampling maps none of the file's pages.
+    pub(crate) fn gather_from<S: HostStorage + ?Sized>(
+        &mut self,
+        storage: &S,
+        (into, from): (usize, usize),
+        shift: usize,
+        rows: usize,
+    ) {
+        let row_bytes = self.schema.columns()[into].row_bytes();
+        if !(storage.reads_by_copy() && row_bytes >= READ_MIN_ROW_BYTES) {
+            self.gather_column(into, storage.column(from), shift, storage.capacity(), rows);
+            return;
+        }
+        let capacity = storage.capacity();
+        let target =
+            &mut bytemuck::cast_slice_mut::<Line, u8>(&mut self.columns[into])[..rows * row_bytes];
+        for (row, &position) in target
+            .chunks_exact_mut(row_bytes)
+            .zip(&self.positions[..rows])
+        {
+            storage.read_column(from, (position + shift) % capacity * row_bytes, row);
+        }
     }
 
     /// All the bytes of column `index`: room for [`Batch::room`] rows (rounded up to 64

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::ram::RamStorage;
 use crate::replay::ReplayBuffer;
 use crate::sampler::{Sampler, Uniform};
-use crate::storage::HostStorage;
+use crate::storage::{HostStorage, READ_MIN_ROW_BYTES};
 use rl_core::NonFinite;
 
 pub use crate::any_replay::AnyDedup;
@@ -412,19 +412,12 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
             }
         }
         let storage = self.inner.storage();
-        let capacity = storage.capacity();
         for index in (0..self.final_flag).filter(|&i| self.stack == 1 || i != self.obs) {
-            batch.gather_column(index, storage.column(index), 0, capacity, drawn);
+            batch.gather_from(storage, (index, index), 0, drawn);
         }
         batch.set_len(drawn);
         if self.stack == 1 {
-            batch.gather_column(
-                self.final_flag,
-                storage.column(self.obs),
-                1,
-                capacity,
-                drawn,
-            );
+            batch.gather_from(storage, (self.final_flag, self.obs), 1, drawn);
         } else {
             self.gather_stacks(batch, drawn);
         }
@@ -443,8 +436,10 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
     fn gather_stacks(&self, batch: &mut Batch, rows: usize) {
         let storage = self.inner.storage();
         let capacity = storage.capacity();
-        let frames = storage.column(self.obs);
         let frame_bytes = storage.schema().columns()[self.obs].row_bytes();
+        // A file's frames are read (`pread`), never mapped ([`HostStorage::reads_by_copy`]).
+        let by_copy = storage.reads_by_copy() && frame_bytes >= READ_MIN_ROW_BYTES;
+        let frames = storage.column(self.obs);
         let finals = bytemuck::cast_slice::<u8, Flag>(storage.column(self.final_flag));
         let stack_bytes = frame_bytes * self.stack;
         for j in 0..rows {
@@ -458,8 +453,14 @@ impl<S: HostStorage, P: Sampler> DedupReplay<S, P> {
                     &mut batch.column_bytes_mut(column)[j * stack_bytes..(j + 1) * stack_bytes];
                 let mut source = newest;
                 for slot in (0..self.stack).rev() {
-                    target[slot * frame_bytes..(slot + 1) * frame_bytes]
-                        .copy_from_slice(&frames[source * frame_bytes..(source + 1) * frame_bytes]);
+                    let into = &mut target[slot * frame_bytes..(slot + 1) * frame_bytes];
+                    if by_copy {
+                        storage.read_column(self.obs, source * frame_bytes, into);
+                    } else {
+                        into.copy_from_slice(
+                            &frames[source * frame_bytes..(source + 1) * frame_bytes],
+                        );
+                    }
                     if !self.starts_episode(source, finals) {
                         source = (source + capacity - 1) % capacity;
                     }

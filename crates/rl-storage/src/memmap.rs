@@ -214,8 +214,9 @@ pub struct MemmapStorage {
     /// when writing, private copy-on-write pages when read-only.
     map: MmapMut,
     access: Access,
-    /// Never read: kept open because it holds the lock (released on close).
-    _file: File,
+    /// Holds the lock (released on close); sampled rows are read from it
+    /// ([`HostStorage::read_column`]).
+    file: File,
     /// What opening (or creating) the file found (boxed: read rarely, and it would make
     /// the storage, which buffers hold by value, a third larger).
     recovery: Box<Recovery>,
@@ -365,7 +366,7 @@ impl MemmapStorage {
             header_bytes,
             map,
             access: Access::Write,
-            _file: file,
+            file,
             recovery: Box::new(Recovery::fresh()),
             newest: FRESH_SLOTS[FRESH_NEWEST],
             newest_index: FRESH_NEWEST,
@@ -522,7 +523,7 @@ impl MemmapStorage {
             header_bytes: header.header_bytes,
             map,
             access,
-            _file: file,
+            file,
             recovery: Box::new(header.recovery),
             newest: header.newest,
             newest_index: header.newest_index,
@@ -886,6 +887,32 @@ impl HostStorage for MemmapStorage {
     fn column_mut(&mut self, index: usize) -> &mut [u8] {
         let range = self.layout.range(index);
         &mut self.map[self.header_bytes + range.start..self.header_bytes + range.end]
+    }
+
+    /// Reads the file (`pread`): the page cache holds what the mapping wrote, and nothing
+    /// is mapped into the process. Falls back to the mapping if the read fails (where
+    /// the mapping would meet the same I/O error as `SIGBUS`).
+    fn read_column(&self, index: usize, offset: usize, out: &mut [u8]) {
+        let range = self.layout.range(index);
+        assert!(
+            offset + out.len() <= range.len(),
+            "read of {} bytes at {offset} leaves column {index} ({} bytes)",
+            out.len(),
+            range.len()
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            let at = (self.header_bytes + range.start + offset) as u64;
+            if self.file.read_exact_at(out, at).is_ok() {
+                return;
+            }
+        }
+        out.copy_from_slice(&self.column(index)[offset..offset + out.len()]);
+    }
+
+    fn reads_by_copy(&self) -> bool {
+        true
     }
 }
 

@@ -240,3 +240,77 @@ proptest! {
         }
     }
 }
+
+/// On a file, frames of a page or more are read by copy (`pread`) instead of through the
+/// mapping: the stacks and next observations sampled are still the ones the episodes
+/// showed, with the ring wrapped, for stacks of 1 (a shifted gather) and 4.
+#[test]
+fn frames_read_from_a_file_are_the_frames_written() {
+    use crate::memmap::{MemmapOptions, MemmapStorage};
+    const WIDTH: usize = 1024; // 4 KiB frames: read by copy
+    let frame = |e: u32, t: u32| [(e * 1000 + t) as f32; WIDTH];
+    for stack in [1usize, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = DedupReplay::<MemmapStorage>::schema(columns(WIDTH)).unwrap();
+        let storage = MemmapStorage::create(
+            dir.path().join("frames.rlmm"),
+            schema,
+            40,
+            MemmapOptions::default(),
+        )
+        .unwrap();
+        assert!(storage.reads_by_copy());
+        let mut buffer = DedupReplay::new(storage, Uniform::new(3))
+            .unwrap()
+            .with_frame_stack(stack)
+            .unwrap();
+        for (e, length) in [7u32, 12, 3, 9, 15, 6].into_iter().enumerate() {
+            let e = e as u32;
+            for t in 0..length {
+                let last = t + 1 == length;
+                let (terminated, no) = ([Flag::new(last)], [Flag::new(false)]);
+                let (o, final_obs, action) = (frame(e, t), frame(e, t + 1), [t]);
+                let row = [
+                    (&o).into(),
+                    (&action).into(),
+                    (&terminated).into(),
+                    (&no).into(),
+                ];
+                buffer
+                    .push_step(&row, last.then(|| (&final_obs).into()))
+                    .unwrap();
+            }
+        }
+        let mut batch = Batch::new(buffer.batch_schema(), 64).unwrap();
+        buffer.sample(&mut batch).unwrap();
+        let (o, next) = (
+            batch.column::<f32>("obs").unwrap(),
+            batch.column::<f32>(NEXT_OBS).unwrap(),
+        );
+        let action = batch.column::<u32>("action").unwrap();
+        let row_len = WIDTH * stack;
+        for j in 0..batch.len() {
+            let (row, next_row) = (
+                &o[j * row_len..(j + 1) * row_len],
+                &next[j * row_len..(j + 1) * row_len],
+            );
+            let newest = row[row_len - 1] as u32;
+            let (e, t) = (newest / 1000, newest % 1000);
+            assert_eq!(action[j], t, "row {j}: the action of the frame's step");
+            for s in 0..stack {
+                let back = (stack - 1 - s) as u32;
+                let slot = &row[s * WIDTH..(s + 1) * WIDTH];
+                let next_slot = &next_row[s * WIDTH..(s + 1) * WIDTH];
+                assert!(
+                    slot.iter()
+                        .all(|&v| v == frame(e, t.saturating_sub(back))[0])
+                );
+                assert!(
+                    next_slot
+                        .iter()
+                        .all(|&v| v == frame(e, (t + 1).saturating_sub(back))[0])
+                );
+            }
+        }
+    }
+}

@@ -1276,12 +1276,19 @@ proptest! {
     }
 }
 
+/// Held by the tests that measure the process's resident file pages, which another of
+/// them mapping 128 MiB at the same time would change.
+static RESIDENT_FILE_PAGES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `release_pages` takes the file's pages out of the process's resident set and loses
 /// nothing: rows written before it read back the same, before and after a commit and a
 /// reopen.
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 #[test]
 fn released_pages_leave_the_resident_set_and_keep_their_bytes() {
+    let _alone = RESIDENT_FILE_PAGES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("released.rlmm");
     let schema = Schema::new([Column::new("obs", DType::F32, &[1024])]).unwrap();
@@ -1325,5 +1332,56 @@ fn released_pages_leave_the_resident_set_and_keep_their_bytes() {
     assert!(
         intact(&storage),
         "the rows survive a release, a commit and a reopen"
+    );
+}
+
+/// `read_column` reads the file: rows read at random leave nothing mapped in the
+/// process (read through the mapping, every row would map at least its page, and on
+/// Linux with large page-cache folios about 1 MiB around it), and they hold what the
+/// mapping wrote.
+#[test]
+fn rows_read_by_copy_are_not_mapped() {
+    let _alone = RESIDENT_FILE_PAGES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("read.rlmm");
+    let schema = Schema::new([Column::new("obs", DType::F32, &[1024])]).unwrap();
+    let capacity = 32 << 10; // 32 Ki rows of 4 KiB: 128 MiB
+    let mut storage =
+        MemmapStorage::create(&path, schema, capacity, MemmapOptions::default()).unwrap();
+    storage
+        .prepare_write(&RingState::default(), capacity)
+        .unwrap();
+    for (i, value) in bytemuck::cast_slice_mut::<u8, f32>(storage.column_mut(0))
+        .iter_mut()
+        .enumerate()
+    {
+        *value = i as f32;
+    }
+    assert!(storage.reads_by_copy());
+    storage.release_pages().unwrap();
+    let before = rl_core::ProcessMemory::read().unwrap().rss_file_bytes;
+    let mut row = vec![0u8; 4096];
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    for _ in 0..4096 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let position = (state % capacity as u64) as usize;
+        storage.read_column(0, position * 4096, &mut row);
+        let values = bytemuck::cast_slice::<u8, f32>(&row);
+        assert!(
+            values
+                .iter()
+                .enumerate()
+                .all(|(j, &v)| v == (position * 1024 + j) as f32),
+            "row {position}"
+        );
+    }
+    let after = rl_core::ProcessMemory::read().unwrap().rss_file_bytes;
+    assert!(
+        after.saturating_sub(before) < 8 << 20,
+        "4096 rows read by copy grew the resident file pages {before} -> {after}"
     );
 }

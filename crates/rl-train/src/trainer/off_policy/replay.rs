@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use rl_core::{
     Column, DType, Element, Field, Location, MemoryBudget, MemoryPlan, ProcessMemory, Schema,
 };
-use rl_storage::storage::HostStorage;
+use rl_storage::storage::{HostStorage, READ_MIN_ROW_BYTES};
 use rl_storage::{
     Batch, ColumnSlice,
     dedup::{AnyDedup, DedupReplay},
@@ -37,10 +37,10 @@ const NEXT_FRAME: &str = "next_frame.bin";
 /// File pages a memmap buffer may keep mapped (resident) before the trainer releases
 /// them ([`MemmapStorage::release_pages`]).
 const MAPPED_LIMIT: u64 = 32 << 20;
-/// The kernel maps the aligned window of this many bytes around a faulting page of a
-/// file (`fault_around_bytes`, 64 KiB by default): the plan counts every access as the
-/// windows it reaches.
-const FAULT_AROUND: u64 = 64 << 10;
+/// The most the kernel maps around one byte a file mapping touches: a whole page-cache
+/// folio, at most a PMD (2 MiB on x86-64 with 4 KiB pages; about 1 MiB per random read
+/// was measured on Linux 6.18 with ext4, far more than the 64 KiB `fault_around_bytes`).
+const FOLIO_MAX: u64 = 2 << 20;
 
 /// Where the off-policy trainer's replay rows live.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -290,8 +290,13 @@ impl OffPolicyReplay {
     /// The resident file pages a memmap buffer for `schema` under `config` keeps at
     /// most, for a learner sampling `batch_size` rows (nothing for RAM): the limit past
     /// which they are released, plus what one collection or one gradient step maps
-    /// before the next check, every access counted as the fault-around windows it
-    /// reaches.
+    /// before the next check. The kernel maps whole page-cache folios, up to
+    /// [`FOLIO_MAX`], around each byte a mapping touches, so: writes at the ring's head
+    /// map the rows written and at most a folio ahead in each column; sampled rows of
+    /// [`READ_MIN_ROW_BYTES`] or more are read by copy and map nothing
+    /// ([`HostStorage::reads_by_copy`](rl_storage::storage::HostStorage::reads_by_copy));
+    /// a smaller column read at random maps a folio per sampled row, never more than the
+    /// whole column.
     ///
     /// # Errors
     /// As [`OffPolicyReplay::plan`].
@@ -305,33 +310,32 @@ impl OffPolicyReplay {
             return Ok(MemoryPlan::new());
         }
         let stored = storage_schema(schema, config)?;
-        let windows = |bytes: u64| (bytes.div_ceil(FAULT_AROUND) + 1) * FAULT_AROUND;
-        // Writing a row (and, frame-stacked, a final row) touches every column once.
-        let write: u64 = stored
-            .columns()
-            .iter()
-            .map(|c| windows(c.row_bytes() as u64))
-            .sum();
-        // A sampled row reads its own row of every column, and frame-stacked the
-        // `stack + 1` rows of its two stacks in `obs` and `final_obs`, one after another.
-        let stack = config.frame_stack.map_or(0, |k| k as u64);
-        let read: u64 = stored
-            .columns()
-            .iter()
-            .map(|c| {
-                let stacked = matches!(c.name(), n if n == Field::Obs.name() || n == rl_storage::dedup::FINAL_OBS);
-                let rows = if stacked { stack + 1 } else { 1 };
-                windows(rows * c.row_bytes() as u64)
-            })
-            .sum();
         let chunk = match config.collector {
             super::CollectorChoice::Sync => config.phase_steps(run),
             super::CollectorChoice::Async {
                 steps_per_chunk, ..
             } => steps_per_chunk as u64 * run.n_envs as u64,
         };
-        let collection = 2 * chunk * write;
-        let update = batch_size as u64 * read;
+        // A step writes a row (and, frame-stacked, a final row) in every column.
+        let collection: u64 = stored
+            .columns()
+            .iter()
+            .map(|c| 2 * chunk * c.row_bytes() as u64 + FOLIO_MAX)
+            .sum();
+        // A sampled row reads its own row of every column, and frame-stacked its two
+        // stacks in `obs`, a run of `stack + 1` rows, one or two folios.
+        let stack = config.frame_stack.map_or(0, |k| k as u64);
+        let update: u64 = stored
+            .columns()
+            .iter()
+            .filter(|c| c.row_bytes() < READ_MIN_ROW_BYTES)
+            .map(|c| {
+                let stacked = c.name() == Field::Obs.name() && stack > 1;
+                let folios = if stacked { 2 } else { 1 };
+                let whole = config.buffer_capacity as u64 * c.row_bytes() as u64;
+                whole.min(batch_size as u64 * folios * FOLIO_MAX)
+            })
+            .sum();
         Ok(MemoryPlan::new().with(
             "file pages mapped (released past 32 MiB)",
             Location::Ram,
