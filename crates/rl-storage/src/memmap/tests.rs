@@ -1278,7 +1278,28 @@ proptest! {
 
 /// Held by the tests that measure the process's resident file pages, which another of
 /// them mapping 128 MiB at the same time would change.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 static RESIDENT_FILE_PAGES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A new storage at `path` of 32 Ki rows of 1,024 floats (128 MiB), every float its
+/// index in the column, written through the mapping and not committed.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn counted_rows(path: &Path) -> (MemmapStorage, usize) {
+    let schema = Schema::new([Column::new("obs", DType::F32, &[1024])]).unwrap();
+    let capacity = 32 << 10;
+    let mut storage =
+        MemmapStorage::create(path, schema, capacity, MemmapOptions::default()).unwrap();
+    storage
+        .prepare_write(&RingState::default(), capacity)
+        .unwrap();
+    for (i, value) in bytemuck::cast_slice_mut::<u8, f32>(storage.column_mut(0))
+        .iter_mut()
+        .enumerate()
+    {
+        *value = i as f32;
+    }
+    (storage, capacity)
+}
 
 /// `release_pages` takes the file's pages out of the process's resident set and loses
 /// nothing: rows written before it read back the same, before and after a commit and a
@@ -1291,25 +1312,13 @@ fn released_pages_leave_the_resident_set_and_keep_their_bytes() {
         .unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("released.rlmm");
-    let schema = Schema::new([Column::new("obs", DType::F32, &[1024])]).unwrap();
-    let capacity = 32 << 10; // 32 Ki rows of 4 KiB: 128 MiB
-    let mut storage =
-        MemmapStorage::create(&path, schema, capacity, MemmapOptions::default()).unwrap();
+    let (mut storage, capacity) = counted_rows(&path);
     let ring = RingState {
         cursor: 0,
         len: capacity,
         written: capacity as u64,
         ..RingState::default()
     };
-    storage
-        .prepare_write(&RingState::default(), capacity)
-        .unwrap();
-    for (i, value) in bytemuck::cast_slice_mut::<u8, f32>(storage.column_mut(0))
-        .iter_mut()
-        .enumerate()
-    {
-        *value = i as f32;
-    }
     let mapped = rl_core::ProcessMemory::read().unwrap().rss_file_bytes;
     storage.release_pages().unwrap();
     let released = rl_core::ProcessMemory::read().unwrap().rss_file_bytes;
@@ -1339,26 +1348,14 @@ fn released_pages_leave_the_resident_set_and_keep_their_bytes() {
 /// process (read through the mapping, every row would map at least its page, and on
 /// Linux with large page-cache folios about 1 MiB around it), and they hold what the
 /// mapping wrote.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 #[test]
 fn rows_read_by_copy_are_not_mapped() {
     let _alone = RESIDENT_FILE_PAGES
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("read.rlmm");
-    let schema = Schema::new([Column::new("obs", DType::F32, &[1024])]).unwrap();
-    let capacity = 32 << 10; // 32 Ki rows of 4 KiB: 128 MiB
-    let mut storage =
-        MemmapStorage::create(&path, schema, capacity, MemmapOptions::default()).unwrap();
-    storage
-        .prepare_write(&RingState::default(), capacity)
-        .unwrap();
-    for (i, value) in bytemuck::cast_slice_mut::<u8, f32>(storage.column_mut(0))
-        .iter_mut()
-        .enumerate()
-    {
-        *value = i as f32;
-    }
+    let (storage, capacity) = counted_rows(&dir.path().join("read.rlmm"));
     assert!(storage.reads_by_copy());
     storage.release_pages().unwrap();
     let before = rl_core::ProcessMemory::read().unwrap().rss_file_bytes;
