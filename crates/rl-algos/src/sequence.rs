@@ -176,7 +176,8 @@ pub struct Recurrent<L: SequenceLearner> {
     /// Windows per batch.
     windows: usize,
     train: Train<L::Act>,
-    /// One acting state per number of rows acted on.
+    /// One acting state per number of rows acted on and mode (an evaluation acts
+    /// deterministically: it never shares the training environments' memory).
     acting: Vec<Acting<L::State>>,
 }
 
@@ -579,9 +580,11 @@ impl<L: SequenceLearner> Recurrent<L> {
         slots: &mut [HistorySlot],
         out: rl_collect::ActOutput<'_, L::Act>,
     ) -> Result<()> {
+        let mode = self.mode();
         acting::act(
             &self.summary,
             &mut self.acting,
+            mode,
             self.obs_len,
             &mut self.inner,
             obs,

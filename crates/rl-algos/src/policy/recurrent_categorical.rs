@@ -207,7 +207,8 @@ pub struct RecurrentCategoricalPolicy {
     summary: Summary,
     core: PolicyCore,
     obs_len: usize,
-    /// One acting state per number of rows acted on.
+    /// One acting state per number of rows acted on and mode: an evaluation acts
+    /// deterministically, so it never shares the training environments' memory.
     acting: Vec<Acting>,
     /// The chunk starts of the rollout being collected.
     record: Option<ChunkRecord>,
@@ -242,6 +243,7 @@ impl fmt::Debug for RecurrentCategoricalPolicy {
 #[derive(Debug)]
 struct Acting {
     rows: usize,
+    mode: Mode,
     /// A new state: its first step starts every row's episode.
     fresh: bool,
     state: SummaryState,
@@ -589,13 +591,20 @@ impl RecurrentCategoricalPolicy {
         check_len("value output", rows, out.values.len())
     }
 
-    /// The index of the acting state for `rows` rows, made on first use.
+    /// The index of the acting state for `rows` rows in the current mode, made on first
+    /// use.
     fn acting_index(&mut self, rows: usize) -> usize {
-        if let Some(i) = self.acting.iter().position(|a| a.rows == rows) {
+        let mode = self.core.config.mode;
+        if let Some(i) = self
+            .acting
+            .iter()
+            .position(|a| a.rows == rows && a.mode == mode)
+        {
             return i;
         }
         self.acting.push(Acting {
             rows,
+            mode,
             fresh: true,
             state: self.summary.state(rows),
             starts: vec![true; rows],
@@ -627,13 +636,17 @@ impl RecurrentCategoricalPolicy {
         for (start, slot) in a.starts.iter_mut().zip(slots.iter()) {
             *start = a.fresh || slot.is_fresh();
         }
+        // A rollout's record follows the sampling state only (never an evaluation's).
+        let recording = a.mode == Mode::Sample;
         if let Some(record) = record
+            && recording
             && record.envs() == rows
             && record.wants_snapshot()
         {
             summary.snapshot(&a.state, &a.features, &mut a.snapshot)?;
         }
         if let Some(record) = record
+            && recording
             && record.envs() == rows
         {
             record.record(&a.starts, &a.snapshot);

@@ -300,6 +300,8 @@ impl RecurrentPpo {
             record.add(&[record.count(&[policy.state_len(), size_of::<f32>()])?, 1])?,
         ])?;
         let mut acting = policy.acting_plan("policy", envs, "run.n_envs")?;
+        // An evaluation's own state: one row, deterministic (never the training one's).
+        acting.nest("evaluation", &policy.acting_plan("policy", 1, "run.eval")?);
         acting.nest(
             "policy",
             &ChunkRecord::plan("record", l, ppo.n_steps, envs, policy.state_len()),

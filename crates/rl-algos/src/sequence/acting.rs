@@ -5,14 +5,17 @@ use rl_collect::{ActOutput, Policy, PolicyError};
 use rl_nn::Weights;
 
 use crate::error::{Error, Result};
-use crate::policy::{HistorySlot, Summary, SummaryState};
+use crate::policy::{HistorySlot, Mode, Summary, SummaryState};
 
-/// The acting state of one number of rows: the summarizer's state for each row, its
-/// last summaries, which rows start an episode, and the inner policy's per-row states
-/// (reset where a row starts an episode).
+/// The acting state of one number of rows in one mode: the summarizer's state for each
+/// row, its last summaries, which rows start an episode, and the inner policy's per-row
+/// states (reset where a row starts an episode). Keyed by the mode too, so that an
+/// evaluation (deterministic, one row) never continues from, nor leaves its memory in,
+/// the state of training environments that act on as many rows.
 #[derive(Debug)]
 pub(super) struct Acting<S = ()> {
     rows: usize,
+    mode: Mode,
     /// A new state: its first step starts every row's episode.
     fresh: bool,
     state: SummaryState,
@@ -23,9 +26,10 @@ pub(super) struct Acting<S = ()> {
 }
 
 impl<S: Default + Clone> Acting<S> {
-    fn new(summary: &Summary, rows: usize) -> Self {
+    fn new(summary: &Summary, rows: usize, mode: Mode) -> Self {
         Self {
             rows,
+            mode,
             fresh: true,
             state: summary.state(rows),
             starts: vec![true; rows],
@@ -35,13 +39,14 @@ impl<S: Default + Clone> Acting<S> {
     }
 }
 
-/// One step for `slots.len()` environments: the summarizer's step from each
-/// environment's state (restarted where the slot is fresh), then `head` on the
-/// summaries. The first call with a number of rows makes that number's state; later
+/// One step for `slots.len()` environments acting in `mode`: the summarizer's step from
+/// each environment's state (restarted where the slot is fresh), then `head` on the
+/// summaries. The first call with a number of rows in a mode makes that state; later
 /// calls allocate nothing.
 pub(super) fn act<P: Policy<Obs = f32>>(
     summary: &Summary,
     acting: &mut Vec<Acting<P::State>>,
+    mode: Mode,
     obs_len: usize,
     head: &mut P,
     obs: &[f32],
@@ -52,10 +57,10 @@ pub(super) fn act<P: Policy<Obs = f32>>(
     if obs.len() != rows * obs_len {
         return Err(Error::shape("observations", rows * obs_len, obs.len()));
     }
-    let index = match acting.iter().position(|a| a.rows == rows) {
+    let index = match acting.iter().position(|a| a.rows == rows && a.mode == mode) {
         Some(index) => index,
         None => {
-            acting.push(Acting::new(summary, rows));
+            acting.push(Acting::new(summary, rows, mode));
             acting.len() - 1
         }
     };
@@ -149,9 +154,11 @@ impl<A: Policy<Obs = f32>> Policy for RecurrentActor<A, A::State> {
         states: &mut [HistorySlot],
         out: ActOutput<'_, A::Act>,
     ) -> std::result::Result<(), PolicyError> {
+        // A collector's copy acts for training only: one state per number of rows.
         Ok(act(
             &self.summary,
             &mut self.acting,
+            Mode::Sample,
             self.obs_len,
             &mut self.inner,
             obs,

@@ -352,9 +352,9 @@ fn base_plan(
     plan.nest("batch", &Batch::plan(schema, learner.batch_size)?);
     plan.nest("learner", &learner.learner);
     // Per-environment acting state (a recurrent learner's): the training
-    // environments' and the evaluation's one.
+    // environments' and the evaluation's own (one row, deterministic: never shared).
     plan.nest("learner", &learner.acting_plan(run.n_envs));
-    plan.nest("learner", &learner.acting_plan(1));
+    plan.nest("learner/evaluation", &learner.acting_plan(1));
     run::plan_kept_episodes(&mut plan);
     Ok(plan)
 }

@@ -146,9 +146,8 @@ impl rl_core::Env for Recall {
     }
 }
 
-/// Trains a recurrent DQN with `history` on [`Recall`] through the off-policy trainer
-/// (two environments: windows are strided) and returns the greedy evaluation's mean.
-fn recall_after_training(history: History) -> f64 {
+/// A recurrent DQN with `history` on [`Recall`] through the off-policy trainer.
+fn recall_trainer(history: History, run: RunConfig) -> OffPolicyTrainer<Recall, Recurrent<Dqn>> {
     let config = RecurrentConfig {
         seq_len: 3,
         burn_in: 1,
@@ -174,10 +173,6 @@ fn recall_after_training(history: History) -> f64 {
         target_update: rl_algos::dqn::TargetUpdate::Hard { every: 50 },
         ..DqnConfig::default()
     };
-    let run = RunConfig {
-        n_envs: 2,
-        ..RunConfig::new(3_000)
-    };
     let env = Recall::new(0);
     let learner = Recurrent::new(
         rl_core::Env::observation_space(&env),
@@ -191,7 +186,17 @@ fn recall_after_training(history: History) -> f64 {
         learning_starts: 200,
         ..OffPolicyConfig::new()
     };
-    let mut trainer = OffPolicyTrainer::new(Recall::new, learner, off, run).unwrap();
+    OffPolicyTrainer::new(Recall::new, learner, off, run).unwrap()
+}
+
+/// Trains a recurrent DQN with `history` on [`Recall`] (two environments: windows are
+/// strided) and returns the greedy evaluation's mean.
+fn recall_after_training(history: History) -> f64 {
+    let run = RunConfig {
+        n_envs: 2,
+        ..RunConfig::new(3_000)
+    };
+    let mut trainer = recall_trainer(history, run);
     trainer.train(&mut ()).unwrap();
     trainer.evaluate(100).unwrap().mean_return
 }
@@ -202,4 +207,102 @@ fn an_lstm_learns_to_recall_what_a_memoryless_learner_cannot() {
     let without = recall_after_training(History::None);
     assert!(with_memory >= 0.95, "with an LSTM: {with_memory}");
     assert!(without <= 0.7, "without memory: {without}");
+}
+
+/// Records the training episodes a run reports and its learner's statistics (every
+/// loss and value, printed in full) at every iteration.
+#[derive(Default)]
+struct TrainingEpisodes {
+    episodes: Vec<(u64, u64, f64)>,
+    stats: Vec<String>,
+}
+
+impl<S: std::fmt::Debug> super::Callback<S> for TrainingEpisodes {
+    fn on_progress(&mut self, progress: &super::Progress<'_, S>) -> super::Control {
+        if let Some(stats) = progress.stats {
+            self.stats.push(format!("{stats:?}"));
+        }
+        super::Control::Continue
+    }
+
+    fn on_episode(&mut self, episode: &super::EpisodeEnd) {
+        if episode.kind == super::EpisodeKind::Train {
+            self.episodes
+                .push((episode.env_steps, episode.length, episode.episode_return));
+        }
+    }
+}
+
+/// A one-environment recurrent DQN on [`Recall`]: its training episodes, and the
+/// greedy return of the learner it ends with, evaluating every `eval_every` steps.
+fn one_env_recall(eval_every: Option<u64>) -> (Vec<(u64, u64, f64)>, f64) {
+    let run = RunConfig {
+        n_envs: 1,
+        eval: eval_every.map(|every| super::EvalSchedule::new(every, 1)),
+        ..RunConfig::new(3_000)
+    };
+    let mut trainer = recall_trainer(History::Lstm { hidden: 16 }, run);
+    let mut episodes = TrainingEpisodes::default();
+    trainer.train(&mut episodes).unwrap();
+    (episodes.episodes, trainer.evaluate(50).unwrap().mean_return)
+}
+
+/// Evaluating acts with its own memory: a one-environment recurrent run that evaluates
+/// every 4 steps (an evaluation in the middle of most training episodes: Recall's last
+/// step needs the first step's cue) trains exactly as the same run without evaluations.
+#[test]
+fn evaluations_leave_a_recurrent_learners_training_memory_alone() {
+    let (plain, plain_eval) = one_env_recall(None);
+    let (evaluated, evaluated_eval) = one_env_recall(Some(4));
+    assert_eq!(plain.len(), 1_000, "three-step episodes over 3 000 steps");
+    // It learns to recall (training episodes after the exploration decayed).
+    let late = plain[600..].iter().map(|e| e.2).sum::<f64>() / 400.0;
+    assert!(late >= 0.8, "late training return {late}");
+    assert_same_episodes(&plain, &evaluated);
+    assert_eq!(plain_eval, evaluated_eval, "the learners they end with");
+}
+
+/// The same training episodes, or the first that differs.
+fn assert_same_episodes(plain: &[(u64, u64, f64)], evaluated: &[(u64, u64, f64)]) {
+    let first = plain.iter().zip(evaluated).position(|(a, b)| a != b);
+    assert!(
+        first.is_none() && plain.len() == evaluated.len(),
+        "training episodes differ from episode {first:?} on ({} and {} episodes)",
+        plain.len(),
+        evaluated.len()
+    );
+}
+
+/// One masked-CartPole environment under recurrent PPO, evaluating every `eval_every`
+/// steps: its training episodes and update statistics.
+fn one_env_masked_cartpole(eval_every: Option<u64>) -> TrainingEpisodes {
+    let history = History::Lstm { hidden: 8 };
+    let run = RunConfig {
+        n_envs: 1,
+        eval: eval_every.map(|every| super::EvalSchedule::new(every, 1)),
+        ..RunConfig::new(6 * 32)
+    };
+    let learner = RecurrentPpo::new(policy(history, 2), config(8), 1, run.seed).unwrap();
+    let mut trainer = OnPolicyTrainer::new(MaskedCartPole::new, learner, run).unwrap();
+    let mut episodes = TrainingEpisodes::default();
+    trainer.train(&mut episodes).unwrap();
+    episodes
+}
+
+/// The same for recurrent PPO: evaluations between rollouts neither continue nor
+/// record into the one training environment's memory.
+#[test]
+fn evaluations_leave_recurrent_ppos_training_memory_alone() {
+    let plain = one_env_masked_cartpole(None);
+    let evaluated = one_env_masked_cartpole(Some(32));
+    assert!(
+        plain.episodes.len() >= 4,
+        "{} episodes",
+        plain.episodes.len()
+    );
+    assert_same_episodes(&plain.episodes, &evaluated.episodes);
+    // The updates saw the same rollouts: the same log-probabilities, values and
+    // recorded chunk starts give the same losses, bit for bit.
+    assert_eq!(plain.stats.len(), 6);
+    assert_eq!(plain.stats, evaluated.stats);
 }
