@@ -23,7 +23,7 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
-use rl_train::config::Config;
+use rl_train::config::{Config, EnvKwarg};
 use rl_train::run::{self as cli, Registry, TrainOptions, Which};
 use toml::{Table, Value};
 
@@ -209,7 +209,21 @@ fn registry(
         .to_owned();
     let atari = factory.is_none() && id.starts_with("ALE/");
     let callable = factory.is_some();
+    let env_kwargs = PyDict::new(py);
+    for (name, value) in &config.env_kwargs {
+        env_kwargs.set_item(name, kwarg_object(py, value)?)?;
+    }
+    if atari && config.env_kwargs.contains_key("frameskip") {
+        return Err(ConfigError::new_err(
+            "env_kwargs.frameskip: an Atari game's frames are skipped in Rust (4, with the max over the last two frames): remove it",
+        ));
+    }
     let factory = match factory {
+        // A callable takes the config's env_kwargs as keyword arguments.
+        Some(factory) if !config.env_kwargs.is_empty() => py
+            .import("functools")?
+            .getattr("partial")?
+            .call((factory,), Some(&env_kwargs))?,
         Some(factory) => factory,
         None if registry.actions(&config.env).is_some() => return Ok(registry),
         None => {
@@ -234,7 +248,7 @@ fn registry(
             // An Atari game steps one raw frame at a time: the frame skip, the max over
             // the last two frames, the grayscale, the resize and the stack happen in Rust
             // (rl_envs::AtariPreprocess).
-            let kwargs = PyDict::new(py);
+            let kwargs = env_kwargs.copy()?;
             if atari {
                 kwargs.set_item("frameskip", 1)?;
             }
@@ -288,8 +302,28 @@ fn registry(
         } else {
             registry.register_continuous(&name, move |_seed| made.make::<f32, f32>());
         }
+        registry.mark_env_kwargs_applied(&name);
     }
     Ok(registry)
+}
+
+/// A config's keyword argument as the Python value a constructor takes (an array as a
+/// tuple).
+fn kwarg_object<'py>(py: Python<'py>, value: &EnvKwarg) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        EnvKwarg::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        EnvKwarg::Int(i) => i.into_pyobject(py)?.into_any(),
+        EnvKwarg::Float(f) => PyFloat::new(py, *f).into_any(),
+        EnvKwarg::String(text) => PyString::new(py, text).into_any(),
+        EnvKwarg::Array(items) => PyTuple::new(
+            py,
+            items
+                .iter()
+                .map(|item| kwarg_object(py, item))
+                .collect::<PyResult<Vec<_>>>()?,
+        )?
+        .into_any(),
+    })
 }
 
 /// What every entry point starts with: the config (with `overrides`), the registry of

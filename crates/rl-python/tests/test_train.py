@@ -75,6 +75,39 @@ def test_a_dict_config_and_a_factory_env_and_resume(tmp_path):
     assert flatrl.evaluate(tmp_path / "run", episodes=2)["episodes"] == 2
 
 
+def test_env_kwargs_reach_the_constructor_and_the_run_directory(tmp_path):
+    def lengths(run):
+        rows = (run / "episodes.csv").read_text().splitlines()[1:]
+        return [int(row.split(",")[1]) for row in rows if row.endswith(",train")]
+
+    # gymnasium.make("CartPole-v1", max_episode_steps=12): no episode is longer.
+    config = {**small_ppo(), "env_kwargs": {"max_episode_steps": 12}}
+    flatrl.train(config, tmp_path / "id", env="CartPole-v1")
+    assert max(lengths(tmp_path / "id")) == 12
+    saved = tomllib.loads((tmp_path / "id" / "config.toml").read_text())
+    assert saved["env_kwargs"] == {"max_episode_steps": 12}
+    # resume and evaluate make it with them again.
+    assert flatrl.resume(tmp_path / "id", overrides=["run.total_steps=2048"])["total_env_steps"] == 2_048
+    assert max(lengths(tmp_path / "id")) == 12
+    assert flatrl.evaluate(tmp_path / "id", episodes=2)["mean_length"] <= 12
+    # A callable takes them as keyword arguments (arrays as tuples).
+    seen = []
+
+    def factory(limit, shape):
+        seen.append((limit, shape))
+        return gymnasium.make("CartPole-v1", max_episode_steps=limit)
+
+    config = {**small_ppo(), "env": "c", "env_kwargs": {"limit": 7, "shape": [1, 2.5]}}
+    flatrl.train(config, tmp_path / "callable", env=factory)
+    assert seen[0] == (7, (1, 2.5)) and max(lengths(tmp_path / "callable")) == 7
+    # A keyword the constructor does not take, a built-in env, Atari's frame skip.
+    with pytest.raises(TypeError, match="no_such_kwarg"):
+        flatrl.train({**small_ppo(), "env_kwargs": {"no_such_kwarg": 1}}, tmp_path / "bad", env="CartPole-v1")
+    with pytest.raises(flatrl.ConfigError, match="env_kwargs.length"):
+        flatrl.train({**small_ppo(), "env": "cartpole", "env_kwargs": {"length": 3}}, tmp_path / "builtin")
+    assert not (tmp_path / "builtin").exists()
+
+
 def test_a_callable_env_without_a_spec_is_named_by_its_class(tmp_path):
     result = flatrl.train({**small_ppo(), "env": "cartpole"}, tmp_path / "run", env=lambda: Boom(fail_at=-1))
     assert result["env"] == "Boom"

@@ -193,6 +193,12 @@ pub struct Config {
     pub algo: Algo,
     /// The environment's name in the registry.
     pub env: String,
+    /// Keyword arguments of the environment's constructor: `gymnasium.make(id,
+    /// **env_kwargs)` for a Gymnasium id run from Python (`env_kwargs =
+    /// { ctrl_cost_weight = 0.1 }`). Booleans, integers, floats, strings and arrays of
+    /// them (arrays arrive as tuples). The built-in environments take none.
+    #[serde(default, skip_serializing_if = "EnvKwargs::is_empty")]
+    pub env_kwargs: EnvKwargs,
     /// How an off-policy replay stores actions (default `"index"`).
     #[serde(default)]
     pub stored_actions: StoredActions,
@@ -230,6 +236,26 @@ pub struct Config {
     /// leaves out take `RecurrentConfig::default()`'s values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequence: Option<RecurrentConfig>,
+}
+
+/// A config's `env_kwargs`: keyword arguments for the environment's constructor, by
+/// name, in name order.
+pub type EnvKwargs = std::collections::BTreeMap<String, EnvKwarg>;
+
+/// One keyword argument of [`Config::env_kwargs`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EnvKwarg {
+    /// `true` / `false`.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A string.
+    String(String),
+    /// An array of these (a Python tuple: `healthy_z_range = [0.7, 1e9]`).
+    Array(Vec<EnvKwarg>),
 }
 
 /// A config that cannot be used: the key, and what is wrong with its value and what
@@ -445,6 +471,12 @@ impl Config {
     /// # Errors
     /// The first invalid value.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(name) = self.env_kwargs.keys().find(|k| !is_identifier(k)) {
+            return Err(ConfigError::new(
+                format!("env_kwargs.{name}"),
+                "is not a keyword argument's name: use letters, digits and '_', not starting with a digit",
+            ));
+        }
         // The run directory names the checkpoint folder; the library's check needs one.
         let mut run = self.run.clone();
         if let Some(checkpoint) = &mut run.checkpoint
@@ -635,6 +667,7 @@ fn defaults(algo: Algo) -> Result<Table, ConfigError> {
     let mut config = Config {
         algo,
         env: String::new(),
+        env_kwargs: EnvKwargs::new(),
         stored_actions: StoredActions::Index,
         run: RunConfig::new(1),
         log: LogConfig::default(),
@@ -765,4 +798,13 @@ fn set(table: &mut Table, item: &str) -> Result<(), ConfigError> {
 fn key_of(path: &serde_path_to_error::Path) -> String {
     let text = path.to_string();
     if text == "." { String::new() } else { text }
+}
+
+/// Whether `name` can be a Python keyword argument's name (ASCII).
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }

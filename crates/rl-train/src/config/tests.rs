@@ -323,3 +323,34 @@ fn bad_sequence_and_critic_head_settings_name_their_keys() {
     );
     assert_eq!(e.key, "dqn.encoder", "{}", e.message);
 }
+
+#[test]
+fn env_kwargs_parse_read_back_and_take_overrides() {
+    let text = format!(
+        "{PPO}\n[env_kwargs]\nctrl_cost_weight = 0.1\nframes = 3\nterminate = false\nmode = \"rgb\"\nrange = [0.7, 100.0]\n"
+    );
+    let config = Config::from_toml(&text, &["env_kwargs.frames=5".into()]).unwrap();
+    let kwargs = &config.env_kwargs;
+    assert_eq!(kwargs["ctrl_cost_weight"], EnvKwarg::Float(0.1));
+    assert_eq!(kwargs["frames"], EnvKwarg::Int(5));
+    assert_eq!(kwargs["terminate"], EnvKwarg::Bool(false));
+    assert_eq!(kwargs["mode"], EnvKwarg::String("rgb".into()));
+    assert_eq!(
+        kwargs["range"],
+        EnvKwarg::Array(vec![EnvKwarg::Float(0.7), EnvKwarg::Float(100.0)])
+    );
+    // The effective config (a run's config.toml) reads back the same, floats as floats.
+    let again = Config::from_toml(&config.to_toml().unwrap(), &[]).unwrap();
+    assert_eq!(again, config);
+    // Without any, none are written.
+    let plain = Config::from_toml(PPO, &[]).unwrap();
+    assert!(plain.env_kwargs.is_empty() && !plain.to_toml().unwrap().contains("env_kwargs"));
+}
+
+#[test]
+fn bad_env_kwargs_name_their_key() {
+    let e = error(PPO, &["env_kwargs.2fast=1"]);
+    assert_eq!(e.key, "env_kwargs.2fast", "{e}");
+    let e = error(PPO, &["env_kwargs.nested={a=1}"]);
+    assert!(e.key.starts_with("env_kwargs"), "{e}");
+}

@@ -119,6 +119,8 @@ const DEEP_SEA_SIZE: usize = 12;
 /// and once to read the spaces.
 pub struct Registry {
     entries: BTreeMap<String, Box<dyn Entry>>,
+    /// The names whose constructors were built from the config's `env_kwargs`.
+    with_kwargs: std::collections::BTreeSet<String>,
 }
 
 impl fmt::Debug for Registry {
@@ -140,6 +142,7 @@ impl Registry {
     pub fn empty() -> Self {
         Self {
             entries: BTreeMap::new(),
+            with_kwargs: std::collections::BTreeSet::new(),
         }
     }
 
@@ -237,6 +240,18 @@ impl Registry {
 
     fn insert(&mut self, name: &str, entry: impl Entry + 'static) -> &mut Self {
         self.entries.insert(name.to_owned(), Box::new(entry));
+        self.with_kwargs.remove(name);
+        self
+    }
+
+    /// Marks `name`'s constructor as built with the config's `env_kwargs` (as the Python
+    /// package does for a Gymnasium id: `gymnasium.make(id, **env_kwargs)`). A config
+    /// with `env_kwargs` on an environment not marked is refused: they would be ignored.
+    /// Registering `name` again clears the mark.
+    pub fn mark_env_kwargs_applied(&mut self, name: &str) -> &mut Self {
+        if self.entries.contains_key(name) {
+            self.with_kwargs.insert(name.to_owned());
+        }
         self
     }
 
@@ -288,6 +303,18 @@ impl Registry {
                 ),
             )
         })?;
+        if let Some(name) = config.env_kwargs.keys().next()
+            && !self.with_kwargs.contains(&config.env)
+        {
+            return Err(ConfigError::new(
+                format!("env_kwargs.{name}"),
+                format!(
+                    "is set, but env {:?} is built without keyword arguments (only a Gymnasium id run from Python, `flatrl train`, takes env_kwargs): remove env_kwargs",
+                    config.env
+                ),
+            )
+            .into());
+        }
         let actions = entry.actions();
         if !entry.fits(config.algo) {
             let fitting: Vec<&str> = Algo::ALL

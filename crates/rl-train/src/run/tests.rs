@@ -247,6 +247,11 @@ fn usage_errors_come_before_anything_is_written() {
             config("dqn", "cartpole", 64, &["run.budget={ram=1000}"]),
             "run.budget",
         ),
+        // A built-in environment would ignore keyword arguments.
+        (
+            config("ppo", "cartpole", 64, &["env_kwargs.length=3"]),
+            "env_kwargs.length",
+        ),
     ];
     for (i, (bad, key)) in cases.into_iter().enumerate() {
         let dir = tmp.path().join(format!("bad{i}"));
@@ -255,6 +260,19 @@ fn usage_errors_come_before_anything_is_written() {
         assert!(e.to_string().starts_with(key), "{e}");
         assert!(!dir.exists(), "nothing is created for {e}");
     }
+    // Marked as built from them (the Python package's Gymnasium entries), it trains.
+    let mut marked = Registry::builtin();
+    marked.mark_env_kwargs_applied("cartpole");
+    let with_kwargs = config(
+        "ppo",
+        "cartpole",
+        64,
+        &["ppo.n_steps=32", "run.n_envs=2", "env_kwargs.length=3"],
+    );
+    let dir = tmp.path().join("marked");
+    train(&marked, &with_kwargs, &dir, &TrainOptions::quiet()).unwrap();
+    let written = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    assert!(written.contains("length = 3"), "{written}");
     // An --out below a file cannot be created.
     let file = tmp.path().join("file");
     std::fs::write(&file, b"x").unwrap();
