@@ -581,10 +581,10 @@ impl<L: SequenceLearner> Recurrent<L> {
         out: rl_collect::ActOutput<'_, L::Act>,
     ) -> Result<()> {
         let mode = self.mode();
+        let state = acting::state_for(&mut self.acting, &self.summary, slots.len(), mode);
         acting::act(
             &self.summary,
-            &mut self.acting,
-            mode,
+            state,
             self.obs_len,
             &mut self.inner,
             obs,

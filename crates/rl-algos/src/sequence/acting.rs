@@ -39,14 +39,30 @@ impl<S: Default + Clone> Acting<S> {
     }
 }
 
-/// One step for `slots.len()` environments acting in `mode`: the summarizer's step from
-/// each environment's state (restarted where the slot is fresh), then `head` on the
-/// summaries. The first call with a number of rows in a mode makes that state; later
-/// calls allocate nothing.
+/// The acting state of `rows` rows in `mode`, made on the first call with them (later
+/// calls allocate nothing).
+pub(super) fn state_for<'a, S: Default + Clone>(
+    acting: &'a mut Vec<Acting<S>>,
+    summary: &Summary,
+    rows: usize,
+    mode: Mode,
+) -> &'a mut Acting<S> {
+    let index = match acting.iter().position(|a| a.rows == rows && a.mode == mode) {
+        Some(index) => index,
+        None => {
+            acting.push(Acting::new(summary, rows, mode));
+            acting.len() - 1
+        }
+    };
+    &mut acting[index]
+}
+
+/// One step for `slots.len()` environments from their state `a` (of that many rows,
+/// [`state_for`]): the summarizer's step from each environment's state (restarted
+/// where the slot is fresh), then `head` on the summaries.
 pub(super) fn act<P: Policy<Obs = f32>>(
     summary: &Summary,
-    acting: &mut Vec<Acting<P::State>>,
-    mode: Mode,
+    a: &mut Acting<P::State>,
     obs_len: usize,
     head: &mut P,
     obs: &[f32],
@@ -57,14 +73,6 @@ pub(super) fn act<P: Policy<Obs = f32>>(
     if obs.len() != rows * obs_len {
         return Err(Error::shape("observations", rows * obs_len, obs.len()));
     }
-    let index = match acting.iter().position(|a| a.rows == rows && a.mode == mode) {
-        Some(index) => index,
-        None => {
-            acting.push(Acting::new(summary, rows, mode));
-            acting.len() - 1
-        }
-    };
-    let a = &mut acting[index];
     for ((start, slot), unit) in a.starts.iter_mut().zip(slots.iter()).zip(&mut a.units) {
         *start = a.fresh || slot.is_fresh();
         if *start {
@@ -155,10 +163,10 @@ impl<A: Policy<Obs = f32>> Policy for RecurrentActor<A, A::State> {
         out: ActOutput<'_, A::Act>,
     ) -> std::result::Result<(), PolicyError> {
         // A collector's copy acts for training only: one state per number of rows.
+        let a = state_for(&mut self.acting, &self.summary, states.len(), Mode::Sample);
         Ok(act(
             &self.summary,
-            &mut self.acting,
-            Mode::Sample,
+            a,
             self.obs_len,
             &mut self.inner,
             obs,
