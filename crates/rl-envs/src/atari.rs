@@ -21,6 +21,7 @@ pub trait Lives {
 
 /// What [`AtariPreprocess::step`](Env::step) returns as the reward.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Rewards {
     /// `sign(r)` of the skip's summed reward: −1, 0 or +1 (SB3's `ClipRewardEnv`, for
     /// training). The unclipped reward stays available from
@@ -33,6 +34,7 @@ pub enum Rewards {
 
 /// Whether losing a life ends the episode the learner sees.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LifeLoss {
     /// Only the end of the game ends an episode.
     #[default]
@@ -45,8 +47,11 @@ pub enum LifeLoss {
 }
 
 /// The settings of [`AtariPreprocess`]; [`Default`] gives DQN's (and SB3's
-/// `AtariWrapper`'s) values, each documented on its field.
+/// `AtariWrapper`'s) values, each documented on its field. As a TOML or JSON table
+/// (an `rl` config's `[atari]`), missing keys keep these defaults and enum values are
+/// snake case (`life_loss = "terminate"`, `rewards = "raw"`, `padding = "zeros"`).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct AtariConfig {
     /// At most this many no-op actions after each reset, their number drawn uniformly
     /// from `1..=noop_max` (0 disables them). Default 30.

@@ -325,6 +325,7 @@ pub fn resize_area(
 
 /// What fills a [`FrameStack`] behind the first frame of an episode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StackPadding {
     /// Copies of the first frame (Gymnasium's `FrameStackObservation` default).
     #[default]

@@ -109,7 +109,39 @@ pub struct GymEnv<A, O = f32> {
     /// `[height, width, channels]` of the frames to transpose ([`Layout::ChannelsFirst`]).
     transpose: Option<[usize; 3]>,
     errors: ErrorSlot,
+    /// `env.unwrapped.ale.lives` of an ALE game (`None` for other environments).
+    lives: Option<Py<PyAny>>,
     _action: PhantomData<fn(A, O)>,
+}
+
+/// The lives the player has left, from ALE's `lives()`: what
+/// `rl_envs::LifeLoss::Terminate` reads. 0 for an environment without ALE (never a lost
+/// life); an exception is kept for the caller as the environment's own are, and reads
+/// as 0.
+impl<A, O> rl_envs::Lives for GymEnv<A, O> {
+    fn lives(&self) -> u32 {
+        let Some(lives) = &self.lives else { return 0 };
+        Python::attach(|py| {
+            lives
+                .bind(py)
+                .call0()
+                .and_then(|n| n.extract::<u32>())
+                .unwrap_or_else(|err| {
+                    self.errors
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .get_or_insert(err);
+                    0
+                })
+        })
+    }
+}
+
+impl<A, O> GymEnv<A, O> {
+    /// Whether the environment is an ALE game whose lives can be read.
+    pub fn has_lives(&self) -> bool {
+        self.lives.is_some()
+    }
 }
 
 impl<A, O> std::fmt::Debug for GymEnv<A, O> {
@@ -221,6 +253,12 @@ impl<A: GymAction, O: GymObs> GymEnv<A, O> {
             )));
         }
         let action_shape = action_shape(&action_space);
+        let lives = env
+            .getattr("unwrapped")
+            .and_then(|inner| inner.getattr("ale"))
+            .and_then(|ale| ale.getattr("lives"))
+            .ok()
+            .map(Bound::unbind);
         Ok(Self {
             env: Some(env.clone().unbind()),
             observation_space,
@@ -228,6 +266,7 @@ impl<A: GymAction, O: GymObs> GymEnv<A, O> {
             action_shape,
             transpose,
             errors,
+            lives,
             _action: PhantomData,
         })
     }
@@ -437,6 +476,7 @@ impl GymFactory {
                     action_shape: action_shape(&self.action_space),
                     transpose: None,
                     errors: self.errors.clone(),
+                    lives: None,
                     _action: PhantomData,
                 }
             })

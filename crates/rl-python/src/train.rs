@@ -30,7 +30,7 @@ use toml::{Table, Value};
 use crate::error::{budget_exception, value_error};
 use crate::gym::{ErrorSlot, GymFactory, Layout};
 use crate::plan::MemoryPlan;
-use rl_envs::{AtariConfig, AtariPreprocess};
+use rl_envs::{AtariPreprocess, LifeLoss};
 
 pyo3::create_exception!(
     flatrl,
@@ -273,11 +273,19 @@ fn registry(
         Layout::ChannelsFirst
     };
     let made = Arc::new(GymFactory::new(&factory, layout, errors.clone())?);
-    let preprocess = AtariConfig::default();
+    let preprocess = config.atari.clone().unwrap_or_default();
     if atari {
-        // The raw frames and actions are checked once here, so every later wrap succeeds.
-        AtariPreprocess::new(made.make::<u32, u8>(), preprocess.clone(), 0)
-            .map_err(crate::error::core_error)?;
+        // The raw frames, actions and settings are checked once here, so every later wrap
+        // succeeds.
+        let raw = made.make::<u32, u8>();
+        if preprocess.life_loss == LifeLoss::Terminate && !raw.has_lives() {
+            return Err(ConfigError::new_err(format!(
+                "atari.life_loss: is \"terminate\", but {:?} does not say how many lives are left (env.unwrapped.ale.lives()): use \"continue\"",
+                config.env
+            )));
+        }
+        AtariPreprocess::with_lives(raw, preprocess.clone(), 0)
+            .map_err(|e| ConfigError::new_err(format!("atari: {e}")))?;
     }
     // A callable's environment goes by its own name (its Gymnasium id), so that
     // `config.toml` and `result.json` say what ran; it also answers to the config's
@@ -292,9 +300,10 @@ fn registry(
         if atari {
             let preprocess = preprocess.clone();
             registry.register_pixels(&name, move |seed| {
-                AtariPreprocess::new(made.make::<u32, u8>(), preprocess.clone(), seed)
-                    .expect("the raw frames and actions were checked when the env was registered")
+                AtariPreprocess::with_lives(made.make::<u32, u8>(), preprocess.clone(), seed)
+                    .expect("the raw frames, actions and settings were checked when the env was registered")
             });
+            registry.mark_atari_applied(&name);
         } else if made.image() {
             registry.register_pixels(&name, move |_seed| made.make::<u32, u8>());
         } else if made.discrete() {

@@ -4,6 +4,7 @@ encoder, refused with a clear error for an MLP; Atari games through ale-py with 
 preprocessing in Rust (skipped where ale-py is not installed)."""
 
 import pathlib
+import tomllib
 
 import gymnasium
 import numpy as np
@@ -102,3 +103,38 @@ def test_dqn_atari_stores_each_frame_once_in_a_memmap_file(tmp_path):
     assert replay.stat().st_size < 2000 * 84 * 84 * 1.2, replay.stat().st_size
     resumed = flatrl.resume(tmp_path / "run", overrides=["run.total_steps=800"])
     assert resumed["total_env_steps"] == 800, resumed
+
+
+def test_atari_life_loss_ends_training_episodes_not_games(tmp_path):
+    pytest.importorskip("ale_py", reason="ale-py is not installed")
+
+    def training_returns(life_loss):
+        run = tmp_path / life_loss
+        overrides = [
+            "run.total_steps=1500",
+            "run.goal={training_return={mean_return=1000.0,window=20}}",
+            "off_policy.buffer_capacity=2000",
+            "off_policy.learning_starts=1000",
+            f'atari.life_loss="{life_loss}"',
+        ]
+        flatrl.train(CONFIGS / "dqn_atari.toml", run, env="ALE/Breakout-v5", overrides=overrides)
+        saved = tomllib.loads((run / "config.toml").read_text())
+        assert saved["atari"]["life_loss"] == life_loss and saved["atari"]["frame_skip"] == 4
+        rows = (run / "episodes.csv").read_text().splitlines()[1:]
+        return [float(row.split(",")[0]) for row in rows if row.endswith(",train")]
+
+    # Breakout gives 5 lives: ending an episode at each lost life (SB3's AtariWrapper,
+    # CleanRL's EpisodicLifeEnv) makes about five episodes of each game.
+    games = training_returns("continue")
+    lives = training_returns("terminate")
+    assert len(games) >= 2, games
+    assert len(lives) >= 4 * len(games), (len(lives), len(games))
+    # Other environments refuse the table (it would do nothing).
+    with pytest.raises(flatrl.ConfigError, match="atari"):
+        flatrl.train(
+            CONFIGS / "ppo_cartpole.toml",
+            tmp_path / "cartpole",
+            env="CartPole-v1",
+            overrides=['atari.life_loss="terminate"'],
+        )
+    assert not (tmp_path / "cartpole").exists()

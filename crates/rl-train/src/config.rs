@@ -199,6 +199,13 @@ pub struct Config {
     /// them (arrays arrive as tuples). The built-in environments take none.
     #[serde(default, skip_serializing_if = "EnvKwargs::is_empty")]
     pub env_kwargs: EnvKwargs,
+    /// The Atari preprocessing of an `ALE/...` id run from Python
+    /// (`rl_envs::AtariConfig`: `life_loss = "terminate"` ends training episodes at a
+    /// lost life, as SB3's `AtariWrapper` and CleanRL's `EpisodicLifeEnv` do; no-ops,
+    /// frame skip, screen, stack, reward clipping). Absent: its defaults. Other
+    /// environments refuse it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub atari: Option<rl_envs::AtariConfig>,
     /// How an off-policy replay stores actions (default `"index"`).
     #[serde(default)]
     pub stored_actions: StoredActions,
@@ -668,6 +675,7 @@ fn defaults(algo: Algo) -> Result<Table, ConfigError> {
         algo,
         env: String::new(),
         env_kwargs: EnvKwargs::new(),
+        atari: None,
         stored_actions: StoredActions::Index,
         run: RunConfig::new(1),
         log: LogConfig::default(),

@@ -354,3 +354,28 @@ fn bad_env_kwargs_name_their_key() {
     let e = error(PPO, &["env_kwargs.nested={a=1}"]);
     assert!(e.key.starts_with("env_kwargs"), "{e}");
 }
+
+#[test]
+fn the_atari_table_keeps_defaults_and_refuses_unknown_keys() {
+    let config = Config::from_toml(PPO, &["atari.life_loss=\"terminate\"".into()]).unwrap();
+    let atari = config.atari.clone().unwrap();
+    assert_eq!(atari.life_loss, rl_envs::LifeLoss::Terminate);
+    assert_eq!(
+        rl_envs::AtariConfig {
+            life_loss: rl_envs::LifeLoss::Continue,
+            ..atari
+        },
+        rl_envs::AtariConfig::default()
+    );
+    assert_eq!(
+        Config::from_toml(&config.to_toml().unwrap(), &[]).unwrap(),
+        config
+    );
+    let e = error(PPO, &["atari.lifeloss=1"]);
+    assert!(e.key.starts_with("atari"), "{e}");
+    let e = error(PPO, &["atari.life_loss=\"sometimes\""]);
+    assert!(
+        e.key.starts_with("atari") && e.message.contains("terminate"),
+        "{e}"
+    );
+}

@@ -121,6 +121,8 @@ pub struct Registry {
     entries: BTreeMap<String, Box<dyn Entry>>,
     /// The names whose constructors were built from the config's `env_kwargs`.
     with_kwargs: std::collections::BTreeSet<String>,
+    /// The names whose constructors were built with the config's `[atari]` settings.
+    atari: std::collections::BTreeSet<String>,
 }
 
 impl fmt::Debug for Registry {
@@ -143,6 +145,7 @@ impl Registry {
         Self {
             entries: BTreeMap::new(),
             with_kwargs: std::collections::BTreeSet::new(),
+            atari: std::collections::BTreeSet::new(),
         }
     }
 
@@ -241,6 +244,17 @@ impl Registry {
     fn insert(&mut self, name: &str, entry: impl Entry + 'static) -> &mut Self {
         self.entries.insert(name.to_owned(), Box::new(entry));
         self.with_kwargs.remove(name);
+        self.atari.remove(name);
+        self
+    }
+
+    /// Marks `name`'s constructor as built with the config's `[atari]` preprocessing (as
+    /// the Python package does for an `ALE/...` id). A config with `[atari]` on an
+    /// environment not marked is refused. Registering `name` again clears the mark.
+    pub fn mark_atari_applied(&mut self, name: &str) -> &mut Self {
+        if self.entries.contains_key(name) {
+            self.atari.insert(name.to_owned());
+        }
         self
     }
 
@@ -310,6 +324,16 @@ impl Registry {
                 format!("env_kwargs.{name}"),
                 format!(
                     "is set, but env {:?} is built without keyword arguments (only a Gymnasium id run from Python, `flatrl train`, takes env_kwargs): remove env_kwargs",
+                    config.env
+                ),
+            )
+            .into());
+        }
+        if config.atari.is_some() && !self.atari.contains(&config.env) {
+            return Err(ConfigError::new(
+                "atari",
+                format!(
+                    "is set, but env {:?} is not an Atari game preprocessed by the library (an ALE/... id run from Python, `flatrl train`): remove [atari]",
                     config.env
                 ),
             )

@@ -252,6 +252,10 @@ fn usage_errors_come_before_anything_is_written() {
             config("ppo", "cartpole", 64, &["env_kwargs.length=3"]),
             "env_kwargs.length",
         ),
+        (
+            config("ppo", "cartpole", 64, &["atari.life_loss=\"terminate\""]),
+            "atari",
+        ),
     ];
     for (i, (bad, key)) in cases.into_iter().enumerate() {
         let dir = tmp.path().join(format!("bad{i}"));
