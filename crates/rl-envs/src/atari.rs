@@ -72,6 +72,11 @@ pub struct AtariConfig {
     pub rewards: Rewards,
     /// Whether a lost life ends the episode. Default [`LifeLoss::Continue`].
     pub life_loss: LifeLoss,
+    /// Presses FIRE (action 1), then action 2, one step each after every reset (after a
+    /// lost life too, under [`LifeLoss::Terminate`]): the games that wait for FIRE to
+    /// launch a ball start at once (SB3's and CleanRL's `FireResetEnv`). Needs at least
+    /// 3 actions, action 1 being FIRE. Default `false`.
+    pub fire_reset: bool,
 }
 
 impl Default for AtariConfig {
@@ -85,6 +90,7 @@ impl Default for AtariConfig {
             padding: StackPadding::Repeat,
             rewards: Rewards::Clipped,
             life_loss: LifeLoss::Continue,
+            fire_reset: false,
         }
     }
 }
@@ -108,12 +114,12 @@ impl Default for AtariConfig {
 /// 5. **Frame stack** of the last `stack` processed frames, oldest first, channels
 ///    first: observations of shape `[stack, height, width]` ([`FrameStack`]).
 /// 6. **Reward clipping** to `sign(r)` ([`Rewards::Clipped`]) and optional **end on
-///    life loss** ([`LifeLoss::Terminate`]).
+///    life loss** ([`LifeLoss::Terminate`]) and **FIRE after reset**
+///    ([`AtariConfig::fire_reset`]).
 ///
 /// Every buffer is sized at construction: `step` and `reset` allocate nothing. The true
 /// game score is kept apart from the (clipped) rewards: [`AtariPreprocess::score`] for
 /// the game running, [`AtariPreprocess::last_score`] for the last game that ended.
-/// Not included: pressing FIRE at reset (SB3's `FireResetEnv`).
 #[derive(Clone, Debug)]
 pub struct AtariPreprocess<E> {
     env: E,
@@ -206,6 +212,14 @@ impl<E: Env<Obs = u8, Act = u32>> AtariPreprocess<E> {
                 ));
             }
         };
+        if config.fire_reset && actions < 3 {
+            return Err(Error::config(
+                "atari fire reset",
+                format!(
+                    "presses actions 1 (FIRE) and 2 after each reset, but the environment has {actions} actions: set it to false"
+                ),
+            ));
+        }
         if config.noop_action >= actions {
             return Err(Error::config(
                 "atari noop action",
@@ -354,6 +368,23 @@ impl<E: Env<Obs = u8, Act = u32>> AtariPreprocess<E> {
         self.stack.push_with(|slot| resize.resize(gray, slot))
     }
 
+    /// [`AtariConfig::fire_reset`]'s two steps (FIRE, then action 2), the game restarted
+    /// if one ends it; whether the last step ran two frames or more (to max-pool).
+    fn fire(&mut self) -> Result<bool> {
+        let mut pool = false;
+        for action in [1, 2] {
+            let (step, frames) = self.skip(action)?;
+            self.state.score += step.reward;
+            pool = frames >= 2;
+            if step.ends_episode() {
+                self.state.last_score = Some(self.state.score);
+                self.restart_game(None)?;
+                pool = false;
+            }
+        }
+        Ok(pool)
+    }
+
     /// Restarts the game: wrapped reset, then the no-ops.
     fn restart_game(&mut self, seed: Option<u64>) -> Result<()> {
         if let Some(seed) = seed {
@@ -416,6 +447,9 @@ impl<E: Env<Obs = u8, Act = u32>> Env for AtariPreprocess<E> {
             } else {
                 pool = frames >= 2;
             }
+        }
+        if self.config.fire_reset {
+            pool = self.fire()?;
         }
         self.state.lives = self.current_lives();
         self.state.life_lost = false;

@@ -111,6 +111,8 @@ pub struct GymEnv<A, O = f32> {
     errors: ErrorSlot,
     /// `env.unwrapped.ale.lives` of an ALE game (`None` for other environments).
     lives: Option<Py<PyAny>>,
+    /// Whether action 1 is FIRE (`env.unwrapped.get_action_meanings()`, ALE games).
+    fires: bool,
     _action: PhantomData<fn(A, O)>,
 }
 
@@ -141,6 +143,11 @@ impl<A, O> GymEnv<A, O> {
     /// Whether the environment is an ALE game whose lives can be read.
     pub fn has_lives(&self) -> bool {
         self.lives.is_some()
+    }
+
+    /// Whether its action 1 is FIRE (an ALE game's `get_action_meanings()`).
+    pub fn fires(&self) -> bool {
+        self.fires
     }
 }
 
@@ -259,6 +266,11 @@ impl<A: GymAction, O: GymObs> GymEnv<A, O> {
             .and_then(|ale| ale.getattr("lives"))
             .ok()
             .map(Bound::unbind);
+        let fires = env
+            .getattr("unwrapped")
+            .and_then(|inner| inner.call_method0("get_action_meanings"))
+            .and_then(|meanings| meanings.extract::<Vec<String>>())
+            .is_ok_and(|meanings| meanings.get(1).is_some_and(|m| m == "FIRE"));
         Ok(Self {
             env: Some(env.clone().unbind()),
             observation_space,
@@ -267,6 +279,7 @@ impl<A: GymAction, O: GymObs> GymEnv<A, O> {
             transpose,
             errors,
             lives,
+            fires,
             _action: PhantomData,
         })
     }
@@ -477,6 +490,7 @@ impl GymFactory {
                     transpose: None,
                     errors: self.errors.clone(),
                     lives: None,
+                    fires: false,
                     _action: PhantomData,
                 }
             })

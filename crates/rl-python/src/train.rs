@@ -284,6 +284,12 @@ fn registry(
                 config.env
             )));
         }
+        if preprocess.fire_reset && !raw.fires() {
+            return Err(ConfigError::new_err(format!(
+                "atari.fire_reset: is true, but action 1 of {:?} is not FIRE (env.unwrapped.get_action_meanings()): set it to false",
+                config.env
+            )));
+        }
         AtariPreprocess::with_lives(raw, preprocess.clone(), 0)
             .map_err(|e| ConfigError::new_err(format!("atari: {e}")))?;
     }

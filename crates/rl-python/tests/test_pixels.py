@@ -129,6 +129,12 @@ def test_atari_life_loss_ends_training_episodes_not_games(tmp_path):
     lives = training_returns("terminate")
     assert len(games) >= 2, games
     assert len(lives) >= 4 * len(games), (len(lives), len(games))
+    # FIRE after resets needs a game whose action 1 is FIRE (Freeway's are NOOP, UP, DOWN).
+    with pytest.raises(flatrl.ConfigError, match="fire_reset"):
+        flatrl.plan(CONFIGS / "dqn_atari.toml", env="ALE/Freeway-v5")
+    assert "replay/obs" in str(
+        flatrl.plan(CONFIGS / "dqn_atari.toml", env="ALE/Freeway-v5", overrides=["atari.fire_reset=false"])
+    )
     # Other environments refuse the table (it would do nothing).
     with pytest.raises(flatrl.ConfigError, match="atari"):
         flatrl.train(

@@ -445,3 +445,57 @@ fn evaluation_returns_the_true_score_over_whole_games() {
     assert_eq!(total, score);
     assert_eq!(total, (1..=40).map(|t| t as f32 - 3.0).sum::<f32>());
 }
+
+#[test]
+fn fire_reset_presses_fire_then_action_2_after_every_reset() {
+    let config = AtariConfig {
+        fire_reset: true,
+        life_loss: LifeLoss::Terminate,
+        ..plain()
+    };
+    let mut game = Screens::new(4, 6, 100);
+    game.life_every = 20;
+    let mut env = AtariPreprocess::with_lives(game, config.clone(), 0).unwrap();
+    let mut obs = vec![0u8; 4 * 24];
+    env.reset(None, &mut obs).unwrap();
+    // FIRE for 4 frames, then action 2 for 4: the game is 8 frames in, reward counted.
+    assert_eq!((env.inner().t, env.inner().last_action), (8, 2));
+    assert_eq!(env.score(), (1..=8).map(|t| t as f32 - 3.0).sum::<f32>());
+    // The observation is that of frame 8, max-pooled with frame 7.
+    assert_eq!(&obs[3 * 24..], &lit(&[7, 8])[..]);
+    // A lost life (frame 20) ends the episode; the reset goes on with a no-op, then the
+    // two presses.
+    let mut ended = false;
+    while !ended {
+        ended = env.step(&[0], &mut obs).unwrap().terminated;
+    }
+    assert_eq!(env.inner().t, 20);
+    env.reset(None, &mut obs).unwrap();
+    assert_eq!((env.inner().t, env.inner().resets), (32, 1));
+    // A game that ends during the presses restarts (without pressing again, as SB3's
+    // FireResetEnv).
+    let mut short = AtariPreprocess::new(
+        Screens::new(4, 6, 6),
+        AtariConfig {
+            fire_reset: true,
+            ..plain()
+        },
+        0,
+    )
+    .unwrap();
+    short.reset(None, &mut obs).unwrap();
+    assert_eq!((short.inner().resets, short.inner().t), (2, 0));
+    assert_eq!(
+        short.last_score(),
+        Some((1..=6).map(|t| t as f32 - 3.0).sum())
+    );
+    // Fewer than 3 actions cannot have FIRE and action 2.
+    let mut two = Screens::new(4, 6, 100);
+    two.action_space = Space::Discrete { n: 2 };
+    let fire = AtariConfig {
+        fire_reset: true,
+        ..plain()
+    };
+    let error = AtariPreprocess::new(two, fire, 0).unwrap_err();
+    assert!(error.to_string().contains("fire"), "{error}");
+}
