@@ -10,9 +10,9 @@ the issue-25 side-by-side figure. Env steps/s include the environment.
     python crates/rl-python/bench/ppo_atari.py --impl sb3 --steps 20000 --threads 1
 
 Prints one JSON line: {"bench": "ppo_atari", "impl": ..., "env": ..., "threads": T,
-"env_steps": N, "wall_s": X, "env_steps_per_s": Y}. The two differ where the
-libraries do: SB3's AtariWrapper also ends an episode at a lost life and presses FIRE
-on reset. Both share one CNN torso between the actor and critic heads.
+"env_steps": N, "wall_s": X, "env_steps_per_s": Y}. Both end a training episode at a
+lost life and press FIRE after resets (SB3's AtariWrapper; the config's `[atari]`), and
+both share one CNN torso between the actor and critic heads.
 """
 
 from __future__ import annotations
