@@ -93,6 +93,8 @@ const DESIGN: &[(&str, &[&str])] = &[
             "rl-envs",
             "rl-storage",
             "rl-collect",
+            // The thread pool a replay buffer's gather runs on (`threads=`).
+            "rl-nn",
         ],
     ),
 ];

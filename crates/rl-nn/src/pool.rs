@@ -237,7 +237,7 @@ impl Pool {
     /// # Panics
     /// If `tasks` is 0 or above [`Pool::threads`], or if a task panicked (after every
     /// task has finished).
-    pub(crate) fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+    pub fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
         assert!(
             (1..=self.threads()).contains(&tasks),
             "{tasks} tasks on a pool of {} threads",

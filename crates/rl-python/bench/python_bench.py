@@ -18,7 +18,9 @@ Prints one JSON line per figure on stdout:
   forward and backward, batch 32 and 256, on `--threads` threads (default 1, as
   `cargo xtask bench nn -- conv` runs rl-nn's), in GFLOP/s.
 
-impl "ours" is flatrl; "cpprb", "torchrl" and "envpool" are measured in the same process
+impl "ours" is flatrl ("ours_2_threads": `ReplayBuffer(threads=2)`, samples of 256 KiB or
+more gathered on two threads; obs 4 samples stay on the caller); "cpprb", "torchrl" and
+"envpool" are measured in the same process
 when the interpreter can import them. The implementations take turns within each repeat
 (so all see the same machine load) and each figure is the median of the repeats.
 Progress goes to stderr.
@@ -64,6 +66,7 @@ def chunk_data(obs_dim: int) -> dict[str, np.ndarray]:
 
 class Ours:
     name = "ours"
+    threads = 1
 
     def __init__(self, obs_dim: int, capacity: int) -> None:
         import flatrl
@@ -76,7 +79,7 @@ class Ours:
             "truncated": ("bool", ()),
             "next_obs": ("float32", (obs_dim,)),
         }
-        self.buffer = flatrl.ReplayBuffer(schema, capacity)
+        self.buffer = flatrl.ReplayBuffer(schema, capacity, threads=self.threads)
         self.batch = self.buffer.new_batch(BATCH)
 
     def extend(self, data) -> None:
@@ -84,6 +87,13 @@ class Ours:
 
     def sample(self) -> None:
         self.buffer.sample(self.batch)
+
+
+class OursTwoThreads(Ours):
+    """flatrl with `threads=2`: samples of 256 KiB or more gathered on two threads."""
+
+    name = "ours_2_threads"
+    threads = 2
 
 
 class Cpprb:
@@ -274,7 +284,7 @@ def main() -> None:
     args = parser.parse_args()
     globals()["CHUNK"] = args.chunk
     if args.only in (None, "storage"):
-        bench_storage([Ours, Cpprb, TorchRL], args.repeats)
+        bench_storage([Ours, OursTwoThreads, Cpprb, TorchRL], args.repeats)
     if args.only in (None, "vec_env"):
         bench_vec_env(args.repeats)
     if args.only in (None, "conv"):

@@ -27,6 +27,9 @@ pub(crate) const RELEASE_GIL_BYTES: usize = 64 << 10;
 /// `schema` maps column names to `(dtype, shape)`, e.g.
 /// `{"obs": ("float32", (4,)), "action": ("uint32", ()), "reward": ("float32", ())}`.
 /// The memory is planned, checked against `budget`, and allocated once at construction.
+/// With `threads=N` (N > 1) a sample of 256 KiB or more is gathered on N threads (a pool
+/// made once, rows split between them; the same batch bit for bit), for batches whose
+/// copy one core's memory traffic bounds.
 #[pyclass(module = "flatrl")]
 #[derive(Debug)]
 pub struct ReplayBuffer {
@@ -35,7 +38,26 @@ pub struct ReplayBuffer {
     path: Option<PathBuf>,
     /// Positions converted from a caller's array for `update_priorities`, reused.
     positions: Vec<usize>,
+    /// The threads large gathers are split over (`threads=`; `None`: the caller's).
+    pool: Option<Threads>,
 }
+
+/// A thread pool for a buffer's gathers.
+#[derive(Debug)]
+struct Threads(rl_nn::Pool);
+
+impl rl_storage::Parallel for Threads {
+    fn threads(&self) -> usize {
+        self.0.threads()
+    }
+
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+        self.0.run(tasks, task);
+    }
+}
+
+/// Bytes of a sample above which it is split over the buffer's threads.
+const SPLIT_GATHER_BYTES: usize = 256 << 10;
 
 impl ReplayBuffer {
     /// The buffer, or a `ValueError` once closed.
@@ -58,7 +80,22 @@ impl ReplayBuffer {
             schema,
             path,
             positions: Vec::new(),
+            pool: None,
         }
+    }
+
+    /// With `threads` threads for large samples (1: none).
+    fn with_threads(mut self, threads: usize) -> PyResult<Self> {
+        if threads > 1 {
+            let pool =
+                rl_nn::Pool::new(threads).map_err(|e| value_error(format!("threads: {e}")))?;
+            self.pool = Some(Threads(pool));
+        } else if threads == 0 {
+            return Err(value_error(
+                "threads is 0: use 1 (sample on the calling thread) or more",
+            ));
+        }
+        Ok(self)
     }
 }
 
@@ -162,7 +199,7 @@ pub(crate) fn write(
 #[pymethods]
 impl ReplayBuffer {
     #[new]
-    #[pyo3(signature = (schema, capacity, *, path=None, sampler=None, budget=None, allow_non_finite=false))]
+    #[pyo3(signature = (schema, capacity, *, path=None, sampler=None, budget=None, allow_non_finite=false, threads=1))]
     fn new(
         schema: &Bound<'_, PyAny>,
         capacity: usize,
@@ -170,6 +207,7 @@ impl ReplayBuffer {
         sampler: Option<&Bound<'_, PyAny>>,
         budget: Option<&MemoryBudget>,
         allow_non_finite: bool,
+        threads: usize,
     ) -> PyResult<Self> {
         let schema = schema::from_dict(schema)?;
         let options = Options {
@@ -179,7 +217,7 @@ impl ReplayBuffer {
             non_finite: non_finite(allow_non_finite),
         };
         let store = store::create_replay(&schema, capacity, &options)?;
-        Ok(Self::from_store(store, path))
+        Self::from_store(store, path).with_threads(threads)
     }
 
     /// Reopens a memmap buffer at its last commit (rows written after it are gone). The
@@ -231,14 +269,21 @@ impl ReplayBuffer {
         batch: Bound<'py, Batch>,
     ) -> PyResult<Bound<'py, Batch>> {
         let row_bytes = self.schema.row_bytes();
-        let store = self.store()?;
+        let Self { store, pool, .. } = self;
+        let store = store
+            .as_mut()
+            .ok_or_else(|| value_error("the buffer is closed"))?;
         {
             let mut b = batch.borrow_mut();
             {
                 let mut memory = b.memory.borrow_mut(py);
                 let inner = &mut memory.inner;
                 let bytes = inner.room() * row_bytes;
-                let mut run = move || store.sample(inner);
+                let pool = pool.as_ref().filter(|_| bytes >= SPLIT_GATHER_BYTES);
+                let mut run = move || match pool {
+                    Some(pool) => store.sample_on(inner, pool),
+                    None => store.sample(inner),
+                };
                 if bytes >= RELEASE_GIL_BYTES {
                     py.detach(run)
                 } else {

@@ -275,6 +275,36 @@ def test_wide_rows_are_sampled_whole(obs_dim, room):
         np.testing.assert_array_equal(batch["reward"], data["reward"][batch.positions])
 
 
+@pytest.mark.parametrize("memmap", [False, True])
+def test_threads_gather_the_same_batch(tmp_path, memmap):
+    # 256 rows of 2 x 1024 floats (2 MiB a sample): split over 2 or 3 threads, the same
+    # draws and bytes as on the calling thread, every row the stored one.
+    schema = transition_schema(1024)
+    data = rows(0, 600, obs_dim=1024)
+    data["obs"] = np.random.default_rng(3).standard_normal((600, 1024), dtype=np.float32)
+    data["next_obs"] = data["obs"] + 1
+    batches = {}
+    for threads in [1, 2, 3]:
+        path = tmp_path / f"{threads}.rlmm" if memmap else None
+        rb = flatrl.ReplayBuffer(schema, 500, path=path, sampler=flatrl.Uniform(seed=5), threads=threads)
+        rb.extend(data)
+        batch = rb.new_batch(256)
+        batches[threads] = []
+        for _ in range(3):
+            rb.sample(batch)
+            stored = batch.positions.astype(np.int64)
+            # 600 rows into 500: position p holds row p + 500 for p < 100.
+            ids = np.where(stored < 100, stored + 500, stored)
+            np.testing.assert_array_equal(batch["obs"], data["obs"][ids])
+            batches[threads].append({k: v.copy() for k, v in batch.as_dict().items()})
+    for threads in [2, 3]:
+        for got, want in zip(batches[threads], batches[1]):
+            for key in want:
+                np.testing.assert_array_equal(got[key], want[key])
+    with pytest.raises(ValueError, match="threads"):
+        flatrl.ReplayBuffer(schema, 10, threads=0)
+
+
 def test_closed_buffer_refuses_calls(schema):
     with flatrl.ReplayBuffer(schema, 10) as rb:
         rb.extend(rows(0, 2))

@@ -173,6 +173,14 @@ impl<P: Sampler> AnyReplay<P> {
         __with_storage!(self, b => b.sample(batch))
     }
 
+    /// [`ReplayBuffer::sample_on`]: the gather split over `parallel`'s threads.
+    ///
+    /// # Errors
+    /// As [`ReplayBuffer::sample`].
+    pub fn sample_on(&mut self, batch: &mut Batch, parallel: &dyn crate::Parallel) -> Result<()> {
+        __with_storage!(self, b => b.sample_on(batch, parallel))
+    }
+
     /// Makes every row written so far durable (memmap); a no-op in RAM.
     ///
     /// # Errors

@@ -258,6 +258,50 @@ impl Batch {
         self.len = rows;
     }
 
+    /// [`Batch::gather_drawn`] split by rows over the tasks of `parallel` (each task
+    /// gathers every column of its rows; nothing allocated).
+    pub(crate) fn gather_drawn_on<S: HostStorage + Sync + ?Sized>(
+        &mut self,
+        storage: &S,
+        rows: usize,
+        parallel: &dyn Parallel,
+    ) {
+        let tasks = parallel.threads().clamp(1, rows.max(1));
+        if tasks == 1 {
+            self.gather_drawn(storage, rows);
+            return;
+        }
+        let per_task = rows.div_ceil(tasks);
+        let columns = Columns {
+            schema: &self.schema,
+            lines: self.columns.as_mut_ptr(),
+            count: self.columns.len(),
+        };
+        let positions = &self.positions[..rows];
+        parallel.run(rows.div_ceil(per_task), &|task| {
+            let range = task * per_task..((task + 1) * per_task).min(rows);
+            for index in 0..columns.count {
+                let row_bytes = columns.schema.columns()[index].row_bytes();
+                // SAFETY:
+                // - `self.columns` is borrowed mutably for this whole call, which returns
+                //   only after every task has finished, and no `&mut` to a column exists
+                //   meanwhile (only the buffers' raw pointers are used);
+                // - task `task` writes rows `range` of each column only: disjoint between
+                //   tasks, inside the column (`range.end <= rows <= room`, and a column
+                //   holds at least `room * row_bytes` bytes).
+                let target = unsafe {
+                    column_rows(
+                        columns.column(index),
+                        range.start * row_bytes,
+                        range.len() * row_bytes,
+                    )
+                };
+                gather_rows_from(storage, index, target, row_bytes, &positions[range.clone()]);
+            }
+        });
+        self.len = rows;
+    }
+
     /// Gathers batch column `into` from storage column `from` as
     /// [`Batch::gather_column`] does; rows of at least [`READ_MIN_ROW_BYTES`] of a storage
     /// that [reads by copy](HostStorage::reads_by_copy) (a file) are read one by one with
@@ -326,6 +370,76 @@ impl Batch {
             &mut bytemuck::cast_slice_mut::<Line, u8>(&mut self.columns[index])[..rows * row_bytes];
         gather_rows(source, target, row_bytes, positions);
     }
+}
+
+/// Runs tasks on several threads: a thread pool the caller owns (`rl_nn::Pool` through a
+/// newtype, a Rayon pool ...), which [`crate::replay::ReplayBuffer::sample_on`] splits a
+/// batch's gather over. `run` returns once every task has run.
+pub trait Parallel: Sync {
+    /// How many tasks run at once (1: the calling thread alone).
+    fn threads(&self) -> usize;
+
+    /// Runs `task(0)` ... `task(tasks - 1)`, each once, and returns when all have.
+    fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync));
+}
+
+/// A batch's column buffers, written by several tasks at disjoint rows.
+struct Columns<'a> {
+    schema: &'a Schema,
+    lines: *mut Vec<Line>,
+    count: usize,
+}
+
+// SAFETY:
+// - `Batch::gather_drawn_on` gives each task disjoint rows of every column and waits for
+//   all of them before the borrow the pointer came from ends.
+unsafe impl Sync for Columns<'_> {}
+
+impl Columns<'_> {
+    /// Column `index`'s pointer (a method, so closures capture the whole struct).
+    fn column(&self, index: usize) -> *mut Vec<Line> {
+        assert!(index < self.count);
+        self.lines.wrapping_add(index)
+    }
+}
+
+/// `len` bytes from byte `start` of the column `lines` points at.
+///
+/// # Safety
+/// `lines` points at a live column, the bytes lie inside it, and nothing else reads or
+/// writes them while the slice lives.
+unsafe fn column_rows<'a>(lines: *mut Vec<Line>, start: usize, len: usize) -> &'a mut [u8] {
+    // SAFETY:
+    // - the caller's contract: the column is live and the range is inside it and
+    //   written through this slice alone; `Vec<Line>`'s buffer is reached through raw
+    //   pointers without making a reference to the `Vec` itself.
+    unsafe {
+        let column = &*lines;
+        let bytes = column.as_ptr().cast::<u8>().cast_mut();
+        assert!(start + len <= column.len() * LINE_BYTES);
+        std::slice::from_raw_parts_mut(bytes.add(start), len)
+    }
+}
+
+/// Copies row `positions[j]` of storage column `index` to row `j` of `target`, as
+/// [`Batch::gather_from`] does without shift: by copy from a file for rows of at least
+/// [`READ_MIN_ROW_BYTES`], else from the column's bytes.
+fn gather_rows_from<S: HostStorage + ?Sized>(
+    storage: &S,
+    index: usize,
+    target: &mut [u8],
+    row_bytes: usize,
+    positions: &[usize],
+) {
+    if storage.reads_by_copy() && row_bytes >= READ_MIN_ROW_BYTES {
+        for (row, &position) in target.chunks_exact_mut(row_bytes).zip(positions) {
+            storage.read_column(index, position * row_bytes, row);
+        }
+        return;
+    }
+    let source = storage.column(index);
+    copy::prefetch_rows(source, row_bytes, positions);
+    gather_rows(source, target, row_bytes, positions);
 }
 
 /// Bytes of a cache line: the alignment and granularity of a batch's column blocks.

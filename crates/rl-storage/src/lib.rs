@@ -91,7 +91,7 @@ mod tiered;
 mod transfer;
 mod without_replacement;
 
-pub use batch::Batch;
+pub use batch::{Batch, Parallel};
 pub use column::ColumnSlice;
 pub use error::{Error, Result};
 

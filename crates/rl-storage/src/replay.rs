@@ -3,7 +3,7 @@
 
 use rl_core::{Element, MemoryPlan, Schema};
 
-use crate::batch::Batch;
+use crate::batch::{Batch, Parallel};
 use crate::column::{ColumnSlice, column_index, typed};
 use crate::copy::Stores;
 use rl_core::NonFinite;
@@ -211,6 +211,27 @@ impl<S: HostStorage, P: Sampler> ReplayBuffer<S, P> {
         Ok(())
     }
 
+    /// [`ReplayBuffer::sample`] with the gather split by rows over the tasks of
+    /// `parallel` (the draw stays on the caller): the same batch, bit for bit, on as many
+    /// cores as `parallel` runs. Worth it for batches of megabytes, whose copy is bound by
+    /// one core's memory traffic. Allocates nothing.
+    ///
+    /// # Errors
+    /// As [`ReplayBuffer::sample`].
+    pub fn sample_on(&mut self, batch: &mut Batch, parallel: &dyn Parallel) -> Result<()>
+    where
+        S: Sync,
+    {
+        if batch.schema() != self.storage.schema() {
+            return Err(Error::BatchSchema);
+        }
+        let rows = batch.room();
+        let (positions, weights) = batch.draw_space();
+        let drawn = self.draw(rows, positions, weights)?;
+        batch.gather_drawn_on(&self.storage, drawn, parallel);
+        Ok(())
+    }
+
     /// Lets the sampler draw `rows` positions (and weights) of stored rows.
     pub(crate) fn draw(
         &mut self,
@@ -333,6 +354,89 @@ mod tests {
                 id
             })
             .collect()
+    }
+
+    /// Runs each call's tasks on `threads` scoped threads (task `i` on thread `i %
+    /// threads`).
+    struct Scoped(usize);
+
+    impl crate::Parallel for Scoped {
+        fn threads(&self) -> usize {
+            self.0
+        }
+
+        fn run(&self, tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+            std::thread::scope(|scope| {
+                for t in 0..self.0 {
+                    scope.spawn(move || (t..tasks).step_by(self.0).for_each(task));
+                }
+            });
+        }
+    }
+
+    /// Rows of 1 200 floats (4 800 bytes: a file's rows of them are read by copy), the
+    /// row id in every element, and an id column.
+    fn wide_schema() -> Schema {
+        Schema::new([
+            Column::new(Field::Obs.name(), DType::F32, &[1200]),
+            Column::scalar(Field::Action.name(), DType::U32),
+        ])
+        .unwrap()
+    }
+
+    /// Samples three batches from two buffers `make` builds alike, with `sample` and
+    /// with `sample_on` over `threads` threads: the same rows, the same bytes, each row
+    /// the one written.
+    fn same_batches<S: HostStorage + Sync>(make: impl Fn(&str) -> S, threads: usize) {
+        let ids: Vec<u32> = (0..700).collect();
+        let obs: Vec<f32> = ids.iter().flat_map(|&i| [i as f32; 1200]).collect();
+        let columns = [ColumnSlice::F32(&obs), ColumnSlice::U32(&ids)];
+        let buffer = |name: &str| {
+            let mut buffer = ReplayBuffer::new(make(name), Uniform::new(11));
+            buffer.extend(&columns).unwrap();
+            buffer
+        };
+        let (mut alone, mut split) = (buffer("a"), buffer("b"));
+        let mut want = Batch::new(&wide_schema(), 37).unwrap();
+        let mut got = Batch::new(&wide_schema(), 37).unwrap();
+        for _ in 0..3 {
+            alone.sample(&mut want).unwrap();
+            split.sample_on(&mut got, &Scoped(threads)).unwrap();
+            assert_eq!(got.len(), 37);
+            let ids = got.column::<u32>(Field::Action.name()).unwrap().to_vec();
+            assert_eq!(ids, want.column::<u32>(Field::Action.name()).unwrap());
+            assert!(ids.iter().all(|&id| (200..700).contains(&id)), "{ids:?}");
+            let rows = got.column::<f32>(Field::Obs.name()).unwrap();
+            assert_eq!(rows, want.column::<f32>(Field::Obs.name()).unwrap());
+            for (row, &id) in rows.chunks_exact(1200).zip(&ids) {
+                assert!(row.iter().all(|&v| v == id as f32), "{threads} threads");
+            }
+        }
+    }
+
+    /// `sample_on` draws as `sample` does and gathers the same bytes on any number of
+    /// threads, from RAM and from a memmap file (rows read by copy), the ring wrapped.
+    #[test]
+    fn sampling_on_several_threads_gathers_the_same_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        for threads in [1, 2, 3, 8] {
+            same_batches(
+                |_| RamStorage::new(wide_schema(), 500, None).unwrap(),
+                threads,
+            );
+            same_batches(
+                |name| {
+                    crate::memmap::MemmapStorage::create(
+                        dir.path().join(format!("{name}{threads}.rlmm")),
+                        wide_schema(),
+                        500,
+                        crate::memmap::MemmapOptions::default(),
+                    )
+                    .unwrap()
+                },
+                threads,
+            );
+        }
     }
 
     #[test]

@@ -94,6 +94,7 @@ class ReplayBuffer:
         sampler: Sampler | None = None,
         budget: MemoryBudget | None = None,
         allow_non_finite: bool = False,
+        threads: int = 1,
     ) -> None: ...
     @staticmethod
     def open(
