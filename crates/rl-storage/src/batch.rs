@@ -302,10 +302,9 @@ impl Batch {
         self.len = rows;
     }
 
-    /// Gathers batch column `into` from storage column `from` as
-    /// [`Batch::gather_column`] does; rows of at least [`READ_MIN_ROW_BYTES`] of a storage
-    /// that [reads by copy](HostStorage::reads_by_copy) (a file) are read one by one with
-    /// [`HostStorage::read_column`], so sampling maps none of the file's pages.
+    /// Gathers batch column `into` from storage column `from`, reading row
+    /// `positions[j] + shift` (wrapping at the capacity) for each of the first `rows`
+    /// drawn positions (see [`gather_rows_from`]). Allocates nothing.
     pub(crate) fn gather_from<S: HostStorage + ?Sized>(
         &mut self,
         storage: &S,
@@ -314,19 +313,15 @@ impl Batch {
         rows: usize,
     ) {
         let row_bytes = self.schema.columns()[into].row_bytes();
-        if !(storage.reads_by_copy() && row_bytes >= READ_MIN_ROW_BYTES) {
-            self.gather_column(into, storage.column(from), shift, storage.capacity(), rows);
-            return;
-        }
-        let capacity = storage.capacity();
+        let positions = shifted_positions(
+            &self.positions[..rows],
+            &mut self.shifted[..rows],
+            shift,
+            storage.capacity(),
+        );
         let target =
             &mut bytemuck::cast_slice_mut::<Line, u8>(&mut self.columns[into])[..rows * row_bytes];
-        for (row, &position) in target
-            .chunks_exact_mut(row_bytes)
-            .zip(&self.positions[..rows])
-        {
-            storage.read_column(from, (position + shift) % capacity * row_bytes, row);
-        }
+        gather_rows_from(storage, from, target, row_bytes, positions);
     }
 
     /// All the bytes of column `index`: room for [`Batch::room`] rows (rounded up to 64
@@ -343,32 +338,6 @@ impl Batch {
     /// Sets the number of gathered rows (after a caller gathered every column).
     pub(crate) fn set_len(&mut self, rows: usize) {
         self.len = rows;
-    }
-
-    /// Gathers batch column `index` from storage column bytes `source`, reading row
-    /// `positions[j] + shift` (wrapping at `capacity`) for each of the first `rows` drawn
-    /// positions. Allocates nothing.
-    pub(crate) fn gather_column(
-        &mut self,
-        index: usize,
-        source: &[u8],
-        shift: usize,
-        capacity: usize,
-        rows: usize,
-    ) {
-        let row_bytes = self.schema.columns()[index].row_bytes();
-        let positions = if shift == 0 {
-            &self.positions[..rows]
-        } else {
-            for (s, &p) in self.shifted.iter_mut().zip(&self.positions[..rows]) {
-                *s = (p + shift) % capacity;
-            }
-            &self.shifted[..rows]
-        };
-        copy::prefetch_rows(source, row_bytes, positions);
-        let target =
-            &mut bytemuck::cast_slice_mut::<Line, u8>(&mut self.columns[index])[..rows * row_bytes];
-        gather_rows(source, target, row_bytes, positions);
     }
 }
 
@@ -421,9 +390,27 @@ unsafe fn column_rows<'a>(lines: *mut Vec<Line>, start: usize, len: usize) -> &'
     }
 }
 
-/// Copies row `positions[j]` of storage column `index` to row `j` of `target`, as
-/// [`Batch::gather_from`] does without shift: by copy from a file for rows of at least
-/// [`READ_MIN_ROW_BYTES`], else from the column's bytes.
+/// `positions` itself when `shift` is 0, else `(p + shift) % capacity` of each written
+/// into `shifted` (as long as `positions`).
+fn shifted_positions<'a>(
+    positions: &'a [usize],
+    shifted: &'a mut [usize],
+    shift: usize,
+    capacity: usize,
+) -> &'a [usize] {
+    if shift == 0 {
+        return positions;
+    }
+    for (s, &p) in shifted.iter_mut().zip(positions) {
+        *s = (p + shift) % capacity;
+    }
+    shifted
+}
+
+/// Copies row `positions[j]` of storage column `index` to row `j` of `target`: by copy
+/// from a file (one [`HostStorage::read_column`] per row, so sampling maps none of the
+/// file's pages) for rows of at least [`READ_MIN_ROW_BYTES`], else from the column's
+/// bytes.
 fn gather_rows_from<S: HostStorage + ?Sized>(
     storage: &S,
     index: usize,

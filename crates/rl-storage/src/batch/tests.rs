@@ -57,7 +57,7 @@ proptest! {
         let rows = positions.len();
         let mut batch = Batch::new(&schema, rows).expect("batch");
         batch.positions[..rows].copy_from_slice(&positions);
-        batch.gather_column(0, storage.column(0), shift, capacity, rows);
+        batch.gather_from(&storage, (0, 0), shift, rows);
         batch.set_len(rows);
         let got = batch.column_at::<u8>(0).expect("u8 column");
         let source = storage.column(0);
