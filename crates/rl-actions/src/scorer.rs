@@ -297,6 +297,9 @@ pub struct ChunkedScorer {
     max_batch: usize,
     scratch: Vec<f32>,
     values: Vec<f32>,
+    /// Two copies of one tile's block of the transposed table (`d x tile` floats each,
+    /// one per half of a split soft pass); empty for identity scoring.
+    tile_table: Vec<f32>,
     acc: Vec<Acc>,
     best: Vec<(f32, u32)>,
     heap_len: Vec<usize>,
@@ -364,13 +367,24 @@ const TILE_BYTES: usize = 16 * 1024;
 /// logits, which no other row shares: its tile is the chunk.
 fn tile_for(scores: &Scores, chunk: usize) -> usize {
     match scores {
-        Scores::Table { table, .. } => {
-            let per_action = table.dim() * size_of::<f32>();
-            (TILE_BYTES / per_action.max(1) / 64 * 64)
-                .max(64)
-                .min(chunk)
-        }
+        Scores::Table { table, .. } => table_tile(table.dim(), chunk),
         Scores::Identity { .. } => chunk,
+    }
+}
+
+/// [`tile_for`] a table of `dim` features.
+fn table_tile(dim: usize, chunk: usize) -> usize {
+    let per_action = dim * size_of::<f32>();
+    (TILE_BYTES / per_action.max(1) / 64 * 64)
+        .max(64)
+        .min(chunk)
+}
+
+/// Floats of [`ChunkedScorer`]'s tile copies of the table for `tile` actions.
+fn tile_table_len(scores: &Scores, tile: usize) -> usize {
+    match scores {
+        Scores::Table { table, .. } => 2 * table.dim() * tile,
+        Scores::Identity { .. } => 0,
     }
 }
 
@@ -447,6 +461,7 @@ impl ChunkedScorer {
         }
         let chunk = chunk.min(scores.n());
         let tile = tile_for(&scores, chunk);
+        let tile_table = vec![0.0; tile_table_len(&scores, tile)];
         Ok(Self {
             scores,
             isa: Isa::detect(),
@@ -455,6 +470,7 @@ impl ChunkedScorer {
             max_batch,
             scratch: vec![0.0; max_batch * chunk],
             values: vec![0.0; max_batch * chunk],
+            tile_table,
             acc: vec![Acc::EMPTY; max_batch],
             best: vec![(f32::NEG_INFINITY, 0); max_batch],
             heap_len: vec![0; max_batch],
@@ -485,6 +501,7 @@ impl ChunkedScorer {
     #[cfg(test)]
     pub(crate) fn with_tile(mut self, tile: usize) -> Self {
         self.tile = tile.clamp(1, self.chunk);
+        self.tile_table = vec![0.0; tile_table_len(&self.scores, self.tile)];
         self
     }
 
@@ -546,8 +563,9 @@ impl ChunkedScorer {
         self.max_batch
     }
 
-    /// What the scorer holds: the table (shared, once per process) and its transposed
-    /// copy (`n x d` floats, shared by clones of this scorer), none for identity scoring;
+    /// What the scorer holds: the table (shared, once per process), its transposed copy
+    /// (`n x d` floats, shared by clones of this scorer) and two copies of one tile of it
+    /// (`2 x d x tile` floats), none for identity scoring;
     /// the chunk scratch (two `max_batch x chunk` float buffers); per-row accumulators;
     /// and the gradient accumulators of [`ChunkedScorer::soft_policy_loss`]
     /// (`2 x max_batch x d` `f64`, table scoring only). Nothing scales with `batch x n`
@@ -617,6 +635,11 @@ impl ChunkedScorer {
                 "scorer/transposed table (shared by clones)",
                 Location::Ram,
                 bytes(&[n, dim, f32s])?,
+            );
+            plan.add(
+                "scorer/tile copies of the table",
+                Location::Ram,
+                bytes(&[2, dim, table_tile(dim, chunk), f32s])?,
             );
         }
         let per_row = size_of::<Acc>() + size_of::<(f32, u32)>() + size_of::<usize>();

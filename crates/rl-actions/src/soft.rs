@@ -188,6 +188,7 @@ impl ChunkedScorer {
             isa,
             scratch,
             values,
+            tile_table,
             acc,
             grad_w,
             grad_c,
@@ -213,28 +214,55 @@ impl ChunkedScorer {
             &mut grad_w[..grads],
             &mut grad_c[..grads],
         );
+        // A tile's block of the table per thread (table scoring; empty for identity).
+        let block = tile_table.len() / 2;
         match join.as_deref() {
             Some(join) if batch >= 2 && scratch.len() >= 2 * tile => {
                 let half = batch.div_ceil(2);
                 let split = if with_grad { half * d } else { 0 };
                 let (s0, s1) = scratch[..2 * tile].split_at_mut(tile);
                 let (v0, v1) = values[..2 * tile].split_at_mut(tile);
+                let (t0, t1) = tile_table.split_at_mut(block);
                 let (a0, a1) = acc.split_at_mut(half);
                 let (w0, w1) = grad_w.split_at_mut(split);
                 let (c0, c1) = grad_c.split_at_mut(split);
                 let pass = &pass;
-                join.join(&mut || pass.rows(0, s0, v0, a0, w0, c0), &mut || {
-                    pass.rows(half, s1, v1, a1, w1, c1)
-                });
+                let mut shares = [
+                    Some(Share {
+                        first: 0,
+                        s: s0,
+                        v: v0,
+                        table: t0,
+                        acc: a0,
+                        grad_w: w0,
+                        grad_c: c0,
+                    }),
+                    Some(Share {
+                        first: half,
+                        s: s1,
+                        v: v1,
+                        table: t1,
+                        acc: a1,
+                        grad_w: w1,
+                        grad_c: c1,
+                    }),
+                ];
+                let [one, two] = &mut shares;
+                // Each closure runs once; `take` hands its share over by value.
+                join.join(
+                    &mut || one.take().into_iter().for_each(|s| pass.rows(s)),
+                    &mut || two.take().into_iter().for_each(|s| pass.rows(s)),
+                );
             }
-            _ => pass.rows(
-                0,
-                &mut scratch[..tile],
-                &mut values[..tile],
+            _ => pass.rows(Share {
+                first: 0,
+                s: &mut scratch[..tile],
+                v: &mut values[..tile],
+                table: &mut tile_table[..block],
                 acc,
                 grad_w,
                 grad_c,
-            ),
+            }),
         }
     }
 
@@ -303,27 +331,33 @@ struct SoftRows<'a> {
     with_grad: bool,
 }
 
+/// One thread's part of a [`ChunkedScorer::soft_pass`]: rows `first..first +
+/// acc.len()` and their tile-sized scratch.
+struct Share<'a> {
+    first: usize,
+    s: &'a mut [f32],
+    v: &'a mut [f32],
+    table: &'a mut [f32],
+    acc: &'a mut [Acc],
+    grad_w: &'a mut [f64],
+    grad_c: &'a mut [f64],
+}
+
 impl SoftRows<'_> {
-    /// The rows `first..first + acc.len()`: their accumulators in `acc`, their gradient
-    /// sums in `grad_w` and `grad_c` (`d` per row, empty without the gradient), with
-    /// `s_tile` and `v_tile` (a tile each) as scratch.
+    /// The rows `first..first + acc.len()` of `share`: their accumulators in `acc`, their
+    /// gradient sums in `grad_w` and `grad_c` (`d` per row, empty without the gradient),
+    /// with `s` and `v` (a tile each) as scratch and `table` for a copy of the tile's
+    /// block of the transposed table (`d x tile`, table scoring).
     ///
-    /// Tiles of actions on the outside, rows on the inside: a tile of the transposed
-    /// table ([`ChunkedScorer::tile`] actions, sized for the L1 cache) is read by every
-    /// row while it is cached. Per row and tile, the kernels write the scores and
-    /// `min(Q_1, Q_2)` into the tile scratch, take its max, the weights and their sums,
-    /// and (with the gradient) the centred feature sums; [`Acc::merge`] folds the tile
-    /// into the row's running (online) log-sum-exp, rescaling the gradient's sums by the
-    /// same factors.
-    fn rows(
-        &self,
-        first: usize,
-        s_tile: &mut [f32],
-        v_tile: &mut [f32],
-        acc: &mut [Acc],
-        grad_w: &mut [f64],
-        grad_c: &mut [f64],
-    ) {
+    /// Tiles of actions on the outside, rows on the inside: a tile's block of the table
+    /// ([`ChunkedScorer::tile`] actions, sized for the L1 cache) is copied out once (in
+    /// the transposed table its `d` rows lie `n` floats apart and share cache sets with
+    /// each other and with the scratch) and read by every row while it is cached. Per
+    /// row and tile, the kernels write the scores and `min(Q_1, Q_2)` into the tile
+    /// scratch, take its max, the weights and their sums, and (with the gradient) the
+    /// centred feature sums; [`Acc::merge`] folds the tile into the row's running
+    /// (online) log-sum-exp, rescaling the gradient's sums by the same factors.
+    fn rows(&self, share: Share<'_>) {
         let Self {
             scores,
             isa,
@@ -335,14 +369,30 @@ impl SoftRows<'_> {
             masks,
             with_grad,
         } = *self;
+        let Share {
+            first,
+            s: s_tile,
+            v: v_tile,
+            table,
+            acc,
+            grad_w,
+            grad_c,
+        } = share;
         let n = scores.n();
         acc.fill(Acc::EMPTY);
         grad_w.fill(0.0);
         grad_c.fill(0.0);
+        let table_scoring = matches!(scores, Scores::Table { .. });
         for start in (0..n).step_by(tile) {
             let range = start..(start + tile).min(n);
             let len = range.len();
             let (s, v) = (&mut s_tile[..len], &mut v_tile[..len]);
+            if let Scores::Table { cols, .. } = scores {
+                for (k, block) in table.chunks_exact_mut(len).take(d).enumerate() {
+                    block.copy_from_slice(&cols[k * n + range.start..k * n + range.end]);
+                }
+            }
+            let block = &table[..if table_scoring { d * len } else { 0 }];
             for (r, acc) in acc.iter_mut().enumerate() {
                 let b = first + r;
                 let rows = b * d..(b + 1) * d;
@@ -352,8 +402,8 @@ impl SoftRows<'_> {
                     &critics[1][rows],
                 );
                 let top = match scores {
-                    Scores::Table { cols, .. } => {
-                        Some(kernels::dots3(isa, qb, g1, g2, cols, n, range.start, s, v))
+                    Scores::Table { .. } => {
+                        Some(kernels::dots3(isa, qb, g1, g2, block, len, 0, s, v))
                     }
                     Scores::Identity { .. } => {
                         s.copy_from_slice(&qb[range.clone()]);
@@ -381,17 +431,17 @@ impl SoftRows<'_> {
                 let mean = (alpha * st - sv) / s0;
                 // c here is alpha (s - mc) - Q; the row sums use c_hat = alpha s - Q.
                 let shift = f64::from(mean) + f64::from(alpha) * f64::from(mc);
-                if let Scores::Table { cols, .. } = scores {
+                if let Scores::Table { .. } = scores {
                     let mut add = |k: usize, fw: f32, fc: f32| {
                         let (fw, fc) = (f64::from(fw), f64::from(fc));
                         let i = r * d + k;
                         grad_w[i] = old * grad_w[i] + new * fw;
                         grad_c[i] = old * grad_c[i] + new * (fc + shift * fw);
                     };
-                    let col = |k: usize| &cols[k * n + range.start..k * n + range.end];
+                    let col = |k: usize| &block[k * len..(k + 1) * len];
                     let mut k = 0;
                     while k + 4 <= d {
-                        let (fw, fc) = kernels::grad4(
+                        let (fw, fc) = kernels::grad_block(
                             isa,
                             s,
                             v,
@@ -992,6 +1042,11 @@ mod tests {
         };
         assert_eq!(bytes(&plan, "table (shared)"), Some((n * d * 4) as u64));
         assert_eq!(bytes(&plan, "transposed"), Some((n * d * 4) as u64));
+        // Tiles of 512 actions for d = 8, capped at the chunk (64 here).
+        assert_eq!(
+            bytes(&plan, "tile copies"),
+            Some((2 * d * chunk * 4) as u64)
+        );
         assert_eq!(
             bytes(&plan, "chunk scratch"),
             Some((2 * batch * chunk * 4) as u64)
@@ -1003,7 +1058,7 @@ mod tests {
         assert_eq!(
             bytes(&plan, "table"),
             None,
-            "identity scoring stores no table"
+            "identity scoring stores no table (nor tile copies of one)"
         );
         assert_eq!(
             bytes(&plan, "chunk scratch"),
