@@ -108,6 +108,9 @@ fn main() {
         (64, 64, 64),
         (64, 64, 2),
         (64, 64, 1),
+        // The Nature CNN's 3136 -> 512 layer: a PPO minibatch, and acting for 8 envs.
+        (256, 3136, 512),
+        (8, 3136, 512),
     ];
     let mut cases = Vec::new();
     for (rows, inputs, outputs) in layers {
