@@ -51,7 +51,14 @@ def run_sb3(env: str, steps: int, threads: int) -> float:
     gymnasium.register_envs(ale_py)
     torch.set_num_threads(threads)
     envs = VecFrameStack(
-        make_atari_env(env, n_envs=8, seed=0, env_kwargs={"frameskip": 1}), n_stack=4
+        make_atari_env(
+            env,
+            n_envs=8,
+            seed=0,
+            # ppo_atari.toml's: no sticky actions (CleanRL's NoFrameskip-v4 games).
+            env_kwargs={"frameskip": 1, "repeat_action_probability": 0.0},
+        ),
+        n_stack=4,
     )
     model = PPO(
         "CnnPolicy",

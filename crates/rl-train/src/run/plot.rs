@@ -6,11 +6,15 @@
 //! ([`PlotOptions`]). Runs whose configs are the same but for `run.seed` form a group:
 //! one mean line with a min–max band over its seeds (at each x, over the runs that
 //! reached it; each run's points are linearly interpolated onto a common grid), named
-//! `algo env (N seeds)`; a run alone is one line named `algo env seed S`. With a goal
+//! `algo env (N seeds)`; a run alone is one line named `algo env seed S`. Groups whose
+//! configs differ in more than the seed also name, after a colon, the keys where theirs
+//! differs (`env_kwargs.repeat_action_probability = 0.0`, `ppo.clip_range unset`,
+//! `no [atari]`; at most three, then `...`). With a goal
 //! on the metric drawn (a training-return goal on `return_mean`, an evaluation goal on
 //! `eval_return_mean`), the goal is a dashed horizontal line. By default the metric is
 //! the one the first run's goal is judged on (`return_mean` without a goal).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -194,14 +198,87 @@ fn band(runs: &[Vec<(f64, f64)>]) -> Band {
         .collect()
 }
 
-/// The config of a run with its seed taken out: runs with equal keys form a group.
-fn group_key(config: &Config) -> Result<String> {
+/// The config of a run with its seed taken out: runs with equal tables form a group.
+fn group_key(config: &Config) -> Result<toml::Table> {
     let mut table = toml::Table::try_from(config)
         .map_err(|e| Error::Usage(format!("a run's config cannot be compared: {e}")))?;
     if let Some(toml::Value::Table(run)) = table.get_mut("run") {
         run.remove("seed");
     }
-    Ok(table.to_string())
+    Ok(table)
+}
+
+/// Most keys a label names where its group's config differs from another's.
+const MAX_DIFFERENCES: usize = 3;
+
+/// Per config (groups' [`group_key`]s), the keys where it differs from at least one of
+/// the others, dotted, in key order: `key = value`, `key unset`, and for a table that
+/// some configs lack, `no [key]` for those and, for the others, its leaves when it has at
+/// most two (`env_kwargs.repeat_action_probability = 0.0`), else `[key]`. What tells
+/// the lines of one plot apart; empty for a single config.
+fn differences(configs: &[toml::Table]) -> Vec<Vec<String>> {
+    let mut out = vec![Vec::new(); configs.len()];
+    let tables: Vec<Option<&toml::Table>> = configs.iter().map(Some).collect();
+    differ("", &tables, &mut out);
+    out
+}
+
+/// [`differences`] below `prefix`, for tables some of which may be missing.
+fn differ(prefix: &str, tables: &[Option<&toml::Table>], out: &mut [Vec<String>]) {
+    let keys: BTreeSet<&String> = tables.iter().flatten().flat_map(|t| t.keys()).collect();
+    for key in keys {
+        let values: Vec<Option<&toml::Value>> =
+            tables.iter().map(|t| t.and_then(|t| t.get(key))).collect();
+        if values.iter().all(|v| *v == values[0]) {
+            continue;
+        }
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        let inner: Vec<Option<&toml::Table>> = values
+            .iter()
+            .map(|v| v.and_then(toml::Value::as_table))
+            .collect();
+        let all_tables = values
+            .iter()
+            .zip(&inner)
+            .all(|(v, t)| v.is_none() || t.is_some());
+        if all_tables && values.iter().all(Option::is_some) {
+            differ(&path, &inner, out);
+            continue;
+        }
+        for (labels, value) in out.iter_mut().zip(&values) {
+            match value {
+                None if all_tables => labels.push(format!("no [{path}]")),
+                None => labels.push(format!("{path} unset")),
+                Some(toml::Value::Table(table)) => {
+                    let mut leaves = BTreeMap::new();
+                    flatten(&path, table, &mut leaves);
+                    if leaves.len() <= 2 {
+                        labels.extend(leaves.into_iter().map(|(k, v)| format!("{k} = {v}")));
+                    } else {
+                        labels.push(format!("[{path}]"));
+                    }
+                }
+                Some(leaf) => labels.push(format!("{path} = {leaf}")),
+            }
+        }
+    }
+}
+
+/// `table`'s leaves as dotted keys (below `prefix`) and their TOML values.
+fn flatten(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, String>) {
+    for (key, value) in table {
+        let key = format!("{prefix}.{key}");
+        match value {
+            toml::Value::Table(inner) => flatten(&key, inner, out),
+            leaf => {
+                out.insert(key, leaf.to_string());
+            }
+        }
+    }
 }
 
 /// The metric a goal is judged on, and its value.
@@ -215,14 +292,16 @@ fn goal_metric(goal: Goal) -> (&'static str, f64) {
 /// Runs of one config.
 struct Group {
     config: Config,
-    key: String,
+    key: toml::Table,
     seeds: Vec<u64>,
     runs: Vec<Vec<(f64, f64)>>,
+    /// Where this group's config differs from the other groups' ([`differences`]).
+    differs: Vec<String>,
 }
 
 impl Group {
     fn label(&self) -> String {
-        match self.seeds.as_slice() {
+        let name = match self.seeds.as_slice() {
             [seed] => format!("{} {} seed {seed}", self.config.algo, self.config.env),
             seeds => format!(
                 "{} {} ({} seeds)",
@@ -230,7 +309,15 @@ impl Group {
                 self.config.env,
                 seeds.len()
             ),
+        };
+        if self.differs.is_empty() {
+            return name;
         }
+        let mut shown = self.differs[..self.differs.len().min(MAX_DIFFERENCES)].join(", ");
+        if self.differs.len() > MAX_DIFFERENCES {
+            shown.push_str(", ...");
+        }
+        format!("{name}: {shown}")
     }
 }
 
@@ -287,8 +374,13 @@ pub fn plot_with(dirs: &[PathBuf], out: &Path, options: &PlotOptions) -> Result<
                 key,
                 seeds: vec![seed],
                 runs: vec![points],
+                differs: Vec::new(),
             }),
         }
+    }
+    let keys: Vec<toml::Table> = groups.iter().map(|g| g.key.clone()).collect();
+    for (group, differs) in groups.iter_mut().zip(differences(&keys)) {
+        group.differs = differs;
     }
     if !any_key {
         return Err(Error::Usage(format!(
@@ -443,5 +535,42 @@ mod tests {
         assert_eq!(last, (10.0, 6.0, 2.0, 10.0));
         assert_eq!(interpolate(&[(0.0, 0.0), (4.0, 8.0)], 1.0), Some(2.0));
         assert_eq!(interpolate(&[(0.0, 0.0), (4.0, 8.0)], 5.0), None);
+    }
+
+    /// Lines are told apart by the keys where their configs differ, and only by those:
+    /// equal keys, nested tables (dotted) and keys one config lacks.
+    #[test]
+    fn labels_name_the_keys_where_configs_differ() {
+        let parse = |text: &str| text.parse::<toml::Table>().unwrap();
+        let sticky = parse(
+            "algo = \"ppo\"\n[run]\ntotal_steps = 10\n[ppo]\nclip_range = 0.1\n[atari]\na = 1\nb = 2\nc = 3\n",
+        );
+        let plain = parse(
+            "algo = \"ppo\"\n[run]\ntotal_steps = 10\n[ppo]\nclip_range = 0.2\nepochs = 4\n[env_kwargs]\nrepeat_action_probability = 0.0\n",
+        );
+        let diffs = differences(&[sticky.clone(), plain]);
+        assert_eq!(
+            diffs[0],
+            vec![
+                "[atari]",
+                "no [env_kwargs]",
+                "ppo.clip_range = 0.1",
+                "ppo.epochs unset"
+            ]
+        );
+        assert_eq!(
+            diffs[1],
+            vec![
+                "no [atari]",
+                "env_kwargs.repeat_action_probability = 0.0",
+                "ppo.clip_range = 0.2",
+                "ppo.epochs = 4"
+            ]
+        );
+        assert_eq!(differences(&[sticky.clone()]), vec![Vec::<String>::new()]);
+        assert_eq!(
+            differences(&[sticky.clone(), sticky]),
+            vec![Vec::<String>::new(); 2]
+        );
     }
 }
