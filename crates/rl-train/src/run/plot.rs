@@ -567,7 +567,10 @@ mod tests {
                 "ppo.epochs = 4"
             ]
         );
-        assert_eq!(differences(&[sticky.clone()]), vec![Vec::<String>::new()]);
+        assert_eq!(
+            differences(std::slice::from_ref(&sticky)),
+            vec![Vec::<String>::new()]
+        );
         assert_eq!(
             differences(&[sticky.clone(), sticky]),
             vec![Vec::<String>::new(); 2]
