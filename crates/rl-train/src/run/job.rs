@@ -198,6 +198,7 @@ where
                 let trainer =
                     OnPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, run)?;
                 rundir::accept_resume(dir, config, trainer.env_steps())?;
+                release_freed_heap();
                 note_continuation(trainer.continuation(), options);
                 trainer
             } else {
@@ -342,6 +343,7 @@ where
                 let trainer =
                     OffPolicyTrainer::resume(&dir.join(CHECKPOINT_DIR), make, learner, off, run)?;
                 rundir::accept_resume(dir, config, trainer.env_steps())?;
+                release_freed_heap();
                 note_continuation(trainer.continuation(), options);
                 trainer
             } else {
@@ -457,4 +459,23 @@ where
         }
     }
     Ok(plan)
+}
+
+/// Hands the pages of freed heap memory back to the system, after a resume. glibc keeps
+/// them: once a large buffer has been freed, its mmap threshold rises, so a resume's
+/// transient buffers (the learner checkpoint read whole, its parsed tensors) come from the
+/// heap and stay resident after they are freed: a resumed `td3_halfcheetah` run held
+/// 261.5 MiB against a 240.3 MiB plan without this, 251.4 against 241.4 with it (the
+/// same run fresh: 245.2). Nothing to do elsewhere.
+#[allow(
+    unsafe_code,
+    reason = "a call into glibc's allocator (malloc_trim), which takes no pointers"
+)]
+fn release_freed_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only returns free heap pages to the kernel; it reads no
+    // caller memory and takes glibc's allocator locks itself.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
