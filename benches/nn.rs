@@ -32,7 +32,10 @@
 //!   batch 32 and 256, one thread: forward is the NCHW outputs with bias and ReLU;
 //!   backward is the weight, bias and input gradients (twice the forward's
 //!   multiply-adds), backward_weights the weight and bias gradients alone (a network's
-//!   first layer: as many multiply-adds as the forward), timed after one forward.
+//!   first layer: as many multiply-adds as the forward), timed after one forward; then
+//!   per batch `"layer":"nature"` lines, the three layers' summed work over their summed
+//!   time: `"direction":"forward_backward"` (forward and full backward of each) and
+//!   `"network"` (as a network runs them: no input gradient for the first layer).
 //!
 //! Medians of many timed repetitions after warm-up. `cargo xtask bench nn -- matmul`,
 //! `-- peers`, `-- threads`, `-- mlp` or `-- conv` runs one part.
@@ -415,11 +418,14 @@ fn conv(peak: f64, rng: &mut SplitMix) -> anyhow::Result<()> {
         ("nature2", Conv2dSpec::square(32, 64, 4, 2, 0), [20, 20]),
         ("nature3", Conv2dSpec::square(64, 64, 3, 1, 0), [9, 9]),
     ];
-    for (name, spec, input) in layers {
+    // Per batch: (flops, ms) of forward and full backward over all three layers, and of
+    // the network's way (no input gradient for the first layer).
+    let mut totals = [[(0.0f64, 0.0f64); 2]; 2];
+    for (layer, (name, spec, input)) in layers.into_iter().enumerate() {
         let conv = Conv2d::new(spec, input, 0)?.with_activation(Some(Activation::Relu));
         let params = rng.floats(conv.num_params(), 0.1);
         let mut grads = vec![0.0f32; conv.num_params()];
-        for batch in [32, 256] {
+        for (at, batch) in [32, 256].into_iter().enumerate() {
             let x = rng.floats(batch * conv.input_len(), 1.0);
             let dy = rng.floats(batch * conv.output_len(), 1.0);
             let mut dx = vec![0.0f32; x.len()];
@@ -441,6 +447,16 @@ fn conv(peak: f64, rng: &mut SplitMix) -> anyhow::Result<()> {
                 conv.backward(&params, &mut ws, &dy, Some(&mut grads), None)?;
                 Ok(())
             })?;
+            let [all, network] = &mut totals[at];
+            all.0 += 3.0 * forward_flops;
+            all.1 += forward_ms + backward_ms;
+            let (flops, ms) = if layer == 0 {
+                (2.0 * forward_flops, forward_ms + weights_ms)
+            } else {
+                (3.0 * forward_flops, forward_ms + backward_ms)
+            };
+            network.0 += flops;
+            network.1 += ms;
             for (direction, flops, ms) in [
                 ("forward", forward_flops, forward_ms),
                 ("backward", 2.0 * forward_flops, backward_ms),
@@ -456,6 +472,19 @@ fn conv(peak: f64, rng: &mut SplitMix) -> anyhow::Result<()> {
                     })
                 );
             }
+        }
+    }
+    for (batch, totals) in [32, 256].into_iter().zip(totals) {
+        for (direction, (flops, ms)) in ["forward_backward", "network"].into_iter().zip(totals) {
+            let rate = flops / (ms * 1e-3) / 1e9;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "bench": "nn", "op": "conv2d", "layer": "nature", "direction": direction,
+                    "batch": batch, "gflops": round1(rate),
+                    "peak_gflops": round1(peak), "peak_fraction": round3(rate / peak),
+                })
+            );
         }
     }
     Ok(())

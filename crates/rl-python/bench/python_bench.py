@@ -231,13 +231,16 @@ def bench_conv(repeats: int, threads: int) -> None:
     forward, and backward (weight, bias and input gradients) counted as twice the
     forward's work, as the nn bench counts rl-nn's. One line each:
     {"bench": "python", "op": "conv2d", "impl": "torch", "layer": L, "direction": D,
-    "batch": B, "threads": T, "gflops": X}."""
+    "batch": B, "threads": T, "gflops": X}; then per batch the three layers' summed work
+    over their summed median times, as the nn bench's `"layer": "nature"` lines:
+    direction "forward_backward" (forward and full backward of each)."""
     try:
         import torch
     except ImportError:
         log("conv2d: torch not importable, skipped")
         return
     torch.set_num_threads(threads)
+    totals = {32: [0.0, 0.0], 256: [0.0, 0.0]}
     for name, cin, cout, k, s, side in NATURE:
         out = (side - k) // s + 1
         for batch in (32, 256):
@@ -258,6 +261,8 @@ def bench_conv(repeats: int, threads: int) -> None:
                 times["backward"].append(end - mid)
             for direction, ts in times.items():
                 work = flop if direction == "forward" else 2 * flop
+                totals[batch][0] += work
+                totals[batch][1] += statistics.median(ts[2:])
                 print(
                     json.dumps(
                         {
@@ -273,6 +278,18 @@ def bench_conv(repeats: int, threads: int) -> None:
                     ),
                     flush=True,
                 )
+    for batch, (work, seconds) in totals.items():
+        line = {
+            "bench": "python",
+            "op": "conv2d",
+            "impl": "torch",
+            "layer": "nature",
+            "direction": "forward_backward",
+            "batch": batch,
+            "threads": threads,
+            "gflops": round(work / seconds / 1e9, 1),
+        }
+        print(json.dumps(line), flush=True)
 
 
 def main() -> None:
