@@ -284,17 +284,30 @@ pub(super) fn weight_grad(
         for r0 in (0..rows).step_by(KC) {
             let bases = &mut bases[..KC.min(rows - r0)];
             fill_bases(g, r0, bases, staged.len());
-            for q in 0..tiles {
+            // Tile `q`'s columns of this task and its output gradients of this block.
+            let slices = |q: usize| {
                 let n = columns.len() * NR;
                 let start = (q * fan_in + columns.start) * NR;
                 // SAFETY:
                 // - `dwt` is borrowed mutably for this whole call, which returns only
                 //   after every task has finished;
                 // - task `task` writes columns `columns` of each tile only: disjoint
-                //   between tasks, and `start + n <= tiles * fan_in * 16 == dwt.len()`.
+                //   between tasks and between tiles, and `start + n <= tiles * fan_in *
+                //   16 == dwt.len()`.
                 let dwt = unsafe { std::slice::from_raw_parts_mut(at.at(start), n) };
-                let gy = &gyp[(q * rows + r0) * NR..][..bases.len() * NR];
+                (dwt, &gyp[(q * rows + r0) * NR..][..bases.len() * NR])
+            };
+            let mut q = 0;
+            while q < tiles {
+                if isa == Isa::Avx512 && q + 1 < tiles {
+                    let (pair, first) = ([slices(q), slices(q + 1)], r0 == 0);
+                    weight_pair(g, staged, bases, pair, columns.clone(), first);
+                    q += 2;
+                    continue;
+                }
+                let (dwt, gy) = slices(q);
                 weight_block(g, isa, staged, bases, gy, dwt, columns.clone(), r0 == 0);
+                q += 1;
             }
         }
     };
@@ -351,6 +364,108 @@ fn weight_block(
         }
         for (src, dst) in acc.iter().zip(dst.chunks_exact_mut(NR)) {
             dst.copy_from_slice(src);
+        }
+    }
+}
+
+/// [`weight_block`] for two tiles at once on AVX-512 (`pair[h]` is tile `h`'s `dwt`
+/// columns and output gradients): each element the same chain as `weight_block`'s.
+fn weight_pair(
+    g: &Geometry,
+    staged: &[f32],
+    bases: &[usize],
+    pair: [(&mut [f32], &[f32]); 2],
+    columns: Range<usize>,
+    first: bool,
+) {
+    let [(dwt0, gy0), (dwt1, gy1)] = pair;
+    assert!(
+        gy0.len() == bases.len() * NR
+            && gy1.len() == bases.len() * NR
+            && dwt0.len() == columns.len() * NR
+            && dwt1.len() == columns.len() * NR
+    );
+    for j0 in columns.clone().step_by(COLS) {
+        let n = COLS.min(columns.end - j0);
+        // Columns past the tile repeat its last one (computed, never stored).
+        let offsets: [usize; COLS] = std::array::from_fn(|i| g.col_offset(j0 + i.min(n - 1)));
+        let at = (j0 - columns.start) * NR..(j0 - columns.start + n) * NR;
+        let mut acc = [[[0.0f32; NR]; COLS]; 2];
+        if !first {
+            for (acc, dwt) in acc.iter_mut().zip([&*dwt0, &*dwt1]) {
+                for (acc, src) in acc.iter_mut().zip(dwt[at.clone()].chunks_exact(NR)) {
+                    acc.copy_from_slice(src);
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY:
+        // - only called with `Isa::Avx512`, detected on this CPU: AVX-512F;
+        // - every `bases[r] + offsets[i]` is inside `staged` (`fill_bases` asserted
+        //   `bases[r]` plus the patch's furthest offset is) and each `gy` holds 16 floats
+        //   per base (asserted).
+        unsafe {
+            weight_avx512(staged, bases, &offsets, [gy0, gy1], &mut acc);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("AVX-512 is x86_64 only");
+        for (acc, dwt) in acc.iter().zip([&mut *dwt0, &mut *dwt1]) {
+            for (src, dst) in acc.iter().zip(dwt[at.clone()].chunks_exact_mut(NR)) {
+                dst.copy_from_slice(src);
+            }
+        }
+    }
+}
+
+/// [`weight_avx2`] for two tiles of output gradients at once with AVX-512: `acc[h]` sums
+/// against `gy[h]`, each element one FMA chain in row order (the same bits).
+///
+/// # Safety
+/// AVX-512F; each `gy[h]` holds `16 * bases.len()` floats and every `bases[r] +
+/// offsets[i]` is inside `staged`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn weight_avx512(
+    staged: &[f32],
+    bases: &[usize],
+    offsets: &[usize; COLS],
+    gy: [&[f32]; 2],
+    acc: &mut [[[f32; NR]; COLS]; 2],
+) {
+    let mut a = [[_mm512_setzero_ps(); 2]; COLS];
+    for (i, a) in a.iter_mut().enumerate() {
+        // SAFETY:
+        // - each row of `acc` holds 16 floats.
+        unsafe {
+            a[0] = _mm512_loadu_ps(acc[0][i].as_ptr());
+            a[1] = _mm512_loadu_ps(acc[1][i].as_ptr());
+        }
+    }
+    let s = staged.as_ptr();
+    let columns: [*const f32; COLS] = std::array::from_fn(|i| s.wrapping_add(offsets[i]));
+    let (mut g0, mut g1) = (gy[0].as_ptr(), gy[1].as_ptr());
+    for &base in bases {
+        // SAFETY:
+        // - this row's 16 gradients of each tile are inside `gy`, and each column's
+        //   patch float inside `staged`, by the contract.
+        unsafe {
+            let y0 = _mm512_loadu_ps(g0);
+            let y1 = _mm512_loadu_ps(g1);
+            for (a, column) in a.iter_mut().zip(&columns) {
+                let x = _mm512_set1_ps(*column.add(base));
+                a[0] = _mm512_fmadd_ps(x, y0, a[0]);
+                a[1] = _mm512_fmadd_ps(x, y1, a[1]);
+            }
+            g0 = g0.add(NR);
+            g1 = g1.add(NR);
+        }
+    }
+    for (i, a) in a.iter().enumerate() {
+        // SAFETY:
+        // - each row of `acc` holds 16 floats.
+        unsafe {
+            _mm512_storeu_ps(acc[0][i].as_mut_ptr(), a[0]);
+            _mm512_storeu_ps(acc[1][i].as_mut_ptr(), a[1]);
         }
     }
 }
@@ -570,6 +685,23 @@ fn group_grad(
     let firsts: [usize; IMAGES] = std::array::from_fn(|i| (b0 + i.min(n - 1)) * positions);
     // Eight floats past the tile: 8-lane reads of a run near its end.
     let mut acc = [0.0f32; IMAGES * NR + 8];
+    let column_tiles = fan_in.div_ceil(NR);
+    // Runs of column tile `t`'s columns contiguous in a patch, at most 8 long: (offset
+    // in the patch, first column in the tile, length), and how many.
+    let runs_of = |t: usize| {
+        let j0 = t * NR;
+        let mut runs = [(0usize, 0usize, 0usize); NR];
+        let mut count = 0;
+        let width = NR.min(fan_in - j0);
+        let mut j = 0;
+        while j < width {
+            let len = (g.kw - (j0 + j) % g.kw).min(width - j).min(8);
+            runs[count] = (g.col_offset(j0 + j), j, len);
+            count += 1;
+            j += len;
+        }
+        (runs, count)
+    };
     for oy in 0..g.oh {
         let reach = oy * g.sh + g.kh;
         if zeroed < reach {
@@ -577,21 +709,42 @@ fn group_grad(
             zeroed = reach;
         }
         for ox0 in (0..g.ow).step_by(PB) {
-            for (t, panel) in panels.chunks_exact(out * NR).enumerate() {
-                let j0 = t * NR;
-                // Runs of the tile's columns contiguous in a patch, at most 8 long:
-                // (offset in the patch, first column in the tile, length).
-                let mut runs = [(0usize, 0usize, 0usize); NR];
-                let mut count = 0;
-                let width = NR.min(fan_in - j0);
-                let mut j = 0;
-                while j < width {
-                    let len = (g.kw - (j0 + j) % g.kw).min(width - j).min(8);
-                    runs[count] = (g.col_offset(j0 + j), j, len);
-                    count += 1;
-                    j += len;
-                }
+            let mut t = 0;
+            while t < column_tiles {
+                let panel = &panels[t * out * NR..][..out * NR];
+                let (runs, count) = runs_of(t);
                 let runs = &runs[..count];
+                #[cfg(target_arch = "x86_64")]
+                if isa == Isa::Avx512 && t + 1 < column_tiles {
+                    // Two column tiles at once: one 32-column AVX-512 tile.
+                    let next = &panels[(t + 1) * out * NR..][..out * NR];
+                    let (next_runs, next_count) = runs_of(t + 1);
+                    let next_runs = &next_runs[..next_count];
+                    // Tile `t + 1`'s sums, added after all of tile `t`'s: the order of
+                    // the additions onto `target` (and so its bits) is the AVX2 path's.
+                    let mut later = [[0.0f32; IMAGES * NR + 8]; PB];
+                    let bases = |ox: usize| oy * g.sh * wp + ox * g.sw;
+                    for (ox, later) in (ox0..(ox0 + PB).min(g.ow)).zip(&mut later) {
+                        let p = oy * g.ow + ox;
+                        let at: [usize; IMAGES] = std::array::from_fn(|i| firsts[i] + p);
+                        // SAFETY:
+                        // - AVX-512F: `isa` was detected on this CPU (and implies AVX2);
+                        // - each row `at[i] < rows` (asserted: `(b0 + n) * positions <=
+                        //   rows`), `gyp` holds `tiles * rows * 16` floats and both
+                        //   panels `out * 16` (asserted); `runs` as below.
+                        unsafe {
+                            input_avx512((gyp, rows), &at, ([panel, next], out), [&mut acc, later]);
+                            add_tile_avx2(&acc, n, bases(ox), runs, target, slot);
+                        }
+                    }
+                    for (ox, later) in (ox0..(ox0 + PB).min(g.ow)).zip(&later) {
+                        // SAFETY:
+                        // - AVX2 as above; `next_runs` as `runs`.
+                        unsafe { add_tile_avx2(later, n, bases(ox), next_runs, target, slot) };
+                    }
+                    t += 2;
+                    continue;
+                }
                 for ox in ox0..(ox0 + PB).min(g.ow) {
                     let p = oy * g.ow + ox;
                     let base = oy * g.sh * wp + ox * g.sw;
@@ -617,6 +770,7 @@ fn group_grad(
                         }
                     }
                 }
+                t += 1;
             }
         }
     }
@@ -683,6 +837,54 @@ unsafe fn input_avx2(
         unsafe {
             _mm256_storeu_ps(dst.as_mut_ptr(), a[0]);
             _mm256_storeu_ps(dst.as_mut_ptr().add(8), a[1]);
+        }
+    }
+}
+
+/// [`input_avx2`] for two column tiles at once with AVX-512: `acc[h]` from `panels[h]`,
+/// each element one FMA chain in channel order (the same bits).
+///
+/// # Safety
+/// AVX-512F; `gyp` holds `out.div_ceil(16) * rows * 16` floats, every `at[i] < rows`,
+/// and each panel holds `out * 16` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn input_avx512(
+    (gyp, rows): (&[f32], usize),
+    at: &[usize; IMAGES],
+    (panels, out): ([&[f32]; 2], usize),
+    acc: [&mut [f32; IMAGES * NR + 8]; 2],
+) {
+    assert!(panels.iter().all(|p| p.len() >= out * NR));
+    let mut a = [[_mm512_setzero_ps(); 2]; IMAGES];
+    let (mut w0, mut w1) = (panels[0].as_ptr(), panels[1].as_ptr());
+    for q in 0..out.div_ceil(NR) {
+        let g: [*const f32; IMAGES] =
+            std::array::from_fn(|i| gyp.as_ptr().wrapping_add((q * rows + at[i]) * NR));
+        for l in 0..NR.min(out - q * NR) {
+            // SAFETY:
+            // - channel `q * 16 + l < out`: its 16 floats of each panel and each row's
+            //   gradient are inside `panels` and `gyp` by the contract.
+            unsafe {
+                let b0 = _mm512_loadu_ps(w0);
+                let b1 = _mm512_loadu_ps(w1);
+                for (a, g) in a.iter_mut().zip(&g) {
+                    let x = _mm512_set1_ps(*g.add(l));
+                    a[0] = _mm512_fmadd_ps(x, b0, a[0]);
+                    a[1] = _mm512_fmadd_ps(x, b1, a[1]);
+                }
+                w0 = w0.add(NR);
+                w1 = w1.add(NR);
+            }
+        }
+    }
+    let [acc0, acc1] = acc;
+    for (i, a) in a.iter().enumerate() {
+        // SAFETY:
+        // - row `i < 6` of each tile: 16 floats inside its `6 * 16 + 8`.
+        unsafe {
+            _mm512_storeu_ps(acc0[i * NR..].as_mut_ptr(), a[0]);
+            _mm512_storeu_ps(acc1[i * NR..].as_mut_ptr(), a[1]);
         }
     }
 }

@@ -195,9 +195,35 @@ impl Geometry {
             // The furthest float any row's patch reaches must be staged.
             let reach = self.col_offset(self.fan_in() - 1);
             assert!(bases.iter().all(|&b| b + reach < staged.len()));
-            for q in 0..out.div_ceil(NR) {
+            let panel_count = out.div_ceil(NR);
+            let mut q = 0;
+            while q < panel_count {
                 let panel = &panels[q * self.fan_in() * NR..][..self.fan_in() * NR];
                 let nr = NR.min(out - q * NR);
+                #[cfg(target_arch = "x86_64")]
+                if isa == Isa::Avx512 && q + 1 < panel_count {
+                    // Two panels side by side: one 32-channel AVX-512 tile.
+                    let next = &panels[(q + 1) * self.fan_in() * NR..][..self.fan_in() * NR];
+                    let mut acc = [[[0.0f32; NR]; MR]; 2];
+                    // SAFETY:
+                    // - `isa` was detected on this CPU: AVX-512F;
+                    // - every row's patch lies inside `staged` (asserted above) and both
+                    //   panels hold `fan_in * 16` floats.
+                    unsafe { direct_avx512(self, staged, &bases, [panel, next], &mut acc) };
+                    let nr2 = NR.min(out - (q + 1) * NR);
+                    self.store(isa, &acc[0], (r0, mr), (q * NR, nr), bias, relu, output);
+                    self.store(
+                        isa,
+                        &acc[1],
+                        (r0, mr),
+                        ((q + 1) * NR, nr2),
+                        bias,
+                        relu,
+                        output,
+                    );
+                    q += 2;
+                    continue;
+                }
                 let mut acc = [[0.0f32; NR]; MR];
                 match isa {
                     #[cfg(target_arch = "x86_64")]
@@ -213,6 +239,7 @@ impl Geometry {
                     _ => direct_portable(self, staged, &bases, panel, &mut acc),
                 }
                 self.store(isa, &acc, (r0, mr), (q * NR, nr), bias, relu, output);
+                q += 1;
             }
         }
     }
@@ -327,6 +354,59 @@ unsafe fn direct_avx2(
         unsafe {
             _mm256_storeu_ps(dst.as_mut_ptr(), acc[0]);
             _mm256_storeu_ps(dst.as_mut_ptr().add(8), acc[1]);
+        }
+    }
+}
+
+/// [`direct_avx2`] over two panels at once with AVX-512: `acc[h][i][j]` is element `(i,
+/// j)` of panel `panels[h]`'s tile, each one FMA chain in the same order as
+/// [`direct_avx2`]'s (the same bits).
+///
+/// # Safety
+/// AVX-512F; both panels hold `fan_in * 16` floats and every `bases[i] + offset(p)` is
+/// inside `staged`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn direct_avx512(
+    g: &Geometry,
+    staged: &[f32],
+    bases: &[usize; MR],
+    panels: [&[f32]; 2],
+    out: &mut [[[f32; NR]; MR]; 2],
+) {
+    assert!(panels.iter().all(|p| p.len() >= g.fan_in() * NR));
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    let s = staged.as_ptr();
+    let (mut b0, mut b1) = (panels[0].as_ptr(), panels[1].as_ptr());
+    let (plane, wp, kw) = (g.plane(), g.wp(), g.kw);
+    for c in 0..g.cin {
+        for ky in 0..g.kh {
+            let off = c * plane + ky * wp;
+            let rows: [*const f32; MR] = std::array::from_fn(|i| s.wrapping_add(bases[i] + off));
+            for kx in 0..kw {
+                // SAFETY:
+                // - this step's 16 floats of each panel and each row's patch float are
+                //   inside `panels` and `staged` by the contract.
+                unsafe {
+                    let w0 = _mm512_loadu_ps(b0);
+                    let w1 = _mm512_loadu_ps(b1);
+                    for (acc, row) in acc.iter_mut().zip(&rows) {
+                        let x = _mm512_set1_ps(*row.add(kx));
+                        acc[0] = _mm512_fmadd_ps(x, w0, acc[0]);
+                        acc[1] = _mm512_fmadd_ps(x, w1, acc[1]);
+                    }
+                    b0 = b0.add(NR);
+                    b1 = b1.add(NR);
+                }
+            }
+        }
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        // SAFETY:
+        // - each row of each tile holds 16 floats.
+        unsafe {
+            _mm512_storeu_ps(out[0][i].as_mut_ptr(), acc[0]);
+            _mm512_storeu_ps(out[1][i].as_mut_ptr(), acc[1]);
         }
     }
 }
