@@ -37,8 +37,13 @@
 //!   time: `"direction":"forward_backward"` (forward and full backward of each) and
 //!   `"network"` (as a network runs them: no input gradient for the first layer).
 //!
+//! - part `adam`: `{"bench":"nn","op":"adam","params":72449,"dead_fraction":F,
+//!   "threads":T,"us":X,"ns_per_param":Y}`: one Adam step over a SAC HalfCheetah critic's
+//!   parameters, a fraction `F` (0 or 0.3) of whose gradients vanished 1 000 steps before,
+//!   on one thread and split over two.
+//!
 //! Medians of many timed repetitions after warm-up. `cargo xtask bench nn -- matmul`,
-//! `-- peers`, `-- threads`, `-- mlp` or `-- conv` runs one part.
+//! `-- peers`, `-- threads`, `-- mlp`, `-- conv` or `-- adam` runs one part.
 
 mod common;
 
@@ -50,8 +55,8 @@ use common::SplitMix;
 use rand::SeedableRng;
 use rl::core::simd::Isa;
 use rl_nn::{
-    Accumulate, Activation, Conv2d, Conv2dSpec, Init, MatRef, Mlp, MlpSpec, Module, Pool, Weights,
-    fma_peak, matmul, matmul_on,
+    Accumulate, Activation, Adam, AdamConfig, Conv2d, Conv2dSpec, Init, MatRef, Mlp, MlpSpec,
+    Module, Pool, Weights, fma_peak, matmul, matmul_on,
 };
 
 /// `dst (m x n) = lhs (m x k) * rhs (k x n)`; `layout` names which operand is a
@@ -490,6 +495,47 @@ fn conv(peak: f64, rng: &mut SplitMix) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Part `adam`: one Adam step over the parameters of a SAC HalfCheetah critic
+/// (23-256-256-1: 72 449), on one thread and split over two (`Adam::update_on`), with no
+/// dead parameters and with 30% whose gradients went to 0 a thousand steps before (the
+/// weights of dead ReLU units: their first moments would sit in the subnormal range).
+fn adam(rng: &mut SplitMix) -> anyhow::Result<()> {
+    const PARAMS: usize = 72_449;
+    let pool = Pool::new(2)?;
+    for dead_fraction in [0.0, 0.3] {
+        let dead = (PARAMS as f64 * dead_fraction) as usize;
+        let live = rng.floats(PARAMS, 1e-3);
+        let mut vanished = live.clone();
+        vanished[..dead].fill(0.0);
+        for threads in [1, 2] {
+            let mut params = rng.floats(PARAMS, 0.1);
+            let mut adam = Adam::new(PARAMS, AdamConfig::default())?;
+            for _ in 0..100 {
+                adam.update(&mut params, &live)?;
+            }
+            for _ in 0..1_000 {
+                adam.update(&mut params, &vanished)?;
+            }
+            let ms = common::median_ms(5, 201, || {
+                match threads {
+                    1 => adam.update(&mut params, &vanished)?,
+                    _ => adam.update_on(&pool, &mut params, &vanished)?,
+                }
+                Ok(())
+            })?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "bench": "nn", "op": "adam", "params": PARAMS,
+                    "dead_fraction": dead_fraction, "threads": threads,
+                    "us": round1(ms * 1e3), "ns_per_param": round3(ms * 1e6 / PARAMS as f64),
+                })
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let only = common::args();
     let wants = |part: &str| only.is_empty() || only.iter().any(|a| a == part);
@@ -516,6 +562,9 @@ fn main() -> anyhow::Result<()> {
         mlp(&[4, 256, 256, 1], 256, Activation::Relu, &mut rng)?;
         mlp(&[4, 64, 64, 2], 64, Activation::Relu, &mut rng)?;
         mlp(&[4, 64, 64, 2], 64, Activation::Tanh, &mut rng)?;
+    }
+    if wants("adam") {
+        adam(&mut rng)?;
     }
     Ok(())
 }

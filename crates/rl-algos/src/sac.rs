@@ -525,8 +525,11 @@ impl Core {
 
     /// Applies and clears the actor's gradients, then the entropy coefficient's step.
     fn step_actor(&mut self, mean_entropy: f32) -> Result<()> {
-        self.actor_adam
-            .update(self.actor.params_mut(), &self.actor_grads)?;
+        let (params, grads) = (self.actor.params_mut(), &self.actor_grads);
+        match self.critics.pool.as_deref() {
+            Some(pool) => self.actor_adam.update_on(pool, params, grads)?,
+            None => self.actor_adam.update(params, grads)?,
+        }
         self.actor_grads.fill(0.0);
         self.temperature.update(mean_entropy)
     }
@@ -847,6 +850,20 @@ impl TwinCritics {
         Ok([r0?, r1?])
     }
 
+    /// Runs `a` and `b` side by side on the pool when there is one (each on one thread:
+    /// products inside run there alone, so the results are bit-identical), one after the
+    /// other otherwise.
+    pub(crate) fn join<RA: Send, RB: Send>(
+        &self,
+        a: impl FnOnce() -> RA + Send,
+        b: impl FnOnce() -> RB + Send,
+    ) -> (RA, RB) {
+        match self.pool.as_deref() {
+            Some(pool) => pool.join(a, b),
+            None => (a(), b()),
+        }
+    }
+
     /// The two critics run side by side on `pool`, and every critic pass outside
     /// [`TwinCritics::both`] splits its products across it.
     pub(crate) fn set_pool(&mut self, pool: Option<&Arc<Pool>>) {
@@ -868,10 +885,22 @@ impl TwinCritics {
         Ok(())
     }
 
+    /// Moves both targets towards their critics, side by side on a pool.
     pub(crate) fn polyak(&mut self, tau: f32) -> Result<()> {
-        for (target, online) in self.target.iter_mut().zip(&self.online) {
-            rl_nn::polyak(target.params_mut(), online.params(), tau)?;
-        }
+        let [t0, t1] = &mut self.target;
+        let [o0, o1] = &self.online;
+        let (r0, r1) = match self.pool.as_deref() {
+            Some(pool) => pool.join(
+                || rl_nn::polyak(t0.params_mut(), o0.params(), tau),
+                || rl_nn::polyak(t1.params_mut(), o1.params(), tau),
+            ),
+            None => (
+                rl_nn::polyak(t0.params_mut(), o0.params(), tau),
+                rl_nn::polyak(t1.params_mut(), o1.params(), tau),
+            ),
+        };
+        r0?;
+        r1?;
         Ok(())
     }
 }

@@ -241,6 +241,47 @@ pub(crate) fn join(dst: &mut [f32], obs: &[f32], actions: &[f32], obs_dim: usize
     }
 }
 
+/// The actor's pass over a batch of `rows` observations, squashed with given noise.
+#[derive(Clone, Copy)]
+struct ActorPass<'a> {
+    actor: &'a Mlp,
+    rows: usize,
+    act_dim: usize,
+}
+
+impl<'a> ActorPass<'a> {
+    fn new(actor: &'a Mlp, rows: usize, act_dim: usize) -> Self {
+        Self {
+            actor,
+            rows,
+            act_dim,
+        }
+    }
+
+    /// Runs the actor on `obs` in `ws` (kept for a backward pass) and writes the squashed
+    /// actions and their log-probs for `noise`.
+    fn run(
+        self,
+        obs: &[f32],
+        ws: &mut MlpWorkspace,
+        noise: &[f32],
+        actions: &mut [f32],
+        logp: &mut [f32],
+    ) -> Result<()> {
+        let (rows, act_dim) = (self.rows, self.act_dim);
+        let out = self.actor.forward(obs, rows, ws)?;
+        squash(
+            out,
+            noise,
+            act_dim,
+            false,
+            &mut actions[..rows * act_dim],
+            &mut logp[..rows],
+        );
+        Ok(())
+    }
+}
+
 fn fill_normal(rng: &mut Xoshiro256PlusPlus, out: &mut [f32]) {
     for x in out {
         *x = rng.sample(StandardNormal);
@@ -467,24 +508,29 @@ impl Sac {
         let rng_before = self.core.rng.clone();
         fill_normal(&mut self.core.rng, &mut s.noise[..rows * act_dim]);
         fill_normal(&mut self.core.rng, &mut s.next_noise[..rows * act_dim]);
-        self.policy_actions(obs, rows)?;
+        // And at the next observations, side by side on a pool.
+        let Scratch {
+            noise,
+            next_noise,
+            pi_actions,
+            pi_logp,
+            next_actions,
+            next_logp,
+            ..
+        } = &mut self.scratch;
+        let pass = ActorPass::new(&self.core.actor, rows, act_dim);
+        let ActorPasses { batch, next, .. } = &mut self.passes;
+        let (now, later) = self.core.critics.join(
+            || pass.run(obs, batch, noise, pi_actions, pi_logp),
+            || pass.run(next_obs, next, next_noise, next_actions, next_logp),
+        );
+        now?;
+        later?;
         let s = &mut self.scratch;
         let alpha = self.core.temperature.alpha();
         let entropy = -s.pi_logp[..rows].iter().sum::<f32>() / n;
 
         // Targets from the target critics at the next observations.
-        let out = self
-            .core
-            .actor
-            .forward(next_obs, rows, &mut self.passes.next)?;
-        squash(
-            out,
-            &s.next_noise,
-            act_dim,
-            false,
-            &mut s.next_actions[..rows * act_dim],
-            &mut s.next_logp[..rows],
-        );
         let critic_in = &mut s.critic_in[..rows * (obs_dim + act_dim)];
         join(critic_in, next_obs, &s.next_actions, obs_dim, act_dim);
         let input = &*critic_in;
@@ -569,20 +615,13 @@ impl Sac {
     }
 
     /// The actor's squashed actions and log-probs for the batch's observations with the
-    /// noise in the scratch; keeps the pass in `actor_ws` for the backward pass.
+    /// noise in the scratch; keeps the pass in `passes.batch` for the backward pass.
+    #[cfg(test)]
     pub(super) fn policy_actions(&mut self, obs: &[f32], rows: usize) -> Result<()> {
-        let act_dim = self.act_dim;
         let s = &mut self.scratch;
-        let out = self.core.actor.forward(obs, rows, &mut self.passes.batch)?;
-        squash(
-            out,
-            &s.noise,
-            act_dim,
-            false,
-            &mut s.pi_actions[..rows * act_dim],
-            &mut s.pi_logp[..rows],
-        );
-        Ok(())
+        let (actions, logp) = (&mut s.pi_actions, &mut s.pi_logp);
+        let pass = ActorPass::new(&self.core.actor, rows, self.act_dim);
+        pass.run(obs, &mut self.passes.batch, &s.noise, actions, logp)
     }
 
     /// Adds the gradient of `mean(alpha log pi - min_i Q_i(s, pi(s)))` with respect to
