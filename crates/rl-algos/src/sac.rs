@@ -526,7 +526,7 @@ impl Core {
     /// Applies and clears the actor's gradients, then the entropy coefficient's step.
     fn step_actor(&mut self, mean_entropy: f32) -> Result<()> {
         let (params, grads) = (self.actor.params_mut(), &self.actor_grads);
-        match self.critics.pool.as_deref() {
+        match self.critics.pool() {
             Some(pool) => self.actor_adam.update_on(pool, params, grads)?,
             None => self.actor_adam.update(params, grads)?,
         }
@@ -848,6 +848,11 @@ impl TwinCritics {
             None => (f(c0, e0), f(c1, e1)),
         };
         Ok([r0?, r1?])
+    }
+
+    /// The pool the critics run on, if any (for the actor's steps beside them).
+    pub(crate) fn pool(&self) -> Option<&Pool> {
+        self.pool.as_deref()
     }
 
     /// Runs `a` and `b` side by side on the pool when there is one (each on one thread:

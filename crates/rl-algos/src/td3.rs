@@ -542,8 +542,11 @@ impl Td3 {
                     value: loss,
                 });
             }
-            self.actor_adam
-                .update(self.actor.params_mut(), &self.actor_grads)?;
+            let (params, grads) = (self.actor.params_mut(), &self.actor_grads);
+            match self.critics.pool() {
+                Some(pool) => self.actor_adam.update_on(pool, params, grads)?,
+                None => self.actor_adam.update(params, grads)?,
+            }
             self.actor_grads.fill(0.0);
             self.critics.polyak(self.config.tau)?;
             rl_nn::polyak(
