@@ -68,6 +68,37 @@ fn a_panicking_task_reaches_the_caller_after_all_tasks_end() {
     assert_eq!(ran.load(Ordering::Relaxed), 2);
 }
 
+/// Workers that outlast the caller's spin (so the caller sleeps on `done` and must be
+/// woken by the last of them) and workers that finish first (no signal at all), mixed
+/// with idle gaps longer than the workers' spin (so they sleep between jobs): every call
+/// returns, after all of its tasks. A lost wake-up would hang, so a watchdog fails the
+/// test instead.
+#[test]
+fn a_caller_asleep_on_slow_workers_is_always_woken() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let pool = Pool::new(3).unwrap();
+        for round in 0..60u64 {
+            let ran = AtomicUsize::new(0);
+            let tasks = 2 + (round % 2) as usize;
+            pool.run(tasks, &|task| {
+                if task > 0 && round % 3 != 0 {
+                    std::thread::sleep(Duration::from_micros(500 * (round % 5 + 1)));
+                }
+                ran.fetch_add(1, Ordering::Relaxed);
+            });
+            assert_eq!(ran.load(Ordering::Relaxed), tasks, "round {round}");
+            if round % 4 == 0 {
+                std::thread::sleep(SPIN * 2);
+            }
+        }
+        done.send(()).unwrap();
+    });
+    finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a call on the pool never returned (a lost wake-up) or panicked");
+}
+
 #[test]
 fn concurrent_callers_take_turns() {
     let pool = Arc::new(Pool::new(2).unwrap());
