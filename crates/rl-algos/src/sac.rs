@@ -843,10 +843,7 @@ impl TwinCritics {
     ) -> Result<[R; 2]> {
         let pool = self.pool.clone();
         let [(c0, e0), (c1, e1)] = self.sides(extra);
-        let (r0, r1) = match pool.as_deref() {
-            Some(pool) => pool.join(|| f(c0, e0), || f(c1, e1)),
-            None => (f(c0, e0), f(c1, e1)),
-        };
+        let (r0, r1) = join_on(pool.as_deref(), || f(c0, e0), || f(c1, e1));
         Ok([r0?, r1?])
     }
 
@@ -863,10 +860,7 @@ impl TwinCritics {
         a: impl FnOnce() -> RA + Send,
         b: impl FnOnce() -> RB + Send,
     ) -> (RA, RB) {
-        match self.pool.as_deref() {
-            Some(pool) => pool.join(a, b),
-            None => (a(), b()),
-        }
+        join_on(self.pool.as_deref(), a, b)
     }
 
     /// The two critics run side by side on `pool`, and every critic pass outside
@@ -894,19 +888,26 @@ impl TwinCritics {
     pub(crate) fn polyak(&mut self, tau: f32) -> Result<()> {
         let [t0, t1] = &mut self.target;
         let [o0, o1] = &self.online;
-        let (r0, r1) = match self.pool.as_deref() {
-            Some(pool) => pool.join(
-                || rl_nn::polyak(t0.params_mut(), o0.params(), tau),
-                || rl_nn::polyak(t1.params_mut(), o1.params(), tau),
-            ),
-            None => (
-                rl_nn::polyak(t0.params_mut(), o0.params(), tau),
-                rl_nn::polyak(t1.params_mut(), o1.params(), tau),
-            ),
-        };
+        let (r0, r1) = join_on(
+            self.pool.as_deref(),
+            || rl_nn::polyak(t0.params_mut(), o0.params(), tau),
+            || rl_nn::polyak(t1.params_mut(), o1.params(), tau),
+        );
         r0?;
         r1?;
         Ok(())
+    }
+}
+
+/// `a` and `b` side by side on `pool` when there is one, one after the other otherwise.
+fn join_on<RA: Send, RB: Send>(
+    pool: Option<&Pool>,
+    a: impl FnOnce() -> RA + Send,
+    b: impl FnOnce() -> RB + Send,
+) -> (RA, RB) {
+    match pool {
+        Some(pool) => pool.join(a, b),
+        None => (a(), b()),
     }
 }
 
