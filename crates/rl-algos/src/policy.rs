@@ -494,6 +494,12 @@ pub trait PolicyNetworks {
     /// [`Error::Config`] for a normaliser of another observation length or with
     /// non-finite statistics; the policy is then unchanged.
     fn set_obs_normalizer(&mut self, normalizer: Option<ObsNormalizer>) -> Result<()>;
+
+    /// Runs acting's forward passes (actions and values for a batch of observations) on
+    /// `pool`'s threads (`None`: on the calling thread, the default): what a trainer's
+    /// collector acts with when `run.threads` is above 1. The actions, log-probs and
+    /// values are bit-identical whatever the pool's size. A clone keeps the pool.
+    fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>);
 }
 
 /// What PPO needs of an actor-critic policy: evaluation of stored actions without

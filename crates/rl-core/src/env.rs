@@ -65,6 +65,19 @@ pub trait Env {
     /// ended.
     fn step(&mut self, action: &[Self::Act], obs: &mut [Self::Obs]) -> Result<Step>;
 
+    /// As [`Env::step`], for a caller that will not read this step's observation unless
+    /// the step ends the episode (a frame-skipping wrapper, which looks only at the last
+    /// frames of a skip). An environment whose observation is costly to produce (an
+    /// emulator's screen) may leave `obs` as it was, except on a step that ends the
+    /// episode, whose observation it always writes. The default writes it as
+    /// [`Env::step`] does.
+    ///
+    /// # Errors
+    /// As [`Env::step`].
+    fn step_unobserved(&mut self, action: &[Self::Act], obs: &mut [Self::Obs]) -> Result<Step> {
+        self.step(action, obs)
+    }
+
     /// Tells the environment whether it is used for evaluation: trainers call it with
     /// `true` on their evaluation environment, and so does `rl eval`. An environment
     /// whose training rewards are shaped reports the task's true return instead (Atari's

@@ -108,7 +108,11 @@ impl Default for AtariConfig {
 /// 3. **Max-pool**: the elementwise max of the step's last two raw RGB frames
 ///    ([`max_frames`]); a step that ran only one frame (a skip of 1, or an episode ending
 ///    on the first frame) uses that frame alone. (SB3 would max it with a stale frame of
-///    an earlier step.) Reset observations are the last raw frame alone, as in SB3.
+///    an earlier step.) Reset observations are the last raw frame alone, as in SB3. Only
+///    the frames a step can use are asked for: the earlier frames of a skip and all but
+///    the last no-op go through [`Env::step_unobserved`], so an emulator need not render
+///    their screens; an episode that ends before the last frame of a skip therefore ends
+///    on its last frame alone (the frame before it was not rendered).
 /// 4. **Grayscale** ([`rgb_to_gray`], OpenCV's `RGB2GRAY`) and **resize** to `screen`
 ///    ([`AreaResize`], OpenCV's `INTER_AREA`).
 /// 5. **Frame stack** of the last `stack` processed frames, oldest first, channels
@@ -130,6 +134,9 @@ pub struct AtariPreprocess<E> {
     /// The last two raw RGB frames; `newest` indexes the later one.
     raw: [Vec<u8>; 2],
     newest: usize,
+    /// Whether each raw slot holds its step's frame (a step through
+    /// [`Env::step_unobserved`] that did not end the episode may have left it stale).
+    observed: [bool; 2],
     maxed: Vec<u8>,
     gray: Vec<u8>,
     resize: AreaResize,
@@ -252,6 +259,7 @@ impl<E: Env<Obs = u8, Act = u32>> AtariPreprocess<E> {
             actions,
             raw: [vec![0; frame_len], vec![0; frame_len]],
             newest: 0,
+            observed: [false; 2],
             maxed: vec![0; frame_len],
             gray: vec![0; height * width],
             resize,
@@ -312,12 +320,20 @@ impl<E: Env<Obs = u8, Act = u32>> AtariPreprocess<E> {
     }
 
     /// Steps the wrapped environment once into the older raw slot, which becomes the
-    /// newer. On its error the wrapper needs a reset.
-    fn raw_step(&mut self, action: u32) -> Result<Step> {
+    /// newer; unless `observe`, through [`Env::step_unobserved`]. On its error the
+    /// wrapper needs a reset.
+    fn raw_step(&mut self, action: u32, observe: bool) -> Result<Step> {
         let slot = 1 - self.newest;
-        match self.env.step(&[action], &mut self.raw[slot]) {
+        let raw = &mut self.raw[slot];
+        let stepped = if observe {
+            self.env.step(&[action], raw)
+        } else {
+            self.env.step_unobserved(&[action], raw)
+        };
+        match stepped {
             Ok(step) => {
                 self.newest = slot;
+                self.observed[slot] = observe || step.ends_episode();
                 Ok(step)
             }
             Err(e) => {
@@ -333,6 +349,7 @@ impl<E: Env<Obs = u8, Act = u32>> AtariPreprocess<E> {
         let slot = 1 - self.newest;
         self.env.reset(seed, &mut self.raw[slot])?;
         self.newest = slot;
+        self.observed[slot] = true;
         Ok(())
     }
 
@@ -341,7 +358,9 @@ impl<E: Env<Obs = u8, Act = u32>> AtariPreprocess<E> {
         let mut total = Step::default();
         let mut frames = 0;
         while frames < self.config.frame_skip {
-            let step = self.raw_step(action)?;
+            // Only the last two frames of a skip are looked at (unless the episode ends).
+            let observe = frames + 2 >= self.config.frame_skip;
+            let step = self.raw_step(action, observe)?;
             frames += 1;
             total.reward += step.reward;
             if step.ends_episode() {
@@ -353,11 +372,15 @@ impl<E: Env<Obs = u8, Act = u32>> AtariPreprocess<E> {
         Ok((total, frames))
     }
 
-    /// Processes the newest raw frame (max-pooled with the one before when `pool`) into
-    /// a new stack frame.
+    /// Processes the newest raw frame (max-pooled with the one before when `pool` and that
+    /// frame was observed) into a new stack frame.
     fn push_frame(&mut self, pool: bool) -> Result<()> {
+        debug_assert!(
+            self.observed[self.newest],
+            "the newest frame is always observed"
+        );
         let newest = &self.raw[self.newest];
-        let rgb = if pool {
+        let rgb = if pool && self.observed[1 - self.newest] {
             max_frames(newest, &self.raw[1 - self.newest], &mut self.maxed)?;
             &self.maxed
         } else {
@@ -395,8 +418,13 @@ impl<E: Env<Obs = u8, Act = u32>> AtariPreprocess<E> {
             0 => 0,
             max => self.state.rng.random_range(1..=max),
         };
-        for _ in 0..noops {
-            if self.raw_step(self.config.noop_action)?.ends_episode() {
+        for noop in 0..noops {
+            // Only the last no-op's frame is looked at.
+            let observe = noop + 1 == noops;
+            if self
+                .raw_step(self.config.noop_action, observe)?
+                .ends_episode()
+            {
                 self.raw_reset(None)?;
             }
         }

@@ -22,6 +22,9 @@ use rl_storage::replay::with_storage;
 use crate::error::{collect_error, value_error};
 use crate::replay::ReplayBuffer;
 
+mod ale;
+use ale::Ale;
+
 /// Where the Python exception of a failed `reset` or `step` waits for the caller that
 /// started the work (shared by the environments of one collector).
 pub type ErrorSlot = Arc<Mutex<Option<PyErr>>>;
@@ -35,6 +38,9 @@ pub trait GymAction: rl_core::Element {
         action: &[Self],
         shape: &[usize],
     ) -> PyResult<Bound<'py, PyAny>>;
+
+    /// The index of a discrete action (`None` for a box).
+    fn index(action: &[Self]) -> Option<usize>;
 }
 
 impl GymAction for u32 {
@@ -44,6 +50,10 @@ impl GymAction for u32 {
         _shape: &[usize],
     ) -> PyResult<Bound<'py, PyAny>> {
         Ok(action[0].into_pyobject(py)?.into_any())
+    }
+
+    fn index(action: &[Self]) -> Option<usize> {
+        action.first().map(|&a| a as usize)
     }
 }
 
@@ -56,6 +66,10 @@ impl GymAction for f32 {
         PyArray1::from_slice(py, action)
             .reshape(shape.to_vec())
             .map(Bound::into_any)
+    }
+
+    fn index(_action: &[Self]) -> Option<usize> {
+        None
     }
 }
 
@@ -113,6 +127,8 @@ pub struct GymEnv<A, O = f32> {
     lives: Option<Py<PyAny>>,
     /// Whether action 1 is FIRE (`env.unwrapped.get_action_meanings()`, ALE games).
     fires: bool,
+    /// ALE's own calls, for a game `gymnasium.make` built with one frame per step.
+    ale: Option<Ale>,
     _action: PhantomData<fn(A, O)>,
 }
 
@@ -271,6 +287,10 @@ impl<A: GymAction, O: GymObs> GymEnv<A, O> {
             .and_then(|inner| inner.call_method0("get_action_meanings"))
             .and_then(|meanings| meanings.extract::<Vec<String>>())
             .is_ok_and(|meanings| meanings.get(1).is_some_and(|m| m == "FIRE"));
+        let ale = match action_space {
+            Space::Discrete { .. } => Ale::of(env),
+            Space::Box(_) => None,
+        };
         Ok(Self {
             env: Some(env.clone().unbind()),
             observation_space,
@@ -280,6 +300,7 @@ impl<A: GymAction, O: GymObs> GymEnv<A, O> {
             errors,
             lives,
             fires,
+            ale,
             _action: PhantomData,
         })
     }
@@ -359,15 +380,50 @@ impl<A: GymAction, O: GymObs> Env for GymEnv<A, O> {
                 let kwargs = pyo3::types::PyDict::new(py);
                 kwargs.set_item("seed", seed)?;
                 let out = self.env(py)?.call_method("reset", (), Some(&kwargs))?;
-                self.read_obs(&out.get_item(0)?, obs)
+                self.read_obs(&out.get_item(0)?, obs)?;
+                if let Some(ale) = &mut self.ale {
+                    ale.ready = true;
+                }
+                Ok(())
             })();
             result.map_err(|err| self.fail("reset", err))
         })
     }
 
     fn step(&mut self, action: &[A], obs: &mut [O]) -> rl_core::Result<Step> {
+        self.step_observing(action, obs, true)
+    }
+
+    /// An ALE game made by `gymnasium.make` skips the screen of a frame that does not end
+    /// the episode; any other environment steps as `step` does.
+    fn step_unobserved(&mut self, action: &[A], obs: &mut [O]) -> rl_core::Result<Step> {
+        self.step_observing(action, obs, false)
+    }
+}
+
+impl<A: GymAction, O: GymObs> GymEnv<A, O> {
+    /// `env.step`, or ALE's own calls for a game they step exactly (reading the screen
+    /// only when `observe` or when the episode ends).
+    fn step_observing(
+        &mut self,
+        action: &[A],
+        obs: &mut [O],
+        observe: bool,
+    ) -> rl_core::Result<Step> {
         Python::attach(|py| {
             let result = (|| {
+                let direct = self.ale.as_ref().filter(|ale| ale.ready);
+                if let (Some(ale), Some(index)) = (direct, A::index(action)) {
+                    let (reward, terminated, truncated) = ale.step(py, index, observe)?;
+                    if observe || terminated || truncated {
+                        self.read_obs(ale.screen(py).as_any(), obs)?;
+                    }
+                    return Ok(Step {
+                        reward,
+                        terminated,
+                        truncated,
+                    });
+                }
                 let action = A::to_python(py, action, &self.action_shape)?;
                 let out = self.env(py)?.call_method1("step", (action,))?;
                 self.read_obs(&out.get_item(0)?, obs)?;
@@ -491,6 +547,7 @@ impl GymFactory {
                     errors: self.errors.clone(),
                     lives: None,
                     fires: false,
+                    ale: None,
                     _action: PhantomData,
                 }
             })

@@ -3,6 +3,7 @@ out channels first for the convolutions), trained by PPO and DQN with a convolut
 encoder, refused with a clear error for an MLP; Atari games through ale-py with the
 preprocessing in Rust (skipped where ale-py is not installed)."""
 
+import json
 import pathlib
 import tomllib
 
@@ -77,6 +78,34 @@ def test_atari_through_ale_py_with_the_preprocessing_in_rust(tmp_path):
         overrides=["run.total_steps=512", "run.n_envs=2", "ppo.n_steps=128"],
     )
     assert result["env"] == "ALE/Pong-v5" and result["total_env_steps"] == 512, result
+
+
+def test_an_ale_game_steps_through_ale_calls_and_learns_what_env_step_gives(tmp_path, monkeypatch):
+    """A game `gymnasium.make` built is stepped with ALE's own calls (no `AtariEnv.step`
+    after the first reset, and no screen for the frames a skip does not look at): the
+    run learns the same numbers as one whose game goes through `env.step` (the fast path
+    turned off by hiding the class's module)."""
+    pytest.importorskip("ale_py", reason="ale-py is not installed")
+    import ale_py.env
+
+    calls = []
+    step = ale_py.env.AtariEnv.step
+    monkeypatch.setattr(ale_py.env.AtariEnv, "step", lambda env, a: calls.append(a) or step(env, a))
+    overrides = ["run.total_steps=256", "run.n_envs=2", "ppo.n_steps=64", "ppo.batch_size=64"]
+
+    def metrics(name):
+        flatrl.train(CONFIGS / "ppo_atari.toml", tmp_path / name, env="ALE/Pong-v5", overrides=overrides)
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        varying = {"wall_s", "env_steps_per_s", "rss_bytes", "planned_bytes"}  # measured
+        return [{k: v for k, v in json.loads(line).items() if k not in varying} for line in lines]
+
+    direct = metrics("direct")
+    assert calls == [], f"{len(calls)} frames went through AtariEnv.step"
+    monkeypatch.setattr(ale_py.env.AtariEnv, "__module__", "not_ale_py")
+    through_step = metrics("env_step")
+    # 256 agent steps of 4 frames (fewer where a life or a game ends), and the no-ops.
+    assert len(calls) > 900, len(calls)
+    assert direct == through_step
 
 
 def test_dqn_atari_stores_each_frame_once_in_a_memmap_file(tmp_path):

@@ -182,6 +182,8 @@ pub(super) struct PolicyCore {
     pub(super) obs_norm: Option<ObsNormalizer>,
     /// Acting's workspace, grown to the largest batch acted on.
     pub(super) act_ws: Option<PolicyWorkspace>,
+    /// The threads acting's passes are split across (`None`: the calling thread).
+    pub(super) pool: Option<std::sync::Arc<rl_nn::Pool>>,
 }
 
 impl PolicyCore {
@@ -233,6 +235,7 @@ impl PolicyCore {
             config,
             obs_norm: None,
             act_ws: None,
+            pool: None,
         })
     }
 
@@ -377,12 +380,25 @@ impl PolicyCore {
         Ok(())
     }
 
-    /// The acting workspace, grown to hold `rows` rows.
+    /// The acting workspace, grown to hold `rows` rows (on the acting pool).
     pub(super) fn take_act_ws(&mut self, rows: usize) -> PolicyWorkspace {
         match self.act_ws.take() {
             Some(ws) if ws.max_rows >= rows && ws.out == self.out() => ws,
-            _ => self.workspace(rows),
+            _ => {
+                let mut ws = self.workspace(rows);
+                ws.set_pool(self.pool.clone());
+                ws
+            }
         }
+    }
+
+    /// Runs acting's passes on `pool` (`None`: on the calling thread); bit-identical
+    /// whatever its size.
+    pub(super) fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
+        if let Some(ws) = &mut self.act_ws {
+            ws.set_pool(pool.clone());
+        }
+        self.pool = pool;
     }
 
     /// `V(s)` of `rows` observations (`ValuePolicy::values`).
@@ -749,6 +765,10 @@ macro_rules! policy_networks {
                 normalizer: Option<$crate::policy::ObsNormalizer>,
             ) -> $crate::Result<()> {
                 self.core.set_obs_normalizer(normalizer)
+            }
+
+            fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
+                self.core.set_pool(pool);
             }
         }
     };

@@ -602,6 +602,8 @@ impl RecurrentCategoricalPolicy {
         {
             return i;
         }
+        let mut heads = self.core.workspace(rows);
+        heads.set_pool(self.core.pool.clone());
         self.acting.push(Acting {
             rows,
             mode,
@@ -611,7 +613,7 @@ impl RecurrentCategoricalPolicy {
             features: vec![0.0; rows * self.feature_len()],
             snapshot: vec![0.0; rows * self.state_len()],
             peek: self.summary.replay_workspace(1, rows),
-            heads: self.core.workspace(rows),
+            heads,
         });
         self.acting.len() - 1
     }
@@ -876,5 +878,13 @@ impl PolicyNetworks for RecurrentCategoricalPolicy {
                 "is not supported by the recurrent policy: leave ppo.normalize_obs at None",
             )),
         }
+    }
+
+    /// The actor and critic heads act on `pool`; the history's steps stay on the caller.
+    fn set_pool(&mut self, pool: Option<std::sync::Arc<rl_nn::Pool>>) {
+        for acting in &mut self.acting {
+            acting.heads.set_pool(pool.clone());
+        }
+        self.core.set_pool(pool);
     }
 }

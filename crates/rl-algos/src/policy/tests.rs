@@ -1202,3 +1202,68 @@ fn a_cnn_encoder_is_a_torso_shared_by_the_heads_with_true_gradients() {
         }
     }
 }
+
+/// Acting on a pool (`PolicyNetworks::set_pool`, what a trainer's collector does with
+/// `run.threads` above 1): a batch of 8 Nature-CNN frames, as PPO Atari acts on, splits
+/// its convolutions across the pool's threads and gives the same actions, log-probs and
+/// values, bit for bit, as acting on the calling thread; a clone keeps the pool, and
+/// `None` takes it away.
+#[test]
+fn acting_on_a_pool_splits_the_passes_and_changes_no_number() {
+    let config = PolicyConfig {
+        hidden: vec![64],
+        encoder: Encoder::NatureCnn,
+        init: PolicyInit::Orthogonal,
+        ..PolicyConfig::new()
+    };
+    let policy = CategoricalPolicy::<u8>::with_obs_shape(&[4, 84, 84], 6, config, 3).unwrap();
+    let rows = 8;
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(11);
+    let obs: Vec<u8> = (0..rows * 4 * 84 * 84).map(|_| rng.random()).collect();
+    let act = |p: &mut CategoricalPolicy<u8>| {
+        let (mut actions, mut log_probs, mut values) =
+            (vec![0u32; rows], vec![0f32; rows], vec![0f32; rows]);
+        let out = ActOutput {
+            actions: &mut actions,
+            log_probs: &mut log_probs,
+            values: &mut values,
+        };
+        p.act(&obs, &mut [(); 8], out).unwrap();
+        let mut final_values = vec![0f32; rows];
+        p.values(&obs, &[(); 8], &mut final_values).unwrap();
+        (
+            actions,
+            log_probs.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            values
+                .iter()
+                .chain(&final_values)
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>(),
+        )
+    };
+    let mut alone = policy.clone();
+    let mut pooled = policy.clone();
+    let pool = std::sync::Arc::new(rl_nn::Pool::new(2).unwrap());
+    pooled.set_pool(Some(std::sync::Arc::clone(&pool)));
+    for round in 0..3 {
+        let before = pool.splits();
+        assert_eq!(act(&mut pooled), act(&mut alone), "round {round}");
+        assert!(
+            pool.splits() > before,
+            "round {round}: acting never used both threads"
+        );
+    }
+    // A clone acts on the same pool (and draws what a clone of the other draws).
+    let (mut cloned, mut alone_cloned) = (pooled.clone(), alone.clone());
+    let before = pool.splits();
+    assert_eq!(act(&mut cloned), act(&mut alone_cloned));
+    assert!(pool.splits() > before, "the clone lost the pool");
+    pooled.set_pool(None);
+    let before = pool.splits();
+    assert_eq!(act(&mut pooled), act(&mut alone));
+    assert_eq!(
+        pool.splits(),
+        before,
+        "acting still split after set_pool(None)"
+    );
+}

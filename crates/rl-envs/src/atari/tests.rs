@@ -14,6 +14,11 @@ struct Screens {
     resets: u32,
     last_action: u32,
     ended: bool,
+    /// `step_unobserved` leaves the frame as it was (as an emulator that does not render
+    /// it), unless the game ends.
+    blind: bool,
+    /// Calls of `step_unobserved`.
+    unobserved: u32,
     observation_space: Space,
     action_space: Space,
 }
@@ -29,6 +34,8 @@ impl Screens {
             resets: 0,
             last_action: 0,
             ended: true,
+            blind: false,
+            unobserved: 0,
             observation_space: Space::Box(
                 BoxSpace::uniform(0.0, 255.0, &[h, w, 3], DType::U8).unwrap(),
             ),
@@ -71,6 +78,18 @@ impl Env for Screens {
             terminated: self.ended,
             truncated: false,
         })
+    }
+    fn step_unobserved(&mut self, action: &[u32], obs: &mut [u8]) -> Result<Step> {
+        self.unobserved += 1;
+        if !self.blind {
+            return self.step(action, obs);
+        }
+        let mut frame = obs.to_vec();
+        let step = self.step(action, &mut frame)?;
+        if step.ends_episode() {
+            obs.copy_from_slice(&frame);
+        }
+        Ok(step)
     }
     fn save_state(&self) -> Option<Vec<u8>> {
         serde_json::to_vec(&(self.t, self.resets, self.ended)).ok()
@@ -245,10 +264,11 @@ fn a_game_ending_inside_a_skip_stops_it() {
     env.reset(None, &mut obs).unwrap();
     env.step(&[0], &mut obs).unwrap();
     let step = env.step(&[0], &mut obs).unwrap();
-    // Frames 5 and 6 pay 2 + 3; the last frame pools with the one before it.
+    // Frames 5 and 6 pay 2 + 3; the game ended on the second frame of the skip, before
+    // the two the skip looks at, so frame 5 was not asked for and 6 stands alone.
     assert!(step.terminated && !step.truncated);
     assert_eq!((step.reward, env.inner().t), (5.0, 6));
-    assert_eq!(&obs[72..], &lit(&[5, 6])[..]);
+    assert_eq!(&obs[72..], &lit(&[6])[..]);
     assert_eq!(env.last_score(), Some(3.0));
     assert!(matches!(
         env.step(&[0], &mut obs),
@@ -262,6 +282,69 @@ fn a_game_ending_inside_a_skip_stops_it() {
     assert_eq!(&obs[72..], &lit(&[5])[..]);
     env.reset(None, &mut obs).unwrap();
     assert_eq!((env.inner().resets, env.score()), (2, 0.0));
+    // Ending on the last frame of a skip: pooled with the frame before it.
+    let mut env = AtariPreprocess::new(Screens::new(4, 6, 8), plain(), 0).unwrap();
+    env.reset(None, &mut obs).unwrap();
+    env.step(&[0], &mut obs).unwrap();
+    assert!(env.step(&[0], &mut obs).unwrap().terminated);
+    assert_eq!(&obs[72..], &lit(&[7, 8])[..]);
+}
+
+/// The frames a step never looks at (the first two of a skip of 4, every no-op but the
+/// last) go through `step_unobserved`, and an environment that does not render them
+/// (which leaves the frame buffer as it was) gives the same observations, rewards and
+/// flags as one that does, over games that end at every frame of a skip.
+#[test]
+fn frames_never_looked_at_are_not_asked_for_and_skipping_them_changes_nothing() {
+    let config = AtariConfig {
+        noop_max: 5,
+        ..plain()
+    };
+    for length in 9..17 {
+        let mut blind_game = Screens::new(4, 6, length);
+        blind_game.blind = true;
+        let mut blind = AtariPreprocess::new(blind_game, config.clone(), 3).unwrap();
+        let mut seeing =
+            AtariPreprocess::new(Screens::new(4, 6, length), config.clone(), 3).unwrap();
+        let (mut a, mut b) = (vec![0u8; 4 * 24], vec![0u8; 4 * 24]);
+        let (mut steps, mut full_skips) = (0u32, 0u32);
+        for episode in 0..6 {
+            blind.reset(None, &mut a).unwrap();
+            seeing.reset(None, &mut b).unwrap();
+            assert_eq!(a, b, "length {length}, episode {episode}: reset");
+            loop {
+                let before = blind.inner().t;
+                let (x, y) = (
+                    blind.step(&[1], &mut a).unwrap(),
+                    seeing.step(&[1], &mut b).unwrap(),
+                );
+                assert_eq!(
+                    (x, &a),
+                    (y, &b),
+                    "length {length}, episode {episode}, step {steps}"
+                );
+                steps += 1;
+                if blind.inner().t - before == 4 {
+                    full_skips += 1;
+                }
+                if x.ends_episode() {
+                    break;
+                }
+            }
+        }
+        let unobserved = blind.inner().unobserved;
+        assert_eq!(unobserved, seeing.inner().unobserved);
+        // Two unobserved frames per full skip, at most three per short one, and the
+        // no-ops before the last of each reset.
+        assert!(
+            unobserved >= 2 * full_skips,
+            "length {length}: {unobserved} unobserved"
+        );
+        assert!(
+            unobserved <= 3 * steps + 6 * 4,
+            "length {length}: {unobserved} unobserved"
+        );
+    }
 }
 
 #[test]

@@ -195,6 +195,9 @@ where
         // The learner's policy may carry state the fresh copy lacks (a normaliser added
         // by `Ppo::new`, restored weights and generator).
         ppo.copy_policy_into(collector.policy_mut())?;
+        // Acting's passes are split across the pool too (the same numbers as on one
+        // thread): an 8-row Nature CNN pass is about a quarter of a PPO Atari rollout.
+        collector.policy_mut().set_pool(pool.clone());
         let continuation = match &resume {
             None => None,
             Some((dir, _)) => {
