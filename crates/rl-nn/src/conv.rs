@@ -648,10 +648,10 @@ impl Conv2d {
             isa,
             self.activation,
             (g.out, self.positions()),
-            dy,
-            &output[..batch * self.output_len()],
+            (dy, &output[..batch * self.output_len()]),
             gyp,
             param_grads.as_deref_mut().map(|grads| &mut grads[bias]),
+            pool,
         );
         let gyp = &gyp[..backward::grads_len(g.out, rows)];
         if let Some(grads) = param_grads {

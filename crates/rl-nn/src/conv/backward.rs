@@ -78,15 +78,17 @@ pub(super) fn panels_len(g: &Geometry) -> Option<usize> {
 /// derivative at the outputs `y` as `[tile][row][16]` in `gyp`, and adds each channel's
 /// sum into `bias` if given (per image and channel, as `sum8` did: eight running lanes
 /// over the positions, then the lanes pairwise). Eight channels by eight positions at a
-/// time with AVX2 (the same values and sums, bit for bit).
+/// time with AVX2 (the same values and sums, bit for bit). On `pool` by blocks of whole
+/// tiles: each channel is laid out and summed by one task, over the images in order, so
+/// the sums are those of one thread.
 pub(super) fn gather(
     isa: Isa,
     activation: Option<Activation>,
     (out, positions): (usize, usize),
-    dy: &[f32],
-    y: &[f32],
+    (dy, y): (&[f32], &[f32]),
     gyp: &mut [f32],
-    mut bias: Option<&mut [f32]>,
+    bias: Option<&mut [f32]>,
+    pool: Option<&Pool>,
 ) {
     let image = out * positions;
     let rows = dy.len() / out.max(1);
@@ -98,35 +100,61 @@ pub(super) fn gather(
             row[out % NR..].fill(0.0);
         }
     }
-    for (b, (dy, y)) in dy
-        .chunks_exact(image)
-        .zip(y.chunks_exact(image))
-        .enumerate()
-    {
-        for o0 in (0..out).step_by(8) {
-            let channels = 8.min(out - o0);
-            let tile = &mut gyp[((o0 / NR) * rows + b * positions) * NR..][..positions * NR];
-            let (dy, y) = (
-                &dy[o0 * positions..][..channels * positions],
-                &y[o0 * positions..][..channels * positions],
-            );
-            let mut lanes = [[0.0f32; 8]; 8];
-            match isa {
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 | Isa::Avx2 if channels == 8 => {
-                    // SAFETY:
-                    // - AVX2 as `Isa::is_supported` guarantees for both paths.
-                    unsafe { gather8_avx2(activation, (dy, y), tile, o0 % NR, &mut lanes) };
+    let (gyp_at, gyp_len) = (SharedMut(gyp.as_mut_ptr()), gyp.len());
+    let bias_at = bias.map(|bias| {
+        assert!(bias.len() >= out, "a bias gradient per output channel");
+        SharedMut(bias.as_mut_ptr())
+    });
+    let threads = pool.map_or(1, Pool::threads).min(tiles);
+    let per_task = tiles.div_ceil(threads.max(1));
+    let tasks = tiles.div_ceil(per_task.max(1));
+    let task = |task: usize| {
+        let channels_of = task * per_task * NR..((task + 1) * per_task * NR).min(out);
+        for (b, (dy, y)) in dy
+            .chunks_exact(image)
+            .zip(y.chunks_exact(image))
+            .enumerate()
+        {
+            for o0 in channels_of.clone().step_by(8) {
+                let channels = 8.min(out - o0);
+                let start = ((o0 / NR) * rows + b * positions) * NR;
+                assert!(start + positions * NR <= gyp_len);
+                // SAFETY:
+                // - `gyp` is borrowed mutably for this whole call, which returns only
+                //   after every task has finished;
+                // - the task writes rows of tiles `channels_of` only (disjoint between
+                //   tasks), one slice at a time, within `gyp` (checked above).
+                let tile =
+                    unsafe { std::slice::from_raw_parts_mut(gyp_at.at(start), positions * NR) };
+                let (dy, y) = (
+                    &dy[o0 * positions..][..channels * positions],
+                    &y[o0 * positions..][..channels * positions],
+                );
+                let mut lanes = [[0.0f32; 8]; 8];
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx512 | Isa::Avx2 if channels == 8 => {
+                        // SAFETY:
+                        // - AVX2 as `Isa::is_supported` guarantees for both paths.
+                        unsafe { gather8_avx2(activation, (dy, y), tile, o0 % NR, &mut lanes) };
+                    }
+                    _ => gather_portable(activation, (dy, y), tile, o0 % NR, &mut lanes),
                 }
-                _ => gather_portable(activation, (dy, y), tile, o0 % NR, &mut lanes),
-            }
-            if let Some(bias) = bias.as_deref_mut() {
-                for (sum, lanes) in bias[o0..o0 + channels].iter_mut().zip(&lanes) {
-                    let [a, b, c, d, e, f, g, h] = *lanes;
-                    *sum += ((a + e) + (c + g)) + ((b + f) + (d + h));
+                if let Some(bias) = bias_at {
+                    for (c, lanes) in (o0..o0 + channels).zip(&lanes) {
+                        let [a, b, c2, d, e, f, g, h] = *lanes;
+                        // SAFETY:
+                        // - `bias` holds `out` floats (asserted) and is borrowed mutably
+                        //   for the whole call; channel `c` belongs to this task alone.
+                        unsafe { *bias.at(c) += ((a + e) + (c2 + g)) + ((b + f) + (d + h)) };
+                    }
                 }
             }
         }
+    };
+    match pool {
+        Some(pool) if tasks > 1 => pool.run(tasks, &task),
+        _ => (0..tasks).for_each(task),
     }
 }
 
@@ -1015,8 +1043,8 @@ impl SharedMut {
 }
 
 // SAFETY:
-// - `weight_grad` and `input_grad` give each task disjoint parts behind the pointer and
-//   wait for all of them before the borrow it came from ends.
+// - `gather`, `weight_grad` and `input_grad` give each task disjoint parts behind the
+//   pointer and wait for all of them before the borrow it came from ends.
 unsafe impl Sync for SharedMut {}
 
 #[cfg(test)]

@@ -38,9 +38,9 @@ impl Case {
             Isa::Scalar,
             None,
             (g.out, g.positions()),
-            &dy,
-            &dy,
+            (&dy, &dy),
             &mut gyp,
+            None,
             None,
         );
         Self {
@@ -195,28 +195,41 @@ fn kernels_match_loops_on_nature_like_layers() {
 
 /// The output-gradient tiles hold `dy` through each activation's derivative, bit for
 /// bit on every instruction set (edge channels and positions included), and the bias
-/// sums agree across instruction sets, bit for bit, and with f64.
+/// sums agree across instruction sets and pools of 1 to 3 threads (tiles split between
+/// tasks), bit for bit, and with f64.
 #[test]
 fn output_gradient_tiles_and_bias() {
-    let case = Case::new(Conv2dSpec::square(2, 19, 3, 2, 1), [9, 10], 3, 9);
+    // 35 channels: three tiles, the last one partial.
+    let case = Case::new(Conv2dSpec::square(2, 35, 3, 2, 1), [9, 10], 3, 9);
     let g = &case.g;
     let rows = case.rows();
     let y: Vec<f32> = case.dy.iter().map(|v| v * 0.5).collect();
+    let pools: Vec<Option<Arc<Pool>>> = [1, 2, 3]
+        .into_iter()
+        .map(|threads| (threads > 1).then(|| Arc::new(Pool::new(threads).unwrap())))
+        .collect();
     for activation in [None, Some(Activation::Relu), Some(Activation::Tanh)] {
         let mut biases = Vec::new();
-        for isa in isas() {
+        for (isa, pool) in isas()
+            .into_iter()
+            .flat_map(|isa| pools.iter().map(move |p| (isa, p)))
+        {
             let mut gyp = vec![f32::NAN; grads_len(g.out, rows)];
             let mut bias = vec![1.0; g.out];
             let dims = (g.out, g.positions());
+            let splits = pool.as_ref().map(|p| p.splits());
             gather(
                 isa,
                 activation,
                 dims,
-                &case.dy,
-                &y,
+                (&case.dy, &y),
                 &mut gyp,
                 Some(&mut bias),
+                pool.as_deref(),
             );
+            if let (Some(pool), Some(before)) = (pool, splits) {
+                assert!(pool.splits() > before, "{isa:?}: the tiles were not split");
+            }
             let mut sums = vec![0.0f64; g.out];
             for r in 0..rows {
                 let (b, pos) = (r / g.positions(), r % g.positions());
