@@ -148,6 +148,13 @@ pub use parallel::matmul_on;
 pub(crate) fn parallel_rows_for_tests(m: usize, k: usize, n: usize, threads: usize) -> usize {
     kernel::parallel_rows(m, k, n, threads)
 }
+
+/// Columns per thread when a short product is split by columns (`n`: not split); for
+/// the pool's tests.
+#[cfg(test)]
+pub(crate) fn parallel_cols_for_tests(m: usize, k: usize, n: usize, threads: usize) -> usize {
+    kernel::parallel_cols(m, k, n, threads)
+}
 pub use peak::{FmaPeak, fma_peak};
 
 #[cfg(test)]

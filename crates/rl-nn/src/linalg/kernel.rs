@@ -108,6 +108,24 @@ pub(crate) fn parallel_rows(m: usize, k: usize, n: usize, threads: usize) -> usi
     m.div_ceil(threads).next_multiple_of(PARALLEL_ROWS)
 }
 
+/// Columns per thread when a product too short to split by rows (see [`parallel_rows`])
+/// is split by blocks of columns instead: `n` (no split) for small or thin products or
+/// fewer columns than two tiles of 64. Blocks are this many columns, a multiple of 64,
+/// except the last, which takes the rest (at least as many): no block is narrow enough
+/// to take another path than the whole product's. Each element's arithmetic is then the
+/// same chain of FMAs over `k` in whichever block it falls, so any split gives the same
+/// bits.
+pub(crate) fn parallel_cols(m: usize, k: usize, n: usize, threads: usize) -> usize {
+    let thin = k <= 4 || n < 2 * PARALLEL_COLS;
+    if threads < 2 || thin || m.saturating_mul(k).saturating_mul(n) < PARALLEL_MIN {
+        return n;
+    }
+    (n / threads / PARALLEL_COLS).max(1) * PARALLEL_COLS
+}
+
+/// Column blocks of a split product are multiples of this (every tile width divides it).
+const PARALLEL_COLS: usize = 64;
+
 /// `dst (m x n, row-major) = lhs * rhs` (or `+=`) on the given kernels.
 ///
 /// # Panics

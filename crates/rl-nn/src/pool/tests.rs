@@ -166,6 +166,34 @@ proptest! {
         }
     }
 
+    /// Products with too few rows to split by rows (acting on a few observations through
+    /// a wide layer) are split by blocks of columns and give the same bits on 1, 2 and 3
+    /// threads as `matmul` on one, for every layout, overwriting and adding.
+    #[test]
+    fn short_products_split_by_columns_are_bit_identical(
+        m in 1usize..=12, k in 300usize..1200, n in 300usize..700,
+        lhs_t in any::<bool>(), rhs_t in any::<bool>(), add in any::<bool>(), seed in any::<u64>(),
+    ) {
+        prop_assume!(m * k * n >= 1 << 20);
+        prop_assert!(crate::linalg::parallel_rows_for_tests(m, k, n, 2) >= m, "split by rows");
+        prop_assert!(crate::linalg::parallel_cols_for_tests(m, k, n, 2) < n, "not split by columns");
+        let a = values(seed, m * k);
+        let b = values(seed ^ 1, k * n);
+        let lhs = if lhs_t { MatRef::transposed(&a, m, k) } else { MatRef::row_major(&a, m, k) };
+        let rhs = if rhs_t { MatRef::transposed(&b, k, n) } else { MatRef::row_major(&b, k, n) };
+        let accumulate = if add { Accumulate::Add } else { Accumulate::Overwrite };
+        let start = values(seed ^ 2, m * n);
+        let mut want = start.clone();
+        matmul(&mut want, lhs, rhs, accumulate);
+        for threads in 1..=3 {
+            let pool = Pool::new(threads).unwrap();
+            let mut got = start.clone();
+            matmul_on(&pool, &mut got, lhs, rhs, accumulate);
+            prop_assert_eq!(bits(&got), bits(&want), "{} threads", threads);
+            prop_assert_eq!(pool.splits(), u64::from(threads > 1), "{} threads", threads);
+        }
+    }
+
     /// An MLP's forward and backward pass (outputs, parameter and input gradients) give
     /// the same bits on 1, 2 and 3 threads as without a pool.
     #[test]
@@ -193,6 +221,21 @@ proptest! {
             prop_assert!(got == want, "{} threads differ", threads);
         }
     }
+}
+
+#[test]
+fn column_split_products_allocate_nothing_after_warm_up() {
+    let pool = Pool::new(2).unwrap();
+    let (m, k, n) = (8, 3136, 512);
+    let (a, b) = (values(1, m * k), values(2, k * n));
+    let mut dst = vec![0.0; m * n];
+    let (lhs, rhs) = (MatRef::row_major(&a, m, k), MatRef::transposed(&b, k, n));
+    matmul_on(&pool, &mut dst, lhs, rhs, Accumulate::Overwrite);
+    // The worker's first product of this shape may still be growing its buffers.
+    matmul_on(&pool, &mut dst, lhs, rhs, Accumulate::Add);
+    let ((), stats) = rl_testkit::measure(|| matmul_on(&pool, &mut dst, lhs, rhs, Accumulate::Add));
+    assert_eq!(stats.allocations, 0, "{stats:?}");
+    assert_eq!(pool.splits(), 3);
 }
 
 #[test]
