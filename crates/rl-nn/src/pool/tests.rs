@@ -139,6 +139,44 @@ fn bits(dst: &[f32]) -> Vec<u32> {
     dst.iter().map(|x| x.to_bits()).collect()
 }
 
+/// `matmul_on` on 1, 2 and 3 threads against `matmul` on one, bit for bit, for an
+/// `m x k x n` product with the given layouts (transposed operands, adding); a pool of
+/// more than one thread must have split it.
+fn split_matches_one_thread(
+    (m, k, n): (usize, usize, usize),
+    (lhs_t, rhs_t, add): (bool, bool, bool),
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    let a = values(seed, m * k);
+    let b = values(seed ^ 1, k * n);
+    let lhs = if lhs_t {
+        MatRef::transposed(&a, m, k)
+    } else {
+        MatRef::row_major(&a, m, k)
+    };
+    let rhs = if rhs_t {
+        MatRef::transposed(&b, k, n)
+    } else {
+        MatRef::row_major(&b, k, n)
+    };
+    let accumulate = if add {
+        Accumulate::Add
+    } else {
+        Accumulate::Overwrite
+    };
+    let start = values(seed ^ 2, m * n);
+    let mut want = start.clone();
+    matmul(&mut want, lhs, rhs, accumulate);
+    for threads in 1..=3 {
+        let pool = Pool::new(threads).unwrap();
+        let mut got = start.clone();
+        matmul_on(&pool, &mut got, lhs, rhs, accumulate);
+        prop_assert_eq!(bits(&got), bits(&want), "{} threads", threads);
+        prop_assert_eq!(pool.splits(), u64::from(threads > 1), "{} threads", threads);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
@@ -150,20 +188,7 @@ proptest! {
         lhs_t in any::<bool>(), rhs_t in any::<bool>(), add in any::<bool>(), seed in any::<u64>(),
     ) {
         prop_assert!(crate::linalg::parallel_rows_for_tests(m, k, n, 2) < m, "not split");
-        let a = values(seed, m * k);
-        let b = values(seed ^ 1, k * n);
-        let lhs = if lhs_t { MatRef::transposed(&a, m, k) } else { MatRef::row_major(&a, m, k) };
-        let rhs = if rhs_t { MatRef::transposed(&b, k, n) } else { MatRef::row_major(&b, k, n) };
-        let accumulate = if add { Accumulate::Add } else { Accumulate::Overwrite };
-        let start = values(seed ^ 2, m * n);
-        let mut want = start.clone();
-        matmul(&mut want, lhs, rhs, accumulate);
-        for threads in 1..=3 {
-            let pool = Pool::new(threads).unwrap();
-            let mut got = start.clone();
-            matmul_on(&pool, &mut got, lhs, rhs, accumulate);
-            prop_assert_eq!(bits(&got), bits(&want), "{} threads", threads);
-        }
+        split_matches_one_thread((m, k, n), (lhs_t, rhs_t, add), seed)?;
     }
 
     /// Products with too few rows to split by rows (acting on a few observations through
@@ -177,21 +202,7 @@ proptest! {
         prop_assume!(m * k * n >= 1 << 20);
         prop_assert!(crate::linalg::parallel_rows_for_tests(m, k, n, 2) >= m, "split by rows");
         prop_assert!(crate::linalg::parallel_cols_for_tests(m, k, n, 2) < n, "not split by columns");
-        let a = values(seed, m * k);
-        let b = values(seed ^ 1, k * n);
-        let lhs = if lhs_t { MatRef::transposed(&a, m, k) } else { MatRef::row_major(&a, m, k) };
-        let rhs = if rhs_t { MatRef::transposed(&b, k, n) } else { MatRef::row_major(&b, k, n) };
-        let accumulate = if add { Accumulate::Add } else { Accumulate::Overwrite };
-        let start = values(seed ^ 2, m * n);
-        let mut want = start.clone();
-        matmul(&mut want, lhs, rhs, accumulate);
-        for threads in 1..=3 {
-            let pool = Pool::new(threads).unwrap();
-            let mut got = start.clone();
-            matmul_on(&pool, &mut got, lhs, rhs, accumulate);
-            prop_assert_eq!(bits(&got), bits(&want), "{} threads", threads);
-            prop_assert_eq!(pool.splits(), u64::from(threads > 1), "{} threads", threads);
-        }
+        split_matches_one_thread((m, k, n), (lhs_t, rhs_t, add), seed)?;
     }
 
     /// An MLP's forward and backward pass (outputs, parameter and input gradients) give
