@@ -46,7 +46,7 @@ impl Ale {
         let inner = env.getattr("unwrapped")?;
         let class = inner.get_type();
         let module: String = class.getattr("__module__")?.extract()?;
-        if class.name()?.to_string() != "AtariEnv" || !module.starts_with("ale_py") {
+        if class.name()? != "AtariEnv" || !module.starts_with("ale_py") {
             return Ok(None);
         }
         let mut wrapper = env.clone();
