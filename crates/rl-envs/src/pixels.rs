@@ -113,7 +113,7 @@ enum Method {
     },
     /// Fractional factors: weighted taps per axis, `f32` scratch rows.
     Taps {
-        columns: Vec<Tap>,
+        columns: Horizontal,
         rows: Vec<Tap>,
         row_sums: Vec<f32>,
         sums: Vec<f32>,
@@ -167,7 +167,7 @@ impl AreaResize {
                 inverse_area: 1.0 / (rows * columns) as f32,
             },
             _ => Method::Taps {
-                columns: area_taps(src[1], dst[1], scale_x),
+                columns: Horizontal::new(&area_taps(src[1], dst[1], scale_x), src[1], dst[1]),
                 rows: area_taps(src[0], dst[0], scale_y),
                 row_sums: vec![0.0; dst[1]],
                 sums: vec![0.0; dst[1]],
@@ -238,10 +238,7 @@ impl AreaResize {
                 let mut current = rows.first().map_or(0, |t| t.dst);
                 for row in rows.iter() {
                     let line = &src[row.src * src_w..][..src_w];
-                    row_sums.fill(0.0);
-                    for tap in columns.iter() {
-                        row_sums[tap.dst] += f32::from(line[tap.src]) * tap.weight;
-                    }
+                    columns.sum_line(line, row_sums);
                     if row.dst != current {
                         let out = &mut dst[current * dst_w..][..dst_w];
                         for ((o, s), &r) in out.iter_mut().zip(sums.iter_mut()).zip(&*row_sums) {
@@ -265,10 +262,95 @@ impl AreaResize {
     }
 }
 
-/// OpenCV's `saturate_cast<uchar>(float)`: round half to even, then clamp.
+/// The horizontal taps laid out for a branch-free pass: every output column's taps are
+/// consecutive source pixels, so each column keeps its first pixel and `k` weights (the
+/// most any column has; zeros after its own), read from the line converted to `f32`
+/// once, with `k` zeros past its end.
+#[derive(Clone, Debug)]
+struct Horizontal {
+    first: Vec<usize>,
+    weights: Vec<f32>,
+    k: usize,
+    line: Vec<f32>,
+}
+
+impl Horizontal {
+    /// From `taps` sorted by output column (each column's taps consecutive pixels).
+    fn new(taps: &[Tap], src_len: usize, dst_len: usize) -> Self {
+        let mut counts = vec![0usize; dst_len];
+        for tap in taps {
+            counts[tap.dst] += 1;
+        }
+        let k = counts.iter().copied().max().unwrap_or(0).max(1);
+        let mut first = vec![0usize; dst_len];
+        let mut weights = vec![0.0f32; dst_len * k];
+        let mut seen = vec![0usize; dst_len];
+        for tap in taps {
+            if seen[tap.dst] == 0 {
+                first[tap.dst] = tap.src;
+            }
+            debug_assert_eq!(
+                first[tap.dst] + seen[tap.dst],
+                tap.src,
+                "consecutive pixels"
+            );
+            weights[tap.dst * k + seen[tap.dst]] = tap.weight;
+            seen[tap.dst] += 1;
+        }
+        Self {
+            first,
+            weights,
+            k,
+            line: vec![0.0; src_len + k],
+        }
+    }
+
+    /// One source line into `row_sums`: each output's taps summed in order from 0, as
+    /// `row_sums[d] += v * w` over the taps would (a zero weight past a column's own taps
+    /// adds `+0.0` to a sum of non-negative terms: the same bits).
+    fn sum_line(&mut self, line: &[u8], row_sums: &mut [f32]) {
+        for (x, &p) in self.line.iter_mut().zip(line) {
+            *x = f32::from(p);
+        }
+        let (k, line) = (self.k, &self.line);
+        // Eight columns at a time: eight independent running sums, so the additions of
+        // one column do not wait on the other's (each column's own order is unchanged).
+        let mut outputs = row_sums.chunks_exact_mut(LANES);
+        let mut firsts = self.first.chunks_exact(LANES);
+        let mut weights = self.weights.chunks_exact(LANES * k);
+        for ((out, first), weights) in (&mut outputs).zip(&mut firsts).zip(&mut weights) {
+            let mut sums = [0.0f32; LANES];
+            for j in 0..k {
+                for (lane, sum) in sums.iter_mut().enumerate() {
+                    *sum += line[first[lane] + j] * weights[lane * k + j];
+                }
+            }
+            out.copy_from_slice(&sums);
+        }
+        let rest = outputs.into_remainder();
+        let (first, weights) = (firsts.remainder(), weights.remainder());
+        for ((out, &first), weights) in rest.iter_mut().zip(first).zip(weights.chunks_exact(k)) {
+            let mut sum = 0.0f32;
+            for (&v, &w) in line[first..first + k].iter().zip(weights) {
+                sum += v * w;
+            }
+            *out = sum;
+        }
+    }
+}
+
+/// Output columns [`Horizontal::sum_line`] sums side by side.
+const LANES: usize = 8;
+
+/// OpenCV's `saturate_cast<uchar>(float)`: round half to even, then clamp. Clamped
+/// first (rounding keeps the integers 0 and 255 where they are, so the order does not
+/// matter), then rounded by adding and taking away 1.5 x 2^23, which leaves no fraction
+/// bits and rounds half to even in the default rounding mode: without the libm call
+/// `round_ties_even` is on x86-64's baseline (no SSE4.1), one per output pixel.
 #[inline]
 fn saturate(value: f32) -> u8 {
-    value.round_ties_even().clamp(0.0, 255.0) as u8
+    const ROUND: f32 = 12_582_912.0;
+    ((value.clamp(0.0, 255.0) + ROUND) - ROUND) as u8
 }
 
 /// The weighted taps of one axis, OpenCV's `computeResizeAreaTab` for one channel: output

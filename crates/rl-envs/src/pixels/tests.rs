@@ -92,16 +92,23 @@ fn the_atari_resize_uses_fractional_taps_that_cover_each_cell() {
     let Method::Taps { columns, rows, .. } = &resize.method else {
         panic!("210 x 160 to 84 x 84 is not a whole factor")
     };
-    for (taps, cells) in [(columns, 84), (rows, 84)] {
-        for cell in 0..cells {
-            let total: f32 = taps
-                .iter()
-                .filter(|t| t.dst == cell)
-                .map(|t| t.weight)
-                .sum();
-            assert!((total - 1.0).abs() < 1e-5, "cell {cell} weighs {total}");
-        }
+    for cell in 0..84 {
+        let total: f32 = rows
+            .iter()
+            .filter(|t| t.dst == cell)
+            .map(|t| t.weight)
+            .sum();
+        assert!((total - 1.0).abs() < 1e-5, "row cell {cell} weighs {total}");
+        let total: f32 = columns.weights[cell * columns.k..][..columns.k]
+            .iter()
+            .sum();
+        assert!(
+            (total - 1.0).abs() < 1e-5,
+            "column cell {cell} weighs {total}"
+        );
     }
+    // Each column reads at most 3 pixels (a scale of 160 / 84 = 1.9).
+    assert_eq!(columns.k, 3);
 }
 
 /// The exact area mean of `image` over each output cell, in `f64`.
@@ -165,6 +172,36 @@ proptest! {
         }
         prop_assert!(max_frames(&a, &b, &mut vec![0u8; a.len() + 1]).is_err());
         prop_assert!(max_frames(&a, &[0u8; 101], &mut out).is_err());
+    }
+
+    /// Rounding to bytes is OpenCV's: half to even, clamped to 0..=255, for any value
+    /// (NaN to 0).
+    #[test]
+    fn saturate_rounds_half_to_even_and_clamps(bits in any::<u32>(), near in -2.0f32..258.0) {
+        let want = |v: f32| v.round_ties_even().clamp(0.0, 255.0) as u8;
+        let value = f32::from_bits(bits);
+        prop_assert_eq!(saturate(value), want(value), "{}", value);
+        prop_assert_eq!(saturate(near), want(near), "{}", near);
+        let half = near.floor() + 0.5;
+        prop_assert_eq!(saturate(half), want(half), "{}", half);
+    }
+
+    /// A line through the horizontal taps gives, bit for bit, what adding each tap into
+    /// its output column in memory gives (the loop before the sums stayed in registers).
+    #[test]
+    fn horizontal_taps_sum_as_the_scattered_loop(
+        line in proptest::collection::vec(any::<u8>(), 2..300), shrink in 1.01f64..5.0,
+    ) {
+        let dst_len = ((line.len() as f64 / shrink) as usize).max(1);
+        let taps = area_taps(line.len(), dst_len, 1.0 / (dst_len as f64 / line.len() as f64));
+        let mut want = vec![0.0f32; dst_len];
+        for tap in &taps {
+            want[tap.dst] += f32::from(line[tap.src]) * tap.weight;
+        }
+        let mut got = vec![f32::NAN; dst_len];
+        Horizontal::new(&taps, line.len(), dst_len).sum_line(&line, &mut got);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        prop_assert_eq!(bits(&got), bits(&want));
     }
 
     /// Area resizing is the exact area mean, rounded.
