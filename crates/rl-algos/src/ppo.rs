@@ -188,7 +188,7 @@ impl<P: ActorCritic> Learner<P> {
         let norm = shared::apply_gradients(
             &mut self.policy,
             &mut self.grads,
-            &mut self.adams,
+            (&mut self.adams, self.ws.pool().map(|pool| &**pool)),
             config.max_grad_norm,
         )?;
         sums.add(&losses, norm);

@@ -589,6 +589,11 @@ impl PolicyWorkspace {
         self.critic.set_pool(pool);
     }
 
+    /// The pool the passes run on, if any.
+    pub fn pool(&self) -> Option<&std::sync::Arc<rl_nn::Pool>> {
+        self.actor.pool()
+    }
+
     /// Largest batch.
     pub fn max_rows(&self) -> usize {
         self.max_rows

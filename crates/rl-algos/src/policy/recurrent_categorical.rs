@@ -745,6 +745,11 @@ impl RecurrentWorkspace {
         self.heads.set_pool(pool);
     }
 
+    /// The pool the heads run on, if any.
+    pub fn pool(&self) -> Option<&std::sync::Arc<rl_nn::Pool>> {
+        self.heads.pool()
+    }
+
     /// Rows (steps x chunks) of the last pass.
     pub fn rows(&self) -> usize {
         self.heads.rows()

@@ -507,7 +507,7 @@ impl RecurrentPpo {
         let norm = shared::apply_gradients(
             &mut self.policy,
             &mut self.grads,
-            &mut self.adams,
+            (&mut self.adams, self.ws.pool().map(|pool| &**pool)),
             config.max_grad_norm,
         )?;
         sums.add(&losses, norm);

@@ -220,15 +220,16 @@ pub(super) fn minibatch_loss(
     }))
 }
 
-/// Clips the gradients to `max_grad_norm` and steps every network's Adam; returns the
-/// norm before clipping. Allocates nothing.
+/// Clips the gradients to `max_grad_norm` and steps every network's Adam (split over
+/// `pool` when given: bit-identical); returns the norm before clipping. Allocates
+/// nothing.
 ///
 /// # Errors
 /// [`Error::Diverged`] for a non-finite norm (nothing is stepped).
 pub(super) fn apply_gradients<P: PolicyNetworks + ?Sized>(
     policy: &mut P,
     grads: &mut PolicyGradients,
-    adams: &mut [Adam],
+    (adams, pool): (&mut [Adam], Option<&rl_nn::Pool>),
     max_grad_norm: f32,
 ) -> Result<f32> {
     let norm = grads.clip_norm(max_grad_norm)?;
@@ -240,7 +241,10 @@ pub(super) fn apply_gradients<P: PolicyNetworks + ?Sized>(
     }
     for (i, adam) in adams.iter_mut().enumerate() {
         if let (Some(net), Some(grads)) = (policy.network_mut(i), grads.get(i)) {
-            adam.update(net.params_mut(), grads)?;
+            match pool {
+                Some(pool) => adam.update_on(pool, net.params_mut(), grads)?,
+                None => adam.update(net.params_mut(), grads)?,
+            }
         }
     }
     Ok(norm)

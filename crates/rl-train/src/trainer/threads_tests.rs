@@ -157,3 +157,55 @@ fn discrete_sac_learns_the_same_bytes_on_one_and_two_threads() {
         "two threads learned other weights"
     );
 }
+
+/// PPO on CartPole with 256-256 networks (each network's Adam step is large enough to
+/// split) on 1 and 2 threads: the collector acts on the pool, the learner's products and
+/// Adam steps split, and the two runs end with the same learner, bit for bit.
+fn ppo(
+    threads: usize,
+) -> OnPolicyTrainer<CartPole, rl_algos::ppo::Ppo<rl_algos::policy::CategoricalPolicy>> {
+    use rl_algos::policy::{CategoricalPolicy, PolicyConfig};
+    use rl_algos::ppo::{Ppo, PpoConfig};
+    let policy_config = PolicyConfig {
+        hidden: vec![256, 256],
+        ..PolicyConfig::new()
+    };
+    let policy = CategoricalPolicy::for_env(&CartPole::new(0), policy_config, 4).unwrap();
+    let config = PpoConfig {
+        n_steps: 64,
+        batch_size: 128,
+        epochs: 2,
+        ..PpoConfig::new()
+    };
+    let learner = Ppo::new(policy, config, 4, 4).unwrap();
+    let run = RunConfig {
+        threads,
+        seed: 4,
+        n_envs: 4,
+        ..RunConfig::new(768)
+    };
+    OnPolicyTrainer::new(CartPole::new, learner, run).unwrap()
+}
+
+#[test]
+fn ppo_learns_the_same_bytes_on_one_and_two_threads() {
+    let mut one = ppo(1);
+    let mut two = ppo(2);
+    let ones = one.train(&mut ()).unwrap();
+    let twos = two.train(&mut ()).unwrap();
+    assert_eq!(ones.total_env_steps, 768);
+    assert_eq!(one.ppo().updates(), 3);
+    // Each of the 3 updates' 4 minibatches (2 epochs of 256 rows in 128-row minibatches)
+    // splits the networks' Adam steps at least.
+    let splits = two.pool().unwrap().splits();
+    assert!(splits >= 3 * 4, "only {splits} calls used both threads");
+    let bytes = |t: &OnPolicyTrainer<
+        CartPole,
+        rl_algos::ppo::Ppo<rl_algos::policy::CategoricalPolicy>,
+    >| { t.ppo().checkpoint().to_bytes().unwrap() };
+    assert!(
+        bytes(&one) == bytes(&two),
+        "two threads learned other weights"
+    );
+    assert_eq!(ones.mean_return, twos.mean_return);
+}
