@@ -414,15 +414,11 @@ impl<A: GymAction, O: GymObs> GymEnv<A, O> {
             let result = (|| {
                 let direct = self.ale.as_ref().filter(|ale| ale.ready);
                 if let (Some(ale), Some(index)) = (direct, A::index(action)) {
-                    let (reward, terminated, truncated) = ale.step(py, index, observe)?;
-                    if observe || terminated || truncated {
-                        self.read_obs(ale.screen(py).as_any(), obs)?;
+                    let (step, screen) = ale.step(py, index, observe)?;
+                    if let Some(screen) = screen {
+                        self.read_obs(screen.as_any(), obs)?;
                     }
-                    return Ok(Step {
-                        reward,
-                        terminated,
-                        truncated,
-                    });
+                    return Ok(step);
                 }
                 let action = A::to_python(py, action, &self.action_shape)?;
                 let out = self.env(py)?.call_method1("step", (action,))?;

@@ -12,6 +12,7 @@
 use numpy::PyArray3;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
+use rl_core::Step;
 
 /// The Gymnasium wrappers `gymnasium.make` adds that leave `step` as the environment's:
 /// with only these around an `AtariEnv`, ALE's calls are the whole step.
@@ -95,15 +96,14 @@ impl Ale {
         }))
     }
 
-    /// One frame with discrete action `action`: the reward, whether the game is over and
-    /// whether it was truncated; the frame is read into the buffer when `observe` or
-    /// when the episode ended ([`Ale::screen`]).
-    pub(super) fn step(
+    /// One frame with discrete action `action`: the reward and flags, and the frame when
+    /// it was read (when `observe` or when the episode ended).
+    pub(super) fn step<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         action: usize,
         observe: bool,
-    ) -> PyResult<(f32, bool, bool)> {
+    ) -> PyResult<(Step, Option<&Bound<'py, PyArray3<u8>>>)> {
         let Some(ale_action) = self.actions.get(action) else {
             return Err(crate::error::value_error(format!(
                 "action {action} is out of range for this game's {} actions",
@@ -116,15 +116,16 @@ impl Ale {
             .call(py, (), Some(self.no_truncation.bind(py)))?
             .is_truthy(py)?;
         let truncated = self.game_truncated.call0(py)?.is_truthy(py)?;
-        if observe || terminated || truncated {
-            self.get_screen
-                .call1(py, PyTuple::new(py, [self.screen.bind(py)])?)?;
+        let step = Step {
+            reward: reward as f32,
+            terminated,
+            truncated,
+        };
+        if !(observe || step.ends_episode()) {
+            return Ok((step, None));
         }
-        Ok((reward as f32, terminated, truncated))
-    }
-
-    /// The frame buffer [`Ale::step`] fills.
-    pub(super) fn screen<'py>(&self, py: Python<'py>) -> &Bound<'py, PyArray3<u8>> {
-        self.screen.bind(py)
+        let screen = self.screen.bind(py);
+        self.get_screen.call1(py, PyTuple::new(py, [screen])?)?;
+        Ok((step, Some(screen)))
     }
 }
