@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 use crate::conv::{Conv2d, Conv2dSpec, Conv2dWorkspace, InputScale};
 use crate::error::{Error, Result, check_len};
 use crate::init::fill_layer;
-use crate::linalg::Accumulate;
+use crate::linalg::{Accumulate, WeightPack};
+use crate::mlp::{layer_packs, packs_bytes};
 use crate::pool::Pool;
+use crate::version::Version;
 use crate::{Activation, Architecture, Init, Linear, Module, TensorSpec, Weights};
 
 /// One convolution of a [`CnnSpec`]: its input channels are the previous layer's
@@ -232,11 +234,15 @@ fn widest(convs: &[Conv2d], linears: &[Linear]) -> usize {
         .unwrap_or(0)
 }
 
-/// `[conv workspace bytes, other floats]` of a workspace for `max_rows` images.
+/// `[conv workspace and weight pack bytes, other floats]` of a workspace for `max_rows`
+/// images.
 fn workspace_floats(convs: &[Conv2d], linears: &[Linear], max_rows: usize) -> Option<[usize; 2]> {
     let conv_bytes = convs.iter().try_fold(0usize, |sum, c| {
         sum.checked_add(usize::try_from(c.workspace_bytes(max_rows)?).ok()?)
     })?;
+    let conv_bytes = conv_bytes.checked_add(packs_bytes(
+        linears.iter().map(|l| (l.inputs(), l.outputs())),
+    )?)?;
     let outputs = linears
         .iter()
         .try_fold(0usize, |sum, l| sum.checked_add(l.outputs()))?;
@@ -307,12 +313,21 @@ impl fmt::Display for CnnSpec {
 /// net.backward(&mut ws, &[1.0; 8 * 64], Some(&mut grads), None)?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct ConvNet {
     spec: CnnSpec,
     convs: Vec<Conv2d>,
     linears: Vec<Linear>,
     params: Vec<f32>,
+    /// Renewed whenever `params` may change (not part of equality).
+    version: Version,
+}
+
+impl PartialEq for ConvNet {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.spec, &self.convs, &self.linears, &self.params)
+            == (&other.spec, &other.convs, &other.linears, &other.params)
+    }
 }
 
 impl ConvNet {
@@ -348,6 +363,7 @@ impl ConvNet {
     /// Multiplies the last layer's weights by `scale` and zeroes its bias (a small
     /// policy head starts close to uniform), as [`Mlp::scale_output_layer`](crate::Mlp::scale_output_layer).
     pub fn scale_output_layer(&mut self, scale: f32) {
+        self.version = Version::fresh();
         let (weight, bias) = match self.linears.last() {
             Some(l) => (l.weight(), l.bias()),
             None => {
@@ -370,6 +386,7 @@ impl ConvNet {
             convs,
             linears,
             params: vec![0.0; n],
+            version: Version::fresh(),
         })
     }
 
@@ -441,11 +458,11 @@ impl ConvNet {
             let (done, rest) = ws.linear.split_at_mut(j);
             let x = if j == 0 { features } else { &done[j - 1][..] };
             let activated = j < last || self.spec.output == CnnOutput::Activated;
-            layer.forward_on(
+            layer.forward_reusing(
                 ws.pool.as_deref(),
+                (&mut ws.packs[j], self.version),
                 &self.params,
-                x,
-                rows,
+                (x, rows),
                 &mut rest[0][..rows * layer.outputs()],
                 activated.then_some(self.spec.activation),
             );
@@ -467,6 +484,7 @@ impl Weights for ConvNet {
     }
 
     fn params_mut(&mut self) -> &mut [f32] {
+        self.version = Version::fresh();
         &mut self.params
     }
 
@@ -536,6 +554,7 @@ impl Module for ConvNet {
                 .collect(),
             delta: vec![0.0; widest * max_rows],
             next_delta: vec![0.0; widest * max_rows],
+            packs: layer_packs(&self.linears),
             pool: None,
         }
     }
@@ -649,6 +668,9 @@ pub struct CnnWorkspace {
     linear: Vec<Vec<f32>>,
     delta: Vec<f32>,
     next_delta: Vec<f32>,
+    /// Each linear layer's packed `W^T`, reused while the network's parameters keep their
+    /// version.
+    packs: Vec<WeightPack>,
     /// Threads the linear layers' products run on (the convolutions hold their own).
     pool: Option<Arc<Pool>>,
 }
@@ -697,6 +719,7 @@ impl CnnWorkspace {
             .iter()
             .map(Conv2dWorkspace::memory_bytes)
             .sum::<u64>()
+            + self.packs.iter().map(WeightPack::memory_bytes).sum::<u64>()
             + (floats * size_of::<f32>()) as u64
     }
 }

@@ -78,6 +78,7 @@ mod module;
 mod network;
 mod ops;
 mod pool;
+mod version;
 
 pub use activation::Activation;
 pub use adam::{Adam, AdamConfig, AdamState};

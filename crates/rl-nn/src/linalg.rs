@@ -107,16 +107,7 @@ pub enum Accumulate {
 /// If the shapes do not agree or a view leaves its slice. Layers pass shapes they
 /// computed themselves, so this is a bug check, never a user error.
 pub fn matmul(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: Accumulate) {
-    let (m, k, n) = check_shapes(dst, lhs, rhs);
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if accumulate == Accumulate::Overwrite {
-            dst.fill(0.0);
-        }
-        return;
-    }
+    check_shapes(dst, lhs, rhs);
     kernel::matmul(dst, lhs, rhs, accumulate);
 }
 
@@ -136,11 +127,13 @@ fn check_shapes(dst: &[f32], lhs: MatRef<'_>, rhs: MatRef<'_>) -> (usize, usize,
 }
 
 mod kernel;
+mod packed;
 mod parallel;
 mod peak;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use kernel::{mask8, transpose8};
+pub(crate) use packed::WeightPack;
 pub use parallel::matmul_on;
 
 /// Rows per thread when a product is split (`m`: not split); for the pool's tests.

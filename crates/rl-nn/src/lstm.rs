@@ -24,8 +24,9 @@ use rl_core::MemoryPlan;
 
 use crate::activation::tanh;
 use crate::error::{Error, Result, check_len};
-use crate::linalg::{Accumulate, MatRef, matmul};
+use crate::linalg::{Accumulate, MatRef, WeightPack, matmul};
 use crate::module::network_plan;
+use crate::version::Version;
 use crate::{Architecture, Module, TensorSpec, Usage, Weights};
 
 /// A long short-term memory cell with sizes chosen at run time (PyTorch's `nn.LSTMCell`
@@ -80,11 +81,19 @@ use crate::{Architecture, Module, TensorSpec, Usage, Weights};
 /// lstm.backward_sequence(&mut ws, &[1.0; 5 * 2 * 8], grads)?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Lstm {
     input: usize,
     hidden: usize,
     params: Vec<f32>,
+    /// Renewed whenever `params` may change (not part of equality).
+    version: Version,
+}
+
+impl PartialEq for Lstm {
+    fn eq(&self, other: &Self) -> bool {
+        (self.input, self.hidden, &self.params) == (other.input, other.hidden, &other.params)
+    }
 }
 
 impl Lstm {
@@ -113,6 +122,7 @@ impl Lstm {
                 input,
                 hidden,
                 params: vec![0.0; count],
+                version: Version::fresh(),
             }),
             _ => Err(Error::config(
                 "lstm sizes",
@@ -303,6 +313,8 @@ impl Lstm {
             dh: vec![0.0; max_rows * hid],
             dc: vec![0.0; max_rows * hid],
             dh_in: vec![0.0; max_rows * hid],
+            w_hh_t: WeightPack::for_operand(hid, 4 * hid),
+            w_hh: WeightPack::for_operand(4 * hid, hid),
         }
     }
 
@@ -328,7 +340,12 @@ impl Lstm {
         let floats = n
             .checked_mul(per_step)?
             .checked_add(max_rows.checked_mul(hidden)?.checked_mul(5)?)?;
-        let bytes = floats.checked_mul(size_of::<f32>())?.checked_add(n)?;
+        let packs = WeightPack::bytes(hidden, 4 * hidden)?
+            .checked_add(WeightPack::bytes(4 * hidden, hidden)?)?;
+        let bytes = floats
+            .checked_mul(size_of::<f32>())?
+            .checked_add(n)?
+            .checked_add(packs)?;
         u64::try_from(bytes).ok()
     }
 
@@ -448,6 +465,7 @@ impl Lstm {
             resets,
             h,
             c,
+            w_hh_t,
             ..
         } = ws;
         matmul(
@@ -469,7 +487,9 @@ impl Lstm {
             h_in[span.clone()].copy_from_slice(h);
             c_in[span.clone()].copy_from_slice(c);
             let g = &mut gates[t * rows * 4 * hid..(t + 1) * rows * 4 * hid];
-            matmul(
+            w_hh_t.matmul(
+                None,
+                self.version.get(),
                 g,
                 MatRef::row_major(&h_in[span.clone()], rows, hid),
                 w_hh,
@@ -542,6 +562,7 @@ impl Lstm {
             dh,
             dc,
             dh_in,
+            w_hh: w_hh_pack,
             ..
         } = ws;
         let (dh, dc, dh_in) = (
@@ -572,7 +593,9 @@ impl Lstm {
                 }
             }
             if t > 0 || want_initial {
-                matmul(
+                w_hh_pack.matmul(
+                    None,
+                    self.version.get(),
                     dh_in,
                     MatRef::row_major(&dgates[g4..g4 + rows * 4 * hid], rows, 4 * hid),
                     w_hh,
@@ -666,6 +689,7 @@ impl Weights for Lstm {
     }
 
     fn params_mut(&mut self) -> &mut [f32] {
+        self.version = Version::fresh();
         &mut self.params
     }
 
@@ -877,6 +901,9 @@ pub struct LstmWorkspace {
     dh: Vec<f32>,
     dc: Vec<f32>,
     dh_in: Vec<f32>,
+    /// `W_hh^T` packed for the forward pass's steps, and `W_hh` for the backward's.
+    w_hh_t: WeightPack,
+    w_hh: WeightPack,
 }
 
 impl LstmWorkspace {
@@ -944,6 +971,8 @@ impl LstmWorkspace {
         .map(|v| v.len())
         .sum::<usize>();
         (floats * size_of::<f32>() + self.resets.len()) as u64
+            + self.w_hh_t.memory_bytes()
+            + self.w_hh.memory_bytes()
     }
 }
 

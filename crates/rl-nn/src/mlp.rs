@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, check_len};
 use crate::init::fill_layer;
-use crate::linalg::{Accumulate, MatRef, matmul, matmul_on};
+use crate::linalg::{Accumulate, MatRef, WeightPack, matmul, matmul_on};
 use crate::pool::Pool;
+use crate::version::Version;
 use crate::{Activation, Architecture, Init, Module, TensorSpec, Weights};
 
 /// One fully connected layer `y = x W^T + b` inside a flat parameter vector: its shape
@@ -98,13 +99,42 @@ impl Linear {
         y: &mut [f32],
         activation: Option<Activation>,
     ) {
+        self.forward_with(params, x, rows, y, activation, |y, x, w| {
+            product(pool, y, x, w, Accumulate::Overwrite);
+        });
+    }
+
+    /// [`Linear::forward_on`] with the packed `W^T` kept in `pack` and reused while the
+    /// parameters stay at `version` (bit-identical to packing it every time).
+    pub(crate) fn forward_reusing(
+        &self,
+        pool: Option<&Pool>,
+        (pack, version): (&mut WeightPack, Version),
+        params: &[f32],
+        (x, rows): (&[f32], usize),
+        y: &mut [f32],
+        activation: Option<Activation>,
+    ) {
+        self.forward_with(params, x, rows, y, activation, |y, x, w| {
+            pack.matmul(pool, version.get(), y, x, w, Accumulate::Overwrite);
+        });
+    }
+
+    /// The pass of [`Linear::forward_on`] with `product(y, x, W^T)` writing the product.
+    fn forward_with(
+        &self,
+        params: &[f32],
+        x: &[f32],
+        rows: usize,
+        y: &mut [f32],
+        activation: Option<Activation>,
+        product: impl FnOnce(&mut [f32], MatRef<'_>, MatRef<'_>),
+    ) {
         let y = &mut y[..rows * self.outputs];
         product(
-            pool,
             y,
             MatRef::row_major(&x[..rows * self.inputs], rows, self.inputs),
             MatRef::transposed(&params[self.weight()], self.inputs, self.outputs),
-            Accumulate::Overwrite,
         );
         let bias = &params[self.bias()];
         match activation {
@@ -184,6 +214,30 @@ impl Linear {
             accumulate,
         );
     }
+}
+
+/// Bytes of the packs a workspace keeps for layers of these `(inputs, outputs)`
+/// ([`WeightPack::for_operand`] of each layer that takes panels); `None` on overflow.
+pub(crate) fn packs_bytes(layers: impl Iterator<Item = (usize, usize)>) -> Option<usize> {
+    layers
+        .filter(|&(k, n)| WeightPack::packs_layer(k, n))
+        .try_fold(0usize, |sum, (k, n)| {
+            sum.checked_add(WeightPack::bytes(k, n)?)
+        })
+}
+
+/// A pack for each layer: room for its `W^T` where it takes panels, else empty.
+pub(crate) fn layer_packs(layers: &[Linear]) -> Vec<WeightPack> {
+    layers
+        .iter()
+        .map(|l| {
+            if WeightPack::packs_layer(l.inputs, l.outputs) {
+                WeightPack::for_operand(l.inputs, l.outputs)
+            } else {
+                WeightPack::empty()
+            }
+        })
+        .collect()
 }
 
 /// [`matmul_on`] on `pool`, or [`matmul`] on the calling thread.
@@ -269,7 +323,8 @@ impl MlpSpec {
             .try_fold(0usize, |sum, &w| sum.checked_add(w))?
             .checked_add(widest.checked_mul(2)?)?
             .checked_mul(max_rows)?;
-        u64::try_from(floats.checked_mul(size_of::<f32>())?).ok()
+        let packs = packs_bytes(self.sizes.windows(2).map(|p| (p[0], p[1])))?;
+        u64::try_from(floats.checked_mul(size_of::<f32>())?.checked_add(packs)?).ok()
     }
 }
 
@@ -294,11 +349,19 @@ impl MlpSpec {
 /// assert!(grads.iter().any(|&g| g != 0.0));
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Mlp {
     spec: MlpSpec,
     layers: Vec<Linear>,
     params: Vec<f32>,
+    /// Renewed whenever `params` may change (not part of equality).
+    version: Version,
+}
+
+impl PartialEq for Mlp {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.spec, &self.layers, &self.params) == (&other.spec, &other.layers, &other.params)
+    }
 }
 
 impl Mlp {
@@ -335,6 +398,7 @@ impl Mlp {
             spec,
             layers,
             params: vec![0.0; offset],
+            version: Version::fresh(),
         })
     }
 
@@ -351,6 +415,7 @@ impl Mlp {
     /// Multiplies the output layer's weights by `scale` and zeroes its bias (a small
     /// policy head starts close to uniform).
     pub fn scale_output_layer(&mut self, scale: f32) {
+        self.version = Version::fresh();
         let last = self.layers[self.layers.len() - 1];
         self.params[last.weight()]
             .iter_mut()
@@ -387,6 +452,7 @@ impl Weights for Mlp {
     }
 
     fn params_mut(&mut self) -> &mut [f32] {
+        self.version = Version::fresh();
         &mut self.params
     }
 
@@ -434,6 +500,7 @@ impl Module for Mlp {
                 .collect(),
             delta: vec![0.0; widest * max_rows],
             next_delta: vec![0.0; widest * max_rows],
+            packs: layer_packs(&self.layers),
             spec: self.spec.clone(),
             max_rows,
             rows: 0,
@@ -466,11 +533,11 @@ impl Module for Mlp {
             let (done, rest) = ws.activations.split_at_mut(l + 1);
             let y = &mut rest[0][..rows * layer.outputs];
             let activation = (l < last).then_some(self.spec.activation);
-            layer.forward_on(
+            layer.forward_reusing(
                 ws.pool.as_deref(),
+                (&mut ws.packs[l], self.version),
                 &self.params,
-                &done[l],
-                rows,
+                (&done[l], rows),
                 y,
                 activation,
             );
@@ -546,6 +613,8 @@ pub struct MlpWorkspace {
     activations: Vec<Vec<f32>>,
     delta: Vec<f32>,
     next_delta: Vec<f32>,
+    /// Each layer's packed `W^T`, reused while the network's parameters keep their version.
+    packs: Vec<WeightPack>,
     /// Threads the products run on (`None`: the calling thread only).
     pool: Option<Arc<Pool>>,
 }
@@ -588,6 +657,7 @@ impl MlpWorkspace {
             + self.delta.len()
             + self.next_delta.len();
         (floats * size_of::<f32>()) as u64
+            + self.packs.iter().map(WeightPack::memory_bytes).sum::<u64>()
     }
 }
 

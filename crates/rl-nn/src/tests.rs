@@ -196,3 +196,103 @@ fn activations_parse_and_name_themselves() {
         );
     }
 }
+
+/// A network's workspace keeps its packed weights between passes: after every way the
+/// parameters can change (`params_mut`, the output-layer scaling, Adam, a polyak step, a
+/// clone changed on its own), the next pass computes with the new values, bit for bit as
+/// a network built with them and a fresh workspace does; passes of two networks through
+/// one workspace each see their own weights.
+#[test]
+fn passes_after_the_parameters_change_use_the_new_values() {
+    use rand::SeedableRng;
+
+    use crate::{CnnSpec, ConvNet, Init, Lstm, Mlp, MlpSpec, Module, Network, Weights};
+
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(4);
+    let mlp = Mlp::new(
+        MlpSpec::new(12, &[40, 40], 6, Activation::Relu),
+        Init::Uniform,
+        &mut rng,
+    )
+    .unwrap();
+    let cnn = ConvNet::new(CnnSpec::small_cnn([2, 10, 10], 48), Init::Uniform, &mut rng).unwrap();
+    for net in [Network::Mlp(mlp), Network::Cnn(cnn)] {
+        let rows = 5;
+        let input: Vec<f32> = (0..rows * net.input_dim())
+            .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+            .collect();
+        // The output of `net` on `input` through a workspace that never saw it.
+        let fresh = |net: &Network| {
+            let mut ws = net.workspace(rows);
+            net.forward(&input, rows, &mut ws).unwrap().to_vec()
+        };
+        let mut net = net;
+        let mut ws = net.workspace(rows);
+        let check = |net: &Network, ws: &mut <Network as Module>::Workspace, what: &str| {
+            let got = net.forward(&input, rows, ws).unwrap().to_vec();
+            assert_eq!(got, fresh(net), "{what}");
+        };
+        check(&net, &mut ws, "first pass");
+        check(&net, &mut ws, "second pass, same weights");
+        net.params_mut().iter_mut().for_each(|p| *p *= -0.75);
+        check(&net, &mut ws, "after params_mut");
+        match &mut net {
+            Network::Mlp(n) => n.scale_output_layer(3.0),
+            Network::Cnn(n) => n.scale_output_layer(3.0),
+        }
+        check(&net, &mut ws, "after scale_output_layer");
+        let grads = vec![0.01; net.num_params()];
+        let mut adam = Adam::new(net.num_params(), AdamConfig::default()).unwrap();
+        adam.update(net.params_mut(), &grads).unwrap();
+        check(&net, &mut ws, "after an Adam step");
+        let mut other = net.clone();
+        check(&other, &mut ws, "a clone, unchanged");
+        polyak(other.params_mut(), &vec![0.5; net.num_params()], 0.5).unwrap();
+        check(&other, &mut ws, "the clone after a polyak step");
+        check(&net, &mut ws, "the original again");
+    }
+
+    // The recurrent cell packs W_hh^T for the steps of a sequence and W_hh for the
+    // backward pass: a changed cell gives what a new one with its weights gives.
+    let mut lstm = Lstm::new(6, 20, &mut rng).unwrap();
+    let (steps, rows) = (4, 3);
+    let input: Vec<f32> = (0..steps * rows * 6)
+        .map(|i| (i % 13) as f32 / 6.0 - 1.0)
+        .collect();
+    let mut ws = lstm.sequence_workspace(steps, rows);
+    let run = |lstm: &Lstm, ws: &mut crate::LstmWorkspace| {
+        let zeros = vec![0.0; rows * 20];
+        let sequence = crate::Sequence {
+            input: &input,
+            steps,
+            rows,
+            resets: None,
+            h0: &zeros,
+            c0: &zeros,
+        };
+        let out = lstm.forward_sequence(sequence, ws).unwrap().to_vec();
+        let mut grads = vec![0.0; lstm.num_params()];
+        let mut dx = vec![0.0; input.len()];
+        lstm.backward_sequence(
+            ws,
+            &vec![1.0; out.len()],
+            crate::SequenceGrads {
+                params: Some(&mut grads),
+                input: Some(&mut dx),
+                h0: None,
+                c0: None,
+            },
+        )
+        .unwrap();
+        (out, grads, dx)
+    };
+    let first = run(&lstm, &mut ws);
+    assert_eq!(first, run(&lstm, &mut ws), "the same cell again");
+    lstm.params_mut().iter_mut().for_each(|p| *p *= 1.5);
+    let changed = run(&lstm, &mut ws);
+    assert_ne!(changed, first);
+    assert_eq!(
+        changed,
+        run(&lstm, &mut lstm.sequence_workspace(steps, rows))
+    );
+}

@@ -147,17 +147,7 @@ pub(crate) fn matmul_with(
         dst.len(),
         rhs.rows()
     );
-    assert!(
-        isa.is_supported(),
-        "this CPU cannot run the {isa:?} kernels"
-    );
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if accumulate == Accumulate::Overwrite {
-            dst.fill(0.0);
-        }
+    if settled_without_kernels(isa, dst, (m, k, n), accumulate) {
         return;
     }
     let add = accumulate == Accumulate::Add;
@@ -209,6 +199,27 @@ pub(crate) fn matmul_with(
             }
         }
     }
+}
+
+/// Whether an `m x k x n` product is done before any kernel runs: nothing to write
+/// (`m` or `n` is 0), or an empty sum (`k` is 0: `dst` cleared when overwriting).
+///
+/// # Panics
+/// If the CPU lacks `isa`.
+pub(crate) fn settled_without_kernels(
+    isa: Isa,
+    dst: &mut [f32],
+    (m, k, n): (usize, usize, usize),
+    accumulate: Accumulate,
+) -> bool {
+    assert!(
+        isa.is_supported(),
+        "this CPU cannot run the {isa:?} kernels"
+    );
+    if k == 0 && m > 0 && n > 0 && accumulate == Accumulate::Overwrite {
+        dst.fill(0.0);
+    }
+    m == 0 || n == 0 || k == 0
 }
 
 /// [`drive`] with the AVX-512 tile shape for `lhs`: 6 x 64 for at most 6 rows (more
@@ -321,7 +332,172 @@ const ALIASING: usize = 1024;
 /// strips of `lhs` stream from L2. Block sizes come from the CPU's caches
 /// ([`cache::Blocking`]).
 fn drive<K: Micro>(dst: &mut [f32], lhs: MatRef<'_>, rhs: MatRef<'_>, add: bool) {
-    drive_blocked::<K>(cache::Blocking::new(K::MR, K::NR), dst, lhs, rhs, add);
+    drive_blocked::<K>(cache::Blocking::new(K::MR, K::NR), dst, lhs, rhs, add, None);
+}
+
+/// A whole `k x n` `rhs` packed as [`drive_blocked`] reads it, so that products with an
+/// unchanged operand (a layer's weight) skip the packing: for each `kc` block of its
+/// rows, starting at float `pc * n_pad` (`n_pad` is `n` rounded up to `nr`), panels of
+/// `nr` columns, `kc x nr` floats each, panel `q` at `pc * n_pad + q * kc * nr`. A view
+/// of the columns from panel `first` on serves a block of columns of a split product.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Panels<'a> {
+    /// The packed floats, 64-byte aligned ([`packed_len`] of them).
+    pub(crate) data: &'a [f32],
+    /// Columns per panel: the tile width of the kernel that packed them.
+    pub(crate) nr: usize,
+    /// Columns of the whole operand rounded up to `nr`.
+    pub(crate) n_pad: usize,
+    /// The panel holding column 0 of the product that reads them.
+    pub(crate) first: usize,
+}
+
+/// Floats of a `k x n` operand packed in panels `nr` wide.
+pub(crate) fn packed_len(k: usize, n: usize, nr: usize) -> usize {
+    k * n.next_multiple_of(nr)
+}
+
+/// The panel width of the kernel that a product of `lhs * rhs` on `isa` runs, or `None`
+/// when it takes a thin path, which reads `rhs` unpacked (see the module's design).
+pub(crate) fn panel_width(isa: Isa, lhs: MatRef<'_>, rhs: MatRef<'_>) -> Option<usize> {
+    let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
+    let thin = |nr| (n <= 4 && lhs.col_stride() == 1) || k <= 4 || narrow(lhs, rhs, nr);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if !thin(Avx512::NR) => Some(if m <= Avx512Wide::MR {
+            Avx512Wide::NR
+        } else {
+            Avx512::NR
+        }),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 if !thin(Avx2::NR) => Some(if m <= Avx2Wide::MR {
+            Avx2Wide::NR
+        } else {
+            Avx2::NR
+        }),
+        Isa::Scalar if !thin(2 * Portable::NR) => Some(Portable::NR),
+        _ => None,
+    }
+}
+
+/// Runs `$body` with `$k` the kernel type of `isa` whose tiles are `nr` columns wide.
+macro_rules! with_kernel {
+    ($isa:expr, $nr:expr, $k:ident => $body:expr) => {
+        match ($isa, $nr) {
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512, nr) if nr == Avx512::NR => {
+                type $k = Avx512;
+                $body
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx512, nr) if nr == Avx512Wide::NR => {
+                type $k = Avx512Wide;
+                $body
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, nr) if nr == Avx2::NR => {
+                type $k = Avx2;
+                $body
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Isa::Avx2, nr) if nr == Avx2Wide::NR => {
+                type $k = Avx2Wide;
+                $body
+            }
+            (Isa::Scalar, nr) if nr == Portable::NR => {
+                type $k = Portable;
+                $body
+            }
+            (isa, nr) => panic!("no {isa:?} kernel has {nr}-column tiles"),
+        }
+    };
+}
+
+/// Packs columns `cols` of `rhs` (`k x n`) into their panels of a whole packed operand
+/// (see [`Panels`]) at `panels`, for the kernel of `isa` that is `nr` columns wide.
+///
+/// # Safety
+/// - the CPU supports `isa` and `nr` is a tile width of one of its kernels;
+/// - `cols.start` is a multiple of `nr`, and `cols.end` is one too or is `n`;
+/// - `panels` is valid for writes of [`packed_len`]`(k, n, nr)` floats, 64-byte aligned,
+///   and nothing else accesses the panels of `cols` during the call (other columns may be
+///   packed at the same time by other threads).
+///
+/// # Panics
+/// If `cols` leaves `rhs`.
+pub(crate) unsafe fn pack_columns(
+    isa: Isa,
+    nr: usize,
+    panels: *mut f32,
+    rhs: MatRef<'_>,
+    cols: std::ops::Range<usize>,
+) {
+    let (k, n) = (rhs.rows(), rhs.cols());
+    assert!(cols.start <= cols.end && cols.end <= n && rhs.in_bounds());
+    if cols.is_empty() || k == 0 {
+        return;
+    }
+    let n_pad = n.next_multiple_of(nr);
+    with_kernel!(isa, nr, K => {
+        let kc_max = cache::Blocking::new(K::MR, K::NR).kc.min(k);
+        for pc in (0..k).step_by(kc_max) {
+            let kc = kc_max.min(k - pc);
+            let len = kc * cols.len().next_multiple_of(nr);
+            // SAFETY:
+            // - the caller gives `packed_len(k, n, nr) = k * n_pad` writable floats, and
+            //   this block's panels of `cols` lie at `pc * n_pad + (cols.start / nr) *
+            //   kc * nr` onwards, `len` floats, inside the block's `kc * n_pad`;
+            // - nothing else accesses them during the call (the caller's contract).
+            let block = unsafe {
+                std::slice::from_raw_parts_mut(
+                    panels.add(pc * n_pad + cols.start / nr * kc * nr),
+                    len,
+                )
+            };
+            // SAFETY:
+            // - the caller guarantees the CPU supports `isa`.
+            unsafe { K::pack(block, rhs, pc, kc, cols.start, cols.len()) };
+        }
+    })
+}
+
+/// `dst (m x n) (+)= lhs * rhs` reading `rhs` from `panels`, which hold it packed by
+/// [`pack_columns`] (`rhs` gives the shape: columns `panels.first * panels.nr` onwards of
+/// the packed operand). Every element is the same chain of FMAs as in [`matmul_with`].
+///
+/// # Panics
+/// If the shapes do not agree, `panels` is too short for them, or the CPU lacks `isa`.
+pub(crate) fn matmul_prepacked(
+    isa: Isa,
+    dst: &mut [f32],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    panels: Panels<'_>,
+    accumulate: Accumulate,
+) {
+    let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
+    assert!(
+        rhs.rows() == k
+            && m.checked_mul(n) == Some(dst.len())
+            && lhs.in_bounds()
+            && (panels.first * panels.nr + n).next_multiple_of(panels.nr) <= panels.n_pad
+            && panels.data.len() >= k * panels.n_pad,
+        "prepacked matmul shapes: dst {} for {m}x{k} * {}x{n}",
+        dst.len(),
+        rhs.rows()
+    );
+    if settled_without_kernels(isa, dst, (m, k, n), accumulate) {
+        return;
+    }
+    let add = accumulate == Accumulate::Add;
+    with_kernel!(isa, panels.nr, K => drive_blocked::<K>(
+        cache::Blocking::new(K::MR, K::NR),
+        dst,
+        lhs,
+        rhs,
+        add,
+        Some(panels),
+    ))
 }
 
 /// [`drive`] with the given block sizes (tests use small ones to cross every block).
@@ -331,6 +507,7 @@ fn drive_blocked<K: Micro>(
     lhs: MatRef<'_>,
     rhs: MatRef<'_>,
     add: bool,
+    prepacked: Option<Panels<'_>>,
 ) {
     let (m, k) = (lhs.rows(), lhs.cols());
     let (ars, acs) = (lhs.row_stride(), lhs.col_stride());
@@ -340,9 +517,10 @@ fn drive_blocked<K: Micro>(
     // when they alias in L1, or when several strips of `lhs` reuse a block too large to
     // stay in L1 and the L2 prefetchers as it is (measured on Zen 3: 128 x 128 in place
     // is faster, 256 x 256 packed).
-    let pack_b = bcs != 1
-        || (m >= 4 * K::MR && brs.is_multiple_of(ALIASING))
-        || (m > 2 * K::MR && k * n * size_of::<f32>() > blocking.l2 / 8);
+    let pack_b = prepacked.is_none()
+        && (bcs != 1
+            || (m >= 4 * K::MR && brs.is_multiple_of(ALIASING))
+            || (m > 2 * K::MR && k * n * size_of::<f32>() > blocking.l2 / 8));
     // `lhs` is read in place (each strip's rows stream through L1 with the hardware
     // prefetchers; packing it cost more than it saved on Zen 3 up to 1024 rows), except
     // when its strides alias in L1.
@@ -375,7 +553,11 @@ fn drive_blocked<K: Micro>(
             let nc = nc_max.min(n - jc);
             for pc in (0..k).step_by(kc_max) {
                 let kc = kc_max.min(k - pc);
-                let (b_block, b_rs, panel_stride) = if pack_b {
+                let (b_block, b_rs, panel_stride) = if let Some(packed) = prepacked {
+                    debug_assert!(packed.nr == K::NR && jc.is_multiple_of(K::NR));
+                    let start = pc * packed.n_pad + (packed.first + jc / K::NR) * kc * K::NR;
+                    (packed.data[start..].as_ptr(), K::NR, kc * K::NR)
+                } else if pack_b {
                     // SAFETY:
                     // - `K` is only instantiated for an `Isa` whose `is_supported()`
                     //   `matmul_with` asserted.
@@ -589,4 +771,4 @@ use portable::{Portable, portable_dot, portable_rank};
 use thin::{dot_columns, rank_update};
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

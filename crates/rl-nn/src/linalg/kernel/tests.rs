@@ -3,7 +3,7 @@ use proptest::prelude::*;
 use super::*;
 
 /// A deterministic stream of values in `[-1, 1]`.
-fn values(seed: u64, len: usize) -> Vec<f32> {
+pub(crate) fn values(seed: u64, len: usize) -> Vec<f32> {
     let mut state = seed | 1;
     (0..len)
         .map(|_| {
@@ -362,31 +362,35 @@ fn check_blocked(layout: Layout, seed: u64, kc: usize, packed: bool) -> Result<(
     };
     let mut runs: Vec<(&str, Run<'_>)> = vec![(
         "portable",
-        Box::new(|d: &mut [f32]| drive_blocked::<Portable>(blocks(4, 8), d, lhs, rhs, add)),
+        Box::new(|d: &mut [f32]| drive_blocked::<Portable>(blocks(4, 8), d, lhs, rhs, add, None)),
     )];
     #[cfg(target_arch = "x86_64")]
     {
         if Isa::Avx2.is_supported() {
             runs.push((
                 "avx2",
-                Box::new(|d: &mut [f32]| drive_blocked::<Avx2>(blocks(6, 16), d, lhs, rhs, add)),
+                Box::new(|d: &mut [f32]| {
+                    drive_blocked::<Avx2>(blocks(6, 16), d, lhs, rhs, add, None)
+                }),
             ));
             runs.push((
                 "avx2 wide",
                 Box::new(|d: &mut [f32]| {
-                    drive_blocked::<Avx2Wide>(blocks(3, 32), d, lhs, rhs, add)
+                    drive_blocked::<Avx2Wide>(blocks(3, 32), d, lhs, rhs, add, None)
                 }),
             ));
         }
         if Isa::Avx512.is_supported() {
             runs.push((
                 "avx512",
-                Box::new(|d: &mut [f32]| drive_blocked::<Avx512>(blocks(12, 32), d, lhs, rhs, add)),
+                Box::new(|d: &mut [f32]| {
+                    drive_blocked::<Avx512>(blocks(12, 32), d, lhs, rhs, add, None)
+                }),
             ));
             runs.push((
                 "avx512 wide",
                 Box::new(|d: &mut [f32]| {
-                    drive_blocked::<Avx512Wide>(blocks(6, 64), d, lhs, rhs, add)
+                    drive_blocked::<Avx512Wide>(blocks(6, 64), d, lhs, rhs, add, None)
                 }),
             ));
         }
