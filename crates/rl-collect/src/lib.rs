@@ -38,7 +38,7 @@ pub use policy::{
 };
 pub use saved::{SavedCollector, SavedLanes, SavedStats};
 pub use stats::{EndedEpisode, EpisodeStats};
-pub use sync::{BatchReport, CollectorConfig, SyncCollector};
+pub use sync::{BatchReport, Beside, CollectorConfig, SyncCollector};
 
 #[cfg(test)]
 #[global_allocator]

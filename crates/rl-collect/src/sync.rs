@@ -1,5 +1,8 @@
 //! The synchronous collector: `N` environments stepped in the caller's thread.
 
+use std::ops::Range;
+use std::sync::Arc;
+
 use rl_core::{DType, Device, Env, Field, Flag, Location, MemoryPlan, NonFinite, ProcessMemory};
 use rl_storage::{
     ColumnSlice, replay::ReplayBuffer, rollout::RolloutBuffer, sampler::Sampler,
@@ -13,6 +16,10 @@ use crate::saved::SavedCollector;
 use crate::stats::EpisodeStats;
 
 mod frames;
+mod pipeline;
+
+pub use pipeline::Beside;
+use pipeline::Pending;
 
 /// Settings shared by the collectors. Defaults in [`CollectorConfig::new`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -158,6 +165,10 @@ pub struct SyncCollector<E: Env, P: Policy<Obs = E::Obs, Act = E::Act>> {
     frames: u64,
     steps: u64,
     failed: bool,
+    /// The thread the policy acts on while the environments step (`None`: one thread).
+    beside: Option<Arc<dyn Beside>>,
+    /// A pipelined step's actions and extras while the next are computed.
+    pending: Pending<E::Act>,
 }
 
 impl<E, P> SyncCollector<E, P>
@@ -189,6 +200,8 @@ where
             frames: 0,
             steps: 0,
             failed: false,
+            beside: None,
+            pending: Pending::new(n, lanes.act_len),
             lanes,
             policy,
             config,
@@ -232,6 +245,16 @@ where
         &mut self.policy
     }
 
+    /// Acts on `beside`'s second thread while the environments step on this one
+    /// (`None`, the default: everything on this thread). Rollouts then run in two phases
+    /// per step, each half of the environments stepping while the policy acts for the
+    /// other half, with the same results for a feed-forward policy whose rows do not
+    /// depend on each other: the policy acts for the same rows in the same order. Other
+    /// collections, recurrent policies and a single environment run as before.
+    pub fn set_beside(&mut self, beside: Option<Arc<dyn Beside>>) {
+        self.beside = beside;
+    }
+
     /// Memory the collector holds besides its environments and policy.
     pub fn memory_plan(&self) -> MemoryPlan {
         Self::plan(self.envs(), self.lanes.obs_len, self.lanes.act_len)
@@ -247,7 +270,9 @@ where
         plan.add(
             "sync_collector/actions+extras",
             Location::Ram,
-            n * (act_len * size_of::<E::Act>() + 12) as u64,
+            // Actions, log-probs, values and final values, and a pipelined step's
+            // pending actions, log-probs and values.
+            n * (2 * act_len * size_of::<E::Act>() + 20) as u64,
         );
         plan
     }
@@ -389,7 +414,8 @@ impl<E, P> SyncCollector<E, P>
 where
     E: Env,
     E::Act: RandomAction,
-    P: ValuePolicy<Obs = E::Obs, Act = E::Act>,
+    P: ValuePolicy<Obs = E::Obs, Act = E::Act> + Send,
+    P::State: Send,
 {
     /// Fills `rollout` with its `steps` steps of all environments. It must be empty, sized
     /// for this collector's environments and hold the columns of
@@ -439,39 +465,70 @@ where
         layout: &Layout,
         steps: usize,
     ) -> Result<()> {
+        if let Some(beside) = self.pipelines() {
+            return self.fill_rollout_beside(&*beside, rollout, layout, steps);
+        }
+        let n = self.lanes.len();
         for t in 0..steps {
             self.decide()?;
             self.lanes.step(&self.actions, self.steps)?;
-            let last = t + 1 == steps;
-            if last || self.lanes.truncated.iter().any(|t| t.get()) {
-                self.policy
-                    .values(&self.lanes.next_obs, &self.states, &mut self.final_values)
-                    .map_err(|source| Error::Policy {
-                        step: self.steps,
-                        source,
-                    })?;
-            }
-            let cut = self.lanes.terminated.iter().zip(&self.lanes.truncated);
-            for (value, (terminated, truncated)) in self.final_values.iter_mut().zip(cut) {
-                if terminated.get() || !(last || truncated.get()) {
-                    *value = 0.0;
-                }
-            }
-            let lanes = &self.lanes;
-            let columns = layout.arrange([
-                element_slice(&lanes.obs),
-                element_slice(&self.actions),
-                (&lanes.rewards).into(),
-                (&lanes.terminated).into(),
-                (&lanes.truncated).into(),
-                ColumnSlice::F32(&[]),
-                (&self.log_probs).into(),
-                (&self.values).into(),
-                (&self.final_values).into(),
-            ]);
-            rollout.push_step(layout.columns(&columns))?;
+            self.final_values(0..n, t + 1 == steps)?;
+            self.push(rollout, layout, false)?;
             self.advance()?;
         }
+        Ok(())
+    }
+
+    /// Writes the final values of environments `lanes` for the step just taken: the
+    /// policy's value of the next observation where the trajectory is cut without
+    /// terminating (a truncation, or any environment at the rollout's `last` step), 0
+    /// elsewhere.
+    fn final_values(&mut self, lanes: Range<usize>, last: bool) -> Result<()> {
+        let obs_len = self.lanes.obs_len;
+        let (terminated, truncated) = (&self.lanes.terminated, &self.lanes.truncated);
+        if last || truncated[lanes.clone()].iter().any(|t| t.get()) {
+            self.policy
+                .values(
+                    &self.lanes.next_obs[lanes.start * obs_len..lanes.end * obs_len],
+                    &self.states[lanes.clone()],
+                    &mut self.final_values[lanes.clone()],
+                )
+                .map_err(|source| Error::Policy {
+                    step: self.steps,
+                    source,
+                })?;
+        }
+        for i in lanes {
+            if terminated[i].get() || !(last || truncated[i].get()) {
+                self.final_values[i] = 0.0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the step just taken into `rollout`: the current observations, the actions
+    /// and extras (the `pending` copies in a pipelined step), rewards, flags and final
+    /// values.
+    fn push(&mut self, rollout: &mut RolloutBuffer, layout: &Layout, pending: bool) -> Result<()> {
+        let (actions, log_probs, values) = if pending {
+            let p = &self.pending;
+            (&p.actions, &p.log_probs, &p.values)
+        } else {
+            (&self.actions, &self.log_probs, &self.values)
+        };
+        let lanes = &self.lanes;
+        let columns = layout.arrange([
+            element_slice(&lanes.obs),
+            element_slice(actions),
+            (&lanes.rewards).into(),
+            (&lanes.terminated).into(),
+            (&lanes.truncated).into(),
+            ColumnSlice::F32(&[]),
+            log_probs.into(),
+            values.into(),
+            (&self.final_values).into(),
+        ]);
+        rollout.push_step(layout.columns(&columns))?;
         Ok(())
     }
 }

@@ -18,6 +18,7 @@
     reason = "the task closure's lifetime is erased while the caller waits for every worker"
 )]
 
+use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -186,30 +187,33 @@ impl Pool {
     /// returns both results (on a pool of one thread, `a` then `b`). Products inside
     /// either half that would be split run on that half's thread alone, so each half
     /// computes exactly what it computes on its own: results are bit-identical whatever
-    /// the pool's size. Allocates nothing.
+    /// the pool's size. `a` never leaves the calling thread, so it need not be `Send`
+    /// (an environment holding Python objects steps there while `b` acts). Allocates
+    /// nothing.
     ///
     /// # Panics
     /// If either half panicked (after both have finished).
     pub fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
     where
-        A: FnOnce() -> RA + Send,
+        A: FnOnce() -> RA,
         B: FnOnce() -> RB + Send,
-        RA: Send,
         RB: Send,
     {
-        let halves = (Mutex::new(Some(a)), Mutex::new(Some(b)));
-        let results = (Mutex::new(None), Mutex::new(None));
+        let first = CallerOnly(RefCell::new((Some(a), None)));
+        let second = (Mutex::new(Some(b)), Mutex::new(None));
+        let run_a = || {
+            first.with(|(a, result)| {
+                if let Some(a) = a.take() {
+                    *result = Some(a());
+                }
+            });
+        };
+        let run_b = || {
+            if let Some(b) = lock(&second.0).take() {
+                *lock(&second.1) = Some(b());
+            }
+        };
         self.run(self.threads().min(2), &|index| {
-            let run_a = || {
-                if let Some(a) = lock(&halves.0).take() {
-                    *lock(&results.0) = Some(a());
-                }
-            };
-            let run_b = || {
-                if let Some(b) = lock(&halves.1).take() {
-                    *lock(&results.1) = Some(b());
-                }
-            };
             if index == 0 {
                 run_a();
                 // One thread in all: the second half follows on the caller.
@@ -220,11 +224,8 @@ impl Pool {
                 run_b();
             }
         });
-        let ra = results
-            .0
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner);
-        let rb = results
+        let ra = first.0.into_inner().1;
+        let rb = second
             .1
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner);
@@ -318,6 +319,25 @@ impl Shared {
     /// The state, whatever a panicking thread left it as (it is only counters).
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What only the calling thread of [`Pool::run`] touches: [`Pool::join`]'s first half
+/// and its result.
+struct CallerOnly<T>(RefCell<T>);
+
+// SAFETY:
+// - `Pool::join` reads and writes the cell only from task 0 and after `Pool::run`
+//   returns, and `Pool::run` runs task 0 on the calling thread in every case (posted to
+//   the workers, or inline inside another task or on a pool of one thread); the workers
+//   share the closure that holds a reference to it but never call it with index 0. So
+//   the value never leaves, nor is touched outside, the thread that made it.
+unsafe impl<T> Sync for CallerOnly<T> {}
+
+impl<T> CallerOnly<T> {
+    /// Runs `f` on the value (a method, so closures capture the whole wrapper).
+    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        f(&mut self.0.borrow_mut())
     }
 }
 

@@ -323,3 +323,34 @@ fn a_panicking_half_reaches_the_caller_and_the_pool_survives() {
     assert!(result.is_err());
     assert_eq!(pool.join(|| 2, || 3), (2, 3));
 }
+
+/// The first half of a join stays on the calling thread, so it may hold what cannot
+/// leave it (an `Rc`, as an environment holding Python objects might): it runs there
+/// while the second half runs on the worker, at the same time.
+#[test]
+fn join_keeps_a_first_half_that_is_not_send_on_the_caller() {
+    use std::rc::Rc;
+    use std::sync::Barrier;
+
+    let pool = Pool::new(2).unwrap();
+    let caller = std::thread::current().id();
+    let local = Rc::new(std::cell::Cell::new(0));
+    // Both halves wait for each other: they finish only if they run side by side.
+    let met = Barrier::new(2);
+    for round in 1..=20 {
+        let (a, b) = pool.join(
+            || {
+                met.wait();
+                local.set(local.get() + 1);
+                (std::thread::current().id(), Rc::clone(&local))
+            },
+            || {
+                met.wait();
+                std::thread::current().id()
+            },
+        );
+        assert_eq!(a.0, caller);
+        assert_ne!(b, caller);
+        assert_eq!(a.1.get(), round);
+    }
+}

@@ -3,6 +3,7 @@
 
 use std::fmt::Debug;
 use std::path::Path;
+use std::sync::Arc;
 
 use rl_collect::{CollectorConfig, RandomAction, SyncCollector};
 use rl_core::{Env, Location, MemoryPlan};
@@ -198,6 +199,12 @@ where
         // Acting's passes are split across the pool too (the same numbers as on one
         // thread): an 8-row Nature CNN pass is about a quarter of a PPO Atari rollout.
         collector.policy_mut().set_pool(pool.clone());
+        // With a second thread, half the environments step while the policy acts for the
+        // other half (the same rollouts: see `SyncCollector::set_beside`).
+        collector.set_beside(
+            pool.clone()
+                .map(|pool| Arc::new(run::PoolBeside(pool)) as Arc<dyn rl_collect::Beside>),
+        );
         let continuation = match &resume {
             None => None,
             Some((dir, _)) => {

@@ -677,6 +677,17 @@ pub(crate) fn start_pool<L: Learner>(learner: &mut L, threads: usize) -> Result<
     Ok(Some(pool))
 }
 
+/// The trainer's pool as the second thread a collector acts on while its environments
+/// step on the calling thread ([`rl_collect::SyncCollector::set_beside`]).
+#[derive(Debug)]
+pub(crate) struct PoolBeside(pub(crate) Arc<Pool>);
+
+impl rl_collect::Beside for PoolBeside {
+    fn beside(&self, on_caller: &mut dyn FnMut(), on_worker: &mut (dyn FnMut() + Send)) {
+        self.0.join(on_caller, on_worker);
+    }
+}
+
 /// Restores `learner` from the checkpoint file at `path`; on error nothing changes.
 pub(crate) fn load_learner<L: Learner>(learner: &mut L, path: &Path) -> Result<()> {
     let checkpoint = rl_nn::Checkpoint::<L::Saved>::load(path, learner.kind())?;
