@@ -10,7 +10,10 @@ the issue-25 side-by-side figure. Env steps/s include the environment.
     python crates/rl-python/bench/ppo_atari.py --impl sb3 --steps 20000 --threads 1
 
 Prints one JSON line: {"bench": "ppo_atari", "impl": ..., "env": ..., "threads": T,
-"env_steps": N, "wall_s": X, "env_steps_per_s": Y}. Both end a training episode at a
+"env_steps": N, "wall_s": X, "env_steps_per_s": Y}. Both clocks run from before the
+environments are made to the end of training (environments, networks and learning; the
+modules are imported before), as `flatrl.train` cannot be timed otherwise. Both end a
+training episode at a
 lost life and press FIRE after resets (SB3's AtariWrapper; the config's `[atari]`), and
 both share one CNN torso between the actor and critic heads.
 """
@@ -27,6 +30,9 @@ CONFIG = pathlib.Path(__file__).resolve().parents[3] / "configs" / "ppo_atari.to
 
 
 def run_flatrl(env: str, steps: int, threads: int) -> float:
+    import ale_py  # noqa: F401  (imported before the clock, as for SB3)
+    import gymnasium  # noqa: F401
+
     import flatrl
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -50,6 +56,7 @@ def run_sb3(env: str, steps: int, threads: int) -> float:
 
     gymnasium.register_envs(ale_py)
     torch.set_num_threads(threads)
+    start = time.perf_counter()
     envs = VecFrameStack(
         make_atari_env(
             env,
@@ -75,7 +82,6 @@ def run_sb3(env: str, steps: int, threads: int) -> float:
         seed=0,
         verbose=0,
     )
-    start = time.perf_counter()
     model.learn(total_timesteps=steps)
     return time.perf_counter() - start
 

@@ -6,7 +6,8 @@ ReLU actor and twin critics, batch 256, lr 3e-4, one gradient step per env step,
 automatic entropy) for the same env steps, with the same random warm-up
 (`--learning-starts`, 1 000 by default so that most steps learn; the zoo's 10 000
 would make a 10 000-step run all warm-up) and no evaluation. Env steps/s include the
-environment. `--impl both` runs flatrl, then SB3, in one process: the interpreter needs
+environment; both clocks run from before the environment is made to the end of training
+(the modules are imported before), as `flatrl.train` cannot be timed otherwise. `--impl both` runs flatrl, then SB3, in one process: the interpreter needs
 the flatrl wheel, torch, stable-baselines3 and gymnasium[mujoco] (a bench virtualenv,
 never the CI one):
 
@@ -29,6 +30,8 @@ CONFIGS = pathlib.Path(__file__).resolve().parents[3] / "configs" / "mujoco"
 
 
 def run_flatrl(env: str, steps: int, threads: int, learning_starts: int) -> float:
+    import gymnasium  # noqa: F401  (imported before the clock, as for SB3)
+
     import flatrl
 
     name = env.split("-")[0].lower()
@@ -48,19 +51,20 @@ def run_flatrl(env: str, steps: int, threads: int, learning_starts: int) -> floa
 
 
 def run_sb3(env: str, steps: int, threads: int, learning_starts: int) -> float:
+    import gymnasium
     import torch
     from stable_baselines3 import SAC
 
     torch.set_num_threads(threads)
+    start = time.perf_counter()
     model = SAC(
         "MlpPolicy",
-        env,
+        gymnasium.make(env),
         learning_starts=learning_starts,
         seed=0,
         device="cpu",
         verbose=0,
     )
-    start = time.perf_counter()
     model.learn(total_timesteps=steps)
     return time.perf_counter() - start
 

@@ -129,7 +129,29 @@ pub struct GymEnv<A, O = f32> {
     fires: bool,
     /// ALE's own calls, for a game `gymnasium.make` built with one frame per step.
     ale: Option<Ale>,
+    /// Reset or stepped at least once.
+    touched: bool,
+    /// Where the environment goes when this is dropped untouched (made by a
+    /// [`GymFactory`], whose next `make` takes it instead of making another).
+    spares: Option<Spares>,
     _action: PhantomData<fn(A, O)>,
+}
+
+/// Environments a [`GymFactory`] made that nobody reset or stepped.
+type Spares = Arc<Mutex<Vec<Py<PyAny>>>>;
+
+/// An environment that was never reset nor stepped (made to read spaces, to plan, or to
+/// check a setting) goes back to its factory for the next `make`: an Atari game takes
+/// 0.15 s to make, and a run's checks and plan would otherwise make several.
+impl<A, O> Drop for GymEnv<A, O> {
+    fn drop(&mut self) {
+        if let (false, Some(spares), Some(env)) = (self.touched, &self.spares, self.env.take()) {
+            spares
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(env);
+        }
+    }
 }
 
 /// The lives the player has left, from ALE's `lives()`: what
@@ -301,6 +323,8 @@ impl<A: GymAction, O: GymObs> GymEnv<A, O> {
             lives,
             fires,
             ale,
+            touched: false,
+            spares: None,
             _action: PhantomData,
         })
     }
@@ -379,6 +403,7 @@ impl<A: GymAction, O: GymObs> Env for GymEnv<A, O> {
             let result = (|| {
                 let kwargs = pyo3::types::PyDict::new(py);
                 kwargs.set_item("seed", seed)?;
+                self.touched = true;
                 let out = self.env(py)?.call_method("reset", (), Some(&kwargs))?;
                 self.read_obs(&out.get_item(0)?, obs)?;
                 if let Some(ale) = &mut self.ale {
@@ -410,6 +435,7 @@ impl<A: GymAction, O: GymObs> GymEnv<A, O> {
         obs: &mut [O],
         observe: bool,
     ) -> rl_core::Result<Step> {
+        self.touched = true;
         Python::attach(|py| {
             let result = (|| {
                 let direct = self.ale.as_ref().filter(|ale| ale.ready);
@@ -452,6 +478,10 @@ pub struct GymFactory {
     image: bool,
     layout: Layout,
     errors: ErrorSlot,
+    /// Environments the factory made but nobody reset or stepped (the one that read the
+    /// spaces, those dropped after a check or a plan), handed out by
+    /// [`GymFactory::make`] before new ones.
+    spares: Spares,
 }
 
 impl std::fmt::Debug for GymFactory {
@@ -483,19 +513,20 @@ impl GymFactory {
         let e = errors.clone();
         let checked = match (&action_space, image) {
             (Space::Discrete { .. }, false) => {
-                GymEnv::<u32>::new(&probe, layout, e).map(|e| e.observation_space)
+                GymEnv::<u32>::new(&probe, layout, e).map(|e| e.observation_space.clone())
             }
             (Space::Discrete { .. }, true) => {
-                GymEnv::<u32, u8>::new(&probe, layout, e).map(|e| e.observation_space)
+                GymEnv::<u32, u8>::new(&probe, layout, e).map(|e| e.observation_space.clone())
             }
-            (_, false) => GymEnv::<f32>::new(&probe, layout, e).map(|e| e.observation_space),
+            (_, false) => {
+                GymEnv::<f32>::new(&probe, layout, e).map(|e| e.observation_space.clone())
+            }
             (_, true) => Err(value_error(
                 "the observation space is an image (uint8) and the action space a Box: \
                  convolutional encoders train discrete actions (PPO, DQN) for now",
             )),
         };
         let name = env_name(&probe)?;
-        let _ = probe.call_method0("close");
         Ok(Self {
             factory: Arc::new(factory.clone().unbind()),
             name,
@@ -504,6 +535,8 @@ impl GymFactory {
             image,
             layout,
             errors,
+            // Reading attributes left it as the factory made it: the first `make` takes it.
+            spares: Arc::new(Mutex::new(vec![probe.unbind()])),
         })
     }
 
@@ -527,11 +560,21 @@ impl GymFactory {
     /// A new environment (see the type's documentation for a factory that raises).
     pub fn make<A: GymAction, O: GymObs>(&self) -> GymEnv<A, O> {
         Python::attach(|py| {
-            let built = self
-                .factory
-                .bind(py)
-                .call0()
-                .and_then(|env| GymEnv::new(&env, self.layout, self.errors.clone()));
+            let spare = self
+                .spares
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
+            let env = match spare {
+                Some(env) => Ok(env.into_bound(py)),
+                None => self.factory.bind(py).call0(),
+            };
+            let built = env
+                .and_then(|env| GymEnv::new(&env, self.layout, self.errors.clone()))
+                .map(|mut env| {
+                    env.spares = Some(Arc::clone(&self.spares));
+                    env
+                });
             built.unwrap_or_else(|err| {
                 *self.errors.lock().unwrap_or_else(PoisonError::into_inner) = Some(err);
                 GymEnv {
@@ -544,6 +587,8 @@ impl GymFactory {
                     lives: None,
                     fires: false,
                     ale: None,
+                    touched: false,
+                    spares: None,
                     _action: PhantomData,
                 }
             })

@@ -290,6 +290,7 @@ fn registry(
                 config.env
             )));
         }
+        // Dropped untouched, the game goes back to the factory for the next `make`.
         AtariPreprocess::with_lives(raw, preprocess.clone(), 0)
             .map_err(|e| ConfigError::new_err(format!("atari: {e}")))?;
     }

@@ -108,6 +108,23 @@ def test_an_ale_game_steps_through_ale_calls_and_learns_what_env_step_gives(tmp_
     assert direct == through_step
 
 
+def test_atari_makes_no_game_it_does_not_play(tmp_path, monkeypatch):
+    """Making an ALE game takes 0.15 s: the game that read the spaces and the one that
+    checked lives and FIRE become training games, so a run makes only its training
+    games and its evaluation game."""
+    pytest.importorskip("ale_py", reason="ale-py is not installed")
+    import ale_py.env
+
+    made = []
+    init = ale_py.env.AtariEnv.__init__
+    monkeypatch.setattr(
+        ale_py.env.AtariEnv, "__init__", lambda env, *a, **k: made.append(1) or init(env, *a, **k)
+    )
+    overrides = ["run.total_steps=128", "run.n_envs=2", "ppo.n_steps=64", "ppo.batch_size=64"]
+    flatrl.train(CONFIGS / "ppo_atari.toml", tmp_path / "run", env="ALE/Pong-v5", overrides=overrides)
+    assert len(made) == 2 + 1, f"{len(made)} games made for 2 training games and 1 evaluation game"
+
+
 def test_dqn_atari_stores_each_frame_once_in_a_memmap_file(tmp_path):
     pytest.importorskip("ale_py", reason="ale-py is not installed")
     # The shipped config: a 1M-transition replay under 8 GB of file, RAM under 1 GiB.

@@ -73,7 +73,10 @@ pub(crate) trait Entry: Send + Sync {
     /// its spaces).
     fn plan(&self, config: &Config) -> Result<MemoryPlan>;
 
-    /// Builds what `config` asks for on this environment and runs `job`.
+    /// Builds what `config` asks for on this environment and runs `job`. The
+    /// environment made to build the learner is dropped before the job makes the run's
+    /// own: a factory that keeps environments nobody stepped (the Python package's)
+    /// hands it out again instead of making another.
     fn run(&self, config: &Config, job: Job<'_>) -> Result<Outcome>;
 
     /// Whether `algo` can train on this environment.
@@ -533,6 +536,7 @@ where
                 let ppo = config.ppo.ok_or_else(missing)?;
                 let learner =
                     Ppo::new(policy, ppo, config.run.n_envs, seed).map_err(build_error)?;
+                drop(env);
                 job::on_policy(self.make.clone(), learner, config, job)
             }
             Algo::RecurrentPpo => {
@@ -549,6 +553,7 @@ where
                 let learner = RecurrentPpoConfig::new(ppo, recurrent.chunk_len);
                 let learner = RecurrentPpo::new(policy, learner, config.run.n_envs, seed)
                     .map_err(build_error)?;
+                drop(env);
                 job::on_policy(self.make.clone(), learner, config, job)
             }
             Algo::DiscreteSac if config.sequence.is_some() => {
@@ -574,6 +579,7 @@ where
                         },
                     )
                     .map_err(sequence_error)?;
+                drop(env);
                 job::off_policy(self.make.clone(), learner, config, job)
             }
             Algo::Dqn if config.sequence.is_some() => {
@@ -583,6 +589,7 @@ where
                     Dqn::for_spaces(summaries, env.action_space(), dqn, seed)
                 })
                 .map_err(sequence_error)?;
+                drop(env);
                 job::off_policy(self.make.clone(), learner, config, job)
             }
             Algo::DiscreteSac => {
@@ -592,11 +599,13 @@ where
                     None => DiscreteSac::for_env(&env, sac, seed),
                 }
                 .map_err(build_error)?;
+                drop(env);
                 job::off_policy(self.make.clone(), learner, config, job)
             }
             Algo::Dqn => {
                 let dqn = config.dqn.clone().ok_or_else(missing)?;
                 let learner = Dqn::for_env(&env, dqn, seed).map_err(build_error)?;
+                drop(env);
                 job::off_policy(self.make.clone(), learner, config, job)
             }
             Algo::Sac | Algo::Td3 => Err(Error::Usage(format!(
@@ -673,16 +682,19 @@ where
                 let ppo = config.ppo.ok_or_else(missing)?;
                 let learner =
                     Ppo::new(policy, ppo, config.run.n_envs, seed).map_err(build_error)?;
+                drop(env);
                 job::on_policy(self.make.clone(), learner, config, job)
             }
             Algo::Sac => {
                 let sac = config.sac.clone().ok_or_else(missing)?;
                 let learner = Sac::for_env(&env, sac, seed).map_err(build_error)?;
+                drop(env);
                 job::off_policy(self.make.clone(), learner, config, job)
             }
             Algo::Td3 => {
                 let td3 = config.td3.clone().ok_or_else(missing)?;
                 let learner = Td3::for_env(&env, td3, seed).map_err(build_error)?;
+                drop(env);
                 job::off_policy(self.make.clone(), learner, config, job)
             }
             other => Err(Error::Usage(format!(
@@ -774,11 +786,13 @@ where
                 let ppo = config.ppo.ok_or_else(|| incomplete(config))?;
                 let learner =
                     Ppo::new(policy, ppo, config.run.n_envs, seed).map_err(build_error)?;
+                drop(env);
                 job::on_policy(self.make.clone(), learner, config, job)
             }
             Algo::Dqn => {
                 let dqn = config.dqn.clone().ok_or_else(|| incomplete(config))?;
                 let learner = Dqn::<u8>::for_env(&env, dqn, seed).map_err(build_error)?;
+                drop(env);
                 job::off_policy(self.make.clone(), learner, config, job)
             }
             _ => Err(self.refuse(config)),
