@@ -99,18 +99,7 @@ pub(crate) fn orthogonal<R: Rng + ?Sized>(
     let mut vectors: Vec<Vec<f64>> = (0..short)
         .map(|_| (0..long).map(|_| StandardNormal.sample(rng)).collect())
         .collect();
-    for j in 0..short {
-        let (done, rest) = vectors.split_at_mut(j);
-        let v = &mut rest[0];
-        for q in done.iter() {
-            let dot: f64 = q.iter().zip(v.iter()).map(|(a, b)| a * b).sum();
-            v.iter_mut().zip(q).for_each(|(x, &qq)| *x -= dot * qq);
-        }
-        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
-        // A Gaussian vector in the span of the others has probability 0.
-        let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
-        v.iter_mut().for_each(|x| *x *= scale);
-    }
+    gram_schmidt(&mut vectors);
     for r in 0..rows {
         for c in 0..cols {
             // rows >= cols: column c of the matrix is vector c; else row r is vector r.
@@ -123,3 +112,49 @@ pub(crate) fn orthogonal<R: Rng + ?Sized>(
         }
     }
 }
+
+/// Vectors projected off the finished ones together, [`gram_schmidt`]'s block.
+const BLOCK: usize = 8;
+
+/// Modified Gram-Schmidt, in place: each vector, in order, loses its projection on
+/// every earlier (finished) vector, one after the other, and is normalised. Vectors go
+/// in blocks of [`BLOCK`]: their projections on the vectors finished before the block
+/// are taken together, each dot product a sum of its own in element order, so every
+/// vector goes through exactly the operations of the one-at-a-time loop (the same bits)
+/// while the block's sums run side by side instead of one latency-bound chain.
+fn gram_schmidt(vectors: &mut [Vec<f64>]) {
+    // `f64`'s `Sum` starts from this value (`-0.0` in current Rust); the sums below
+    // start there too, so they match `sum()` bit for bit.
+    let start: f64 = std::iter::empty::<f64>().sum();
+    for j0 in (0..vectors.len()).step_by(BLOCK) {
+        let (done, rest) = vectors.split_at_mut(j0);
+        let width = BLOCK.min(rest.len());
+        let block = &mut rest[..width];
+        for q in done.iter() {
+            let mut dots = [start; BLOCK];
+            for (i, &qi) in q.iter().enumerate() {
+                for (dot, v) in dots.iter_mut().zip(block.iter()) {
+                    *dot += qi * v[i];
+                }
+            }
+            for (v, &dot) in block.iter_mut().zip(&dots) {
+                v.iter_mut().zip(q).for_each(|(x, &qq)| *x -= dot * qq);
+            }
+        }
+        for b in 0..block.len() {
+            let (finished, rest) = block.split_at_mut(b);
+            let v = &mut rest[0];
+            for q in finished.iter() {
+                let dot: f64 = q.iter().zip(v.iter()).map(|(a, b)| a * b).sum();
+                v.iter_mut().zip(q).for_each(|(x, &qq)| *x -= dot * qq);
+            }
+            let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+            // A Gaussian vector in the span of the others has probability 0.
+            let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+            v.iter_mut().for_each(|x| *x *= scale);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
