@@ -63,8 +63,7 @@ where
     P: ValuePolicy<Obs = E::Obs, Act = E::Act> + Send,
     P::State: Send,
 {
-    /// Steps the environments of a rollout on this thread while the policy acts on
-    /// `beside`'s other thread: `false` leaves the rollout to the one-thread loop. Only
+    /// The second thread a rollout may act on, or `None` for the one-thread loop: only
     /// for a feed-forward policy (acting for `A` ahead of `B`'s step must not change a
     /// state the step's values read), at least two environments, and no random frames
     /// left.
