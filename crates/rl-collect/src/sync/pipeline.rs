@@ -26,7 +26,8 @@ use crate::policy::{ActOutput, RandomAction, ValuePolicy};
 /// while it steps the others (`rl_nn::Pool::join` behind a newtype, as `rl-train` does).
 pub trait Beside: Send + Sync + std::fmt::Debug {
     /// Runs `on_caller` on the calling thread and `on_worker` on another thread, side by
-    /// side, and returns when both have.
+    /// side, each exactly once, and returns when both have (a collector panics if one
+    /// did not run; a panic in either is the implementation's to propagate).
     fn beside(&self, on_caller: &mut dyn FnMut(), on_worker: &mut (dyn FnMut() + Send));
 }
 
