@@ -304,13 +304,24 @@ where
             self.values.fill(0.0);
             return Ok(());
         }
+        self.act_on(0..self.lanes.len())
+    }
+
+    /// The policy's actions for environments `lanes` on this thread, from their
+    /// current observations.
+    fn act_on(&mut self, lanes: Range<usize>) -> Result<()> {
+        let (obs_len, act_len) = (self.lanes.obs_len, self.lanes.act_len);
         let out = ActOutput {
-            actions: &mut self.actions,
-            log_probs: &mut self.log_probs,
-            values: &mut self.values,
+            actions: &mut self.actions[lanes.start * act_len..lanes.end * act_len],
+            log_probs: &mut self.log_probs[lanes.clone()],
+            values: &mut self.values[lanes.clone()],
         };
         self.policy
-            .act(&self.lanes.obs, &mut self.states, out)
+            .act(
+                &self.lanes.obs[lanes.start * obs_len..lanes.end * obs_len],
+                &mut self.states[lanes],
+                out,
+            )
             .map_err(|source| Error::Policy {
                 step: self.steps,
                 source,

@@ -161,27 +161,6 @@ where
         stepped_ok?;
         acted.map_err(|source| Error::Policy { step: at, source })
     }
-
-    /// The policy's actions for environments `lanes` on this thread, from their
-    /// current observations.
-    fn act_on(&mut self, lanes: Range<usize>) -> Result<()> {
-        let (obs_len, act_len) = (self.lanes.obs_len, self.lanes.act_len);
-        let out = ActOutput {
-            actions: &mut self.actions[lanes.start * act_len..lanes.end * act_len],
-            log_probs: &mut self.log_probs[lanes.clone()],
-            values: &mut self.values[lanes.clone()],
-        };
-        self.policy
-            .act(
-                &self.lanes.obs[lanes.start * obs_len..lanes.end * obs_len],
-                &mut self.states[lanes],
-                out,
-            )
-            .map_err(|source| Error::Policy {
-                step: self.steps,
-                source,
-            })
-    }
 }
 
 /// `(the part of `all` for the lanes `step`, the rest)`, `width` elements per lane;
