@@ -1,8 +1,16 @@
 //! How a network's parameters start.
 
+#![allow(
+    unsafe_code,
+    reason = "Gram-Schmidt's projections run in functions compiled for AVX2 or AVX-512, called once the CPU is checked"
+)]
+
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
+use rl_core::simd::Isa;
 use serde::{Deserialize, Serialize};
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
 
 use crate::error::{Error, Result};
 
@@ -114,31 +122,43 @@ pub(crate) fn orthogonal<R: Rng + ?Sized>(
 }
 
 /// Vectors projected off the finished ones together, [`gram_schmidt`]'s block.
-const BLOCK: usize = 8;
+const BLOCK: usize = 32;
 
 /// Modified Gram-Schmidt, in place: each vector, in order, loses its projection on
 /// every earlier (finished) vector, one after the other, and is normalised. Vectors go
 /// in blocks of [`BLOCK`]: their projections on the vectors finished before the block
-/// are taken together, each dot product a sum of its own in element order, so every
+/// are taken together, from a copy of the block with its vectors' elements interleaved
+/// (element `i` of every vector side by side, so that the block's sums and updates run
+/// as vectors), each dot product still a sum of its own in element order, so every
 /// vector goes through exactly the operations of the one-at-a-time loop (the same bits)
 /// while the block's sums run side by side instead of one latency-bound chain.
 fn gram_schmidt(vectors: &mut [Vec<f64>]) {
+    gram_schmidt_on(Isa::detect(), vectors);
+}
+
+/// [`gram_schmidt`] with the projections on `isa`'s instructions (the same bits on each).
+fn gram_schmidt_on(isa: Isa, vectors: &mut [Vec<f64>]) {
     // `f64`'s `Sum` starts from this value (`-0.0` in current Rust); the sums below
     // start there too, so they match `sum()` bit for bit.
     let start: f64 = std::iter::empty::<f64>().sum();
+    let long = vectors.first().map_or(0, Vec::len);
+    let mut lanes = vec![0.0f64; long * BLOCK];
     for j0 in (0..vectors.len()).step_by(BLOCK) {
         let (done, rest) = vectors.split_at_mut(j0);
         let width = BLOCK.min(rest.len());
         let block = &mut rest[..width];
-        for q in done.iter() {
-            let mut dots = [start; BLOCK];
-            for (i, &qi) in q.iter().enumerate() {
-                for (dot, v) in dots.iter_mut().zip(block.iter()) {
-                    *dot += qi * v[i];
+        if !done.is_empty() {
+            // Lanes past the block's width stay zero: computed, never read.
+            for (b, v) in block.iter().enumerate() {
+                for (lane, &x) in lanes.iter_mut().skip(b).step_by(BLOCK).zip(v) {
+                    *lane = x;
                 }
             }
-            for (v, &dot) in block.iter_mut().zip(&dots) {
-                v.iter_mut().zip(q).for_each(|(x, &qq)| *x -= dot * qq);
+            project_off(isa, done, &mut lanes, start);
+            for (b, v) in block.iter_mut().enumerate() {
+                for (x, &lane) in v.iter_mut().zip(lanes.iter().skip(b).step_by(BLOCK)) {
+                    *x = lane;
+                }
             }
         }
         for b in 0..block.len() {
@@ -152,6 +172,126 @@ fn gram_schmidt(vectors: &mut [Vec<f64>]) {
             // A Gaussian vector in the span of the others has probability 0.
             let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
             v.iter_mut().for_each(|x| *x *= scale);
+        }
+    }
+}
+
+/// Takes each of `done`'s projections, in order, off every vector of the interleaved
+/// block `lanes` (element `i` of vector `b` at `lanes[i * BLOCK + b]`): each dot product
+/// summed from `start` in element order, then `x -= dot * q_i`, with separate multiplies
+/// and adds (no fused multiply-add), so every instruction set gives the same bits.
+fn project_off(isa: Isa, done: &[Vec<f64>], lanes: &mut [f64], start: f64) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa` was detected on this CPU (AVX-512F, or AVX2).
+        Isa::Avx512 => unsafe { project_off_avx512(done, lanes, start) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Isa::Avx2 => unsafe { project_off_avx2(done, lanes, start) },
+        _ => project_off_portable(done, lanes, start),
+    }
+}
+
+/// [`project_off_portable`] with AVX-512: the block's 32 sums in four vectors.
+///
+/// # Safety
+/// AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn project_off_avx512(done: &[Vec<f64>], lanes: &mut [f64], start: f64) {
+    const V: usize = BLOCK / 8;
+    let rows = lanes.len() / BLOCK;
+    let at = lanes.as_mut_ptr();
+    let Some(first) = done.first() else { return };
+    assert!(done.iter().all(|q| q.len() == rows));
+    // The first projection's sums, then one pass per projection that takes it off and
+    // sums the next one's on the updated elements.
+    let mut dots = [_mm512_set1_pd(start); V];
+    for (i, &qi) in first.iter().enumerate() {
+        let qi = _mm512_set1_pd(qi);
+        for (v, dot) in dots.iter_mut().enumerate() {
+            // SAFETY: `i < rows` and `v * 8 + 8 <= BLOCK`: inside `lanes`.
+            let x = unsafe { _mm512_loadu_pd(at.add(i * BLOCK + v * 8)) };
+            *dot = _mm512_add_pd(*dot, _mm512_mul_pd(qi, x));
+        }
+    }
+    for (k, q) in done.iter().enumerate() {
+        let next = done.get(k + 1);
+        let mut sums = [_mm512_set1_pd(start); V];
+        for (i, &qi) in q.iter().enumerate() {
+            let qi = _mm512_set1_pd(qi);
+            let ni = _mm512_set1_pd(next.map_or(0.0, |n| n[i]));
+            for (v, (dot, sum)) in dots.iter().zip(&mut sums).enumerate() {
+                // SAFETY: as above.
+                unsafe {
+                    let p = at.add(i * BLOCK + v * 8);
+                    let x = _mm512_sub_pd(_mm512_loadu_pd(p), _mm512_mul_pd(*dot, qi));
+                    _mm512_storeu_pd(p, x);
+                    *sum = _mm512_add_pd(*sum, _mm512_mul_pd(ni, x));
+                }
+            }
+        }
+        dots = sums;
+    }
+}
+
+/// [`project_off_portable`] with AVX2: the block's 32 sums in eight vectors.
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn project_off_avx2(done: &[Vec<f64>], lanes: &mut [f64], start: f64) {
+    const V: usize = BLOCK / 4;
+    let rows = lanes.len() / BLOCK;
+    let at = lanes.as_mut_ptr();
+    let Some(first) = done.first() else { return };
+    assert!(done.iter().all(|q| q.len() == rows));
+    // The first projection's sums, then one pass per projection that takes it off and
+    // sums the next one's on the updated elements.
+    let mut dots = [_mm256_set1_pd(start); V];
+    for (i, &qi) in first.iter().enumerate() {
+        let qi = _mm256_set1_pd(qi);
+        for (v, dot) in dots.iter_mut().enumerate() {
+            // SAFETY: `i < rows` and `v * 4 + 4 <= BLOCK`: inside `lanes`.
+            let x = unsafe { _mm256_loadu_pd(at.add(i * BLOCK + v * 4)) };
+            *dot = _mm256_add_pd(*dot, _mm256_mul_pd(qi, x));
+        }
+    }
+    for (k, q) in done.iter().enumerate() {
+        let next = done.get(k + 1);
+        let mut sums = [_mm256_set1_pd(start); V];
+        for (i, &qi) in q.iter().enumerate() {
+            let qi = _mm256_set1_pd(qi);
+            let ni = _mm256_set1_pd(next.map_or(0.0, |n| n[i]));
+            for (v, (dot, sum)) in dots.iter().zip(&mut sums).enumerate() {
+                // SAFETY: as above.
+                unsafe {
+                    let p = at.add(i * BLOCK + v * 4);
+                    let x = _mm256_sub_pd(_mm256_loadu_pd(p), _mm256_mul_pd(*dot, qi));
+                    _mm256_storeu_pd(p, x);
+                    *sum = _mm256_add_pd(*sum, _mm256_mul_pd(ni, x));
+                }
+            }
+        }
+        dots = sums;
+    }
+}
+
+/// [`project_off`] in plain Rust, which the compiler vectorises across the block.
+fn project_off_portable(done: &[Vec<f64>], lanes: &mut [f64], start: f64) {
+    let rows = lanes.as_chunks_mut::<BLOCK>().0;
+    for q in done {
+        let mut dots = [start; BLOCK];
+        for (&qi, row) in q.iter().zip(rows.iter()) {
+            for b in 0..BLOCK {
+                dots[b] += qi * row[b];
+            }
+        }
+        for (&qi, row) in q.iter().zip(rows.iter_mut()) {
+            for b in 0..BLOCK {
+                row[b] -= dots[b] * qi;
+            }
         }
     }
 }
