@@ -10,7 +10,10 @@
 //! them with OpenCV 5.0.0 (4.14.0 gives the same bytes) pixel for pixel.
 
 use rl_core::env::check_len;
+use rl_core::simd::Isa;
 use rl_core::{Error, Result};
+
+mod simd;
 
 /// Bits of the fixed-point luma weights of OpenCV's 8-bit `RGB2GRAY` (`gray_shift`).
 const GRAY_SHIFT: u32 = 15;
@@ -39,13 +42,19 @@ const GRAY_WEIGHTS: [u32; 3] = [9798, 19235, 3735];
 /// ```
 pub fn rgb_to_gray(rgb: &[u8], gray: &mut [u8]) -> Result<()> {
     check_len("rgb image", 3 * gray.len(), rgb.len())?;
+    gray_on(Isa::detect(), rgb, gray);
+    Ok(())
+}
+
+/// [`rgb_to_gray`] on `isa`'s instructions (the same bytes on each); lengths checked.
+fn gray_on(isa: Isa, rgb: &[u8], gray: &mut [u8]) {
+    let done = simd::gray(isa, rgb, gray);
     let [wr, wg, wb] = GRAY_WEIGHTS;
-    for (g, p) in gray.iter_mut().zip(rgb.chunks_exact(3)) {
+    for (g, p) in gray[done..].iter_mut().zip(rgb[3 * done..].chunks_exact(3)) {
         let sum = wr * u32::from(p[0]) + wg * u32::from(p[1]) + wb * u32::from(p[2]);
         // At most 255 * 2^15 + 2^14 before the shift: the result fits a u8.
         *g = ((sum + (1 << (GRAY_SHIFT - 1))) >> GRAY_SHIFT) as u8;
     }
-    Ok(())
 }
 
 /// Writes the elementwise maximum of two frames into `out`, as Stable-Baselines3's
@@ -113,7 +122,7 @@ enum Method {
     },
     /// Fractional factors: weighted taps per axis, `f32` scratch rows.
     Taps {
-        columns: Horizontal,
+        columns: Box<Horizontal>,
         rows: Vec<Tap>,
         row_sums: Vec<f32>,
         sums: Vec<f32>,
@@ -135,6 +144,12 @@ impl AreaResize {
     /// [`Error::InvalidConfig`] for a zero dimension or a `dst` larger than `src` in
     /// either axis.
     pub fn new(src: [usize; 2], dst: [usize; 2]) -> Result<Self> {
+        Self::new_on(Isa::detect(), src, dst)
+    }
+
+    /// [`AreaResize::new`] whose horizontal taps run on `isa`'s instructions (the same
+    /// bytes on each).
+    fn new_on(isa: Isa, src: [usize; 2], dst: [usize; 2]) -> Result<Self> {
         if src.contains(&0) || dst.contains(&0) {
             return Err(Error::config(
                 "area resize",
@@ -167,7 +182,12 @@ impl AreaResize {
                 inverse_area: 1.0 / (rows * columns) as f32,
             },
             _ => Method::Taps {
-                columns: Horizontal::new(&area_taps(src[1], dst[1], scale_x), src[1], dst[1]),
+                columns: Box::new(Horizontal::new(
+                    isa,
+                    &area_taps(src[1], dst[1], scale_x),
+                    src[1],
+                    dst[1],
+                )),
                 rows: area_taps(src[0], dst[0], scale_y),
                 row_sums: vec![0.0; dst[1]],
                 sums: vec![0.0; dst[1]],
@@ -236,9 +256,15 @@ impl AreaResize {
             } => {
                 sums.fill(0.0);
                 let mut current = rows.first().map_or(0, |t| t.dst);
+                let mut summed = None;
                 for row in rows.iter() {
-                    let line = &src[row.src * src_w..][..src_w];
-                    columns.sum_line(line, row_sums);
+                    // A source row cut by a cell's edge is the last tap of one output row
+                    // and the first of the next: its sums are made once.
+                    if summed != Some(row.src) {
+                        let line = &src[row.src * src_w..][..src_w];
+                        columns.sum_line(line, row_sums);
+                        summed = Some(row.src);
+                    }
                     if row.dst != current {
                         let out = &mut dst[current * dst_w..][..dst_w];
                         for ((o, s), &r) in out.iter_mut().zip(sums.iter_mut()).zip(&*row_sums) {
@@ -272,11 +298,13 @@ struct Horizontal {
     weights: Vec<f32>,
     k: usize,
     line: Vec<f32>,
+    /// The same taps for the AVX2 loop (it sums the whole chunks where it runs).
+    gather: simd::GatherTaps,
 }
 
 impl Horizontal {
     /// From `taps` sorted by output column (each column's taps consecutive pixels).
-    fn new(taps: &[Tap], src_len: usize, dst_len: usize) -> Self {
+    fn new(isa: Isa, taps: &[Tap], src_len: usize, dst_len: usize) -> Self {
         let mut counts = vec![0usize; dst_len];
         for tap in taps {
             counts[tap.dst] += 1;
@@ -297,11 +325,14 @@ impl Horizontal {
             weights[tap.dst * k + seen[tap.dst]] = tap.weight;
             seen[tap.dst] += 1;
         }
+        let gather = simd::GatherTaps::new(isa, &first, &weights, k);
+        let line = vec![0.0; (src_len + k).max(gather.reach())];
         Self {
             first,
             weights,
             k,
-            line: vec![0.0; src_len + k],
+            line,
+            gather,
         }
     }
 
@@ -313,11 +344,12 @@ impl Horizontal {
             *x = f32::from(p);
         }
         let (k, line) = (self.k, &self.line);
+        let done = self.gather.sum(line, row_sums);
         // Eight columns at a time: eight independent running sums, so the additions of
         // one column do not wait on the other's (each column's own order is unchanged).
-        let mut outputs = row_sums.chunks_exact_mut(LANES);
-        let mut firsts = self.first.chunks_exact(LANES);
-        let mut weights = self.weights.chunks_exact(LANES * k);
+        let mut outputs = row_sums[done..].chunks_exact_mut(LANES);
+        let mut firsts = self.first[done..].chunks_exact(LANES);
+        let mut weights = self.weights[done * k..].chunks_exact(LANES * k);
         for ((out, first), weights) in (&mut outputs).zip(&mut firsts).zip(&mut weights) {
             let mut sums = [0.0f32; LANES];
             for j in 0..k {

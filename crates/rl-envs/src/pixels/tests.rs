@@ -111,6 +111,14 @@ fn the_atari_resize_uses_fractional_taps_that_cover_each_cell() {
     assert_eq!(columns.k, 3);
 }
 
+/// The instruction sets this CPU runs.
+fn isas() -> Vec<Isa> {
+    Isa::ALL
+        .into_iter()
+        .filter(|isa| isa.is_supported())
+        .collect()
+}
+
 /// The exact area mean of `image` over each output cell, in `f64`.
 fn exact_area_mean(image: &[u8], src: [usize; 2], dst: [usize; 2]) -> Vec<f64> {
     let overlap = |d: usize, s: usize, axis: usize| {
@@ -198,10 +206,45 @@ proptest! {
         for tap in &taps {
             want[tap.dst] += f32::from(line[tap.src]) * tap.weight;
         }
-        let mut got = vec![f32::NAN; dst_len];
-        Horizontal::new(&taps, line.len(), dst_len).sum_line(&line, &mut got);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        prop_assert_eq!(bits(&got), bits(&want));
+        for isa in isas() {
+            let mut got = vec![f32::NAN; dst_len];
+            Horizontal::new(isa, &taps, line.len(), dst_len).sum_line(&line, &mut got);
+            prop_assert_eq!(bits(&got), bits(&want), "{:?}", isa);
+        }
+    }
+
+    /// Every instruction set converts to gray with the same bytes, for any length (whole
+    /// blocks of 16 pixels and the rest).
+    #[test]
+    fn gray_is_the_same_on_every_instruction_set(
+        rgb in proptest::collection::vec(any::<u8>(), 0..200).prop_map(|mut v| { v.truncate(v.len() / 3 * 3); v }),
+    ) {
+        let mut want = vec![0u8; rgb.len() / 3];
+        gray_on(Isa::Scalar, &rgb, &mut want);
+        for isa in isas() {
+            let mut got = vec![7u8; rgb.len() / 3];
+            gray_on(isa, &rgb, &mut got);
+            prop_assert_eq!(&got, &want, "{:?}", isa);
+        }
+    }
+
+    /// Every instruction set resizes with the same bytes: windowed and gathered taps,
+    /// whole chunks and the rest, and the Atari frame.
+    #[test]
+    fn area_resize_is_the_same_on_every_instruction_set(
+        (image, src, dst) in image_and_sizes(),
+        frame in proptest::collection::vec(any::<u8>(), 210 * 160),
+    ) {
+        for (image, src, dst) in [(&image, src, dst), (&frame, [210, 160], [84, 84])] {
+            let mut want = vec![0u8; dst[0] * dst[1]];
+            AreaResize::new_on(Isa::Scalar, src, dst).unwrap().resize(image, &mut want).unwrap();
+            for isa in isas() {
+                let mut got = vec![0u8; dst[0] * dst[1]];
+                AreaResize::new_on(isa, src, dst).unwrap().resize(image, &mut got).unwrap();
+                prop_assert_eq!(&got, &want, "{:?} {:?} -> {:?}", isa, src, dst);
+            }
+        }
     }
 
     /// Area resizing is the exact area mean, rounded.
