@@ -192,91 +192,73 @@ fn project_off(isa: Isa, done: &[Vec<f64>], lanes: &mut [f64], start: f64) {
     }
 }
 
-/// [`project_off_portable`] with AVX-512: the block's 32 sums in four vectors.
-///
-/// # Safety
-/// AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn project_off_avx512(done: &[Vec<f64>], lanes: &mut [f64], start: f64) {
-    const V: usize = BLOCK / 8;
-    let rows = lanes.len() / BLOCK;
-    let at = lanes.as_mut_ptr();
-    let Some(first) = done.first() else { return };
-    assert!(done.iter().all(|q| q.len() == rows));
-    // The first projection's sums, then one pass per projection that takes it off and
-    // sums the next one's on the updated elements.
-    let mut dots = [_mm512_set1_pd(start); V];
-    for (i, &qi) in first.iter().enumerate() {
-        let qi = _mm512_set1_pd(qi);
-        for (v, dot) in dots.iter_mut().enumerate() {
-            // SAFETY: `i < rows` and `v * 8 + 8 <= BLOCK`: inside `lanes`.
-            let x = unsafe { _mm512_loadu_pd(at.add(i * BLOCK + v * 8)) };
-            *dot = _mm512_add_pd(*dot, _mm512_mul_pd(qi, x));
-        }
-    }
-    for (k, q) in done.iter().enumerate() {
-        let next = done.get(k + 1);
-        let mut sums = [_mm512_set1_pd(start); V];
-        for (i, &qi) in q.iter().enumerate() {
-            let qi = _mm512_set1_pd(qi);
-            let ni = _mm512_set1_pd(next.map_or(0.0, |n| n[i]));
-            for (v, (dot, sum)) in dots.iter().zip(&mut sums).enumerate() {
-                // SAFETY: as above.
-                unsafe {
-                    let p = at.add(i * BLOCK + v * 8);
-                    let x = _mm512_sub_pd(_mm512_loadu_pd(p), _mm512_mul_pd(*dot, qi));
-                    _mm512_storeu_pd(p, x);
-                    *sum = _mm512_add_pd(*sum, _mm512_mul_pd(ni, x));
+/// Defines [`project_off_portable`] on vectors of `$width` lanes (`$feature`'s
+/// intrinsics): the block's sums in `BLOCK / $width` vectors, the first projection's sums,
+/// then one pass per projection that takes it off and sums the next one's on the updated
+/// elements.
+macro_rules! project_off_simd {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $feature:literal, $width:literal,
+        $set1:ident, $load:ident, $store:ident, $add:ident, $sub:ident, $mul:ident
+    ) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feature)]
+        unsafe fn $name(done: &[Vec<f64>], lanes: &mut [f64], start: f64) {
+            const V: usize = BLOCK / $width;
+            let rows = lanes.len() / BLOCK;
+            let at = lanes.as_mut_ptr();
+            let Some(first) = done.first() else { return };
+            assert!(done.iter().all(|q| q.len() == rows));
+            let mut dots = [$set1(start); V];
+            for (i, &qi) in first.iter().enumerate() {
+                let qi = $set1(qi);
+                for (v, dot) in dots.iter_mut().enumerate() {
+                    // SAFETY: `i < rows` and `(v + 1) * width <= BLOCK`: inside `lanes`.
+                    let x = unsafe { $load(at.add(i * BLOCK + v * $width)) };
+                    *dot = $add(*dot, $mul(qi, x));
                 }
             }
+            for (k, q) in done.iter().enumerate() {
+                let next = done.get(k + 1);
+                let mut sums = [$set1(start); V];
+                for (i, &qi) in q.iter().enumerate() {
+                    let qi = $set1(qi);
+                    let ni = $set1(next.map_or(0.0, |n| n[i]));
+                    for (v, (dot, sum)) in dots.iter().zip(&mut sums).enumerate() {
+                        // SAFETY: as above.
+                        unsafe {
+                            let p = at.add(i * BLOCK + v * $width);
+                            let x = $sub($load(p), $mul(*dot, qi));
+                            $store(p, x);
+                            *sum = $add(*sum, $mul(ni, x));
+                        }
+                    }
+                }
+                dots = sums;
+            }
         }
-        dots = sums;
-    }
+    };
 }
 
-/// [`project_off_portable`] with AVX2: the block's 32 sums in eight vectors.
-///
-/// # Safety
-/// AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn project_off_avx2(done: &[Vec<f64>], lanes: &mut [f64], start: f64) {
-    const V: usize = BLOCK / 4;
-    let rows = lanes.len() / BLOCK;
-    let at = lanes.as_mut_ptr();
-    let Some(first) = done.first() else { return };
-    assert!(done.iter().all(|q| q.len() == rows));
-    // The first projection's sums, then one pass per projection that takes it off and
-    // sums the next one's on the updated elements.
-    let mut dots = [_mm256_set1_pd(start); V];
-    for (i, &qi) in first.iter().enumerate() {
-        let qi = _mm256_set1_pd(qi);
-        for (v, dot) in dots.iter_mut().enumerate() {
-            // SAFETY: `i < rows` and `v * 4 + 4 <= BLOCK`: inside `lanes`.
-            let x = unsafe { _mm256_loadu_pd(at.add(i * BLOCK + v * 4)) };
-            *dot = _mm256_add_pd(*dot, _mm256_mul_pd(qi, x));
-        }
-    }
-    for (k, q) in done.iter().enumerate() {
-        let next = done.get(k + 1);
-        let mut sums = [_mm256_set1_pd(start); V];
-        for (i, &qi) in q.iter().enumerate() {
-            let qi = _mm256_set1_pd(qi);
-            let ni = _mm256_set1_pd(next.map_or(0.0, |n| n[i]));
-            for (v, (dot, sum)) in dots.iter().zip(&mut sums).enumerate() {
-                // SAFETY: as above.
-                unsafe {
-                    let p = at.add(i * BLOCK + v * 4);
-                    let x = _mm256_sub_pd(_mm256_loadu_pd(p), _mm256_mul_pd(*dot, qi));
-                    _mm256_storeu_pd(p, x);
-                    *sum = _mm256_add_pd(*sum, _mm256_mul_pd(ni, x));
-                }
-            }
-        }
-        dots = sums;
-    }
-}
+project_off_simd!(
+    /// [`project_off_portable`] with AVX-512: the block's 32 sums in four vectors.
+    ///
+    /// # Safety
+    /// AVX-512F.
+    project_off_avx512, "avx512f", 8,
+    _mm512_set1_pd, _mm512_loadu_pd, _mm512_storeu_pd, _mm512_add_pd, _mm512_sub_pd, _mm512_mul_pd
+);
+
+project_off_simd!(
+    /// [`project_off_portable`] with AVX2: the block's 32 sums in eight vectors.
+    ///
+    /// # Safety
+    /// AVX2.
+    project_off_avx2, "avx2", 4,
+    _mm256_set1_pd, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_add_pd, _mm256_sub_pd, _mm256_mul_pd
+);
 
 /// [`project_off`] in plain Rust, which the compiler vectorises across the block.
 fn project_off_portable(done: &[Vec<f64>], lanes: &mut [f64], start: f64) {
