@@ -24,6 +24,7 @@ use crate::pool::Pool;
 
 mod backward;
 mod implicit;
+mod transposed;
 
 use implicit::Geometry;
 
@@ -383,8 +384,8 @@ impl Conv2d {
         let rows = self.positions().checked_mul(max_batch)?;
         let products = rows.checked_mul(g.out)?;
         let grads = rows.checked_mul(g.out.checked_next_multiple_of(implicit::NR)?)?;
-        let scratch = backward::scratch_len(&g, max_batch)?;
-        let panels = backward::panels_len(&g)?;
+        let scratch = transposed::scratch_len(&g, max_batch)?;
+        let panels = backward::panels_len(&g)?.max(transposed::panels_len(&g)?);
         let total = staged
             .checked_add(products)?
             .checked_add(grads)?
@@ -660,11 +661,12 @@ impl Conv2d {
             backward::weight_grad(&g, isa, pool, staged, gyp, rows, panels, weight);
         }
         if let Some(dx) = input_grads {
-            backward::input_grad(
+            transposed::input_grad(
                 &g,
                 isa,
                 pool,
-                (gyp, rows),
+                self.activation,
+                (dy, &output[..batch * self.output_len()]),
                 &params[self.weight()],
                 panels,
                 scratch,

@@ -132,7 +132,7 @@ mod parallel;
 mod peak;
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use kernel::{mask8, transpose8};
+pub(crate) use kernel::transpose8;
 pub(crate) use packed::WeightPack;
 pub use parallel::matmul_on;
 

@@ -34,6 +34,9 @@ pub(super) const MR: usize = 6;
 /// Columns (output channels) per forward panel.
 pub(super) const NR: usize = 16;
 
+/// The kernel taps a tile sums: rows `ky` and columns `kx`.
+pub(super) type Window = [std::ops::Range<usize>; 2];
+
 /// The shapes a convolution's kernels need, in the staged (padded) images.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Geometry {
@@ -191,56 +194,76 @@ impl Geometry {
                 self.stage(x, ready, staged, load);
                 ready += 1;
             }
-            let bases: [usize; MR] = std::array::from_fn(|i| self.row_base(r0 + i.min(mr - 1)));
-            // The furthest float any row's patch reaches must be staged.
-            let reach = self.col_offset(self.fan_in() - 1);
-            assert!(bases.iter().all(|&b| b + reach < staged.len()));
-            let panel_count = out.div_ceil(NR);
-            let mut q = 0;
-            while q < panel_count {
-                let panel = &panels[q * self.fan_in() * NR..][..self.fan_in() * NR];
-                let nr = NR.min(out - q * NR);
-                #[cfg(target_arch = "x86_64")]
-                if isa == Isa::Avx512 && q + 1 < panel_count {
-                    // Two panels side by side: one 32-channel AVX-512 tile.
-                    let next = &panels[(q + 1) * self.fan_in() * NR..][..self.fan_in() * NR];
-                    let mut acc = [[[0.0f32; NR]; MR]; 2];
-                    // SAFETY:
-                    // - `isa` was detected on this CPU: AVX-512F;
-                    // - every row's patch lies inside `staged` (asserted above) and both
-                    //   panels hold `fan_in * 16` floats.
-                    unsafe { direct_avx512(self, staged, &bases, [panel, next], &mut acc) };
-                    let nr2 = NR.min(out - (q + 1) * NR);
-                    self.store(isa, &acc[0], (r0, mr), (q * NR, nr), bias, relu, output);
-                    self.store(
-                        isa,
-                        &acc[1],
-                        (r0, mr),
-                        ((q + 1) * NR, nr2),
-                        bias,
-                        relu,
-                        output,
-                    );
-                    q += 2;
-                    continue;
-                }
-                let mut acc = [[0.0f32; NR]; MR];
-                match isa {
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::Avx512 | Isa::Avx2 => {
-                        // SAFETY:
-                        // - `isa` was detected on this CPU, and both paths imply AVX2 and
-                        //   FMA (`Isa::is_supported`);
-                        // - every row's patch lies inside `staged` (asserted: the patch's
-                        //   last float, `bases[i] + reach`, is the largest offset read) and
-                        //   `panel` holds `fan_in * 16` floats.
-                        unsafe { direct_avx2(self, staged, &bases, panel, &mut acc) }
-                    }
-                    _ => direct_portable(self, staged, &bases, panel, &mut acc),
-                }
-                self.store(isa, &acc, (r0, mr), (q * NR, nr), bias, relu, output);
-                q += 1;
+            self.tile(isa, staged, panels, bias, relu, (r0, mr), output);
+        }
+    }
+
+    /// Computes rows `r0..r0 + mr` (`mr <= 6`) of the product, every channel panel, from
+    /// the staged images (the patch of row `r` at [`Geometry::row_base`] in `staged`),
+    /// and stores them NCHW into `output` with the bias (and ReLU if `relu`).
+    #[expect(clippy::too_many_arguments, reason = "a row tile and its operands")]
+    fn tile(
+        &self,
+        isa: Isa,
+        staged: &[f32],
+        panels: &[f32],
+        bias: &[f32],
+        relu: bool,
+        (r0, mr): (usize, usize),
+        output: &mut [f32],
+    ) {
+        let out = self.out;
+        assert!((1..=MR).contains(&mr) && panels.len() >= self.panels_len());
+        let window = [0..self.kh, 0..self.kw];
+        let bases: [usize; MR] = std::array::from_fn(|i| self.row_base(r0 + i.min(mr - 1)));
+        // The furthest float any row's patch reaches must be staged.
+        let reach = self.col_offset(self.fan_in() - 1);
+        assert!(bases.iter().all(|&b| b + reach < staged.len()));
+        let panel_count = out.div_ceil(NR);
+        let mut q = 0;
+        while q < panel_count {
+            let panel = &panels[q * self.fan_in() * NR..][..self.fan_in() * NR];
+            let nr = NR.min(out - q * NR);
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx512 && q + 1 < panel_count {
+                // Two panels side by side: one 32-channel AVX-512 tile.
+                let next = &panels[(q + 1) * self.fan_in() * NR..][..self.fan_in() * NR];
+                let mut acc = [[[0.0f32; NR]; MR]; 2];
+                // SAFETY:
+                // - `isa` was detected on this CPU: AVX-512F;
+                // - every row's patch lies inside `staged` (asserted above) and both
+                //   panels hold `fan_in * 16` floats.
+                unsafe { direct_avx512(self, staged, (&bases, &window), [panel, next], &mut acc) };
+                let nr2 = NR.min(out - (q + 1) * NR);
+                self.store(isa, &acc[0], (r0, mr), (q * NR, nr), bias, relu, output);
+                self.store(
+                    isa,
+                    &acc[1],
+                    (r0, mr),
+                    ((q + 1) * NR, nr2),
+                    bias,
+                    relu,
+                    output,
+                );
+                q += 2;
+                continue;
             }
+            let mut acc = [[0.0f32; NR]; MR];
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 | Isa::Avx2 => {
+                    // SAFETY:
+                    // - `isa` was detected on this CPU, and both paths imply AVX2 and
+                    //   FMA (`Isa::is_supported`);
+                    // - every row's patch lies inside `staged` (asserted: the patch's
+                    //   last float, `bases[i] + reach`, is the largest offset read) and
+                    //   `panel` holds `fan_in * 16` floats.
+                    unsafe { direct_avx2(self, staged, (&bases, &window), panel, &mut acc) }
+                }
+                _ => direct_portable(self, staged, (&bases, &window), panel, &mut acc),
+            }
+            self.store(isa, &acc, (r0, mr), (q * NR, nr), bias, relu, output);
+            q += 1;
         }
     }
 
@@ -284,19 +307,18 @@ impl Geometry {
 }
 
 /// [`direct_avx2`] in plain Rust.
-fn direct_portable(
+pub(super) fn direct_portable(
     g: &Geometry,
     staged: &[f32],
-    bases: &[usize; MR],
+    (bases, window): (&[usize; MR], &Window),
     panel: &[f32],
     acc: &mut [[f32; NR]; MR],
 ) {
-    let mut b = panel.chunks_exact(NR);
     for c in 0..g.cin {
-        for ky in 0..g.kh {
+        for ky in window[0].clone() {
             let off = c * g.plane() + ky * g.wp();
-            for kx in 0..g.kw {
-                let Some(w) = b.next() else { return };
+            for kx in window[1].clone() {
+                let w = &panel[((c * g.kh + ky) * g.kw + kx) * NR..][..NR];
                 for (acc, &base) in acc.iter_mut().zip(bases) {
                     let x = staged[base + off + kx];
                     for (a, &w) in acc.iter_mut().zip(w) {
@@ -309,29 +331,32 @@ fn direct_portable(
 }
 
 /// The forward tile: `acc[i][j] = sum_p staged[bases[i] + offset(p)] * panel[p * 16 + j]`
-/// over the patch, `p` in `(channel, ky, kx)` order, one FMA chain per element.
+/// over the patch elements `p` whose taps `(ky, kx)` are in `window`, in `(channel, ky,
+/// kx)` order, one FMA chain per element.
 ///
 /// # Safety
 /// AVX2 and FMA; `panel` holds `fan_in * 16` floats and every `bases[i] + offset(p)` is
 /// inside `staged`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn direct_avx2(
+pub(super) unsafe fn direct_avx2(
     g: &Geometry,
     staged: &[f32],
-    bases: &[usize; MR],
+    (bases, window): (&[usize; MR], &Window),
     panel: &[f32],
     out: &mut [[f32; NR]; MR],
 ) {
     let mut acc = [[_mm256_setzero_ps(); 2]; MR];
     let s = staged.as_ptr();
-    let mut b = panel.as_ptr();
-    let (plane, wp, kw) = (g.plane(), g.wp(), g.kw);
+    let (plane, wp) = (g.plane(), g.wp());
     for c in 0..g.cin {
-        for ky in 0..g.kh {
+        for ky in window[0].clone() {
             let off = c * plane + ky * wp;
             let rows: [*const f32; MR] = std::array::from_fn(|i| s.wrapping_add(bases[i] + off));
-            for kx in 0..kw {
+            let mut b = panel
+                .as_ptr()
+                .wrapping_add(((c * g.kh + ky) * g.kw + window[1].start) * NR);
+            for kx in window[1].clone() {
                 // SAFETY:
                 // - this step's 16 panel floats and each row's patch float are inside
                 //   `panel` and `staged` by the contract.
@@ -367,23 +392,27 @@ unsafe fn direct_avx2(
 /// inside `staged`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn direct_avx512(
+pub(super) unsafe fn direct_avx512(
     g: &Geometry,
     staged: &[f32],
-    bases: &[usize; MR],
+    (bases, window): (&[usize; MR], &Window),
     panels: [&[f32]; 2],
     out: &mut [[[f32; NR]; MR]; 2],
 ) {
     assert!(panels.iter().all(|p| p.len() >= g.fan_in() * NR));
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     let s = staged.as_ptr();
-    let (mut b0, mut b1) = (panels[0].as_ptr(), panels[1].as_ptr());
-    let (plane, wp, kw) = (g.plane(), g.wp(), g.kw);
+    let (plane, wp) = (g.plane(), g.wp());
     for c in 0..g.cin {
-        for ky in 0..g.kh {
+        for ky in window[0].clone() {
             let off = c * plane + ky * wp;
             let rows: [*const f32; MR] = std::array::from_fn(|i| s.wrapping_add(bases[i] + off));
-            for kx in 0..kw {
+            let step = ((c * g.kh + ky) * g.kw + window[1].start) * NR;
+            let (mut b0, mut b1) = (
+                panels[0].as_ptr().wrapping_add(step),
+                panels[1].as_ptr().wrapping_add(step),
+            );
+            for kx in window[1].clone() {
                 // SAFETY:
                 // - this step's 16 floats of each panel and each row's patch float are
                 //   inside `panels` and `staged` by the contract.

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::conv::tests::{bits, random, rng};
+use crate::conv::transposed;
 use crate::conv::{Conv2d, Conv2dSpec};
 
 /// One layer's backward inputs: the staged images, the output gradients (NCHW) and their
@@ -119,13 +120,15 @@ impl Case {
             &mut panels,
             &mut dw,
         );
-        let mut scratch = vec![f32::NAN; scratch_len(g, self.batch).unwrap()];
+        let mut panels = vec![f32::NAN; transposed::panels_len(g).unwrap()];
+        let mut scratch = vec![f32::NAN; transposed::scratch_len(g, self.batch).unwrap()];
         let mut dx = vec![f32::NAN; self.x.len()];
-        input_grad(
+        transposed::input_grad(
             g,
             isa,
             pool,
-            (&self.gyp, self.rows()),
+            None,
+            (&self.dy, &self.dy),
             &self.weight,
             &mut panels,
             &mut scratch,

@@ -78,6 +78,7 @@ pub(super) unsafe fn avx2_pack_transposed(
 /// The transpose of the 8 x 8 matrix whose rows are `r`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[inline]
 pub(crate) fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
     let t: [__m256; 8] = std::array::from_fn(|i| {
         let (a, b) = (r[i & !1], r[i | 1]);
