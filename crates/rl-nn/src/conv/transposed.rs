@@ -13,8 +13,8 @@
 //! Each tile is one block in six images (so its rows share their taps exactly: taps that
 //! read only the frame's zeros are left out), broadcasting their staged gradients against
 //! the rearranged weight packed as `[column tile][(o, m, n)][16]` panels. The tile's
-//! values go channels-last into scratch, and each image is transposed into `dx` at the
-//! end. Every input gradient is written once, one chain of multiply-adds in `(o, m, n)`
+//! values go channels-last into scratch, transposed into `dx` (NCHW) eight input rows
+//! at a time. Every input gradient is written once, one chain of multiply-adds in `(o, m, n)`
 //! order whichever thread computes it: no scatter-add and no zeroing.
 
 #![allow(
@@ -155,9 +155,13 @@ pub(super) fn panels_len(g: &Geometry) -> Option<usize> {
 }
 
 /// Floats of one task's scratch for up to `images` images: their staged output
-/// gradients and their input gradients channels-last.
+/// gradients and a band of block rows of their input gradients, channels-last.
 fn slot_len(g: &Geometry, plan: &Plan, images: usize) -> Option<usize> {
-    let input = g.cin.checked_mul(g.h)?.checked_mul(g.w)?;
+    let input = g
+        .cin
+        .checked_mul(band(g))?
+        .checked_mul(g.sh)?
+        .checked_mul(g.w)?;
     plan.product
         .staged_len()
         .checked_add(input)?
@@ -386,7 +390,9 @@ fn group(
     let staged_len = pg.staged_len();
     let (staged, lanes) = scratch.split_at_mut(IMAGES.min(n.max(1)) * staged_len);
     let staged = &mut staged[..n * staged_len];
-    let lanes = &mut lanes[..dx.len()];
+    // A band of block rows of each image, channels-last: `[image][row][x][in]`.
+    let band = band(g);
+    let lanes = &mut lanes[..n * band * g.sh * g.w * g.cin];
     for ((slot, dy), y) in staged
         .chunks_exact_mut(staged_len)
         .zip(dy.chunks_exact(g.out * g.positions()))
@@ -399,7 +405,13 @@ fn group(
     let reach = pg.col_offset(pg.fan_in() - 1);
     let tiles = pg.out.div_ceil(NR);
     let panel = |q: usize| &panels[q * pg.fan_in() * NR..][..pg.fan_in() * NR];
-    let store = Store { g, n, bi: 0, bj: 0 };
+    let store = Store {
+        g,
+        n,
+        band: (plan.rows.first, band),
+        bi: 0,
+        bj: 0,
+    };
     // Each row of blocks runs column tile by column tile, so that a tile's panel is read
     // from L1 by the whole row.
     for bi in plan.rows.first..plan.rows.end {
@@ -453,13 +465,28 @@ fn group(
             }
             q += if pair { 2 } else { 1 };
         }
+        // A band is done: its input rows go into `dx`, NCHW.
+        let top = plan.rows.first + (bi - plan.rows.first) / band * band;
+        if bi + 1 == top + band || bi + 1 == plan.rows.end {
+            // Rows `top sh - ph..` of the input, those inside it.
+            let first = (g.sh * top).saturating_sub(g.ph);
+            let last = (g.sh * (bi + 1)).saturating_sub(g.ph).clamp(first, g.h.max(first));
+            let skip = first + g.ph - g.sh * top;
+            let plane = g.h * g.w;
+            for (lanes, dx) in lanes
+                .chunks_exact(band * g.sh * g.w * g.cin)
+                .zip(dx.chunks_exact_mut(g.cin * plane))
+            {
+                let rows = &lanes[skip * g.w * g.cin..(skip + last - first) * g.w * g.cin];
+                to_planes(isa, rows, g.cin, (&mut dx[first * g.w..], plane));
+            }
+        }
     }
-    for (lanes, dx) in lanes
-        .chunks_exact(g.cin * g.h * g.w)
-        .zip(dx.chunks_exact_mut(g.cin * g.h * g.w))
-    {
-        to_planes(isa, lanes, g.cin, dx);
-    }
+}
+
+/// Block rows transposed into `dx` together: enough for 8 input rows.
+fn band(g: &Geometry) -> usize {
+    8usize.div_ceil(g.sh)
 }
 
 /// Where a tile's values go: block `(bi, bj)` of images `0..n`.
@@ -467,17 +494,22 @@ fn group(
 struct Store<'g> {
     g: &'g Geometry,
     n: usize,
+    /// The first block row and the band's length.
+    band: (usize, usize),
     bi: usize,
     bj: usize,
 }
 
 impl Store<'_> {
     /// Stores rows `0..n` of tile `acc` (row `i`: image `i`; columns `c0..c0 + 16` of
-    /// `(ry, rx, c)`) into `lanes` (per image `h x w x in`, channels-last), the input
-    /// positions inside the image only.
+    /// `(ry, rx, c)`) into `lanes` (per image the band's `band sh x w x in`,
+    /// channels-last), the input positions inside the image only.
     fn put(&self, plan: &Plan, acc: &[[f32; NR]; MR], c0: usize, lanes: &mut [f32]) {
         let g = self.g;
-        let (columns, image) = (plan.product.out, g.h * g.w * g.cin);
+        let (first, band) = self.band;
+        let (columns, image) = (plan.product.out, band * g.sh * g.w * g.cin);
+        // This block row's place in its band.
+        let row = (self.bi - first) % band * g.sh;
         let mut l = 0;
         while l < NR && c0 + l < columns {
             // A run of channels of one phase.
@@ -492,8 +524,8 @@ impl Store<'_> {
                 .rows
                 .input(self.bi, ry)
                 .zip(plan.columns.input(self.bj, rx));
-            if let Some((iy, ix)) = inside {
-                let at = (iy * g.w + ix) * g.cin + c;
+            if let Some((_, ix)) = inside {
+                let at = ((row + ry) * g.w + ix) * g.cin + c;
                 for (i, row) in acc.iter().enumerate().take(self.n) {
                     lanes[i * image + at..][..run].copy_from_slice(&row[l..l + run]);
                 }
@@ -503,11 +535,13 @@ impl Store<'_> {
     }
 }
 
-/// Transposes `src` (`positions x channels`, channels-last) into `dst` (`channels x
-/// positions`), 8 x 8 blocks at a time with AVX2.
-fn to_planes(isa: Isa, src: &[f32], channels: usize, dst: &mut [f32]) {
-    assert!(src.len() == dst.len() && channels > 0 && src.len().is_multiple_of(channels));
+/// Transposes `src` (`positions x channels`, channels-last) into `dst`: position `p` of
+/// channel `c` at `dst[c * stride + p]` (`stride >= positions`), 8 x 8 blocks at a time
+/// with AVX2.
+fn to_planes(isa: Isa, src: &[f32], channels: usize, (dst, stride): (&mut [f32], usize)) {
+    assert!(channels > 0 && src.len().is_multiple_of(channels));
     let positions = src.len() / channels;
+    assert!(stride >= positions && dst.len() >= (channels - 1) * stride + positions);
     let (mut p8, mut c8) = (0, 0);
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx512 | Isa::Avx2) {
@@ -515,15 +549,15 @@ fn to_planes(isa: Isa, src: &[f32], channels: usize, dst: &mut [f32]) {
         // SAFETY:
         // - AVX2: `isa` was detected on this CPU;
         // - the blocks lie inside both slices (`p8 <= positions`, `c8 <= channels`).
-        unsafe { to_planes_avx2(src, (positions, channels), (p8, c8), dst) };
+        unsafe { to_planes_avx2(src, (positions, channels), (p8, c8), (dst, stride)) };
     }
     let _ = isa;
-    for c in 0..channels {
-        // The columns the blocks left out: all positions of channels past `c8`, the
-        // positions past `p8` of the others.
-        let from = if c < c8 { p8 } else { 0 };
-        for p in from..positions {
-            dst[c * positions + p] = src[p * channels + c];
+    // What the blocks left out: channels past `c8` at every position, all channels at
+    // positions past `p8` (position by position: `src` is read in order).
+    for (p, src) in src.chunks_exact(channels).enumerate() {
+        let from = if p < p8 { c8 } else { 0 };
+        for (c, &v) in src.iter().enumerate().skip(from) {
+            dst[c * stride + p] = v;
         }
     }
 }
@@ -531,21 +565,22 @@ fn to_planes(isa: Isa, src: &[f32], channels: usize, dst: &mut [f32]) {
 /// The `8 x 8` blocks of [`to_planes`] below `p8` positions and `c8` channels.
 ///
 /// # Safety
-/// AVX2; `p8 <= positions` and `c8 <= channels` are multiples of 8, and both slices hold
-/// `positions * channels` floats.
+/// AVX2; `p8 <= positions` and `c8 <= channels` are multiples of 8, `src` holds
+/// `positions * channels` floats and `dst` `(channels - 1) * stride + positions`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn to_planes_avx2(
     src: &[f32],
     (positions, channels): (usize, usize),
     (p8, c8): (usize, usize),
-    dst: &mut [f32],
+    (dst, stride): (&mut [f32], usize),
 ) {
     assert!(
         p8 <= positions
             && c8 <= channels
             && src.len() == positions * channels
-            && dst.len() == src.len()
+            && stride >= positions
+            && dst.len() >= (channels - 1) * stride + positions
     );
     let (src, dst) = (src.as_ptr(), dst.as_mut_ptr());
     for p0 in (0..p8).step_by(8) {
@@ -558,9 +593,9 @@ unsafe fn to_planes_avx2(
                 let rows: [__m256; 8] =
                     std::array::from_fn(|k| _mm256_loadu_ps(at.add(k * channels)));
                 let columns = crate::linalg::transpose8(rows);
-                let to = dst.add(c0 * positions + p0);
+                let to = dst.add(c0 * stride + p0);
                 for (k, column) in columns.iter().enumerate() {
-                    _mm256_storeu_ps(to.add(k * positions), *column);
+                    _mm256_storeu_ps(to.add(k * stride), *column);
                 }
             }
         }
