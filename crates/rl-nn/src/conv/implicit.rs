@@ -501,7 +501,7 @@ pub(super) fn by_images(
     };
     let per_task = batch.div_ceil(threads);
     let tasks = batch.div_ceil(per_task);
-    let (staged_at, output_at) = (Shared(staged.as_mut_ptr()), Shared(output.as_mut_ptr()));
+    let (staged_at, output_at) = (Shared::new(staged), Shared::new(output));
     pool.run(tasks, &|task| {
         let images = task * per_task..((task + 1) * per_task).min(batch);
         let n = images.len();
@@ -523,19 +523,27 @@ pub(super) fn by_images(
     });
 }
 
-/// A workspace buffer's pointer, shared with the pool's tasks (each writes its own
-/// images).
+/// A workspace buffer's pointer, shared with the pool's tasks, each of which writes its
+/// own part of the buffer (the convolution's passes: `by_images`, the output-gradient
+/// layout, the weight and input gradients).
 #[derive(Clone, Copy)]
-struct Shared(*mut f32);
+pub(super) struct Shared(*mut f32);
 
 impl Shared {
+    /// Shares `buffer`'s pointer.
+    pub(super) fn new(buffer: &mut [f32]) -> Self {
+        Self(buffer.as_mut_ptr())
+    }
+
     /// The pointer `offset` floats in (a method, so closures capture the whole wrapper).
-    fn at(self, offset: usize) -> *mut f32 {
+    pub(super) fn at(self, offset: usize) -> *mut f32 {
         self.0.wrapping_add(offset)
     }
 }
 
 // SAFETY:
-// - `by_images` gives each task disjoint images behind the pointer and waits for all of
-//   them before the borrow it came from ends.
+// - every user hands each task disjoint parts of the buffer behind the pointer and waits
+//   for all tasks before the mutable borrow the pointer came from ends (`by_images`:
+//   whole images; `backward.rs`: whole tiles of channels or blocks of patch columns;
+//   `transposed.rs`: groups of images and one scratch slot per task).
 unsafe impl Sync for Shared {}

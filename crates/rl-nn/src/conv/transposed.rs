@@ -28,7 +28,8 @@ use std::ops::Range;
 
 use rl_core::simd::Isa;
 
-use super::implicit::{Geometry, MR, NR, direct_avx2, direct_avx512, direct_portable};
+use super::backward::{derivative, derivative8};
+use super::implicit::{Geometry, MR, NR, Shared, direct_avx2, direct_avx512, direct_portable};
 use crate::Activation;
 use crate::pool::Pool;
 
@@ -253,17 +254,7 @@ fn derive(isa: Isa, activation: Option<Activation>, (dy, y): (&[f32], &[f32]), d
     }
     let _ = isa;
     for ((d, &g), &y) in dst[done..].iter_mut().zip(&dy[done..]).zip(&y[done..]) {
-        *d = match activation {
-            None => g,
-            Some(Activation::Relu) => {
-                if y > 0.0 {
-                    g
-                } else {
-                    0.0
-                }
-            }
-            Some(Activation::Tanh) => g * (1.0 - y * y),
-        };
+        *d = derivative(activation, g, y);
     }
 }
 
@@ -275,7 +266,6 @@ fn derive(isa: Isa, activation: Option<Activation>, (dy, y): (&[f32], &[f32]), d
 #[target_feature(enable = "avx2")]
 unsafe fn derive_avx2(activation: Option<Activation>, (dy, y): (&[f32], &[f32]), dst: &mut [f32]) {
     assert!(dy.len() == dst.len() && y.len() == dst.len() && dst.len().is_multiple_of(8));
-    let (zero, one) = (_mm256_setzero_ps(), _mm256_set1_ps(1.0));
     for ((d, g), y) in dst
         .chunks_exact_mut(8)
         .zip(dy.chunks_exact(8))
@@ -285,11 +275,7 @@ unsafe fn derive_avx2(activation: Option<Activation>, (dy, y): (&[f32], &[f32]),
         // - each chunk holds 8 floats.
         unsafe {
             let (g, y) = (_mm256_loadu_ps(g.as_ptr()), _mm256_loadu_ps(y.as_ptr()));
-            let v = match activation {
-                None => g,
-                Some(Activation::Relu) => _mm256_and_ps(g, _mm256_cmp_ps::<_CMP_GT_OQ>(y, zero)),
-                Some(Activation::Tanh) => _mm256_mul_ps(g, _mm256_sub_ps(one, _mm256_mul_ps(y, y))),
-            };
+            let v = derivative8(activation, g, y);
             _mm256_storeu_ps(d.as_mut_ptr(), v);
         }
     }
@@ -337,7 +323,7 @@ pub(super) fn input_grad(
     assert!(threads >= 1, "no scratch for the input gradient");
     let per_task = groups.div_ceil(threads);
     let tasks = groups.div_ceil(per_task);
-    let (dx_at, scratch_at) = (SharedMut(dx.as_mut_ptr()), SharedMut(scratch.as_mut_ptr()));
+    let (dx_at, scratch_at) = (Shared::new(dx), Shared::new(scratch));
     let task = |task: usize| {
         let images = task * per_task * IMAGES..((task + 1) * per_task * IMAGES).min(batch);
         // SAFETY:
@@ -470,7 +456,9 @@ fn group(
         if bi + 1 == top + band || bi + 1 == plan.rows.end {
             // Rows `top sh - ph..` of the input, those inside it.
             let first = (g.sh * top).saturating_sub(g.ph);
-            let last = (g.sh * (bi + 1)).saturating_sub(g.ph).clamp(first, g.h.max(first));
+            let last = (g.sh * (bi + 1))
+                .saturating_sub(g.ph)
+                .clamp(first, g.h.max(first));
             let skip = first + g.ph - g.sh * top;
             let plane = g.h * g.w;
             for (lanes, dx) in lanes
@@ -601,22 +589,6 @@ unsafe fn to_planes_avx2(
         }
     }
 }
-
-/// A buffer's pointer, shared with the pool's tasks (each writes its own part).
-#[derive(Clone, Copy)]
-struct SharedMut(*mut f32);
-
-impl SharedMut {
-    /// The pointer `offset` floats in (a method, so closures capture the whole wrapper).
-    fn at(self, offset: usize) -> *mut f32 {
-        self.0.wrapping_add(offset)
-    }
-}
-
-// SAFETY:
-// - `input_grad` gives each task disjoint parts behind the pointer and waits for all of
-//   them before the borrow it came from ends.
-unsafe impl Sync for SharedMut {}
 
 #[cfg(test)]
 mod tests;
