@@ -643,21 +643,23 @@ impl Conv2d {
         let pool = pool
             .as_deref()
             .filter(|_| batch * self.macs_per_image() >= PARALLEL_MIN);
-        let mut param_grads = param_grads;
-        let bias = self.bias();
-        backward::gather(
-            isa,
-            self.activation,
-            (g.out, self.positions()),
-            (dy, &output[..batch * self.output_len()]),
-            gyp,
-            param_grads.as_deref_mut().map(|grads| &mut grads[bias]),
-            pool,
-        );
-        let gyp = &gyp[..backward::grads_len(g.out, rows)];
+        // The output gradients' tiles feed the weight and bias gradients only: the input
+        // gradient stages its own.
         if let Some(grads) = param_grads {
+            // The bias follows the weight in the parameters.
+            let (weight, bias) = grads[..self.bias().end].split_at_mut(self.bias().start);
+            backward::gather(
+                isa,
+                self.activation,
+                (g.out, self.positions()),
+                (dy, &output[..batch * self.output_len()]),
+                gyp,
+                Some(bias),
+                pool,
+            );
+            let gyp = &gyp[..backward::grads_len(g.out, rows)];
             let staged = &staged[..batch * g.staged_len()];
-            let weight = &mut grads[self.weight()];
+            let weight = &mut weight[self.weight()];
             backward::weight_grad(&g, isa, pool, staged, gyp, rows, panels, weight);
         }
         if let Some(dx) = input_grads {

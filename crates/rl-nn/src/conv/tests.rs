@@ -238,6 +238,38 @@ proptest! {
     }
 }
 
+/// An input gradient alone (a frozen layer) is the one a full backward pass writes, bit
+/// for bit, and leaves the parameter gradients alone; the weight and bias gradients
+/// alone are those of the full pass.
+#[test]
+fn gradients_alone_are_those_of_the_full_pass() {
+    let mut g = rng(7);
+    let spec = Conv2dSpec::square(5, 19, 3, 2, 1);
+    for activation in [None, Some(Activation::Relu), Some(Activation::Tanh)] {
+        let conv = Conv2d::new(spec, [11, 9], 0)
+            .unwrap()
+            .with_activation(activation);
+        let params = random(&mut g, conv.num_params());
+        let batch = 8;
+        let x = random(&mut g, batch * conv.input_len());
+        let dy = random(&mut g, batch * conv.output_len());
+        let mut ws = conv.workspace(batch);
+        conv.forward(&params, &x, batch, &mut ws).unwrap();
+        let (mut grads, mut dx) = (vec![0.5; conv.num_params()], vec![0.0; x.len()]);
+        conv.backward(&params, &mut ws, &dy, Some(&mut grads), Some(&mut dx))
+            .unwrap();
+        let mut alone = vec![f32::NAN; x.len()];
+        conv.backward(&params, &mut ws, &dy, None, Some(&mut alone))
+            .unwrap();
+        assert_eq!(bits(&alone), bits(&dx), "{activation:?}");
+        let mut grads_alone = vec![0.5; conv.num_params()];
+        conv.backward(&params, &mut ws, &dy, Some(&mut grads_alone), None)
+            .unwrap();
+        assert_eq!(bits(&grads_alone), bits(&grads), "{activation:?}");
+        assert!(grads.iter().any(|&v| v != 0.5));
+    }
+}
+
 /// Bit patterns, for exact comparisons that print the values.
 pub(crate) fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
