@@ -1,5 +1,6 @@
 //! The input gradient of [`Conv2d`](super::Conv2d) as one stride-1 direct convolution of
-//! the output gradients, run by the forward pass's kernels.
+//! the output gradients, run by the forward pass's tile over channels-last gradients
+//! (`kernels.rs`).
 //!
 //! Cut the padded input into blocks of `sh x sw` positions. Input position `Y = sh I + r`
 //! (block `I`, phase `r`) receives the output gradients of kernel rows `ky = r + sh m`
@@ -11,11 +12,12 @@
 //! a transposed convolution as a convolution followed by a depth-to-space shuffle.
 //!
 //! Each tile is one block in six images (so its rows share their taps exactly: taps that
-//! read only the frame's zeros are left out), broadcasting their staged gradients against
-//! the rearranged weight packed as `[column tile][(o, m, n)][16]` panels. The tile's
-//! values go channels-last into scratch, transposed into `dx` (NCHW) eight input rows
-//! at a time. Every input gradient is written once, one chain of multiply-adds in `(o, m, n)`
-//! order whichever thread computes it: no scatter-add and no zeroing.
+//! read only the frame's zeros are left out), broadcasting their staged gradients
+//! (channels-last: a row's taps are consecutive floats) against the rearranged weight
+//! packed as `[column tile][(m, n, o)][16]` panels. The tile's values go channels-last
+//! into scratch, transposed into `dx` (NCHW) eight input rows at a time. Every input
+//! gradient is written once, one chain of multiply-adds in `(m, n, o)` order whichever
+//! thread computes it: no scatter-add and no zeroing.
 
 #![allow(
     unsafe_code,
@@ -29,7 +31,7 @@ use std::ops::Range;
 use rl_core::simd::Isa;
 
 use super::backward::{derivative, derivative8};
-use super::implicit::{Geometry, MR, NR, Shared, direct_avx2, direct_avx512, direct_portable};
+use super::implicit::{Geometry, MR, NR, Shared};
 use crate::Activation;
 use crate::pool::Pool;
 
@@ -137,10 +139,11 @@ impl Plan {
         }
     }
 
-    /// Where block `(bi, bj)`'s patch starts in a staged image.
+    /// Where block `(bi, bj)`'s patch starts in a staged image (channels-last).
     const fn base(&self, bi: usize, bj: usize) -> usize {
-        (bi + self.rows.lead + 1 - self.rows.taps) * self.product.w + bj + self.columns.lead + 1
-            - self.columns.taps
+        let row = bi + self.rows.lead + 1 - self.rows.taps;
+        let column = bj + self.columns.lead + 1 - self.columns.taps;
+        (row * self.product.w + column) * self.product.cin
     }
 }
 
@@ -177,8 +180,8 @@ pub(super) fn scratch_len(g: &Geometry, max_batch: usize) -> Option<usize> {
     slot_len(g, &plan, IMAGES.min(max_batch.max(1)))?.checked_mul(tasks)
 }
 
-/// Packs the rearranged weight as the product's panels, `[column tile][(o, m, n)][16]`:
-/// column `(ry, rx, c)` (channel fastest) of row `(o, m, n)` holds `W[o, c, ry + sh
+/// Packs the rearranged weight as the product's panels, `[column tile][(m, n, o)][16]`:
+/// column `(ry, rx, c)` (channel fastest) of row `(m, n, o)` holds `W[o, c, ry + sh
 /// (taps_y - 1 - m), rx + sw (taps_x - 1 - n)]`, zero past the kernel or past the last
 /// column.
 fn pack(g: &Geometry, plan: &Plan, weight: &[f32], panels: &mut [f32]) {
@@ -189,7 +192,7 @@ fn pack(g: &Geometry, plan: &Plan, weight: &[f32], panels: &mut [f32]) {
         .enumerate()
     {
         for (k, row) in panel.chunks_exact_mut(NR).enumerate() {
-            let (o, m, n) = (k / (ty * tx), k % (ty * tx) / tx, k % tx);
+            let (m, n, o) = (k / (tx * g.out), k / g.out % tx, k % g.out);
             for (l, v) in row.iter_mut().enumerate() {
                 let column = q * NR + l;
                 let (ry, rx, c) = (
@@ -209,8 +212,9 @@ fn pack(g: &Geometry, plan: &Plan, weight: &[f32], panels: &mut [f32]) {
 }
 
 /// Stages one image's output gradients `dy` through the derivative at its outputs `y`
-/// (both `out x oh x ow`) into `slot` (`out` planes of the plan's frame), zeros around
-/// them.
+/// (both `out x oh x ow`) into `slot`, the plan's frame channels-last (`[row][column]
+/// [out]`), zeros around them; 8 channels by 8 positions at a time with AVX2 (the same
+/// values: each is one call of the derivative).
 fn stage(
     g: &Geometry,
     plan: &Plan,
@@ -219,64 +223,76 @@ fn stage(
     (dy, y): (&[f32], &[f32]),
     slot: &mut [f32],
 ) {
-    let (width, positions) = (plan.product.w, g.positions());
-    let (top, left) = (plan.rows.lead, plan.columns.lead);
-    let inside = top * width..(top + g.oh) * width;
-    for ((plane, dy), y) in slot
-        .chunks_exact_mut(plan.product.plane())
-        .zip(dy.chunks_exact(positions))
-        .zip(y.chunks_exact(positions))
-    {
-        // One sweep of zeros (short fills row by row cost more), then the gradients.
-        plane.fill(0.0);
-        for ((row, dy), y) in plane[inside.clone()]
-            .chunks_exact_mut(width)
-            .zip(dy.chunks_exact(g.ow))
-            .zip(y.chunks_exact(g.ow))
-        {
-            derive(isa, activation, (dy, y), &mut row[left..left + g.ow]);
+    let positions = g.positions();
+    assert!(
+        dy.len() == g.out * positions
+            && y.len() == dy.len()
+            && slot.len() == plan.product.staged_len()
+    );
+    // One sweep of zeros (short fills cost more), then the gradients.
+    slot.fill(0.0);
+    let (mut p8, mut c8) = (0, 0);
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx512 | Isa::Avx2) {
+        (p8, c8) = (positions - positions % 8, g.out - g.out % 8);
+        // SAFETY:
+        // - AVX2: `isa` was detected on this CPU;
+        // - lengths asserted above; `at` maps every position inside the frame.
+        unsafe { stage_avx2(g, plan, activation, (dy, y), (p8, c8), slot) };
+    }
+    let _ = isa;
+    for p in 0..positions {
+        let at = staged_at(g, plan, p);
+        let from = if p < p8 { c8 } else { 0 };
+        for c in from..g.out {
+            let i = c * positions + p;
+            slot[at + c] = derivative(activation, dy[i], y[i]);
         }
     }
 }
 
-/// `dst = dy` through the derivative at `y`, the expressions of `Activation::backward`
-/// (and of the output-gradient tiles), 8 lanes at a time with AVX2: the same bits.
-fn derive(isa: Isa, activation: Option<Activation>, (dy, y): (&[f32], &[f32]), dst: &mut [f32]) {
-    assert!(dy.len() == dst.len() && y.len() == dst.len());
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx512 | Isa::Avx2) {
-        done = dst.len() - dst.len() % 8;
-        // SAFETY:
-        // - AVX2: `isa` was detected on this CPU;
-        // - the three slices hold `done` floats (asserted equal lengths).
-        unsafe { derive_avx2(activation, (&dy[..done], &y[..done]), &mut dst[..done]) };
-    }
-    let _ = isa;
-    for ((d, &g), &y) in dst[done..].iter_mut().zip(&dy[done..]).zip(&y[done..]) {
-        *d = derivative(activation, g, y);
-    }
+/// Where output position `p`'s channel 0 goes in a staged frame.
+fn staged_at(g: &Geometry, plan: &Plan, p: usize) -> usize {
+    let (oy, ox) = (p / g.ow, p % g.ow);
+    ((plan.rows.lead + oy) * plan.product.w + plan.columns.lead + ox) * g.out
 }
 
-/// [`derive`] on lengths that are multiples of 8.
+/// The `8 x 8` blocks of [`stage`] below `p8` positions and `c8` channels.
 ///
 /// # Safety
-/// AVX2; all three slices hold the same multiple of 8 floats.
+/// AVX2; `p8 <= positions` and `c8 <= out` are multiples of 8, `dy` and `y` hold `out x
+/// positions` floats and `slot` one staged frame.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn derive_avx2(activation: Option<Activation>, (dy, y): (&[f32], &[f32]), dst: &mut [f32]) {
-    assert!(dy.len() == dst.len() && y.len() == dst.len() && dst.len().is_multiple_of(8));
-    for ((d, g), y) in dst
-        .chunks_exact_mut(8)
-        .zip(dy.chunks_exact(8))
-        .zip(y.chunks_exact(8))
-    {
-        // SAFETY:
-        // - each chunk holds 8 floats.
-        unsafe {
-            let (g, y) = (_mm256_loadu_ps(g.as_ptr()), _mm256_loadu_ps(y.as_ptr()));
-            let v = derivative8(activation, g, y);
-            _mm256_storeu_ps(d.as_mut_ptr(), v);
+unsafe fn stage_avx2(
+    g: &Geometry,
+    plan: &Plan,
+    activation: Option<Activation>,
+    (dy, y): (&[f32], &[f32]),
+    (p8, c8): (usize, usize),
+    slot: &mut [f32],
+) {
+    let positions = g.positions();
+    assert!(p8 <= positions && c8 <= g.out && dy.len() == g.out * positions);
+    assert!(y.len() == dy.len() && slot.len() == plan.product.staged_len());
+    for p0 in (0..p8).step_by(8) {
+        let at: [usize; 8] = std::array::from_fn(|k| staged_at(g, plan, p0 + k));
+        assert!(at.iter().all(|&a| a + g.out <= slot.len()));
+        for c0 in (0..c8).step_by(8) {
+            let v: [__m256; 8] = std::array::from_fn(|l| {
+                let i = (c0 + l) * positions + p0;
+                let (g, y) = (&dy[i..][..8], &y[i..][..8]);
+                // SAFETY:
+                // - `g` and `y` hold 8 floats each.
+                let (g, y) = unsafe { (_mm256_loadu_ps(g.as_ptr()), _mm256_loadu_ps(y.as_ptr())) };
+                derivative8(activation, g, y)
+            });
+            for (column, &at) in crate::linalg::transpose8(v).iter().zip(&at) {
+                // SAFETY:
+                // - channels `c0..c0 + 8 <= out` of a position inside the frame
+                //   (asserted above).
+                unsafe { _mm256_storeu_ps(slot.as_mut_ptr().add(at + c0), *column) };
+            }
         }
     }
 }
@@ -388,7 +404,7 @@ fn group(
     }
     let staged = &*staged;
     // The furthest float a patch reaches from its start.
-    let reach = pg.col_offset(pg.fan_in() - 1);
+    let reach = kernels::reach(pg);
     let tiles = pg.out.div_ceil(NR);
     let panel = |q: usize| &panels[q * pg.fan_in() * NR..][..pg.fan_in() * NR];
     let store = Store {
@@ -430,7 +446,7 @@ fn group(
                     // - every row's patch lies inside `staged` (asserted above: the
                     //   furthest float is `bases[i] + reach`) and both panels hold
                     //   `fan_in * 16` floats.
-                    unsafe { direct_avx512(pg, staged, at, [panel(q), panel(q + 1)], &mut acc) };
+                    unsafe { kernels::avx512(pg, staged, at, [panel(q), panel(q + 1)], &mut acc) };
                     store.put(plan, &acc[0], q * NR, lanes);
                     store.put(plan, &acc[1], (q + 1) * NR, lanes);
                     continue;
@@ -443,9 +459,9 @@ fn group(
                         // - both paths imply AVX2 and FMA (`Isa::is_supported`) and `isa`
                         //   was detected on this CPU;
                         // - patches and panel as above.
-                        unsafe { direct_avx2(pg, staged, at, panel(q), &mut acc) }
+                        unsafe { kernels::avx2(pg, staged, at, panel(q), &mut acc) }
                     }
-                    _ => direct_portable(pg, staged, at, panel(q), &mut acc),
+                    _ => kernels::portable(pg, staged, at, panel(q), &mut acc),
                 }
                 store.put(plan, &acc, q * NR, lanes);
             }
@@ -590,5 +606,6 @@ unsafe fn to_planes_avx2(
     }
 }
 
+mod kernels;
 #[cfg(test)]
 mod tests;
