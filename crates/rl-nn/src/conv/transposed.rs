@@ -30,7 +30,7 @@ use std::ops::Range;
 
 use rl_core::simd::Isa;
 
-use super::backward::{derivative, derivative8};
+use super::backward::{activation, code, derivative, derivative8};
 use super::implicit::{Geometry, MR, NR, Shared};
 use crate::Activation;
 use crate::pool::Pool;
@@ -238,7 +238,14 @@ fn stage(
         // SAFETY:
         // - AVX2: `isa` was detected on this CPU;
         // - lengths asserted above; `at` maps every position inside the frame.
-        unsafe { stage_avx2(g, plan, activation, (dy, y), (p8, c8), slot) };
+        unsafe {
+            let (at, blocks) = ((g, plan), (p8, c8));
+            match code(activation) {
+                0 => stage_avx2::<0>(at, (dy, y), blocks, slot),
+                1 => stage_avx2::<1>(at, (dy, y), blocks, slot),
+                _ => stage_avx2::<2>(at, (dy, y), blocks, slot),
+            }
+        };
     }
     let _ = isa;
     for p in 0..positions {
@@ -257,21 +264,21 @@ fn staged_at(g: &Geometry, plan: &Plan, p: usize) -> usize {
     ((plan.rows.lead + oy) * plan.product.w + plan.columns.lead + ox) * g.out
 }
 
-/// The `8 x 8` blocks of [`stage`] below `p8` positions and `c8` channels.
+/// The `8 x 8` blocks of [`stage`] below `p8` positions and `c8` channels, through the
+/// derivative of activation [`code`] `A`.
 ///
 /// # Safety
 /// AVX2; `p8 <= positions` and `c8 <= out` are multiples of 8, `dy` and `y` hold `out x
 /// positions` floats and `slot` one staged frame.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn stage_avx2(
-    g: &Geometry,
-    plan: &Plan,
-    activation: Option<Activation>,
+unsafe fn stage_avx2<const A: u8>(
+    (g, plan): (&Geometry, &Plan),
     (dy, y): (&[f32], &[f32]),
     (p8, c8): (usize, usize),
     slot: &mut [f32],
 ) {
+    let activation = activation(A);
     let positions = g.positions();
     assert!(p8 <= positions && c8 <= g.out && dy.len() == g.out * positions);
     assert!(y.len() == dy.len() && slot.len() == plan.product.staged_len());
