@@ -265,32 +265,6 @@ unsafe fn gather8_avx2<const A: u8>(
     }
 }
 
-/// Where the patch of each row `r0..r0 + bases.len()` starts in the staged images,
-/// walked without a division per row; asserts that every patch lies inside `staged_len`
-/// floats.
-fn fill_bases(g: &Geometry, r0: usize, bases: &mut [usize], staged_len: usize) {
-    let p = g.positions();
-    let (mut b, pos) = (r0 / p, r0 % p);
-    let (mut oy, mut ox) = (pos / g.ow, pos % g.ow);
-    let reach = g.col_offset(g.fan_in() - 1);
-    for base in bases {
-        *base = b * g.staged_len() + oy * g.sh * g.wp() + ox * g.sw;
-        assert!(
-            *base + reach < staged_len,
-            "a patch outside the staged images"
-        );
-        ox += 1;
-        if ox == g.ow {
-            ox = 0;
-            oy += 1;
-            if oy == g.oh {
-                oy = 0;
-                b += 1;
-            }
-        }
-    }
-}
-
 /// Adds `dW = g patches` to `grads` (the weight, `out x fan_in` row-major) for the
 /// `rows` rows of the staged images, summing in `dwt` (`[tile][fan_in][16]`, at least
 /// [`panels_len`] floats) first; on `pool` by blocks of patch columns.
@@ -322,7 +296,7 @@ pub(super) fn weight_grad(
         let mut bases = [0usize; KC];
         for r0 in (0..rows).step_by(KC) {
             let bases = &mut bases[..KC.min(rows - r0)];
-            fill_bases(g, r0, bases, staged.len());
+            g.fill_bases(r0, bases, staged.len());
             // Tile `q`'s columns of this task and its output gradients of this block.
             let slices = |q: usize| {
                 let n = columns.len() * NR;
@@ -394,7 +368,7 @@ fn weight_block(
                 // SAFETY:
                 // - `isa` was detected on this CPU, and both paths imply AVX2 and FMA
                 //   (`Isa::is_supported`);
-                // - every `bases[r] + offsets[i]` is inside `staged` (`fill_bases`
+                // - every `bases[r] + offsets[i]` is inside `staged` (`Geometry::fill_bases`
                 //   asserted `bases[r]` plus the patch's furthest offset is) and `gy`
                 //   holds 16 floats per base (asserted).
                 unsafe { weight_avx2(staged, bases, &offsets, gy, &mut acc) }
@@ -440,7 +414,7 @@ fn weight_pair(
         #[cfg(target_arch = "x86_64")]
         // SAFETY:
         // - only called with `Isa::Avx512`, detected on this CPU: AVX-512F;
-        // - every `bases[r] + offsets[i]` is inside `staged` (`fill_bases` asserted
+        // - every `bases[r] + offsets[i]` is inside `staged` (`Geometry::fill_bases` asserted
         //   `bases[r]` plus the patch's furthest offset is) and each `gy` holds 16 floats
         //   per base (asserted).
         unsafe {

@@ -102,11 +102,31 @@ impl Geometry {
         self.fan_in() * self.out.next_multiple_of(NR)
     }
 
-    /// Where the patch of row `r` (image, output position) starts in the staged images.
-    fn row_base(&self, r: usize) -> usize {
+    /// Where the patch of each row `r0..r0 + bases.len()` (image, output position) starts
+    /// in the staged images, walked without a division per row (a forward tile's twelve
+    /// divisions were 5% of the first Nature layer's forward pass); asserts that every
+    /// patch lies inside `staged_len` floats.
+    pub(super) fn fill_bases(&self, r0: usize, bases: &mut [usize], staged_len: usize) {
         let p = self.positions();
-        let (b, pos) = (r / p, r % p);
-        b * self.staged_len() + (pos / self.ow) * self.sh * self.wp() + (pos % self.ow) * self.sw
+        let (mut b, pos) = (r0 / p, r0 % p);
+        let (mut oy, mut ox) = (pos / self.ow, pos % self.ow);
+        let reach = self.col_offset(self.fan_in() - 1);
+        for base in bases {
+            *base = b * self.staged_len() + oy * self.sh * self.wp() + ox * self.sw;
+            assert!(
+                *base + reach < staged_len,
+                "a patch outside the staged images"
+            );
+            ox += 1;
+            if ox == self.ow {
+                ox = 0;
+                oy += 1;
+                if oy == self.oh {
+                    oy = 0;
+                    b += 1;
+                }
+            }
+        }
     }
 
     /// Where patch element `j` (channel, ky, kx) lies relative to its patch's start.
@@ -199,7 +219,7 @@ impl Geometry {
     }
 
     /// Computes rows `r0..r0 + mr` (`mr <= 6`) of the product, every channel panel, from
-    /// the staged images (the patch of row `r` at [`Geometry::row_base`] in `staged`),
+    /// the staged images (the patches at [`Geometry::fill_bases`] in `staged`),
     /// and stores them NCHW into `output` with the bias (and ReLU if `relu`).
     #[expect(clippy::too_many_arguments, reason = "a row tile and its operands")]
     fn tile(
@@ -215,10 +235,11 @@ impl Geometry {
         let out = self.out;
         assert!((1..=MR).contains(&mr) && panels.len() >= self.panels_len());
         let window = [0..self.kh, 0..self.kw];
-        let bases: [usize; MR] = std::array::from_fn(|i| self.row_base(r0 + i.min(mr - 1)));
-        // The furthest float any row's patch reaches must be staged.
-        let reach = self.col_offset(self.fan_in() - 1);
-        assert!(bases.iter().all(|&b| b + reach < staged.len()));
+        // Rows past `mr` repeat the last (computed, never stored); every patch is staged.
+        let mut bases = [0; MR];
+        self.fill_bases(r0, &mut bases[..mr], staged.len());
+        let last = bases[mr - 1];
+        bases[mr..].fill(last);
         let panel_count = out.div_ceil(NR);
         let mut q = 0;
         while q < panel_count {
@@ -255,8 +276,8 @@ impl Geometry {
                     // SAFETY:
                     // - `isa` was detected on this CPU, and both paths imply AVX2 and
                     //   FMA (`Isa::is_supported`);
-                    // - every row's patch lies inside `staged` (asserted: the patch's
-                    //   last float, `bases[i] + reach`, is the largest offset read) and
+                    // - every row's patch lies inside `staged` (`fill_bases` asserted
+                    //   that its last float, the largest offset read, is) and
                     //   `panel` holds `fan_in * 16` floats.
                     unsafe { direct_avx2(self, staged, (&bases, &window), panel, &mut acc) }
                 }
