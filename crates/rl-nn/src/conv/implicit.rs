@@ -103,9 +103,8 @@ impl Geometry {
     }
 
     /// Where the patch of each row `r0..r0 + bases.len()` (image, output position) starts
-    /// in the staged images, walked without a division per row (a forward tile's twelve
-    /// divisions were 5% of the first Nature layer's forward pass); asserts that every
-    /// patch lies inside `staged_len` floats.
+    /// in the staged images, walked without a division per row; asserts that every patch
+    /// lies inside `staged_len` floats.
     pub(super) fn fill_bases(&self, r0: usize, bases: &mut [usize], staged_len: usize) {
         let p = self.positions();
         let (mut b, pos) = (r0 / p, r0 % p);
