@@ -78,14 +78,26 @@ impl GymAction for f32 {
 pub trait GymObs: rl_core::Element + numpy::Element {
     /// numpy's name of the dtype.
     const NUMPY: &'static str;
+
+    /// The observation as bytes when it is bytes (frames an ALE game renders straight
+    /// into it).
+    fn bytes_mut(obs: &mut [Self]) -> Option<&mut [u8]>;
 }
 
 impl GymObs for f32 {
     const NUMPY: &'static str = "float32";
+
+    fn bytes_mut(_obs: &mut [Self]) -> Option<&mut [u8]> {
+        None
+    }
 }
 
 impl GymObs for u8 {
     const NUMPY: &'static str = "uint8";
+
+    fn bytes_mut(obs: &mut [Self]) -> Option<&mut [u8]> {
+        Some(obs)
+    }
 }
 
 /// Whether a Gymnasium space is an image: a `uint8` `Box` of two or more dimensions.
@@ -355,35 +367,45 @@ impl<A: GymAction, O: GymObs> GymEnv<A, O> {
     /// Copies a Python observation into `obs` as `O` (frames transposed to channels
     /// first when asked).
     fn read_obs(&self, value: &Bound<'_, PyAny>, obs: &mut [O]) -> PyResult<()> {
-        let py = value.py();
-        let array = match value.cast::<PyArrayDyn<O>>() {
-            Ok(a) if a.is_contiguous() => a.clone(),
-            _ => py
-                .import("numpy")?
-                .call_method1("ascontiguousarray", (value, O::NUMPY))?
-                .cast_into::<PyArrayDyn<O>>()
-                .map_err(PyErr::from)?,
-        };
-        let data = array.readonly();
-        let slice = data.as_slice()?;
-        if slice.len() != obs.len() {
-            return Err(value_error(format!(
-                "the environment returned an observation of {} elements but its observation space has {}",
-                slice.len(),
-                obs.len()
-            )));
-        }
-        match self.transpose {
-            None => obs.copy_from_slice(slice),
-            Some([h, w, c]) => {
-                for (i, &value) in slice.iter().enumerate() {
-                    let (pixel, channel) = (i / c, i % c);
-                    obs[channel * h * w + pixel] = value;
-                }
+        read_obs(self.transpose, value, obs)
+    }
+}
+
+/// Copies a Python observation into `obs` as `O` (frames of shape `transpose` transposed
+/// to channels first when given).
+fn read_obs<O: GymObs>(
+    transpose: Option<[usize; 3]>,
+    value: &Bound<'_, PyAny>,
+    obs: &mut [O],
+) -> PyResult<()> {
+    let py = value.py();
+    let array = match value.cast::<PyArrayDyn<O>>() {
+        Ok(a) if a.is_contiguous() => a.clone(),
+        _ => py
+            .import("numpy")?
+            .call_method1("ascontiguousarray", (value, O::NUMPY))?
+            .cast_into::<PyArrayDyn<O>>()
+            .map_err(PyErr::from)?,
+    };
+    let data = array.readonly();
+    let slice = data.as_slice()?;
+    if slice.len() != obs.len() {
+        return Err(value_error(format!(
+            "the environment returned an observation of {} elements but its observation space has {}",
+            slice.len(),
+            obs.len()
+        )));
+    }
+    match transpose {
+        None => obs.copy_from_slice(slice),
+        Some([h, w, c]) => {
+            for (i, &value) in slice.iter().enumerate() {
+                let (pixel, channel) = (i / c, i % c);
+                obs[channel * h * w + pixel] = value;
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 impl<A: GymAction, O: GymObs> Env for GymEnv<A, O> {
@@ -438,11 +460,19 @@ impl<A: GymAction, O: GymObs> GymEnv<A, O> {
         self.touched = true;
         Python::attach(|py| {
             let result = (|| {
-                let direct = self.ale.as_ref().filter(|ale| ale.ready);
+                let direct = self.ale.as_mut().filter(|ale| ale.ready);
                 if let (Some(ale), Some(index)) = (direct, A::index(action)) {
-                    let (step, screen) = ale.step(py, index, observe)?;
-                    if let Some(screen) = screen {
-                        self.read_obs(screen.as_any(), obs)?;
+                    let (step, read) = ale.step(py, index, observe)?;
+                    if read {
+                        // Frames as they are (no transpose) are rendered straight into
+                        // `obs`; others go through the RGB screen.
+                        match (self.transpose, O::bytes_mut(obs)) {
+                            (None, Some(bytes)) => ale.observe(py, bytes)?,
+                            (transpose, _) => {
+                                let screen = ale.screen(py)?;
+                                read_obs(transpose, screen.as_any(), obs)?;
+                            }
+                        }
                     }
                     return Ok(step);
                 }

@@ -91,6 +91,21 @@ def test_an_ale_game_steps_through_ale_calls_and_learns_what_env_step_gives(tmp_
     calls = []
     step = ale_py.env.AtariEnv.step
     monkeypatch.setattr(ale_py.env.AtariEnv, "step", lambda env, a: calls.append(a) or step(env, a))
+    # Frames are read as palette indices, coloured with the palette learned from the few
+    # read in RGB too.
+    screens = {"getScreen": 0, "getScreenRGB": 0}
+
+    def counted(name):
+        method = getattr(ale_py.ALEInterface, name)
+
+        def call(ale, *args):
+            screens[name] += 1
+            return method(ale, *args)
+
+        monkeypatch.setattr(ale_py.ALEInterface, name, call)
+
+    counted("getScreen")
+    counted("getScreenRGB")
     overrides = ["run.total_steps=256", "run.n_envs=2", "ppo.n_steps=64", "ppo.batch_size=64"]
 
     def metrics(name):
@@ -101,6 +116,8 @@ def test_an_ale_game_steps_through_ale_calls_and_learns_what_env_step_gives(tmp_
 
     direct = metrics("direct")
     assert calls == [], f"{len(calls)} frames went through AtariEnv.step"
+    assert screens["getScreen"] > 400, screens
+    assert screens["getScreenRGB"] < screens["getScreen"] / 10, screens
     monkeypatch.setattr(ale_py.env.AtariEnv, "__module__", "not_ale_py")
     through_step = metrics("env_step")
     # 256 agent steps of 4 frames (fewer where a life or a game ends), and the no-ops.

@@ -7,12 +7,16 @@
 //! bound methods looked up once, with the screen read into one buffer made at
 //! construction; a frame a frame-skipping wrapper never reads
 //! ([`rl_core::Env::step_unobserved`]) skips the screen, a fifth of a frame's time in
-//! Pong. Rewards, flags and frames are those of `env.step`.
+//! Pong. A frame read as bytes is read as palette indices (`getScreen`, 1.8 us in ale-py
+//! 0.11, against 21.8 us for `getScreenRGB`) and coloured with the game's palette as
+//! learned from earlier frames ([`LearnedPalette`]: a frame with an index not seen yet is
+//! read in RGB too and learned from). Rewards, flags and frames are those of `env.step`.
 
-use numpy::PyArray3;
+use numpy::{PyArray2, PyArray3, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use rl_core::Step;
+use rl_envs::LearnedPalette;
 
 /// The Gymnasium wrappers `gymnasium.make` adds that leave `step` as the environment's:
 /// with only these around an `AtariEnv`, ALE's calls are the whole step.
@@ -26,10 +30,16 @@ pub(super) struct Ale {
     no_truncation: Py<PyDict>,
     game_truncated: Py<PyAny>,
     get_screen: Py<PyAny>,
+    /// `getScreen`: the frame as palette indices.
+    get_indices: Py<PyAny>,
     /// `env.unwrapped._action_set`: the ALE action of each discrete action.
     actions: Vec<Py<PyAny>>,
     /// The `[height, width, 3]` frame `getScreenRGB` fills.
     screen: Py<PyArray3<u8>>,
+    /// The `[height, width]` palette indices `getScreen` fills.
+    indices: Py<PyArray2<u8>>,
+    /// The game's colours seen so far.
+    palette: LearnedPalette,
     /// Whether Gymnasium's `reset` ran (its `OrderEnforcing` refuses a step before it:
     /// until then steps go through `env.step`, which says so).
     pub(super) ready: bool,
@@ -90,20 +100,24 @@ impl Ale {
             no_truncation: no_truncation.unbind(),
             game_truncated: method("game_truncated")?,
             get_screen: method("getScreenRGB")?,
+            get_indices: method("getScreen")?,
             actions,
             screen: PyArray3::zeros(env.py(), [h, w, 3], false).unbind(),
+            indices: PyArray2::zeros(env.py(), [h, w], false).unbind(),
+            palette: LearnedPalette::new(),
             ready: false,
         }))
     }
 
-    /// One frame with discrete action `action`: the reward and flags, and the frame when
-    /// it was read (when `observe` or when the episode ended).
-    pub(super) fn step<'py>(
+    /// One frame with discrete action `action`: the reward and flags, and whether the
+    /// frame is to be read (when `observe` or when the episode ended:
+    /// [`Ale::observe`] or [`Ale::screen`]).
+    pub(super) fn step(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         action: usize,
         observe: bool,
-    ) -> PyResult<(Step, Option<&Bound<'py, PyArray3<u8>>>)> {
+    ) -> PyResult<(Step, bool)> {
         let Some(ale_action) = self.actions.get(action) else {
             return Err(crate::error::value_error(format!(
                 "action {action} is out of range for this game's {} actions",
@@ -121,11 +135,42 @@ impl Ale {
             terminated,
             truncated,
         };
-        if !(observe || step.ends_episode()) {
-            return Ok((step, None));
-        }
+        Ok((step, observe || step.ends_episode()))
+    }
+
+    /// The current frame as `getScreenRGB` gives it.
+    pub(super) fn screen<'py>(&self, py: Python<'py>) -> PyResult<&Bound<'py, PyArray3<u8>>> {
         let screen = self.screen.bind(py);
         self.get_screen.call1(py, PyTuple::new(py, [screen])?)?;
-        Ok((step, Some(screen)))
+        Ok(screen)
+    }
+
+    /// Writes the current frame into `obs` (`height x width x 3` bytes, as `getScreenRGB`
+    /// gives it): its palette indices coloured with the learned palette, or, when one of
+    /// them is not known yet, the RGB screen, learned from.
+    pub(super) fn observe(&mut self, py: Python<'_>, obs: &mut [u8]) -> PyResult<()> {
+        let indices = self.indices.bind(py);
+        if obs.len() != 3 * indices.len() {
+            return Err(crate::error::value_error(format!(
+                "the observation holds {} bytes but the game's frame {}",
+                obs.len(),
+                3 * indices.len()
+            )));
+        }
+        if self.palette.usable() {
+            self.get_indices.call1(py, PyTuple::new(py, [indices])?)?;
+            let indices = indices.readonly();
+            let indices = indices.as_slice()?;
+            if self.palette.expand(indices, obs) {
+                return Ok(());
+            }
+            let screen = self.screen(py)?.readonly();
+            obs.copy_from_slice(screen.as_slice()?);
+            self.palette.learn(indices, obs);
+            return Ok(());
+        }
+        let screen = self.screen(py)?.readonly();
+        obs.copy_from_slice(screen.as_slice()?);
+        Ok(())
     }
 }
