@@ -157,20 +157,21 @@ impl Ale {
                 3 * indices.len()
             )));
         }
-        if self.palette.usable() {
+        // The indices of a frame the palette could not colour, to learn from.
+        let unseen = if self.palette.usable() {
             self.get_indices.call1(py, PyTuple::new(py, [indices])?)?;
             let indices = indices.readonly();
-            let indices = indices.as_slice()?;
-            if self.palette.expand(indices, obs) {
+            if self.palette.expand(indices.as_slice()?, obs) {
                 return Ok(());
             }
-            let screen = self.screen(py)?.readonly();
-            obs.copy_from_slice(screen.as_slice()?);
-            self.palette.learn(indices, obs);
-            return Ok(());
+            Some(indices)
+        } else {
+            None
+        };
+        obs.copy_from_slice(self.screen(py)?.readonly().as_slice()?);
+        if let Some(indices) = unseen {
+            self.palette.learn(indices.as_slice()?, obs);
         }
-        let screen = self.screen(py)?.readonly();
-        obs.copy_from_slice(screen.as_slice()?);
         Ok(())
     }
 }
